@@ -1,0 +1,167 @@
+"""Envelopes, event types and subjects: the vocabulary every service shares."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError, Message
+
+from services.core.pb import envelope_pb2, events_pb2
+
+Envelope = envelope_pb2.Envelope
+SCHEMA_VERSION = 1
+
+# Events that belong to a run's log (one stream), and the periodic metrics (another stream).
+RUN_EVENT_NAMES = (
+    "RunRequested",
+    "ProfileCaptured",
+    "SkillsRetrieved",
+    "CandidateProposed",
+    "CandidateJudged",
+    "TargetConcluded",
+    "SwapCommitted",
+    "SwapRejected",
+    "SwapRolledBack",
+    "RollbackRequested",
+    "SkillPublished",
+    "SkillCredited",
+    "RunCompleted",
+)
+METRIC_EVENT_NAMES = ("ServerMetrics",)
+EVENT_TYPES: dict[str, type[Message]] = {
+    name: getattr(events_pb2, name) for name in RUN_EVENT_NAMES + METRIC_EVENT_NAMES
+}
+# Events after which nothing more happens in a run.
+TERMINAL_EVENTS = ("RunCompleted",)
+
+RUNS_STREAM = "YANTRA_RUNS"
+RUN_SUBJECTS = "yantra.run.>"
+METRICS_STREAM = "YANTRA_METRICS"
+METRICS_SUBJECTS = "yantra.metrics.>"
+DLQ_STREAM = "YANTRA_DLQ"
+DLQ_SUBJECTS = "yantra.dlq.>"
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ID_NAMESPACE = uuid.UUID("6b1f1d39-2f4c-4f0e-9a57-5f7c0f5b9e11")
+
+
+class BadEvent(ValueError):
+    """A message on the bus that cannot be decoded or does not name a known event."""
+
+
+def check_run_id(run_id: str) -> str:
+    if not _TOKEN.match(run_id):
+        raise ValueError(f"run id {run_id!r} must be 1-64 letters, digits, '-' or '_'")
+    return run_id
+
+
+def run_subject(run_id: str, type_name: str) -> str:
+    return f"yantra.run.{check_run_id(run_id)}.{type_name}"
+
+
+def run_filter(run_id: str = "*", type_name: str = ">") -> str:
+    return f"yantra.run.{run_id}.{type_name}"
+
+
+def metrics_subject(producer: str) -> str:
+    return f"yantra.metrics.{producer}"
+
+
+def dlq_subject(service: str) -> str:
+    return f"yantra.dlq.{service}"
+
+
+def derived_event_id(run_id: str, causation_id: str, type_name: str, ordinal: int) -> str:
+    """The id of an event is a function of what it answers, so a re-emitted answer is a duplicate."""
+    return str(uuid.uuid5(_ID_NAMESPACE, f"{run_id}/{causation_id}/{type_name}/{ordinal}"))
+
+
+def type_name(msg: Message) -> str:
+    name = msg.DESCRIPTOR.name
+    if name not in EVENT_TYPES:
+        raise BadEvent(f"{name} is not an event type")
+    return name
+
+
+def make_envelope(
+    run_id: str,
+    msg: Message,
+    *,
+    producer: str,
+    time_ns: int,
+    causation_id: str = "",
+    ordinal: int = 0,
+    event_id: str | None = None,
+) -> Envelope:
+    name = type_name(msg)
+    return Envelope(
+        event_id=event_id or derived_event_id(run_id, causation_id, name, ordinal),
+        run_id=check_run_id(run_id),
+        type=name,
+        time_unix_ns=time_ns,
+        producer=producer,
+        causation_id=causation_id,
+        correlation_id=run_id,
+        payload=msg.SerializeToString(deterministic=True),
+        schema_version=SCHEMA_VERSION,
+    )
+
+
+def encode(env: Envelope) -> bytes:
+    return env.SerializeToString(deterministic=True)
+
+
+def decode(data: bytes) -> Envelope:
+    env = Envelope()
+    try:
+        env.ParseFromString(data)
+    except DecodeError as exc:
+        raise BadEvent(f"not an Envelope: {exc}") from exc
+    if env.type not in EVENT_TYPES:
+        raise BadEvent(f"unknown event type {env.type!r}")
+    if not env.event_id or not env.run_id:
+        raise BadEvent("envelope lacks event_id or run_id")
+    unpack(env)  # the payload must parse too
+    return env
+
+
+def unpack(env: Envelope) -> Message:
+    cls = EVENT_TYPES.get(env.type)
+    if cls is None:
+        raise BadEvent(f"unknown event type {env.type!r}")
+    msg = cls()
+    try:
+        msg.ParseFromString(env.payload)
+    except DecodeError as exc:
+        raise BadEvent(f"{env.type} payload does not parse: {exc}") from exc
+    return msg
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """An envelope as stored in the run stream, with its stream sequence."""
+
+    seq: int
+    env: Envelope
+
+    @property
+    def type(self) -> str:
+        return self.env.type
+
+    @property
+    def msg(self) -> Message:
+        return unpack(self.env)
+
+
+def first(log: list[Recorded], type_name_: str) -> Recorded | None:
+    return next((r for r in log if r.type == type_name_), None)
+
+
+def last(log: list[Recorded], type_name_: str) -> Recorded | None:
+    return next((r for r in reversed(log) if r.type == type_name_), None)
+
+
+def all_of(log: list[Recorded], type_name_: str) -> list[Recorded]:
+    return [r for r in log if r.type == type_name_]

@@ -1,0 +1,68 @@
+"""Runs a stateless service: consume trigger events, fold the run's own log, emit answers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from google.protobuf.message import Message
+
+from services.core import events as ev
+from services.core.bus import Bus
+from services.core.events import Recorded
+
+log = logging.getLogger(__name__)
+
+
+class Service(Protocol):
+    name: str
+    consumes: tuple[str, ...]
+
+    async def handle(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
+        """Answer `trigger`. `prior` is the run's log up to and including the trigger."""
+        ...
+
+
+def already_answered(log_: list[Recorded], trigger: Recorded, producer: str) -> bool:
+    return any(r.env.causation_id == trigger.env.event_id and r.env.producer == producer for r in log_)
+
+
+def prefix_through(log_: list[Recorded], trigger: Recorded) -> list[Recorded]:
+    """What a handler may look at: the log up to the trigger, so replay sees exactly the same."""
+    prior = [r for r in log_ if r.seq <= trigger.seq]
+    if not any(r.seq == trigger.seq for r in prior):
+        prior.append(trigger)
+    return prior
+
+
+async def answer(bus: Bus, service: Service, trigger: Recorded, clock: Callable[[], int] = time.time_ns) -> int:
+    """Handle one trigger idempotently; returns how many events were published."""
+    run_log = await bus.read_run(trigger.env.run_id)
+    if already_answered(run_log, trigger, service.name):
+        log.info("%s: %s %s already answered", service.name, trigger.type, trigger.env.event_id[:8])
+        return 0
+    out = await service.handle(trigger, prefix_through(run_log, trigger))
+    for ordinal, msg in enumerate(out):
+        env = ev.make_envelope(
+            trigger.env.run_id,
+            msg,
+            producer=service.name,
+            time_ns=clock(),
+            causation_id=trigger.env.event_id,
+            ordinal=ordinal,
+        )
+        await bus.publish(env)
+        log.info("%s: %s -> %s", service.name, trigger.type, env.type)
+    return len(out)
+
+
+async def run_service(bus: Bus, service: Service, stop: asyncio.Event, ack_wait: float = 30.0) -> None:
+    subjects = [ev.run_filter("*", t) for t in service.consumes]
+
+    async def on_message(rec: Recorded) -> None:
+        await answer(bus, service, rec)
+
+    await bus.consume(service.name, subjects, on_message, stop, ack_wait=ack_wait)

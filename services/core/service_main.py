@@ -1,0 +1,77 @@
+"""Process wiring shared by every service's __main__: settings, bus, signals, clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+
+from services.core.bus import Bus, BusUnavailable
+from services.core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# (settings, bus, stop) -> the coroutines the process runs until stop is set
+Setup = Callable[[Settings, Bus, asyncio.Event], Awaitable[list[Awaitable[None]]]]
+
+
+def configure_logging(name: str, level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format=f"%(asctime)s {name:<10} %(levelname)-7s %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    logging.getLogger("nats").setLevel(logging.WARNING)
+
+
+async def connect_with_retry(url: str, name: str, patience_s: float = 30.0) -> Bus:
+    deadline = asyncio.get_running_loop().time() + patience_s
+    while True:
+        try:
+            return await Bus.connect(url, name=name, timeout=2.0)
+        except BusUnavailable:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+async def serve(name: str, setup: Setup, settings: Settings) -> None:
+    if not settings.nats_url:
+        raise BusUnavailable("NATS_URL is not set: start everything with `yantra up`, or point NATS_URL at a server")
+    bus = await connect_with_retry(settings.nats_url, name)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("%s connected to %s", name, settings.nats_url)
+    tasks = [asyncio.ensure_future(c) for c in await setup(settings, bus, stop)]
+    waiter = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        if task is not waiter and task.exception():
+            log.error("%s: a task failed: %r", name, task.exception())
+    stop.set()
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with suppress(asyncio.CancelledError, Exception):
+            await task
+    await bus.close()
+    log.info("%s stopped", name)
+
+
+def main(name: str, setup: Setup) -> int:
+    settings = Settings.from_env()
+    configure_logging(name, settings.log_level)
+    try:
+        asyncio.run(serve(name, setup, settings))
+    except BusUnavailable as exc:
+        log.error("%s: %s", name, exc)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0

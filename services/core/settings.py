@@ -1,0 +1,47 @@
+"""Settings shared by every process, read from the environment (YANTRA_*, NATS_URL)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+
+class Settings(BaseModel):
+    nats_url: str | None = Field(None, description="NATS server to use; unset means the embedded one")
+    data_dir: Path = Field(Path(".yantra"), description="embedded NATS store, skill library, kernel files, logs")
+    server_addr: str = Field("127.0.0.1:50551", description="gRPC address of the inference server")
+    model: str = Field("tiny-qwen2", description="preset name, local path or hub id served by the server")
+    device: str = Field("auto", description="auto | cpu | cuda")
+    ack_wait_s: float = Field(30.0, gt=0, description="seconds before an unacknowledged event is redelivered")
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, **overrides) -> Settings:
+        env = os.environ
+        values = {
+            "nats_url": env.get("NATS_URL") or None,
+            "data_dir": env.get("YANTRA_DATA_DIR", ".yantra"),
+            "server_addr": env.get("YANTRA_SERVER_ADDR", "127.0.0.1:50551"),
+            "model": env.get("YANTRA_MODEL", "tiny-qwen2"),
+            "device": env.get("YANTRA_DEVICE", "auto"),
+            "ack_wait_s": env.get("YANTRA_ACK_WAIT_S", "30"),
+            "log_level": env.get("YANTRA_LOG_LEVEL", "INFO"),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def env(self) -> dict[str, str]:
+        """The same settings as environment variables, for child processes."""
+        out = {
+            "YANTRA_DATA_DIR": str(self.data_dir),
+            "YANTRA_SERVER_ADDR": self.server_addr,
+            "YANTRA_MODEL": self.model,
+            "YANTRA_DEVICE": self.device,
+            "YANTRA_ACK_WAIT_S": str(self.ack_wait_s),
+            "YANTRA_LOG_LEVEL": self.log_level,
+        }
+        if self.nats_url:
+            out["NATS_URL"] = self.nats_url
+        return out

@@ -1,0 +1,33 @@
+"""One tolerance table for the judge's correctness checks and the server's parity checks.
+
+bf16 carries a wider bound than one rounding step because the Triton CPU interpreter
+truncates bf16 stores instead of rounding to nearest even (about one bf16 step, 2**-7).
+"""
+
+from __future__ import annotations
+
+import torch
+
+# dtype -> (atol, rtol)
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (2e-3, 2e-3),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+}
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    return TOLERANCES.get(dtype, (1e-4, 1e-4))
+
+
+def within(out: torch.Tensor, ref: torch.Tensor) -> tuple[bool, float, float]:
+    """(close, max_abs_err, max_rel_err); NaN or Inf in `out` never passes."""
+    atol, rtol = tolerance(ref.dtype)
+    out32, ref32 = out.detach().float(), ref.detach().float()
+    if out32.shape != ref32.shape or not torch.isfinite(out32).all():
+        return False, float("inf"), float("inf")
+    diff = (out32 - ref32).abs()
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    max_rel = float((diff / ref32.abs().clamp_min(1e-6)).max()) if diff.numel() else 0.0
+    close = bool((diff <= atol + rtol * ref32.abs()).all())
+    return close, max_abs, max_rel

