@@ -52,7 +52,7 @@ class Bus:
                 reconnect_time_wait=0.5,
                 error_cb=_quiet,
             )
-        except (NoServersError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, NoServersError, OSError) as exc:
             raise BusUnavailable(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from exc
         bus = cls(nc)
         await bus.ensure_streams()

@@ -64,7 +64,7 @@ def bound_forward(module, entry: Callable, contract: pb.Contract) -> Callable:
         call_kwargs = {param: getattr(module, attr) for param, attr in bindings}
         for name, value in zip(inputs, args, strict=False):
             call_kwargs[name] = value
-        for name in inputs[len(args):]:
+        for name in inputs[len(args) :]:
             if name in kwargs:
                 call_kwargs[name] = kwargs[name]
         return entry(**call_kwargs)

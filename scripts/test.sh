@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command: install, check generated code and lint, run every test (GPU tests skip on CPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh
+. .venv/bin/activate
+python scripts/gen_proto.py --check
+ruff check .
+set +e
+python -m pytest -q -p no:cacheprovider "$@"
+code=$?
+set -e
+if [ "$code" -eq 5 ]; then
+  echo "pytest collected no tests: failing" >&2
+  exit 1
+fi
+exit "$code"

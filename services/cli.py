@@ -1,0 +1,441 @@
+"""`yantra`: start the stack, ask for runs, watch and replay them."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from services.core import events as ev
+from services.core.bus import Bus, BusUnavailable
+from services.core.describe import describe
+from services.core.pb import events_pb2 as pb
+from services.core.server_client import ServerUnavailable, generate, generate_tokens, wait_ready
+from services.core.settings import Settings
+from services.core.stack import Stack, StackError, resolve_nats_url, resolve_server_addr, start_stack
+from services.registry import SERVICES
+
+POLICIES = {
+    "gpu-default": pb.SwapPolicy(
+        min_reward=2, name="gpu-default", reason="swap only kernels measured > 5% faster than eager"
+    ),
+    "cpu-untimed": pb.SwapPolicy(
+        min_reward=1,
+        name="cpu-untimed",
+        reason=(
+            "explicit: no GPU, kernels run under TRITON_INTERPRET=1 and cannot be timed; a correct (+1) kernel may swap"
+        ),
+    ),
+}
+DEFAULT_PROMPTS = ("The quick brown fox", "Once upon a time", "In a distant galaxy")
+CANARY_PROMPT = "The quick brown fox"
+
+
+class CliError(RuntimeError):
+    """An error the user can act on: printed as one line, exit code 2."""
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        data_dir=getattr(args, "data_dir", None),
+        model=getattr(args, "model", None),
+        device=getattr(args, "device", None),
+    )
+
+
+async def _bus(settings: Settings) -> Bus:
+    try:
+        return await Bus.connect(resolve_nats_url(settings), name="yantra-cli", timeout=3.0)
+    except (StackError, BusUnavailable) as exc:
+        raise CliError(f"{exc}. Start the stack with `yantra up` or set NATS_URL.") from exc
+
+
+# ------------------------------------------------------------------ optimize
+
+
+async def request_run(
+    bus: Bus, *, model: str, policy: pb.SwapPolicy, max_candidates: int, prompts: list[str], decode_tokens: int
+) -> str:
+    run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    msg = pb.RunRequested(
+        model=model,
+        policy=policy,
+        max_candidates=max_candidates,
+        prompts=prompts,
+        decode_tokens=decode_tokens,
+        requested_by="yantra-cli",
+    )
+    env = ev.make_envelope(run_id, msg, producer="cli", time_ns=time.time_ns(), event_id=str(uuid.uuid4()))
+    await bus.publish(env)
+    return run_id
+
+
+async def follow_run(bus: Bus, run_id: str, timeout: float, out=print) -> list[ev.Recorded]:
+    """Print the run's events as they land until RunCompleted (or the timeout)."""
+    seen = 0
+    deadline = time.monotonic() + timeout
+    log: list[ev.Recorded] = []
+    while time.monotonic() < deadline:
+        log = await bus.read_run(run_id)
+        for rec in log[seen:]:
+            out("  " + describe(rec))
+        seen = len(log)
+        if any(r.type in ev.TERMINAL_EVENTS for r in log):
+            return log
+        await asyncio.sleep(0.5)
+    raise CliError(
+        f"run {run_id} did not complete within {timeout:.0f}s; follow it with `yantra events --run {run_id} --follow`"
+    )
+
+
+def _resolve_policy(args, device: str) -> pb.SwapPolicy:
+    if args.min_reward is not None:
+        reason = f"explicit --min-reward {args.min_reward}"
+        return pb.SwapPolicy(min_reward=args.min_reward, name="explicit", reason=reason)
+    name = args.policy
+    if name == "auto":
+        name = "gpu-default"
+    if name == "gpu-default" and device == "cpu":
+        print(
+            "note: the server runs on CPU, where no kernel can be timed, so gpu-default (reward >= 2) will not swap;"
+            " pass --policy cpu-untimed to allow a correct untimed kernel to swap"
+        )
+    policy = pb.SwapPolicy()
+    policy.CopyFrom(POLICIES[name])
+    return policy
+
+
+async def cmd_optimize(args) -> int:
+    settings = _settings(args)
+    bus = await _bus(settings)
+    try:
+        addr = resolve_server_addr(settings)
+        try:
+            health = await wait_ready(addr, timeout=args.server_wait)
+        except ServerUnavailable as exc:
+            raise CliError(str(exc)) from exc
+        policy = _resolve_policy(args, health.device)
+        run_id = await request_run(
+            bus,
+            model=health.model,
+            policy=policy,
+            max_candidates=args.max_candidates,
+            prompts=args.prompt or list(DEFAULT_PROMPTS),
+            decode_tokens=args.decode_tokens,
+        )
+        print(f"run {run_id}: {health.model} on {health.device} ({health.dtype}), policy {policy.name}")
+        if args.no_wait:
+            return 0
+        log = await follow_run(bus, run_id, args.timeout)
+        done = ev.last(log, "RunCompleted").msg
+        print(f"run {run_id} {done.outcome}: {done.tokens_per_s_before:.1f} -> {done.tokens_per_s_after:.1f} tok/s")
+        return 0
+    finally:
+        await bus.close()
+
+
+# ------------------------------------------------------------------ up / demo
+
+
+def _supervise_once(stack: Stack, restart: bool) -> None:
+    for name, code in stack.dead():
+        if code == 2:
+            raise CliError(f"service {name} stopped with a configuration error:\n{stack.log_tail(name)}")
+        if not restart:
+            raise CliError(f"service {name} exited with {code}:\n{stack.log_tail(name)}")
+        stack.restarts[name] = stack.restarts.get(name, 0) + 1
+        if stack.restarts[name] > 5:
+            raise CliError(f"service {name} keeps crashing (exit {code}):\n{stack.log_tail(name)}")
+        print(f"service {name} exited with {code}; restarting")
+        stack.start_service(name)
+
+
+async def _bring_up(settings: Settings) -> Stack:
+    try:
+        stack = start_stack(settings, SERVICES)
+    except (StackError, RuntimeError) as exc:
+        raise CliError(str(exc)) from exc
+    where = settings.nats_url or f"embedded nats-server at {stack.nats_url}"
+    print(f"started {', '.join(SERVICES)} on {where}; logs in {stack.log_dir}")
+    try:
+        health = await wait_ready(
+            settings.server_addr, timeout=600, still_starting=lambda: stack.procs["server"].poll() is None
+        )
+    except ServerUnavailable as exc:
+        stack.stop()
+        raise CliError(f"{exc}\n{stack.log_tail('server')}") from exc
+    except BaseException:
+        stack.stop()
+        raise
+    print(f"server ready on {settings.server_addr}: {health.model} on {health.device} ({health.dtype})")
+    return stack
+
+
+async def cmd_up(args) -> int:
+    settings = _settings(args)
+    stack = await _bring_up(settings)
+    print("press Ctrl-C to stop; in another terminal: yantra optimize | yantra events --follow | yantra tui")
+    try:
+        while True:
+            _supervise_once(stack, restart=True)
+            await asyncio.sleep(0.5)
+    finally:
+        print("stopping ...")
+        stack.stop()
+        print("stopped")
+
+
+async def cmd_demo(args) -> int:
+    settings = _settings(args)
+    stack = await _bring_up(settings)
+    try:
+        addr = settings.server_addr
+        before_ids, before_text, _ = await generate_tokens(addr, CANARY_PROMPT, 16)
+        bus = await Bus.connect(stack.nats_url, name="yantra-demo")
+        try:
+            health = await wait_ready(addr, timeout=60)
+            if args.policy == "auto" and args.min_reward is None:
+                args.policy = "cpu-untimed" if health.device == "cpu" else "gpu-default"
+                if health.device == "cpu":
+                    print(
+                        "policy: cpu-untimed (explicit, recorded in the run): without a GPU kernels cannot be timed,"
+                        " so a correct (+1) kernel may swap"
+                    )
+            policy = _resolve_policy(args, health.device)
+            run_id = await request_run(
+                bus,
+                model=health.model,
+                policy=policy,
+                max_candidates=args.max_candidates,
+                prompts=args.prompt or list(DEFAULT_PROMPTS),
+                decode_tokens=args.decode_tokens,
+            )
+            print(f"run {run_id}: optimising {health.model} on {health.device} ({health.dtype})")
+
+            async def watch():
+                while True:
+                    _supervise_once(stack, restart=False)
+                    await asyncio.sleep(0.5)
+
+            watcher = asyncio.create_task(watch())
+            follow = asyncio.create_task(follow_run(bus, run_id, args.timeout))
+            done, _ = await asyncio.wait([watcher, follow], return_when=asyncio.FIRST_COMPLETED)
+            watcher.cancel()
+            if follow not in done:
+                follow.cancel()
+                watcher.result()  # raises the supervisor's error
+            log = follow.result()
+        finally:
+            await bus.close()
+        after_ids, after_text, _ = await generate_tokens(addr, CANARY_PROMPT, 16)
+        return _summarise(run_id, log, before_ids, after_ids)
+    finally:
+        stack.stop()
+
+
+def _summarise(run_id: str, log: list[ev.Recorded], before: list[int], after: list[int]) -> int:
+    done = ev.last(log, "RunCompleted").msg
+    types = [r.type for r in log]
+    print()
+    print(f"summary of run {run_id}")
+    print(f"  events: {', '.join(dict.fromkeys(types))} ({len(types)} in all)")
+    print(f"  outcome: {done.outcome}, target {done.target_class or '-'}, reward {done.reward:+d}")
+    print(f"  decode: {done.tokens_per_s_before:.1f} -> {done.tokens_per_s_after:.1f} tok/s (x{done.speedup:.2f})")
+    print(f"  greedy tokens before == after the swap: {before == after} ({len(before)} tokens)")
+    print(f"  replay it: yantra replay {run_id} --verify")
+    return 0 if done.outcome == "swapped" and before == after else 1
+
+
+# ------------------------------------------------------------------ reading
+
+
+async def cmd_replay(args) -> int:
+    from services.core.replay import verify
+    from services.registry import rederivers
+
+    settings = _settings(args)
+    bus = await _bus(settings)
+    try:
+        log = await bus.read_run(args.run)
+    finally:
+        await bus.close()
+    if not log:
+        raise CliError(f"no run {args.run!r} in the log (see `yantra runs`)")
+    for rec in log:
+        print(describe(rec))
+    if args.export:
+        _export(log, Path(args.export))
+        print(f"exported {len(log)} events to {args.export}")
+    if not args.verify:
+        return 0
+    mismatches = verify(log, rederivers())
+    if mismatches:
+        print(f"replay differs in {len(mismatches)} of {len(log)} events:")
+        for m in mismatches:
+            print(f"  {m}")
+        return 1
+    print(f"replay verified: all {len(log)} events re-derived byte for byte")
+    return 0
+
+
+def _export(log: list[ev.Recorded], path: Path) -> None:
+    import base64
+    import json
+
+    with path.open("w") as f:
+        for rec in log:
+            f.write(json.dumps({"seq": rec.seq, "envelope": base64.b64encode(ev.encode(rec.env)).decode()}) + "\n")
+
+
+async def cmd_runs(args) -> int:
+    bus = await _bus(_settings(args))
+    try:
+        run_ids = await bus.run_ids()
+        for run_id in run_ids:
+            log = await bus.read_run(run_id)
+            done = ev.last(log, "RunCompleted")
+            state = done.msg.outcome if done else f"running ({log[-1].type})"
+            print(f"{run_id}  {ev.first(log, 'RunRequested').msg.model:<22} {state}")
+        if not run_ids:
+            print("no runs yet: `yantra optimize` starts one")
+    finally:
+        await bus.close()
+    return 0
+
+
+async def cmd_events(args) -> int:
+    bus = await _bus(_settings(args))
+    subject = ev.run_filter(args.run or "*", args.type or ">")
+    try:
+        seen: set[int] = set()
+        while True:
+            for rec in await bus.read_all(subject):
+                if rec.seq not in seen:
+                    seen.add(rec.seq)
+                    print(f"{rec.env.run_id}  {describe(rec)}", flush=True)
+            if not args.follow:
+                return 0
+            await asyncio.sleep(0.5)
+    finally:
+        await bus.close()
+
+
+async def cmd_generate(args) -> int:
+    addr = resolve_server_addr(_settings(args))
+    try:
+        tps = 0.0
+        async for chunk in generate(addr, args.prompt, args.max_new_tokens):
+            print(chunk.text, end="", flush=True)
+            if chunk.done:
+                tps = chunk.tokens_per_s
+        print(f"\n[{tps:.1f} tokens/s]")
+    except ServerUnavailable as exc:
+        raise CliError(f"{exc}; start it with `yantra up`") from exc
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    return 0
+
+
+# ------------------------------------------------------------------ parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="yantra",
+        description="Make a live model faster while it serves: profile, write a Triton kernel, judge, hot-swap.",
+        epilog="NATS_URL selects a NATS server; unset, `up`/`demo` start an embedded one under --data-dir.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(sp, model=False):
+        sp.add_argument("--data-dir", help="where the embedded stack keeps its state (default .yantra)")
+        if model:
+            sp.add_argument("--model", help="preset (tiny-qwen2, tiny-llama, qwen2.5-1.5b-shape), local path or hub id")
+            sp.add_argument("--device", choices=["auto", "cpu", "cuda"], help="serving device (default auto)")
+
+    def run_opts(sp):
+        sp.add_argument(
+            "--policy",
+            choices=["auto", *POLICIES],
+            default="auto",
+            help="swap policy recorded in the run (auto: gpu-default; demo on CPU: cpu-untimed)",
+        )
+        sp.add_argument("--min-reward", type=int, choices=[-1, 1, 2, 3], help="explicit swap threshold instead")
+        sp.add_argument("--max-candidates", type=int, default=3, help="kernels to judge before concluding")
+        sp.add_argument("--prompt", action="append", help="a prompt to profile and measure with (repeatable)")
+        sp.add_argument("--decode-tokens", type=int, default=16, help="tokens per prompt when measuring")
+        sp.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the run to complete")
+
+    sp = sub.add_parser("up", help="start nats-server and all five services; Ctrl-C stops them")
+    common(sp, model=True)
+    sp.set_defaults(fn=cmd_up)
+
+    sp = sub.add_parser("demo", help="up + optimize + summary + shut down (the main job)")
+    common(sp, model=True)
+    run_opts(sp)
+    sp.set_defaults(fn=cmd_demo)
+
+    sp = sub.add_parser("optimize", help="request a run on the running stack and show its progress")
+    common(sp)
+    run_opts(sp)
+    sp.add_argument("--no-wait", action="store_true", help="print the run id and return")
+    sp.add_argument("--server-wait", type=float, default=60, help="seconds to wait for the server to be ready")
+    sp.set_defaults(fn=cmd_optimize)
+
+    sp = sub.add_parser("replay", help="print a run's log; --verify re-derives every event and compares bytes")
+    common(sp)
+    sp.add_argument("run", help="run id (see `yantra runs`)")
+    sp.add_argument("--verify", action="store_true", help="re-derive every decision and report any difference")
+    sp.add_argument("--export", metavar="FILE", help="also write the log to FILE (JSON lines)")
+    sp.set_defaults(fn=cmd_replay)
+
+    sp = sub.add_parser("runs", help="list runs and their outcomes")
+    common(sp)
+    sp.set_defaults(fn=cmd_runs)
+
+    sp = sub.add_parser("events", help="print events of all runs (or one); --follow keeps tailing")
+    common(sp)
+    sp.add_argument("--run", help="only this run")
+    sp.add_argument("--type", choices=ev.RUN_EVENT_NAMES, help="only this event type")
+    sp.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    sp.set_defaults(fn=cmd_events)
+
+    sp = sub.add_parser("generate", help="stream a completion from the live server")
+    common(sp)
+    sp.add_argument("prompt")
+    sp.add_argument("--max-new-tokens", type=int, default=32)
+    sp.set_defaults(fn=cmd_generate)
+
+    sp = sub.add_parser("serve", help="run one service in this process (what `up` starts for each)")
+    sp.add_argument("name", choices=SERVICES)
+    sp.set_defaults(fn=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    if args.command == "serve":
+        import runpy
+
+        sys.argv = [f"services.{args.name}"]
+        try:
+            runpy.run_module(f"services.{args.name}", run_name="__main__")
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        return 0
+    try:
+        return asyncio.run(args.fn(args))
+    except CliError as exc:
+        print(f"yantra {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

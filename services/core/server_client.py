@@ -1,0 +1,65 @@
+"""A small gRPC client for the inference server, used by the CLI (and the TUI later)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from services.core.pb import inference_pb2 as ipb
+from services.core.pb import inference_pb2_grpc as igrpc
+
+
+class ServerUnavailable(RuntimeError):
+    pass
+
+
+async def health(addr: str, timeout: float = 2.0) -> ipb.HealthReply:
+    async with grpc.aio.insecure_channel(addr) as channel:
+        try:
+            return await igrpc.AdminStub(channel).Health(ipb.HealthRequest(), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise ServerUnavailable(f"inference server at {addr}: {exc.details() or exc.code().name}") from exc
+
+
+async def wait_ready(addr: str, timeout: float, still_starting: Callable[[], bool] = lambda: True) -> ipb.HealthReply:
+    """Poll Health until the server is ready, it gives up starting, or `timeout` passes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last = "no answer"
+    while loop.time() < deadline:
+        if not still_starting():
+            raise ServerUnavailable(f"the inference server stopped while starting ({last})")
+        try:
+            reply = await health(addr, timeout=1.0)
+            if reply.ready:
+                return reply
+        except ServerUnavailable as exc:
+            last = str(exc)
+        await asyncio.sleep(0.5)
+    raise ServerUnavailable(f"the inference server at {addr} was not ready after {timeout:.0f}s ({last})")
+
+
+async def generate(addr: str, prompt: str, max_new_tokens: int) -> AsyncIterator[ipb.GenerateChunk]:
+    async with grpc.aio.insecure_channel(addr) as channel:
+        stub = igrpc.InferenceStub(channel)
+        try:
+            async for chunk in stub.Generate(ipb.GenerateRequest(prompt=prompt, max_new_tokens=max_new_tokens)):
+                yield chunk
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                raise ServerUnavailable(f"inference server at {addr} is unreachable: {exc.details()}") from exc
+            raise ValueError(f"{exc.code().name}: {exc.details()}") from exc
+
+
+async def generate_tokens(addr: str, prompt: str, max_new_tokens: int) -> tuple[list[int], str, float]:
+    ids: list[int] = []
+    text = []
+    tps = 0.0
+    async for chunk in generate(addr, prompt, max_new_tokens):
+        ids += list(chunk.token_ids)
+        text.append(chunk.text)
+        if chunk.done:
+            tps = chunk.tokens_per_s
+    return ids, "".join(text), tps

@@ -1,0 +1,144 @@
+"""The embedded default: a local nats-server and each service as its own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.core.nats_launcher import LocalNats, start_nats
+from services.core.settings import Settings
+
+STACK_FILE = "stack.json"
+
+
+class StackError(RuntimeError):
+    pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def running_stack(data_dir: Path) -> dict | None:
+    """The stack another `yantra up` started on this data dir, if it is still alive."""
+    path = data_dir / STACK_FILE
+    try:
+        info = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return info if _alive(int(info.get("pid", -1))) else None
+
+
+def resolve_nats_url(settings: Settings) -> str:
+    """NATS_URL when set, else the embedded server of a running `yantra up`."""
+    if settings.nats_url:
+        return settings.nats_url
+    info = running_stack(settings.data_dir)
+    if info:
+        return info["nats_url"]
+    raise StackError(f"no NATS server: NATS_URL is unset and no `yantra up` is running on {settings.data_dir}")
+
+
+def resolve_server_addr(settings: Settings) -> str:
+    info = running_stack(settings.data_dir)
+    return info["server_addr"] if info and not os.environ.get("YANTRA_SERVER_ADDR") else settings.server_addr
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    nats: LocalNats | None
+    nats_url: str
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.settings.data_dir / "logs"
+
+    def child_env(self) -> dict[str, str]:
+        env = {**os.environ, **self.settings.env(), "NATS_URL": self.nats_url, "PYTHONUNBUFFERED": "1"}
+        return env
+
+    def start_service(self, name: str) -> subprocess.Popen:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        proc = subprocess.Popen(
+            [sys.executable, "-m", f"services.{name}"],
+            env=self.child_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def stop_service(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        proc = self.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def dead(self) -> list[tuple[str, int]]:
+        return [(n, p.returncode) for n, p in self.procs.items() if p.poll() is not None]
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        try:
+            return "\n".join((self.log_dir / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def stop(self) -> None:
+        for name in reversed(list(self.procs)):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self.nats:
+            self.nats.stop()
+        (self.settings.data_dir / STACK_FILE).unlink(missing_ok=True)
+
+
+def start_stack(settings: Settings, services: tuple[str, ...]) -> Stack:
+    data_dir = settings.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    other = running_stack(data_dir)
+    if other:
+        raise StackError(f"`yantra up` is already running on {data_dir} (pid {other['pid']}); use it, or stop it first")
+    nats = None
+    if settings.nats_url:
+        url = settings.nats_url
+    else:
+        nats = start_nats(data_dir / "nats", log_file=data_dir / "nats.log")
+        url = nats.url
+    stack = Stack(settings, nats, url)
+    info = {"pid": os.getpid(), "nats_url": url, "server_addr": settings.server_addr}
+    (data_dir / STACK_FILE).write_text(json.dumps(info))
+    try:
+        for name in services:
+            stack.start_service(name)
+    except Exception:
+        stack.stop()
+        raise
+    return stack

