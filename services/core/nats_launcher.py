@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,9 @@ class NatsNotFound(RuntimeError):
 
 
 def find_nats_server() -> str:
+    override = os.environ.get("NATS_SERVER_BIN")
+    if override:
+        return override
     beside_python = Path(sys.executable).parent / "nats-server"
     if beside_python.exists():
         return str(beside_python)
