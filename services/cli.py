@@ -343,6 +343,13 @@ async def cmd_generate(args) -> int:
 # ------------------------------------------------------------------ parser
 
 
+def _run_id(text: str) -> str:
+    try:
+        return ev.check_run_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="yantra",
@@ -388,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("replay", help="print a run's log; --verify re-derives every event and compares bytes")
     common(sp)
-    sp.add_argument("run", help="run id (see `yantra runs`)")
+    sp.add_argument("run", type=_run_id, help="run id (see `yantra runs`)")
     sp.add_argument("--verify", action="store_true", help="re-derive every decision and report any difference")
     sp.add_argument("--export", metavar="FILE", help="also write the log to FILE (JSON lines)")
     sp.set_defaults(fn=cmd_replay)
@@ -399,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("events", help="print events of all runs (or one); --follow keeps tailing")
     common(sp)
-    sp.add_argument("--run", help="only this run")
+    sp.add_argument("--run", type=_run_id, help="only this run")
     sp.add_argument("--type", choices=ev.RUN_EVENT_NAMES, help="only this event type")
     sp.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     sp.set_defaults(fn=cmd_events)

@@ -43,7 +43,9 @@ class Bus:
             return None
 
         try:
-            nc = await nats.connect(
+            # nats-py retries an unreachable first server forever when reconnects are allowed;
+            # bound the first connection so a down server is a clear error, not a hang.
+            connecting = nats.connect(
                 url,
                 name=name,
                 connect_timeout=timeout,
@@ -52,6 +54,7 @@ class Bus:
                 reconnect_time_wait=0.5,
                 error_cb=_quiet,
             )
+            nc = await asyncio.wait_for(connecting, timeout + 1.0)
         except (TimeoutError, NoServersError, OSError) as exc:
             raise BusUnavailable(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from exc
         bus = cls(nc)

@@ -1,0 +1,150 @@
+"""The whole loop with every service its own process, over a real nats-server and real gRPC.
+
+One service is killed mid-run and restarted; the run must still complete with exactly one
+swap, every trigger answered once, and `yantra replay RUN --verify` must pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from services.core import events as ev
+from services.core.bus import Bus
+from services.core.nats_launcher import free_port, start_nats
+from services.core.pb import events_pb2 as pb
+from services.core.server_client import generate_tokens, wait_ready
+from services.core.settings import Settings
+from services.core.stack import start_stack
+from services.registry import SERVICES
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+RUN_TIMEOUT_S = 420
+
+
+async def _wait_for(bus, run_id: str, predicate, timeout: float, stack=None) -> list[ev.Recorded]:
+    deadline = time.monotonic() + timeout
+    log: list[ev.Recorded] = []
+    while time.monotonic() < deadline:
+        log = await bus.read_run(run_id)
+        if predicate(log):
+            return log
+        if stack is not None:
+            dead = [(n, c) for n, c in stack.dead() if n != "judge"]
+            assert not dead, f"services died: {dead}\n" + "\n".join(stack.log_tail(n, 30) for n, _ in dead)
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"timed out; log so far: {[r.type for r in log]}")
+
+
+@pytest.fixture
+def own_nats(tmp_path):
+    """A nats-server of this test's own, so consumers see no other test's events."""
+    server = start_nats(tmp_path / "nats", log_file=tmp_path / "nats.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def own_bus(own_nats):
+    bus = await Bus.connect(own_nats.url, name="e2e")
+    yield bus
+    await bus.close()
+
+
+@pytest.fixture
+def stack(own_nats, tmp_path):
+    settings = Settings(
+        nats_url=own_nats.url,
+        data_dir=tmp_path / "data",
+        server_addr=f"127.0.0.1:{free_port()}",
+        model="tiny-qwen2",
+        device="cpu",
+        ack_wait_s=4.0,
+        log_level="INFO",
+    )
+    stack = start_stack(settings, SERVICES)
+    yield stack
+    stack.stop()
+    for name in SERVICES:  # shown by pytest only when the test fails
+        print(f"----- {name} log -----\n{stack.log_tail(name, 40)}")
+
+
+async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus):
+    bus = own_bus
+    settings = stack.settings
+    await wait_ready(settings.server_addr, timeout=120, still_starting=lambda: stack.procs["server"].poll() is None)
+    before, _, _ = await generate_tokens(settings.server_addr, "The quick brown fox", 12)
+
+    run_id = "e2e-" + uuid.uuid4().hex[:8]
+    policy = pb.SwapPolicy(min_reward=1, name="cpu-untimed", reason="test: no GPU, correct untimed kernels may swap")
+    request = pb.RunRequested(
+        model="tiny-qwen2",
+        policy=policy,
+        max_candidates=2,
+        prompts=["Hello there"],
+        decode_tokens=8,
+        requested_by="e2e",
+    )
+    await bus.publish(
+        ev.make_envelope(run_id, request, producer="test", time_ns=time.time_ns(), event_id=f"req-{run_id}")
+    )
+
+    # A poison message on a subject a service consumes: dead-lettered, never a crash.
+    await bus.js.publish(ev.run_subject(run_id, "CandidateProposed"), b"\x00\xffnot an envelope")
+
+    # Kill the judge while it works on the first candidate, then bring it back.
+    await _wait_for(bus, run_id, lambda log: any(r.type == "CandidateProposed" for r in log), 180, stack)
+    stack.procs["judge"].send_signal(signal.SIGKILL)
+    stack.procs["judge"].wait()
+    stack.start_service("judge")
+
+    log = await _wait_for(bus, run_id, lambda log: any(r.type == "RunCompleted" for r in log), RUN_TIMEOUT_S, stack)
+    types = Counter(r.type for r in log)
+    for name in (
+        "RunRequested",
+        "ProfileCaptured",
+        "SkillsRetrieved",
+        "CandidateProposed",
+        "CandidateJudged",
+        "TargetConcluded",
+        "SwapCommitted",
+        "SkillPublished",
+        "RunCompleted",
+    ):
+        assert types[name] >= 1, (name, types)
+    assert types["SwapCommitted"] == 1 and types["RunCompleted"] == 1, types
+    answers = Counter((r.env.causation_id, r.env.producer, r.type) for r in log if r.env.causation_id)
+    assert max(answers.values()) == 1, answers  # every trigger answered exactly once
+
+    done = ev.last(log, "RunCompleted").msg
+    assert done.outcome == "swapped" and done.tokens_per_s_before > 0 and done.tokens_per_s_after > 0
+    committed = ev.last(log, "SwapCommitted").msg
+    assert committed.modules_patched > 0 and committed.tokens_equal
+
+    after, _, _ = await generate_tokens(settings.server_addr, "The quick brown fox", 12)
+    assert after == before  # greedy tokens unchanged by the swap
+
+    letters = await bus.read_dead_letters("judge")
+    assert any(b"not an envelope" in data for data, _ in letters)
+
+    env = {**os.environ, "NATS_URL": settings.nats_url, "YANTRA_DATA_DIR": str(settings.data_dir)}
+    replay = subprocess.run(
+        [sys.executable, "-m", "services.cli", "replay", run_id, "--verify"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "replay verified" in replay.stdout

@@ -1,0 +1,81 @@
+"""The `yantra` command: help, and clear one-line errors for what a user gets wrong."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from services.core.nats_launcher import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def yantra(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_help_lists_every_command():
+    result = yantra("--help")
+    assert result.returncode == 0
+    for command in ("up", "demo", "optimize", "replay", "events", "generate", "runs", "serve"):
+        assert command in result.stdout
+
+
+def test_nats_that_is_down_is_a_clear_error(tmp_path):
+    result = yantra("runs", env={"NATS_URL": f"nats://127.0.0.1:{free_port()}", "YANTRA_DATA_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert "cannot reach NATS" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_no_stack_running_is_a_clear_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    env["YANTRA_DATA_DIR"] = str(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "optimize", "--no-wait"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "yantra up" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_replay_of_an_unknown_run(nats_server, tmp_path):
+    result = yantra("replay", "no-such-run", "--verify", env={"NATS_URL": nats_server.url})
+    assert result.returncode == 2 and "no run 'no-such-run'" in result.stderr
+
+
+def test_replay_rejects_a_malformed_run_id(nats_server):
+    result = yantra("replay", "bad.id", env={"NATS_URL": nats_server.url})
+    assert result.returncode == 2 and "run id" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_generate_without_a_server(tmp_path):
+    result = yantra("generate", "hi", env={"YANTRA_SERVER_ADDR": f"127.0.0.1:{free_port()}"})
+    assert result.returncode == 2 and "yantra up" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_demo_with_an_unknown_model_names_it(tmp_path):
+    result = yantra(
+        "demo",
+        "--model",
+        "no-such-model",
+        "--data-dir",
+        str(tmp_path / "d"),
+        env={"YANTRA_SERVER_ADDR": f"127.0.0.1:{free_port()}"},
+        timeout=180,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no-such-model" in result.stderr and "tiny-qwen2" in result.stderr
