@@ -13,6 +13,7 @@ from pathlib import Path
 from services.core import events as ev
 from services.core.bus import Bus, BusUnavailable
 from services.core.describe import describe
+from services.core.logfile import write_log
 from services.core.pb import events_pb2 as pb
 from services.core.server_client import ServerUnavailable, generate, generate_tokens, wait_ready
 from services.core.settings import Settings
@@ -298,7 +299,7 @@ async def cmd_replay(args) -> int:
     for rec in log:
         print(describe(rec))
     if args.export:
-        _export(log, Path(args.export))
+        write_log(Path(args.export), log)
         print(f"exported {len(log)} events to {args.export}")
     if not args.verify:
         return 0
@@ -310,15 +311,6 @@ async def cmd_replay(args) -> int:
         return 1
     print(f"replay verified: all {len(log)} events re-derived byte for byte")
     return 0
-
-
-def _export(log: list[ev.Recorded], path: Path) -> None:
-    import base64
-    import json
-
-    with path.open("w") as f:
-        for rec in log:
-            f.write(json.dumps({"seq": rec.seq, "envelope": base64.b64encode(ev.encode(rec.env)).decode()}) + "\n")
 
 
 async def cmd_runs(args) -> int:
