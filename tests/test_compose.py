@@ -25,7 +25,10 @@ def _config(*args: str, password: str | None = "secret") -> subprocess.Completed
         env["NATS_PASSWORD"] = password
     return subprocess.run(
         [str(_compose_binary()), "-f", str(ROOT / "compose.yaml"), "config", *args],
-        capture_output=True, text=True, env=env, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
     )
 
 

@@ -206,17 +206,22 @@ class Bus:
         )
         await self.js.add_consumer(stream, cfg)
         psub = await self.js.pull_subscribe_bind(durable=durable, stream=stream)
-        while not stop.is_set():
-            try:
-                msgs = await psub.fetch(1, timeout=1.0)
-            except NatsTimeout:
-                continue
-            except Exception as exc:  # connection trouble: the client reconnects; wait and retry
-                log.warning("%s: fetch failed (%s); retrying", durable, exc)
-                await asyncio.sleep(0.5)
-                continue
-            for msg in msgs:
-                await self._dispatch(durable, msg, handler, max_deliver, ack_wait)
+        try:
+            while not stop.is_set():
+                try:
+                    msgs = await psub.fetch(1, timeout=1.0)
+                except NatsTimeout:
+                    continue
+                except Exception as exc:  # connection trouble: the client reconnects; wait and retry
+                    log.warning("%s: fetch failed (%s); retrying", durable, exc)
+                    await asyncio.sleep(0.5)
+                    continue
+                for msg in msgs:
+                    await self._dispatch(durable, msg, handler, max_deliver, ack_wait)
+        finally:
+            # An expired fetch leaves a status message queued; without this, drain() waits 30 s for it.
+            with suppress(Exception):
+                await psub.unsubscribe()
 
     async def _dispatch(self, durable: str, msg, handler: Handler, max_deliver: int, ack_wait: float) -> None:
         try:

@@ -1,0 +1,81 @@
+"""The profiler's one edge: the inference server's Admin RPCs over gRPC (grpc.aio)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+
+from services.core.pb import events_pb2 as pb
+from services.core.pb import inference_pb2 as ipb
+from services.core.pb import inference_pb2_grpc as igrpc
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# A profile on a GPU includes calibration and several requests; a CPU model is slower still.
+CALL_TIMEOUT_S = 600.0
+# Codes that mean "the server is not there (yet)": worth a retry. Anything else is an answer.
+_RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
+
+
+class ServerUnreachable(RuntimeError):
+    """The inference server did not answer; the event is redelivered later."""
+
+
+class AdminCallFailed(RuntimeError):
+    """The inference server answered with an error."""
+
+
+class AdminClient:
+    """Calls CaptureProfile and MeasureDecode, retrying a few times with backoff while the server is away."""
+
+    def __init__(self, addr: str, *, attempts: int = 4, backoff_s: float = 0.5, timeout_s: float = CALL_TIMEOUT_S):
+        self.addr = addr
+        self.attempts = max(1, attempts)
+        self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
+        self._channel: grpc.aio.Channel | None = None
+
+    def _stub(self) -> igrpc.AdminStub:
+        if self._channel is None:  # created lazily: a grpc.aio channel belongs to the running loop
+            self._channel = grpc.aio.insecure_channel(self.addr)
+        return igrpc.AdminStub(self._channel)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    async def _call(self, rpc: str, call: Callable[[igrpc.AdminStub], Awaitable[T]]) -> T:
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return await call(self._stub())
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in _RETRYABLE:
+                    raise AdminCallFailed(
+                        f"{rpc} on the inference server at {self.addr} failed: {exc.code().name}: {exc.details()}"
+                    ) from exc
+                if attempt == self.attempts:
+                    raise ServerUnreachable(
+                        f"the inference server at {self.addr} did not answer {rpc} after {attempt} attempts "
+                        f"({exc.details() or exc.code().name}); is it running? (YANTRA_SERVER_ADDR)"
+                    ) from exc
+                log.warning("%s: %s unavailable (attempt %d), retrying in %.1fs", rpc, self.addr, attempt, delay)
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def capture_profile(self, prompts: list[str], max_new_tokens: int) -> pb.ProfileObservation:
+        request = ipb.CaptureProfileRequest(prompts=prompts, max_new_tokens=max_new_tokens)
+        reply = await self._call("CaptureProfile", lambda s: s.CaptureProfile(request, timeout=self.timeout_s))
+        return reply.observation
+
+    async def measure_decode(self, prompts: list[str], max_new_tokens: int, repeats: int) -> ipb.MeasureDecodeReply:
+        request = ipb.MeasureDecodeRequest(prompts=prompts, max_new_tokens=max_new_tokens, repeats=repeats)
+        return await self._call("MeasureDecode", lambda s: s.MeasureDecode(request, timeout=self.timeout_s))

@@ -1,0 +1,147 @@
+"""The profiler's decisions: which target a profile points at, when a run is complete, and its verdict.
+
+Pure functions of (the run's log up to the trigger, the trigger, what was observed). The live
+handler and `yantra replay --verify` call the same functions, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from services.core import events as ev
+from services.core.events import Recorded
+from services.core.pb import events_pb2 as pb
+from services.core.replay import Rederive
+from services.profiler.roofline import SUPPORTED_FAMILIES, rank
+
+# Used when a RunRequested carries no prompts of its own: short, varied, tokenizer-agnostic.
+DEFAULT_PROMPTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Explain in one sentence why the sky is blue.",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+)
+DEFAULT_DECODE_TOKENS = 16
+# Decode passes per 'after' measurement: one, as the server's CaptureProfile measures 'before', so the
+# two figures come from the same procedure on the same prompts.
+MEASURE_REPEATS = 1
+
+# The events that can end a run, and the outcome each one means.
+OUTCOMES = {
+    "SwapCommitted": "swapped",
+    "SwapRejected": "rejected",
+    "SwapRolledBack": "rolled_back",
+    "TargetConcluded": "no_swap",
+    "ProfileCaptured": "no_target",
+}
+
+
+def measurement_plan(prior: list[Recorded]) -> tuple[list[str], int]:
+    """The prompts and decode length of the run: the same for the profile and for the 'after' measure."""
+    req = ev.first(prior, "RunRequested")
+    msg = req.msg if req else pb.RunRequested()
+    prompts = list(msg.prompts) or list(DEFAULT_PROMPTS)
+    return prompts, msg.decode_tokens or DEFAULT_DECODE_TOKENS
+
+
+# ---------------------------------------------------------------- ProfileCaptured
+
+
+def _short(class_path: str) -> str:
+    return class_path.rsplit(".", 1)[-1]
+
+
+def _describe(t: pb.RankedTarget) -> str:
+    return (
+        f"{t.fingerprint.op_family} class {_short(t.class_path)}: {t.time_share:.0%} of the time, "
+        f"{t.recoverable_us:,.0f} us recoverable"
+    )
+
+
+def choose_target(ranking: list[pb.RankedTarget]) -> tuple[str, str]:
+    """(target class, reason): the supported target with the most recoverable time, explained honestly."""
+    if not ranking:
+        return "", "the profile holds no leaf module class that was called: nothing to optimise"
+    top = ranking[0]
+    chosen = next((t for t in ranking if t.supported and t.recoverable_us > 0), None)
+    if chosen is None:
+        at_floor = [t for t in ranking if t.supported]
+        if at_floor:
+            return "", (
+                f"{_short(at_floor[0].class_path)} has a template but is already at its roofline floor; "
+                f"{_describe(top)} ranks first"
+            )
+        families = ", ".join(SUPPORTED_FAMILIES)
+        return "", f"no leaf class is of a family with a template ({families}); {_describe(top)} ranks first"
+    if chosen is top:
+        return chosen.class_path, f"chose {_describe(chosen)}; it ranks first of {len(ranking)} leaf classes"
+    return chosen.class_path, (
+        f"{top.fingerprint.op_family} ranks first with {top.time_share:.0%} of the time but has no template; "
+        f"chose {_describe(chosen)}"
+    )
+
+
+def derive_profile_captured(prior: list[Recorded], trigger: Recorded, observed: pb.ProfileObservation):
+    ranking = rank(observed)
+    target, reason = choose_target(ranking)
+    msg = pb.ProfileCaptured(ranking=ranking, target_class=target, reason=reason)
+    msg.observed.CopyFrom(observed)
+    return msg
+
+
+# ---------------------------------------------------------------- RunCompleted
+
+
+def completes_run(prior: list[Recorded], trigger: Recorded) -> bool:
+    """Whether `trigger` is the event that ends this run (so the profiler measures and answers it)."""
+    if trigger.type not in OUTCOMES or ev.first(prior, "RunCompleted") is not None:
+        return False
+    msg = trigger.msg
+    if trigger.type == "TargetConcluded":
+        return not msg.swap  # with swap=true the server answers, and its answer ends the run
+    if trigger.type == "ProfileCaptured":
+        return msg.target_class == ""
+    if trigger.type == "SwapRolledBack":
+        # a rollback of a swap that already committed came after the run ended with that commit
+        return not any(r.msg.swap_id == msg.swap_id for r in ev.all_of(prior, "SwapCommitted"))
+    return True
+
+
+def derive_run_completed(prior: list[Recorded], trigger: Recorded, observed: pb.RunObservation) -> pb.RunCompleted:
+    outcome = OUTCOMES.get(trigger.type)
+    if outcome is None:
+        raise ValueError(f"a {trigger.type} does not end a run")
+    msg = trigger.msg
+    profiled = ev.first(prior, "ProfileCaptured")
+    concluded = ev.last(prior, "TargetConcluded")
+    before = profiled.msg.observed.decode_tokens_per_s if profiled else 0.0
+    after = observed.decode_tokens_per_s_after
+    target = getattr(msg, "target_class", "")
+    if not target and trigger.type != "ProfileCaptured":
+        target = concluded.msg.target_class if concluded else (profiled.msg.target_class if profiled else "")
+    out = pb.RunCompleted(
+        tokens_per_s_before=before,
+        tokens_per_s_after=after,
+        speedup=after / before if before > 0 else 0.0,
+        swapped=trigger.type == "SwapCommitted",
+        outcome=outcome,
+        target_class=target,
+        reward=concluded.msg.reward if concluded else 0,
+    )
+    out.observed.CopyFrom(observed)
+    return out
+
+
+# ---------------------------------------------------------------- replay
+
+
+def _rederive_profile_captured(prior: list[Recorded], trigger: Recorded, recorded) -> pb.ProfileCaptured:
+    return derive_profile_captured(prior, trigger, recorded.observed)
+
+
+def _rederive_run_completed(prior: list[Recorded], trigger: Recorded, recorded) -> pb.RunCompleted:
+    return derive_run_completed(prior, trigger, recorded.observed)
+
+
+REDERIVE: dict[str, Rederive] = {
+    "ProfileCaptured": _rederive_profile_captured,
+    "RunCompleted": _rederive_run_completed,
+}

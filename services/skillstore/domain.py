@@ -1,0 +1,231 @@
+"""The skill store's decisions: which skill to try (UCB1 over fingerprint neighbours), what to publish, whom to credit.
+
+Pure functions of (the run's log up to the trigger, the trigger, what was observed). The live handler
+and `yantra replay --verify` call the same functions, so they cannot disagree.
+
+A skill is a recipe (template config) for an op family; its id is a hash of the two, so the same
+recipe proven on two models is one skill that remembers both fingerprints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+from google.protobuf.message import Message
+
+from services.core import events as ev
+from services.core.events import Recorded
+from services.core.pb import events_pb2 as pb
+from services.core.replay import Rederive
+
+NEIGHBOURS_K = 5
+# Fingerprint distance within which a skill counts as the same physics. Two op families are 2·√2
+# apart (see profiler.roofline.FAMILY_WEIGHT); one family's ops differ by well under 1 unless their
+# intensity, width, rows and dtype all differ at once.
+DISTANCE_THRESHOLD = 1.0
+# Judge rewards run from -1 to +3; UCB1 wants means in [0, 1].
+REWARD_MIN, REWARD_MAX = -1.0, 3.0
+PUBLISH_MIN_REWARD = 1
+
+
+class BadTrigger(ValueError):
+    """A trigger whose run log lacks what it refers to; the message names what is missing."""
+
+
+def skill_id_for(op_family: str, config: pb.TemplateConfig) -> str:
+    """Deterministic: the same recipe for the same op family is always the same skill."""
+    digest = hashlib.sha256(op_family.encode() + b"\0" + config.SerializeToString(deterministic=True)).hexdigest()
+    return f"sk-{digest[:16]}"
+
+
+def describe_config(config: pb.TemplateConfig) -> str:
+    return f"{config.template}, {config.num_warps} warps, {config.rows_per_program} rows/program"
+
+
+# ---------------------------------------------------------------- the bandit
+
+
+def _normalised(mean_reward: float) -> float:
+    return min(max((mean_reward - REWARD_MIN) / (REWARD_MAX - REWARD_MIN), 0.0), 1.0)
+
+
+def ucb1(candidates: list[pb.SkillCandidate], c: float = math.sqrt(2)) -> list[float]:
+    """UCB1 score per candidate, same order: mean reward (scaled to [0, 1]) + c·√(ln N / n).
+
+    An arm never pulled scores +inf, so every neighbour is tried once before any is exploited;
+    the caller breaks ties (several +inf) by skill id.
+    """
+    total = sum(k.pulls for k in candidates)
+    log_total = math.log(total) if total > 1 else 0.0
+    scores = []
+    for k in candidates:
+        if k.pulls == 0:
+            scores.append(math.inf)
+        else:
+            scores.append(_normalised(k.reward_sum / k.pulls) + c * math.sqrt(log_total / k.pulls))
+    return scores
+
+
+def target_fingerprint(profile: pb.ProfileCaptured) -> pb.Fingerprint:
+    target = next((t for t in profile.ranking if t.class_path == profile.target_class), None)
+    if target is None:
+        raise BadTrigger(f"ProfileCaptured names target {profile.target_class!r} but its ranking does not hold it")
+    return target.fingerprint
+
+
+def derive_skills_retrieved(
+    prior: list[Recorded], trigger: Recorded, observed: pb.SkillsObservation
+) -> pb.SkillsRetrieved:
+    """Pick a skill among the near neighbours by UCB1; none near means a cold start (empty config)."""
+    profile = trigger.msg
+    near = [i for i, k in enumerate(observed.neighbours) if k.distance <= DISTANCE_THRESHOLD]
+    near_scores = ucb1([observed.neighbours[i] for i in near])
+    scores = [-math.inf] * len(observed.neighbours)  # too far to be considered: never chosen
+    for i, score in zip(near, near_scores, strict=True):
+        scores[i] = score
+    out = pb.SkillsRetrieved(target_class=profile.target_class, ucb_scores=scores)
+    out.observed.CopyFrom(observed)
+    if not near:
+        if not observed.neighbours:
+            out.reason = f"cold start: the library holds {observed.library_size} skills and none is comparable"
+        else:
+            out.reason = (
+                f"cold start: the nearest of {observed.library_size} skills lies at distance "
+                f"{observed.neighbours[0].distance:.2f}, beyond {DISTANCE_THRESHOLD}; the coder uses its default"
+            )
+        return out
+    best = min(near, key=lambda i: (-scores[i], observed.neighbours[i].skill_id))
+    chosen = observed.neighbours[best]
+    out.chosen_skill_id = chosen.skill_id
+    out.config.CopyFrom(chosen.config)
+    if chosen.pulls == 0:
+        why = "never tried, so explored first"
+    else:
+        why = f"score {scores[best]:.3f}: mean reward {chosen.reward_sum / chosen.pulls:+.2f} over {chosen.pulls} pulls"
+    out.reason = (
+        f"chose {chosen.skill_id} ({describe_config(chosen.config)}) by UCB1 among {len(near)} skills within "
+        f"distance {DISTANCE_THRESHOLD} (it lies at {chosen.distance:.3f}); {why}"
+    )
+    return out
+
+
+# ---------------------------------------------------------------- publishing and credit
+
+
+def _latest_for(prior: list[Recorded], type_name: str, candidate_id: str):
+    """The latest `type_name` event of the run about `candidate_id`, or None."""
+    found = next((r for r in reversed(ev.all_of(prior, type_name)) if r.msg.candidate_id == candidate_id), None)
+    return found.msg if found else None
+
+
+def _proposal(prior: list[Recorded], candidate_id: str) -> pb.CandidateProposed | None:
+    return _latest_for(prior, "CandidateProposed", candidate_id)
+
+
+def _judged(prior: list[Recorded], candidate_id: str) -> pb.CandidateJudged | None:
+    return _latest_for(prior, "CandidateJudged", candidate_id)
+
+
+def _fingerprint_of(prior: list[Recorded], target_class: str) -> pb.Fingerprint | None:
+    for rec in reversed(ev.all_of(prior, "ProfileCaptured")):
+        for t in rec.msg.ranking:
+            if t.class_path == target_class:
+                return t.fingerprint
+    return None
+
+
+def decide_publish(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillPublished]:
+    """A candidate judged at reward >= 1 makes its recipe a skill, filed under the target's fingerprint."""
+    judged: pb.CandidateJudged = trigger.msg
+    if judged.reward < PUBLISH_MIN_REWARD:
+        return []
+    proposal = _proposal(prior, judged.candidate_id)
+    if proposal is None or not proposal.config.template:
+        return []  # no recipe to remember (a hand-written or LLM source has no template config)
+    fingerprint = _fingerprint_of(prior, proposal.target_class)
+    if fingerprint is None:
+        return []
+    published = pb.SkillPublished(
+        skill_id=skill_id_for(fingerprint.op_family, proposal.config),
+        reward=judged.reward,
+        candidate_id=judged.candidate_id,
+        source_sha256=judged.source_sha256,
+    )
+    published.fingerprint.CopyFrom(fingerprint)
+    published.config.CopyFrom(proposal.config)
+    return [published]
+
+
+def decide_penalty(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCredited]:
+    """A candidate built from a retrieved skill that failed (reward < 1) is a losing pull of that skill."""
+    judged: pb.CandidateJudged = trigger.msg
+    if judged.reward >= PUBLISH_MIN_REWARD:
+        return []
+    proposal = _proposal(prior, judged.candidate_id)
+    if proposal is None or not proposal.skill_id:
+        return []
+    reason = f"candidate {judged.candidate_id[:12]} built from this skill was judged {judged.reward:+d}"
+    return [pb.SkillCredited(skill_id=proposal.skill_id, reward=judged.reward, reason=reason)]
+
+
+def decide_credit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCredited]:
+    """A committed swap confirms the skill behind it: one more pull at its judged reward.
+
+    The mean stays the judged reward while the confidence grows, so a skill that served live is
+    explored less and exploited more.
+    """
+    swap: pb.SwapCommitted = trigger.msg
+    proposal = _proposal(prior, swap.candidate_id)
+    judged = _judged(prior, swap.candidate_id)
+    if proposal is None or judged is None:
+        return []
+    skill_id = ""
+    fingerprint = _fingerprint_of(prior, proposal.target_class)
+    if fingerprint is not None and proposal.config.template:
+        recipe = skill_id_for(fingerprint.op_family, proposal.config)
+        if any(r.msg.skill_id == recipe for r in ev.all_of(prior, "SkillPublished")):
+            skill_id = recipe
+    skill_id = skill_id or proposal.skill_id
+    if not skill_id:
+        return []
+    reason = (
+        f"swap {swap.swap_id[:12]} serves candidate {swap.candidate_id[:12]} live on {swap.modules_patched} "
+        f"modules; one more pull at its judged reward {judged.reward:+d}"
+    )
+    return [pb.SkillCredited(skill_id=skill_id, reward=judged.reward, reason=reason)]
+
+
+def decide(prior: list[Recorded], trigger: Recorded) -> list[Message]:
+    """The skill store's answer to a CandidateJudged or a SwapCommitted."""
+    if trigger.type == "CandidateJudged":
+        return [*decide_publish(prior, trigger), *decide_penalty(prior, trigger)]
+    if trigger.type == "SwapCommitted":
+        return list(decide_credit(prior, trigger))
+    return []
+
+
+# ---------------------------------------------------------------- replay
+
+
+def _matching(out: list[Message], recorded: Message) -> Message:
+    name = recorded.DESCRIPTOR.name
+    same_type = [m for m in out if m.DESCRIPTOR.name == name]
+    if not same_type:
+        raise BadTrigger(f"re-deriving produced no {name}")
+    return next((m for m in same_type if m.skill_id == recorded.skill_id), same_type[0])
+
+
+def _rederive_retrieved(prior: list[Recorded], trigger: Recorded, recorded) -> pb.SkillsRetrieved:
+    return derive_skills_retrieved(prior, trigger, recorded.observed)
+
+
+def _rederive_decided(prior: list[Recorded], trigger: Recorded, recorded) -> Message:
+    return _matching(decide(prior, trigger), recorded)
+
+
+REDERIVE: dict[str, Rederive] = {
+    "SkillsRetrieved": _rederive_retrieved,
+    "SkillPublished": _rederive_decided,
+    "SkillCredited": _rederive_decided,
+}

@@ -1,0 +1,152 @@
+"""The skill store's pure decisions: UCB1, retrieval, publishing, credit, and their replay."""
+
+from __future__ import annotations
+
+import math
+
+from services.core import events as ev
+from services.core.pb import events_pb2 as pb
+from services.core.replay import verify
+from services.profiler import domain as profiler_domain
+from services.skillstore import domain
+from services.skillstore.domain import skill_id_for, ucb1
+
+QWEN = "transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm"
+
+
+def _arm(skill_id: str, pulls: int, reward_sum: float, distance: float = 0.1, warps: int = 4) -> pb.SkillCandidate:
+    cfg = pb.TemplateConfig(template="row_reduction_onepass", num_warps=warps, rows_per_program=1)
+    return pb.SkillCandidate(skill_id=skill_id, distance=distance, pulls=pulls, reward_sum=reward_sum, config=cfg)
+
+
+def test_skill_id_is_a_function_of_family_and_recipe(config):
+    assert skill_id_for("row_reduction", config) == skill_id_for(
+        "row_reduction",
+        pb.TemplateConfig(**{"template": "row_reduction_onepass", "num_warps": 4, "rows_per_program": 1}),
+    )
+    other = pb.TemplateConfig(template="row_reduction_onepass", num_warps=8, rows_per_program=1)
+    ids = {skill_id_for("row_reduction", config), skill_id_for("row_reduction", other), skill_id_for("matmul", config)}
+    assert len(ids) == 3 and all(i.startswith("sk-") for i in ids)
+
+
+def test_ucb1_explores_unpulled_arms_first_then_exploits():
+    assert ucb1([_arm("a", 10, 30.0), _arm("b", 0, 0.0)]) == [ucb1([_arm("a", 10, 30.0)])[0], math.inf]
+    good, bad = ucb1([_arm("a", 10, 30.0), _arm("b", 10, -10.0)])
+    assert good > bad
+    assert ucb1([]) == []
+
+    # A simulated bandit over three recipes with fixed rewards: each is tried once, then the best dominates.
+    rewards = {"a": 1, "b": 3, "c": -1}
+    arms = {k: _arm(k, 0, 0.0) for k in rewards}
+    picks = []
+    for _ in range(40):
+        order = sorted(arms)
+        scores = ucb1([arms[k] for k in order])
+        pick = min(range(len(order)), key=lambda i: (-scores[i], order[i]))
+        chosen = arms[order[pick]]
+        chosen.pulls += 1
+        chosen.reward_sum += rewards[chosen.skill_id]
+        picks.append(chosen.skill_id)
+    assert picks[:3] == ["a", "b", "c"]  # unpulled first, ties by skill id
+    assert arms["b"].pulls > arms["a"].pulls > arms["c"].pulls
+    assert arms["b"].pulls > 0.6 * len(picks)  # 28 of 40: exploiting, while still checking the others
+
+
+def _retrieve(profiled_trigger, log, neighbours, size=None) -> pb.SkillsRetrieved:
+    observed = pb.SkillsObservation(neighbours=neighbours, library_size=len(neighbours) if size is None else size)
+    return domain.derive_skills_retrieved(log, profiled_trigger, observed)
+
+
+def test_cold_start_gives_an_empty_config(new_run, profiled):
+    run = new_run()
+    trigger = profiled(run, QWEN, 1536)
+    cold = _retrieve(trigger, run.log, [])
+    assert (cold.target_class, cold.chosen_skill_id, cold.config, list(cold.ucb_scores)) == (
+        QWEN,
+        "",
+        pb.TemplateConfig(),
+        [],
+    )
+    assert cold.reason.startswith("cold start: the library holds 0 skills")
+    far = _retrieve(trigger, run.log, [_arm("sk-far", 3, 9.0, distance=2.83)], size=7)
+    assert far.chosen_skill_id == "" and list(far.ucb_scores) == [-math.inf]
+    assert "beyond 1.0" in far.reason and "7 skills" in far.reason
+
+
+def test_warm_retrieval_picks_by_ucb_among_near_neighbours(new_run, profiled):
+    run = new_run()
+    trigger = profiled(run, QWEN, 1536)
+    neighbours = [_arm("sk-b", 4, 8.0, 0.05), _arm("sk-a", 2, 6.0, 0.2, warps=8), _arm("sk-far", 0, 0.0, 3.0)]
+    warm = _retrieve(trigger, run.log, neighbours)
+    scores = list(warm.ucb_scores)
+    assert scores[2] == -math.inf  # beyond the threshold: never chosen, even unpulled
+    assert scores == ucb1(neighbours[:2]) + [-math.inf]
+    assert warm.chosen_skill_id == "sk-a" and warm.config.num_warps == 8  # fewer pulls, higher mean: wins
+    assert "chose sk-a" in warm.reason and "mean reward +3.00 over 2 pulls" in warm.reason
+    tie = _retrieve(trigger, run.log, [_arm("sk-z", 0, 0.0), _arm("sk-y", 0, 0.0)])
+    assert tie.chosen_skill_id == "sk-y" and "never tried" in tie.reason  # tie broken by skill id
+
+
+def _candidate(run, cause, config, skill_id="", candidate_id="c1") -> ev.Recorded:
+    msg = pb.CandidateProposed(
+        candidate_id=candidate_id,
+        target_class=QWEN,
+        source="...",
+        source_sha256="ab" * 32,
+        config=config,
+        origin="skill" if skill_id else "template",
+        skill_id=skill_id,
+    )
+    return run.add(msg, "coder", cause)
+
+
+def _judged(run, proposed, reward) -> ev.Recorded:
+    msg = pb.CandidateJudged(candidate_id=proposed.msg.candidate_id, source_sha256="ab" * 32, reward=reward)
+    return run.add(msg, "judge", proposed)
+
+
+def test_publish_credit_and_penalty(new_run, profiled, config):
+    run = new_run()
+    trigger = profiled(run, QWEN, 1536)
+    retrieved = run.add(_retrieve(trigger, run.log, []), "skillstore", trigger)
+
+    failed = _candidate(run, retrieved, config, skill_id="sk-old", candidate_id="c0")
+    judged_bad = _judged(run, failed, -1)
+    assert domain.decide_publish(run.log, judged_bad) == []
+    (penalty,) = domain.decide(run.log, judged_bad)
+    assert (penalty.DESCRIPTOR.name, penalty.skill_id, penalty.reward) == ("SkillCredited", "sk-old", -1)
+    run.add(penalty, "skillstore", judged_bad)
+
+    proposed = _candidate(run, judged_bad, config)
+    judged = _judged(run, proposed, 2)
+    (published,) = domain.decide(run.log, judged)
+    target = next(t for t in trigger.msg.ranking if t.class_path == QWEN)
+    assert published.skill_id == skill_id_for("row_reduction", config)
+    assert published.fingerprint == target.fingerprint and published.config == config
+    assert (published.reward, published.candidate_id) == (2, "c1")
+    run.add(published, "skillstore", judged)
+
+    concluded = run.add(pb.TargetConcluded(target_class=QWEN, candidate_id="c1", reward=2, swap=True), "coder", judged)
+    committed = pb.SwapCommitted(swap_id="s1", candidate_id="c1", target_class=QWEN, modules_patched=57)
+    swap = run.add(committed, "server", concluded)
+    (credit,) = domain.decide(run.log, swap)
+    assert (credit.skill_id, credit.reward) == (published.skill_id, 2)
+    run.add(credit, "skillstore", swap)
+
+    injected = ("CandidateProposed", "CandidateJudged", "TargetConcluded", "SwapCommitted")
+    rederivers = {**domain.REDERIVE, **profiler_domain.REDERIVE}
+    rederivers |= {t: (lambda prior, trigger, recorded: recorded) for t in injected}
+    assert verify(run.log, rederivers) == []
+
+
+def test_nothing_to_publish_or_credit(new_run, profiled, config):
+    run = new_run()
+    trigger = profiled(run, QWEN, 1536)
+    no_recipe = _candidate(run, trigger, pb.TemplateConfig(), candidate_id="llm1")  # e.g. an LLM's own source
+    assert domain.decide(run.log, _judged(run, no_recipe, 3)) == []
+    correct = _candidate(run, trigger, config, candidate_id="c2")
+    assert domain.decide(run.log, _judged(run, correct, 0)) == []  # not a skill's trial, nothing to remember
+    swap = run.add(pb.SwapCommitted(swap_id="s", candidate_id="c2"), "server", trigger)
+    assert domain.decide(run.log, swap) == []  # no skill behind it
+    unknown = run.add(pb.SwapCommitted(swap_id="s2", candidate_id="nobody"), "server", trigger)
+    assert domain.decide(run.log, unknown) == []
