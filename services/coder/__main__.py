@@ -1,0 +1,19 @@
+"""python -m services.coder: run the coder as its own process (wiring only)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.coder.service import CoderService
+from services.core.bus import Bus
+from services.core.runner import run_service
+from services.core.service_main import main
+from services.core.settings import Settings
+
+
+async def setup(settings: Settings, bus: Bus, stop: asyncio.Event) -> list:
+    return [run_service(bus, CoderService(), stop, settings.ack_wait_s)]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main("coder", setup))

@@ -1,0 +1,68 @@
+"""How a candidate kernel plugs into a live module class: derived from the module's introspection.
+
+The contract names the entrypoint, the forward inputs passed straight through, and the module
+attributes bound to the entrypoint's other parameters (read at call time by
+`services.core.kernels.bound_forward`).
+"""
+
+from __future__ import annotations
+
+from services.coder.templates import rmsnorm
+from services.core.pb import events_pb2 as pb
+
+# Attribute names that hold an RMSNorm's epsilon across HF model families, in order of preference.
+EPS_ATTRS = ("variance_epsilon", "eps", "epsilon")
+WEIGHT_KINDS = ("parameter", "tensor")
+
+
+class ContractError(ValueError):
+    """The live module does not fit the template's entrypoint."""
+
+
+def _weight_attribute(intro: pb.ModuleIntrospection) -> pb.ModuleAttribute:
+    params = [a for a in intro.attributes if a.kind == "parameter"]
+    if len(params) > 1:
+        names = ", ".join(a.name for a in params)
+        raise ContractError(f"{intro.class_path} has parameters {names}; an RMSNorm has exactly one 1-D weight")
+    tensors = params or [a for a in intro.attributes if a.kind in WEIGHT_KINDS]
+    one_d = [a for a in tensors if len(a.shape) == 1]
+    if not one_d:
+        raise ContractError(f"{intro.class_path} has no 1-D weight tensor to bind")
+    named = [a for a in one_d if a.name == "weight"]
+    if named:
+        return named[0]
+    if len(one_d) > 1:
+        raise ContractError(f"{intro.class_path} has several 1-D tensors ({', '.join(a.name for a in one_d)})")
+    return one_d[0]
+
+
+def _eps_attribute(intro: pb.ModuleIntrospection) -> pb.ModuleAttribute:
+    floats = {a.name: a for a in intro.attributes if a.kind == "float"}
+    for name in EPS_ATTRS:
+        if name in floats:
+            return floats[name]
+    raise ContractError(f"{intro.class_path} has no float epsilon attribute (looked for {', '.join(EPS_ATTRS)})")
+
+
+def derive_contract(intro: pb.ModuleIntrospection, entrypoint: str = rmsnorm.ENTRYPOINT) -> pb.Contract:
+    """The module_class contract binding `intro`'s weight and epsilon to the RMSNorm entrypoint."""
+    if not intro.class_path:
+        raise ContractError("the introspection names no class")
+    weight = _weight_attribute(intro)
+    eps = _eps_attribute(intro)
+    inputs = list(intro.forward_params)
+    if inputs != list(rmsnorm.ENTRY_INPUTS):
+        raise ContractError(
+            f"{intro.class_path}.forward takes ({', '.join(inputs)}); "
+            f"the RMSNorm entrypoint takes ({', '.join(rmsnorm.ENTRY_INPUTS)})"
+        )
+    return pb.Contract(
+        kind="module_class",
+        target=intro.class_path,
+        entrypoint=entrypoint,
+        inputs=inputs,
+        bindings=[
+            pb.Binding(param="weight", attr=weight.name, kind="tensor"),
+            pb.Binding(param="eps", attr=eps.name, kind="float"),
+        ],
+    )

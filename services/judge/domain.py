@@ -1,0 +1,63 @@
+"""The judge's derivations, pure: where the live target's facts come from, and the verdict from evidence.
+
+Everything the judge measured (static findings, contract checks, correctness, timing, wall
+time) is in `CandidateJudged.observed`; the reward, reason and speedups are re-derived from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf.message import Message
+
+from services.core import events as ev
+from services.core.events import Recorded
+from services.core.kernels import sha256
+from services.core.pb import events_pb2 as pb
+from services.core.replay import Rederive
+from services.judge.reward import judge_reward
+
+
+@dataclass(frozen=True)
+class LiveTarget:
+    """What the profiler saw of the target class: its introspection, its live input shape and dtype."""
+
+    introspection: pb.ModuleIntrospection
+    input_shape: tuple[int, ...]
+    dtype: str
+
+
+def live_target(prior: list[Recorded], target_class: str) -> LiveTarget | None:
+    captured = ev.last(prior, "ProfileCaptured")
+    if captured is None:
+        return None
+    observed = captured.msg.observed
+    for module in observed.modules:
+        if module.introspection.class_path == target_class:
+            dtype = module.dtype or observed.dtype
+            return LiveTarget(module.introspection, tuple(module.input_shape), dtype)
+    return None
+
+
+def derive_judged(prior: list[Recorded], trigger: Recorded, observed: pb.JudgeObservation) -> pb.CandidateJudged:
+    """The verdict on the CandidateProposed `trigger`, from what the judge observed."""
+    proposal = trigger.msg
+    if not isinstance(proposal, pb.CandidateProposed):
+        raise ValueError(f"the judge answers CandidateProposed, not {trigger.type}")
+    reward, reason, vs_eager, vs_best = judge_reward(observed)
+    return pb.CandidateJudged(
+        candidate_id=proposal.candidate_id,
+        source_sha256=sha256(proposal.source),  # the hash of what was judged, not of what was claimed
+        observed=observed,
+        reward=reward,
+        reason=reason,
+        speedup_vs_eager=vs_eager,
+        speedup_vs_best=vs_best,
+    )
+
+
+def _rederive(prior: list[Recorded], trigger: Recorded, recorded: Message) -> Message:
+    return derive_judged(prior, trigger, recorded.observed)
+
+
+REDERIVE: dict[str, Rederive] = {"CandidateJudged": _rederive}

@@ -1,0 +1,43 @@
+"""Deriving the contract from a live module's introspection."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from coder_testkit import introspect
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
+from services.coder.contract import ContractError, derive_contract
+
+
+@pytest.mark.parametrize("cls", [Qwen2RMSNorm, LlamaRMSNorm])
+def test_rmsnorm_binds_weight_and_epsilon(cls):
+    contract = derive_contract(introspect(cls(64)))
+    assert contract.kind == "module_class"
+    assert contract.target == f"{cls.__module__}.{cls.__qualname__}"
+    assert contract.entrypoint == "rmsnorm_forward"
+    assert list(contract.inputs) == ["hidden_states"]
+    assert [(b.param, b.attr, b.kind) for b in contract.bindings] == [
+        ("weight", "weight", "tensor"),
+        ("eps", "variance_epsilon", "float"),
+    ]
+
+
+def test_layer_norm_does_not_fit():
+    with pytest.raises(ContractError, match="parameters weight, bias"):
+        derive_contract(introspect(torch.nn.LayerNorm(64)))
+
+
+def test_module_without_epsilon_does_not_fit():
+    intro = introspect(Qwen2RMSNorm(64))
+    del intro.attributes[1:]  # only the weight is left
+    with pytest.raises(ContractError, match="no float epsilon"):
+        derive_contract(intro)
+
+
+def test_forward_with_other_inputs_does_not_fit():
+    intro = introspect(Qwen2RMSNorm(64))
+    intro.forward_params[:] = ["x", "residual"]
+    with pytest.raises(ContractError, match=r"forward takes \(x, residual\)"):
+        derive_contract(intro)

@@ -1,0 +1,156 @@
+"""Helpers for the judge's tests: a ProfileCaptured built by hand from a real Qwen2RMSNorm instance.
+
+(Imported by name: pytest puts this directory on sys.path for the tests in it.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+
+import torch
+from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
+from services.coder.contract import derive_contract
+from services.coder.templates import rmsnorm
+from services.core import events as ev
+from services.core.events import Recorded
+from services.core.kernels import sha256
+from services.core.pb import events_pb2 as pb
+
+WIDTH = 64
+LIVE_SHAPE = (2, 3, WIDTH)
+
+
+def introspect(module: torch.nn.Module) -> pb.ModuleIntrospection:
+    """What the server's introspection records of a live module, read off a real instance."""
+    cls = type(module)
+    attrs = [
+        pb.ModuleAttribute(name=name, kind="parameter", shape=list(p.shape), dtype=str(p.dtype))
+        for name, p in module.named_parameters(recurse=False)
+    ]
+    attrs += [
+        pb.ModuleAttribute(name=name, kind="float", value=value)
+        for name, value in vars(module).items()
+        if isinstance(value, float)
+    ]
+    params = [p for p in inspect.signature(module.forward).parameters]
+    return pb.ModuleIntrospection(
+        class_path=f"{cls.__module__}.{cls.__qualname__}",
+        attributes=attrs,
+        forward_params=params,
+        leaf=not list(module.children()),
+    )
+
+
+def profile_captured(module: torch.nn.Module, input_shape=LIVE_SHAPE, dtype="torch.float32") -> pb.ProfileCaptured:
+    intro = introspect(module)
+    observed = pb.ProfileObservation(
+        model="tiny-qwen2",
+        dtype=dtype,
+        hardware=pb.HardwareFigures(device="cpu"),
+        modules=[
+            pb.ModuleClassProfile(introspection=intro, instances=3, calls=30, input_shape=input_shape, dtype=dtype)
+        ],
+    )
+    fingerprint = pb.Fingerprint(op_family="row_reduction", row_width=input_shape[-1])
+    ranked = pb.RankedTarget(class_path=intro.class_path, supported=True, fingerprint=fingerprint)
+    return pb.ProfileCaptured(observed=observed, ranking=[ranked], target_class=intro.class_path)
+
+
+def qwen_norm(width: int = WIDTH, eps: float = 1e-6, dtype=torch.float32) -> Qwen2RMSNorm:
+    return Qwen2RMSNorm(width, eps=eps).to(dtype)
+
+
+def proposal(source: str, captured: pb.ProfileCaptured, attempt: int = 1) -> pb.CandidateProposed:
+    intro = captured.observed.modules[0].introspection
+    digest = sha256(source)
+    return pb.CandidateProposed(
+        candidate_id=f"c{attempt}-{digest[:10]}",
+        target_class=intro.class_path,
+        source=source,
+        source_sha256=digest,
+        contract=derive_contract(intro),
+        config=rmsnorm.search_configs()[0],
+        origin="template",
+        attempt=attempt,
+    )
+
+
+def log_of(*msgs) -> list[Recorded]:
+    """A run log of `msgs`, each caused by the one before (as the services would have emitted them)."""
+    out: list[Recorded] = []
+    cause = ""
+    for seq, msg in enumerate(msgs, start=1):
+        env = ev.make_envelope("judgetest", msg, producer="test", time_ns=time.time_ns(), causation_id=cause)
+        out.append(Recorded(seq, env))
+        cause = env.event_id
+    return out
+
+
+def honest_source() -> str:
+    return rmsnorm.render(rmsnorm.search_configs()[0])
+
+
+def sandbox_job(source: str, *, width: int = WIDTH, dtype: str = "torch.bfloat16", seeds: int = 5):
+    """The SandboxJob the judge would run on CPU for `source` against a live Qwen2RMSNorm of `width`."""
+    from services.judge.domain import live_target
+    from services.judge.service import JudgeService
+
+    captured = profile_captured(qwen_norm(width, dtype=getattr(torch, dtype.removeprefix("torch."))), dtype=dtype)
+    captured.observed.modules[0].input_shape[:] = [*LIVE_SHAPE[:-1], width]
+    prior = log_of(captured)
+    target = live_target(prior, captured.target_class)
+    return JudgeService(device="cpu", seeds=seeds).job(proposal(source, captured), target)
+
+
+@contextlib.asynccontextmanager
+async def serving(nats_url: str, services: list, run_id: str):
+    """Run each service on its own connection (as its own process would), consuming only this run's events.
+
+    Connections are closed rather than drained: services.core.bus.consume leaves its pull
+    subscription open, and a drain then waits out its 30 s timeout.
+    """
+    from services.core.bus import Bus  # imported here: the GPU box runs the sandbox tests without nats-py
+    from services.core.runner import answer
+
+    stop = asyncio.Event()
+    buses, tasks = [], []
+    for service in services:
+        bus = await Bus.connect(nats_url, name=f"{service.name}-{run_id}")
+
+        async def on_message(rec: Recorded, bus=bus, service=service) -> None:
+            await answer(bus, service, rec)
+
+        subjects = [ev.run_filter(run_id, t) for t in service.consumes]
+        durable = f"{service.name}-{run_id}"
+        tasks.append(asyncio.create_task(bus.consume(durable, subjects, on_message, stop, ack_wait=5)))
+        buses.append(bus)
+    try:
+        yield
+    finally:
+        stop.set()
+        for task in tasks:
+            await task
+        for bus in buses:
+            await bus.nc.close()
+
+
+async def publish(bus, run_id: str, msg, cause: ev.Envelope | None = None, producer: str = "test") -> ev.Envelope:
+    env = ev.make_envelope(
+        run_id, msg, producer=producer, time_ns=time.time_ns(), causation_id=cause.event_id if cause else ""
+    )
+    await bus.publish(env)
+    return env
+
+
+async def wait_for(bus, run_id: str, type_name: str, count: int = 1, timeout: float = 60.0) -> list[Recorded]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = ev.all_of(await bus.read_run(run_id), type_name)
+        if len(found) >= count:
+            return found
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no {count} x {type_name} in run {run_id} after {timeout} s")

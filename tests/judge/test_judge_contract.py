@@ -1,0 +1,84 @@
+"""The contract layer against the live class built on the meta device; the candidate is never run."""
+
+from __future__ import annotations
+
+import torch
+from judge_testkit import honest_source, introspect, qwen_norm
+
+from services.coder.contract import derive_contract
+from services.judge.contract_check import check_candidate_contract, check_contract, entry_params
+
+ENTRY = ["hidden_states", "weight", "eps"]
+
+
+def test_qwen2_rmsnorm_fits_the_template():
+    intro = introspect(qwen_norm())
+    evidence = check_candidate_contract(honest_source(), derive_contract(intro), intro)
+    assert evidence.passed, evidence.error
+    assert "binding weight -> weight (tensor)" in evidence.checks
+    assert "binding eps -> variance_epsilon (float)" in evidence.checks
+    assert any("on meta" in c for c in evidence.checks)
+
+
+def test_a_binding_to_a_missing_attribute_fails():
+    intro = introspect(qwen_norm())
+    contract = derive_contract(intro)
+    contract.bindings[0].attr = "scale"
+    evidence = check_contract(contract, intro, ENTRY)
+    assert not evidence.passed
+    assert "binding weight -> scale" in evidence.error and "no attribute 'scale'" in evidence.error
+
+
+def test_a_binding_of_the_wrong_kind_fails():
+    intro = introspect(qwen_norm())
+    contract = derive_contract(intro)
+    contract.bindings[1].kind = "tensor"  # eps is a float on the live module
+    evidence = check_contract(contract, intro, ENTRY)
+    assert not evidence.passed and "not kind 'tensor'" in evidence.error
+
+
+def test_entrypoint_parameters_must_be_inputs_plus_bindings():
+    intro = introspect(qwen_norm())
+    contract = derive_contract(intro)
+    evidence = check_contract(contract, intro, ["hidden_states", "weight", "eps", "residual"])
+    assert not evidence.passed and "unexpected ['residual']" in evidence.error
+    evidence = check_contract(contract, intro, ["hidden_states", "weight"])
+    assert not evidence.passed and "missing ['eps']" in evidence.error
+
+
+def test_a_contract_for_another_class_or_an_unimportable_class_fails():
+    intro = introspect(qwen_norm())
+    contract = derive_contract(intro)
+    contract.target = "transformers.models.llama.modeling_llama.LlamaRMSNorm"
+    assert "but the live class is" in check_contract(contract, intro, ENTRY).error
+    intro.class_path = contract.target = "nowhere.to.be.Found"
+    assert "cannot import nowhere.to.be" in check_contract(contract, intro, ENTRY).error
+
+
+class NormWithChild(torch.nn.Module):
+    """An RMSNorm-shaped module that is not a leaf."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+        self.post = torch.nn.Identity()
+
+    def forward(self, hidden_states):
+        return self.post(hidden_states)
+
+
+def test_a_module_with_children_is_not_a_module_class():
+    intro = introspect(NormWithChild(8))
+    evidence = check_contract(derive_contract(intro), intro, ENTRY)
+    assert not evidence.passed and "has child modules (post)" in evidence.error
+    assert "built NormWithChild of width 8 on meta" in evidence.checks
+
+
+def test_the_entry_signature_is_read_without_running_the_source():
+    source = "raise SystemExit('never run')\n\ndef rmsnorm_forward(hidden_states, weight, *, eps):\n    pass\n"
+    assert entry_params(source, "rmsnorm_forward") == ENTRY
+    evidence = check_candidate_contract(
+        "def other(): pass\n", derive_contract(introspect(qwen_norm())), introspect(qwen_norm())
+    )
+    assert not evidence.passed and "no top-level function 'rmsnorm_forward'" in evidence.error

@@ -1,0 +1,64 @@
+"""The judge service: layers in order, stopping at the first failure; with the coder over a real nats-server."""
+
+from __future__ import annotations
+
+from judge_testkit import honest_source, log_of, profile_captured, proposal, publish, qwen_norm, serving, wait_for
+
+from services.coder import domain as coder_domain
+from services.coder.service import CoderService
+from services.core import events as ev
+from services.core.pb import events_pb2 as pb
+from services.core.replay import verify
+from services.judge import domain as judge_domain
+from services.judge.service import JudgeService
+
+REDERIVE = {**coder_domain.REDERIVE, **judge_domain.REDERIVE}
+
+
+async def test_a_static_failure_stops_before_the_contract_and_the_sandbox():
+    captured = profile_captured(qwen_norm())
+    hostile = honest_source().replace("import torch\n", "import torch\nimport os\n")
+    prior = log_of(captured, proposal(hostile, captured))
+    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    assert judged.reward == -1 and judged.reason.startswith("static check failed: import-not-allowed")
+    assert not judged.observed.HasField("contract") and not judged.observed.HasField("correctness")
+    assert judge_domain.REDERIVE["CandidateJudged"](prior, prior[-1], judged) == judged
+
+
+async def test_a_source_that_does_not_match_its_hash_is_refused():
+    captured = profile_captured(qwen_norm())
+    claimed = proposal(honest_source(), captured)
+    claimed.source += "\n# edited after hashing\n"
+    prior = log_of(captured, claimed)
+    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    assert judged.reward == -1 and "source-hash" in judged.reason
+    assert judged.source_sha256 != claimed.source_sha256  # the hash of what was judged
+
+
+async def test_a_contract_failure_stops_before_the_sandbox():
+    captured = profile_captured(qwen_norm())
+    bad = proposal(honest_source(), captured)
+    bad.contract.bindings[0].attr = "scale"
+    prior = log_of(captured, bad)
+    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    assert judged.reward == -1 and judged.reason.startswith("contract check failed: binding weight -> scale")
+    assert not judged.observed.HasField("correctness")
+
+
+async def test_coder_and_judge_search_conclude_and_replay_over_nats(bus, nats_server, run_id):
+    policy = pb.SwapPolicy(min_reward=1, name="cpu-untimed", reason="CI has no GPU: correctness only")
+    captured = profile_captured(qwen_norm())
+    async with serving(nats_server.url, [CoderService(), JudgeService(device="cpu")], run_id):
+        request = await publish(bus, run_id, pb.RunRequested(model="tiny-qwen2", policy=policy, max_candidates=2))
+        profile = await publish(bus, run_id, captured, request, producer="profiler")
+        await publish(bus, run_id, pb.SkillsRetrieved(target_class=captured.target_class), profile, "skillstore")
+        [concluded] = await wait_for(bus, run_id, "TargetConcluded", timeout=90)
+    log = await bus.read_run(run_id)
+    assert [r.type for r in log][3:] == ["CandidateProposed", "CandidateJudged"] * 2 + ["TargetConcluded"]
+    judged = [r.msg for r in ev.all_of(log, "CandidateJudged")]
+    assert [j.reward for j in judged] == [1, 1]
+    assert all(j.observed.correctness.passed and j.observed.correctness.interpreted for j in judged)
+    assert concluded.msg.swap and concluded.msg.candidate_id == judged[0].candidate_id
+    assert concluded.msg.policy == policy
+    problems = [str(m) for m in verify(log, REDERIVE) if m.type in REDERIVE]
+    assert problems == []
