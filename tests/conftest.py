@@ -4,16 +4,16 @@ import os
 import uuid
 
 import pytest
+import torch  # noqa: E402
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU CI: Triton kernels run in the interpreter
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU CI: Triton kernels run in the interpreter
 
 from services.core.bus import Bus  # noqa: E402
 from services.core.nats_launcher import start_nats  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
-    import torch
-
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -1,0 +1,162 @@
+"""The server's decisions as pure functions of the run's log and what was observed.
+
+Whether to swap is decided here, from the log (was the candidate judged good enough, under which
+policy, with which source) and from the parity observation recorded in the event. The live handler
+and `yantra replay --verify` call the same functions, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from services.core.events import Recorded, all_of, first
+from services.core.kernels import sha256
+from services.core.pb import events_pb2 as pb
+from services.core.replay import Rederive
+
+# A candidate judged wrong (-1) is never swapped, whatever a policy says.
+MIN_REWARD_FLOOR = 1
+# Dtypes whose greedy canary tokens must match exactly (bf16/fp16 ties may flip on honest rounding).
+EXACT_TOKEN_DTYPES = ("float32", "float64")
+
+
+def swap_id_for(candidate_id: str) -> str:
+    return f"swap-{candidate_id}"
+
+
+def required_reward(prior: list[Recorded], concluded: pb.TargetConcluded) -> int:
+    """The strictest of the run's recorded policy, the conclusion's policy and the floor."""
+    levels = [MIN_REWARD_FLOOR]
+    if concluded.HasField("policy"):
+        levels.append(concluded.policy.min_reward)
+    request = first(prior, "RunRequested")
+    if request is not None and request.msg.HasField("policy"):
+        levels.append(request.msg.policy.min_reward)
+    return max(levels)
+
+
+def judged_ok(prior: list[Recorded], concluded: pb.TargetConcluded) -> bool:
+    """A CandidateJudged for this candidate, with this source hash, at or above the policy, is in the log."""
+    if not concluded.candidate_id:
+        return False
+    need = required_reward(prior, concluded)
+    return any(
+        j.candidate_id == concluded.candidate_id and j.source_sha256 == concluded.source_sha256 and j.reward >= need
+        for j in (r.msg for r in all_of(prior, "CandidateJudged"))
+    )
+
+
+def find_proposed(prior: list[Recorded], candidate_id: str) -> pb.CandidateProposed | None:
+    found = [r.msg for r in all_of(prior, "CandidateProposed")]
+    return next((p for p in reversed(found) if p.candidate_id == candidate_id), None)
+
+
+def log_problems(prior: list[Recorded], concluded: pb.TargetConcluded) -> list[str]:
+    """Why the log itself forbids swapping this candidate; empty when it allows it."""
+    cid = concluded.candidate_id
+    if not cid:
+        return ["the conclusion names no candidate"]
+    proposed = find_proposed(prior, cid)
+    if proposed is None:
+        return [f"no CandidateProposed {cid} in the run"]
+    out = []
+    actual = sha256(proposed.source)
+    if not (actual == proposed.source_sha256 == concluded.source_sha256):
+        out.append(
+            f"source hash mismatch: the source hashes to {actual[:12]}, the conclusion names "
+            f"{concluded.source_sha256[:12]}"
+        )
+    if not judged_ok(prior, concluded):
+        out.append(f"no CandidateJudged for {cid} with this source and reward >= {required_reward(prior, concluded)}")
+    if concluded.target_class and proposed.contract.target != concluded.target_class:
+        out.append(f"the contract targets {proposed.contract.target} but the run concluded on {concluded.target_class}")
+    return out
+
+
+def _tokens_equal(observed: pb.ParityObservation) -> bool:
+    before, after = list(observed.canary_tokens_before), list(observed.canary_tokens_after)
+    return bool(before) and before == after
+
+
+def parity_problems(observed: pb.ParityObservation) -> list[str]:
+    """Why the live checks forbid the swap; empty when every check passed."""
+    out = []
+    if observed.error:
+        out.append(observed.error)
+    if not observed.static_ok:
+        out.append("the static check did not pass")
+    if observed.modules_matched == 0:
+        out.append("no live module was patched")
+    elif not observed.error:
+        checked, passed = observed.activations_checked, observed.activations_passed
+        if checked == 0 or passed != checked:
+            out.append(
+                f"parity: {passed}/{checked} recorded live calls within tolerance "
+                f"(max abs err {observed.max_abs_err:.3g})"
+            )
+        if not observed.canary_tokens_before:
+            out.append("the canary did not run")
+        elif not observed.canary_logit_max_diff <= observed.canary_logit_tolerance:  # NaN fails too
+            out.append(
+                f"canary logits moved by {observed.canary_logit_max_diff:.3g} "
+                f"> tolerance {observed.canary_logit_tolerance:.3g}"
+            )
+        if observed.dtype in EXACT_TOKEN_DTYPES and observed.canary_tokens_before and not _tokens_equal(observed):
+            out.append(f"canary greedy tokens changed in {observed.dtype}")
+    return out
+
+
+def swap_outcome(
+    prior: list[Recorded], trigger: Recorded, observed: pb.ParityObservation
+) -> pb.SwapCommitted | pb.SwapRejected:
+    """Commit iff the log allows the candidate and every live check passed; otherwise reject, saying why."""
+    concluded: pb.TargetConcluded = trigger.msg
+    problems = log_problems(prior, concluded)
+    if observed.judged_ok != judged_ok(prior, concluded):
+        problems.append("the recorded judged_ok disagrees with the log")
+    problems += parity_problems(observed)
+    proposed = find_proposed(prior, concluded.candidate_id)
+    target = concluded.target_class or (proposed.contract.target if proposed else "")
+    if problems:
+        return pb.SwapRejected(
+            candidate_id=concluded.candidate_id,
+            target_class=target,
+            reason="; ".join(problems),
+            observed=observed,
+        )
+    return pb.SwapCommitted(
+        swap_id=swap_id_for(concluded.candidate_id),
+        candidate_id=concluded.candidate_id,
+        target_class=target,
+        modules_patched=observed.modules_matched,
+        source_sha256=concluded.source_sha256,
+        observed=observed,
+        tokens_equal=_tokens_equal(observed),
+    )
+
+
+def rollback_outcome(prior: list[Recorded], trigger: Recorded, observed: pb.ParityObservation) -> pb.SwapRolledBack:
+    """What a RollbackRequested came to: the swap restored, or nothing to restore and why."""
+    request: pb.RollbackRequested = trigger.msg
+    committed = [r.msg for r in all_of(prior, "SwapCommitted")]
+    match = next((c for c in committed if c.swap_id == request.swap_id), None)
+    candidate = match.candidate_id if match else request.swap_id.removeprefix("swap-")
+    wanted = request.reason or "requested"
+    if observed.error or observed.modules_matched == 0:
+        reason = f"nothing rolled back ({wanted}): {observed.error or 'no module was restored'}"
+    else:
+        reason = f"rolled back {observed.modules_matched} modules: {wanted}"
+    return pb.SwapRolledBack(swap_id=request.swap_id, candidate_id=candidate, reason=reason, observed=observed)
+
+
+def _rederive_swap(prior: list[Recorded], trigger: Recorded, recorded) -> pb.SwapCommitted | pb.SwapRejected:
+    return swap_outcome(prior, trigger, recorded.observed)
+
+
+def _rederive_rollback(prior: list[Recorded], trigger: Recorded, recorded) -> pb.SwapRolledBack:
+    return rollback_outcome(prior, trigger, recorded.observed)
+
+
+REDERIVE: dict[str, Rederive] = {
+    "SwapCommitted": _rederive_swap,
+    "SwapRejected": _rederive_swap,
+    "SwapRolledBack": _rederive_rollback,
+}

@@ -1,0 +1,158 @@
+"""Which model the server holds: named presets with seeded random weights, or a local checkpoint."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from services.server.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+
+
+class UnknownModel(ValueError):
+    """The model name is neither a preset nor a checkpoint available locally."""
+
+
+@dataclass
+class LoadedModel:
+    model: object  # a transformers PreTrainedModel, in eval mode
+    tokenizer: Tokenizer
+    name: str
+    device: str  # "cuda" | "cpu"
+    dtype: object  # torch.dtype
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+    @property
+    def max_positions(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 0) or 1 << 20)
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cuda", "cpu") and not device.startswith("cuda:"):
+        raise UnknownModel(f"device {device!r} is not one of auto, cpu, cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UnknownModel(f"device {device!r} was asked for but no CUDA GPU is visible")
+    return device
+
+
+def _tiny() -> dict:
+    return dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    )
+
+
+def _qwen_1p5b_shape() -> dict:
+    return dict(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    )
+
+
+def _qwen2(kwargs: dict):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(**kwargs)
+
+
+def _llama(kwargs: dict):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(**kwargs)
+
+
+# name -> (config builder, dtype on cuda). Tiny presets stay float32 everywhere so CPU and GPU agree on
+# the arithmetic; the 1.5B shape is served in bf16 on a GPU as a real deployment would be.
+PRESETS: dict[str, tuple[Callable[[], object], str]] = {
+    "tiny-qwen2": (lambda: _qwen2(_tiny()), "float32"),
+    "tiny-llama": (lambda: _llama(_tiny()), "float32"),
+    "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
+}
+SEED = 0
+
+
+def _perturb_norm_weights(model, seed: int) -> None:
+    """Norm weights start at exactly 1.0 after random init, which would hide a kernel that forgets them.
+
+    Trained checkpoints never have unit norm weights, so the presets get 1 + 0.1·N(0,1), seeded on the
+    CPU generator so every device sees the same values.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if "Norm" in type(module).__name__ and isinstance(weight, torch.nn.Parameter) and weight.dim() == 1:
+            noise = torch.randn(weight.shape, generator=gen, dtype=torch.float32)
+            with torch.no_grad():
+                weight.copy_((1.0 + 0.1 * noise).to(weight.dtype))
+
+
+def _load_preset(name: str, device: str) -> LoadedModel:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    build_config, cuda_dtype = PRESETS[name]
+    dtype = getattr(torch, cuda_dtype) if device.startswith("cuda") else torch.float32
+    config = build_config()
+    torch.manual_seed(SEED)
+    with torch.device(device):  # initialise straight on the device: a 1.5B model builds in seconds
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    _perturb_norm_weights(model, SEED + 1)
+    model.eval()
+    return LoadedModel(model, ByteTokenizer(), name, device, dtype)
+
+
+def _load_local(name: str, device: str) -> LoadedModel:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    try:
+        tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(name, local_files_only=True, dtype=dtype)
+    except (OSError, ValueError, KeyError) as exc:
+        presets = ", ".join(PRESETS)
+        raise UnknownModel(
+            f"unknown model {name!r}: not a preset ({presets}), not a local directory, and not in the local "
+            f"Hugging Face cache ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from exc
+    model.to(device)
+    model.eval()
+    return LoadedModel(model, HFTokenizer(tok), name, device, dtype)
+
+
+def load_model(name: str, device: str = "auto") -> LoadedModel:
+    """Build a preset or load a local checkpoint, ready to serve; raises UnknownModel with the presets listed."""
+    if not name:
+        raise UnknownModel(f"no model named: choose a preset ({', '.join(PRESETS)}) or a local checkpoint")
+    dev = resolve_device(device)
+    if dev == "cpu":
+        # Triton kernels can only run interpreted without a GPU; the flag must be set before any
+        # @triton.jit kernel is defined, i.e. before candidate modules are imported.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if name in PRESETS:
+        return _load_preset(name, dev)
+    return _load_local(name, dev)

@@ -1,0 +1,167 @@
+"""Parity of a swap on the LIVE model: real recorded activations, then a logits canary.
+
+Runs on the engine thread inside `Engine.exclusive`, so no request sees a half-checked kernel.
+  1. hooks on the matching instances record their real calls during a canary request (inputs cloned,
+     original outputs cloned); the canary's greedy tokens and logits are kept;
+  2. the kernel is patched in; each patched instance is called on its recorded inputs and compared with
+     its original output through the shared tolerance table; the inputs must come back unmodified;
+  3. the canary runs again, teacher-forced along the first run's tokens, so logits are compared over
+     the same prefixes; the argmax at each step is the "after" token.
+Any exception, NaN or miss reverts the patch before returning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from services.core.pb import events_pb2 as pb
+from services.core.tolerances import tolerance, within
+from services.server.engine import Engine
+from services.server.hotswap import SwapHandle, SwapRefused, apply_swap
+from services.server.introspection import instances_of
+
+CANARY_TOKENS = 8
+CALLS_PER_INSTANCE = 4  # prefill and a few decode steps: the live shapes, without hoarding memory
+
+# Canary logit tolerance, relative to the canary's logit scale (max |logit|, at least 1).
+# float32: a correct kernel differs from eager only in summation order (~1e-6 relative per op), so
+#   1e-3 of the scale leaves ~1000x headroom while a forgotten 1+0.1·N(0,1) norm weight moves logits
+#   by several percent; the greedy tokens must also be equal.
+# bf16: one bf16 step is 2^-8 ≈ 0.4 %; a kernel that rounds differently from eager in every norm of a
+#   28-layer model shifts logits by a few steps of the scale, so 5 % (~13 steps) accepts honest
+#   rounding and still rejects a wrong kernel; greedy ties may flip, so tokens are recorded, not required.
+CANARY_RTOL: dict[torch.dtype, float] = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+
+
+def canary_tolerance(dtype: torch.dtype, logits: list[torch.Tensor]) -> float:
+    scale = max([1.0] + [float(t.abs().max()) for t in logits if t.numel()])
+    return CANARY_RTOL.get(dtype, 1e-3) * scale
+
+
+@dataclass
+class RecordedCall:
+    module: torch.nn.Module
+    args: tuple
+    kwargs: dict
+    output: object
+
+
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def _clone(value):
+    """A deep copy of tensors inside tuples/lists/dicts; other objects cannot be replayed faithfully."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_clone(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    raise TypeError(f"parity cannot replay a call carrying a {type(value).__name__}")
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def record_calls(engine: Engine, modules: list[torch.nn.Module], ids: list[int], max_new: int):
+    """Run the canary with hooks on `modules`: (recorded calls, canary tokens, canary logits)."""
+    calls: list[RecordedCall] = []
+    counts: dict[int, int] = {}
+    problems: list[str] = []
+
+    def hook(module, args, kwargs, output):
+        if counts.get(id(module), 0) >= CALLS_PER_INSTANCE:
+            return
+        counts[id(module)] = counts.get(id(module), 0) + 1
+        try:
+            calls.append(RecordedCall(module, _clone(args), _clone(kwargs), _clone(output)))
+        except TypeError as exc:
+            problems.append(str(exc))
+
+    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in modules]
+    try:
+        tokens, logits = engine.decode(ids, max_new, keep_logits=True)
+    finally:
+        for h in handles:
+            h.remove()
+    if problems:
+        raise TypeError(problems[0])
+    return calls, tokens, logits
+
+
+def replay_calls(calls: list[RecordedCall]) -> tuple[int, int, float]:
+    """(checked, passed, max abs error) of the patched modules on their recorded live inputs."""
+    checked = passed = 0
+    max_abs = 0.0
+    with torch.inference_mode():
+        for call in calls:
+            args, kwargs = _clone(call.args), _clone(call.kwargs)
+            out = call.module(*args, **kwargs)
+            if not (_same(args, call.args) and _same(kwargs, call.kwargs)):
+                raise RuntimeError(f"the kernel modified its input in place on {type(call.module).__name__}")
+            got, ref = _tensors(out), _tensors(call.output)
+            ok = len(got) == len(ref) > 0
+            for g, r in zip(got, ref, strict=False):
+                close, abs_err, _rel = within(g, r)
+                ok = ok and close
+                max_abs = max(max_abs, abs_err)
+            checked += 1
+            passed += ok
+    return checked, passed, max_abs
+
+
+def swap_with_parity(
+    engine: Engine, contract: pb.Contract, entry: Callable, canary_ids: list[int], observed: pb.ParityObservation
+) -> SwapHandle | None:
+    """Patch the kernel in and fill `observed`; returns the live handle, or None when nothing stays patched.
+
+    The caller decides commit or reject from `observed` and reverts the handle on reject.
+    """
+    observed.dtype = engine.dtype
+    observed.tolerance = tolerance(engine.loaded.dtype)[0]
+    modules = instances_of(engine.model, contract.target)
+    try:
+        calls, before, before_logits = record_calls(engine, modules, canary_ids, CANARY_TOKENS)
+        handle = apply_swap(engine.model, contract, entry)
+    except (SwapRefused, TypeError) as exc:
+        observed.error = str(exc)
+        return None
+    observed.modules_matched = len(handle.patched)
+    observed.canary_tokens_before.extend(before)
+    observed.canary_logit_tolerance = canary_tolerance(engine.loaded.dtype, before_logits)
+    try:
+        checked, passed, max_abs = replay_calls(calls)
+        observed.activations_checked, observed.activations_passed = checked, passed
+        observed.max_abs_err = max_abs
+        after, after_logits = engine.decode(canary_ids, CANARY_TOKENS, forced=before, keep_logits=True)
+        observed.canary_tokens_after.extend(after)
+        diffs = [float((a - b).abs().max()) for a, b in zip(after_logits, before_logits, strict=True)]
+        finite = all(torch.isfinite(a).all() for a in after_logits)
+        observed.canary_logit_max_diff = max(diffs) if finite and diffs else float("inf")
+    except Exception as exc:  # a kernel that crashes on live inputs is a rejection, never a crashed server
+        handle.revert()
+        observed.error = f"parity failed: {type(exc).__name__}: {exc}"
+        return None
+    return handle

@@ -1,0 +1,136 @@
+"""Per-class timing of a live model's forward passes through module hooks.
+
+Inclusive time per call is taken between a forward pre-hook and a forward hook: on a GPU with a pair
+of CUDA events resolved after the run (no sync inside the decode loop), on a CPU with the host clock.
+Hook overhead (a few µs per call on the host) is inside the parents' inclusive time; it is the same
+before and after a swap, so rankings and before/after comparisons are not skewed by it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from services.core.pb import events_pb2 as pb
+from services.server.introspection import class_path, dtype_name, introspect_module
+
+
+def first_tensor(values) -> torch.Tensor | None:
+    """The first tensor among positional values, or inside a tuple/list/dict-like output."""
+    if isinstance(values, torch.Tensor):
+        return values
+    if isinstance(values, dict):  # ModelOutput is an OrderedDict of its non-None fields
+        values = list(values.values())
+    if isinstance(values, (tuple, list)):
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                return v
+    return None
+
+
+def _nbytes(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.numel() * t.element_size()
+
+
+@dataclass
+class _ClassStats:
+    modules: list[torch.nn.Module] = field(default_factory=list)
+    calls: int = 0
+    host_us: float = 0.0
+    events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = field(default_factory=list)
+    shapes: Counter = field(default_factory=Counter)
+    dtypes: Counter = field(default_factory=Counter)
+    input_bytes: int = 0
+    output_bytes: int = 0
+
+
+class ModuleProfiler:
+    """`with ModuleProfiler(model, cuda) as prof: ...run requests...`, then `prof.results()`."""
+
+    def __init__(self, model: torch.nn.Module, cuda: bool):
+        self.model = model
+        self.cuda = cuda
+        self.stats: dict[str, _ClassStats] = {}
+        self._starts: dict[int, list] = {}
+        self._handles: list = []
+
+    def __enter__(self) -> ModuleProfiler:
+        for module in self.model.modules():
+            self.stats.setdefault(class_path(module), _ClassStats()).modules.append(module)
+            self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._post, with_kwargs=True, always_call=True))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _now(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def _pre(self, module, args, kwargs):
+        first = first_tensor(args)
+        if first is None:
+            first = first_tensor(list(kwargs.values()))
+        self._starts.setdefault(id(module), []).append((first, self._now()))
+
+    def _post(self, module, args, kwargs, output):
+        stack = self._starts.get(id(module))
+        if not stack:
+            return
+        first, start = stack.pop()
+        end = self._now()
+        s = self.stats[class_path(module)]
+        s.calls += 1
+        if self.cuda:
+            s.events.append((start, end))
+        else:
+            s.host_us += (end - start) * 1e6
+        if first is not None:
+            s.shapes[tuple(first.shape)] += 1
+            s.dtypes[first.dtype] += 1
+        s.input_bytes += _nbytes(first)
+        s.output_bytes += _nbytes(first_tensor(output))
+
+    def results(self) -> list[pb.ModuleClassProfile]:
+        """One profile per module class, in the order classes first appear in the model."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        return [self._profile(s) for s in self.stats.values()]
+
+    def _profile(self, s: _ClassStats) -> pb.ModuleClassProfile:
+        total_us = s.host_us + sum(a.elapsed_time(b) * 1e3 for a, b in s.events)
+        shape = list(s.shapes.most_common(1)[0][0]) if s.shapes else []
+        params = [sum(_nbytes(p) for p in m.parameters()) for m in s.modules]
+        return pb.ModuleClassProfile(
+            introspection=introspect_module(s.modules[0]),
+            instances=len(s.modules),
+            calls=s.calls,
+            total_time_us=total_us,
+            input_shape=shape,
+            dtype=_served_dtype(s),
+            # Instances of one class can differ (every nn.Linear is one class): the mean is what a
+            # call moves on average, so calls × bytes stays the total the roofline needs.
+            param_bytes=round(sum(params) / len(params)) if params else 0,
+            input_bytes=round(s.input_bytes / s.calls) if s.calls else 0,
+            output_bytes=round(s.output_bytes / s.calls) if s.calls else 0,
+        )
+
+
+def _served_dtype(s: _ClassStats) -> str:
+    """The floating dtype the class computes in: its inputs', else its parameters' (an embedding takes ids)."""
+    floating = [d for d, _ in s.dtypes.most_common() if d.is_floating_point]
+    if floating:
+        return dtype_name(floating[0])
+    for m in s.modules:
+        for p in m.parameters():
+            return dtype_name(p.dtype)
+    return dtype_name(s.dtypes.most_common(1)[0][0]) if s.dtypes else ""

@@ -1,0 +1,146 @@
+"""The server on the bus: TargetConcluded -> SwapCommitted | SwapRejected, RollbackRequested -> SwapRolledBack.
+
+Order of trust: the log must allow the candidate (judged at or above the policy, same source hash)
+before its source is even imported; then the judge's static check runs again here; only then is the
+kernel imported, patched in and parity-checked on the live model, all under the engine's lock. The
+decision is `domain.swap_outcome`, and anything but a commit is reverted before the lock is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from google.protobuf.message import Message
+
+from services.core.events import Recorded, first
+from services.core.kernels import KernelLoadError, load_entrypoint, write_source
+from services.core.pb import events_pb2 as pb
+from services.server import domain
+from services.server.engine import Engine
+from services.server.parity import CANARY_TOKENS, swap_with_parity
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CANARY = "The quick brown fox jumps over the lazy dog."
+StaticCheck = Callable[[str, pb.Contract], pb.StaticEvidence]
+
+
+def default_static_check() -> StaticCheck | None:
+    """The judge's static check, or None while it is not installed (every swap is then refused)."""
+    try:
+        from services.judge.static_check import check_source
+    except ImportError:
+        return None
+    return check_source
+
+
+class ServerService:
+    name = "server"
+    consumes = ("TargetConcluded", "RollbackRequested")
+
+    def __init__(self, engine: Engine, data_dir: Path, static_check: StaticCheck | None = None):
+        self.engine = engine
+        self.kernel_dir = Path(data_dir) / "kernels"
+        self.static_check = static_check if static_check is not None else default_static_check()
+
+    async def handle(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
+        if trigger.type == "TargetConcluded":
+            return await self._on_concluded(trigger, prior)
+        if trigger.type == "RollbackRequested":
+            return [await self._on_rollback(trigger, prior)]
+        return []
+
+    # ------------------------------------------------------------------ swaps
+
+    async def _on_concluded(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
+        concluded: pb.TargetConcluded = trigger.msg
+        if not concluded.swap:
+            return []
+        existing = self.engine.swaps.get(domain.swap_id_for(concluded.candidate_id))
+        if existing is not None and existing.state == "committed":
+            # Redelivered after the swap went live but before the answer was published: answer again.
+            return [existing.committed]
+        observed = pb.ParityObservation(dtype=self.engine.dtype, judged_ok=domain.judged_ok(prior, concluded))
+        if domain.log_problems(prior, concluded):  # never import code the log does not vouch for
+            return [domain.swap_outcome(prior, trigger, observed)]
+        proposed = domain.find_proposed(prior, concluded.candidate_id)
+        assert proposed is not None  # log_problems checked it
+        entry = await self._static_check_and_load(proposed, observed)
+        if entry is None:
+            return [domain.swap_outcome(prior, trigger, observed)]
+        canary = self._canary_ids(prior)
+        outcome = await self.engine.exclusive(self._swap, prior, trigger, proposed.contract, entry, canary, observed)
+        log.info("%s %s: %s", type(outcome).__name__, concluded.candidate_id, getattr(outcome, "reason", "live"))
+        return [outcome]
+
+    async def _static_check_and_load(self, proposed: pb.CandidateProposed, observed: pb.ParityObservation):
+        if self.static_check is None:
+            observed.error = "static check unavailable (services.judge.static_check is not installed)"
+            return None
+        try:
+            evidence = await asyncio.to_thread(self.static_check, proposed.source, proposed.contract)
+        except Exception as exc:  # a checker that crashes is a failed check, not a crashed server
+            observed.error = f"static check raised {type(exc).__name__}: {exc}"
+            return None
+        observed.static_ok = bool(evidence.passed)
+        if not evidence.passed:
+            return None
+        try:
+            path = write_source(self.kernel_dir, proposed.source)
+            return await asyncio.to_thread(load_entrypoint, path, proposed.contract.entrypoint)
+        except (KernelLoadError, OSError) as exc:
+            observed.error = str(exc)
+            return None
+
+    def _swap(self, prior, trigger, contract: pb.Contract, entry, canary: list[int], observed: pb.ParityObservation):
+        """On the engine thread, under the lock: patch, check, decide, and revert unless committed."""
+        active = self.engine.swaps.active_for(contract.target)
+        if active is not None:
+            observed.error = f"{contract.target} is already served by {active.swap_id}; roll it back first"
+            return domain.swap_outcome(prior, trigger, observed)
+        handle = swap_with_parity(self.engine, contract, entry, canary, observed)
+        outcome = domain.swap_outcome(prior, trigger, observed)
+        if isinstance(outcome, pb.SwapCommitted) and handle is not None:
+            self.engine.swaps.add(outcome, handle)
+        elif handle is not None:
+            handle.revert()
+        return outcome
+
+    def _canary_ids(self, prior: list[Recorded]) -> list[int]:
+        """The run's first prompt (real traffic) when it fits the model, else a fixed sentence."""
+        request = first(prior, "RunRequested")
+        prompts = [p for p in (request.msg.prompts if request else []) if p]
+        for text in prompts[:1] + [DEFAULT_CANARY]:
+            ids = self.engine.encode(text)
+            try:
+                self.engine.check(ids, CANARY_TOKENS)
+                return ids
+            except ValueError:
+                continue
+        return [0]
+
+    # ------------------------------------------------------------------ rollback
+
+    async def _on_rollback(self, trigger: Recorded, prior: list[Recorded]) -> pb.SwapRolledBack:
+        request: pb.RollbackRequested = trigger.msg
+        observed = await self.engine.exclusive(self._rollback, request.swap_id, self._canary_ids(prior))
+        outcome = domain.rollback_outcome(prior, trigger, observed)
+        log.info("SwapRolledBack %s: %s", request.swap_id, outcome.reason)
+        return outcome
+
+    def _rollback(self, swap_id: str, canary: list[int]) -> pb.ParityObservation:
+        observed = pb.ParityObservation(dtype=self.engine.dtype)
+        entry = self.engine.swaps.get(swap_id)
+        if entry is None or entry.state != "committed":
+            state = "unknown to" if entry is None else "already rolled back on"
+            observed.error = f"swap {swap_id!r} is {state} this server"
+            return observed
+        entry.handle.revert()
+        self.engine.swaps.mark_rolled_back(swap_id)
+        observed.modules_matched = len(entry.handle.patched)
+        tokens, _ = self.engine.decode(canary, CANARY_TOKENS)
+        observed.canary_tokens_after.extend(tokens)
+        return observed

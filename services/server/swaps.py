@@ -1,0 +1,65 @@
+"""The swaps this server process holds: what is live, what was rolled back (read by ListSwaps, Health)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from services.core.pb import events_pb2 as pb
+from services.core.pb import inference_pb2 as ipb
+from services.server.hotswap import SwapHandle
+
+
+@dataclass
+class SwapEntry:
+    committed: pb.SwapCommitted
+    handle: SwapHandle
+    state: str = "committed"  # "committed" | "rolled_back"
+
+    @property
+    def swap_id(self) -> str:
+        return self.committed.swap_id
+
+    @property
+    def target(self) -> str:
+        return self.handle.target
+
+
+class SwapRegistry:
+    def __init__(self):
+        self._entries: dict[str, SwapEntry] = {}
+        self._lock = threading.Lock()
+
+    def add(self, committed: pb.SwapCommitted, handle: SwapHandle) -> None:
+        with self._lock:
+            self._entries[committed.swap_id] = SwapEntry(committed, handle)
+
+    def get(self, swap_id: str) -> SwapEntry | None:
+        with self._lock:
+            return self._entries.get(swap_id)
+
+    def active_for(self, target: str) -> SwapEntry | None:
+        with self._lock:
+            return next((e for e in self._entries.values() if e.state == "committed" and e.target == target), None)
+
+    def mark_rolled_back(self, swap_id: str) -> None:
+        with self._lock:
+            self._entries[swap_id].state = "rolled_back"
+
+    def active_count(self) -> int:
+        with self._lock:
+            return sum(e.state == "committed" for e in self._entries.values())
+
+    def records(self) -> list[ipb.SwapRecord]:
+        with self._lock:
+            return [
+                ipb.SwapRecord(
+                    swap_id=e.swap_id,
+                    candidate_id=e.committed.candidate_id,
+                    target_class=e.committed.target_class,
+                    modules_patched=e.committed.modules_patched,
+                    state=e.state,
+                    source_sha256=e.committed.source_sha256,
+                )
+                for e in self._entries.values()
+            ]

@@ -1,0 +1,133 @@
+"""The server on a real nats-server: a judged Triton RMSNorm is swapped into the live model, a wrong one is
+rejected and reverted, a rollback restores the eager forward, and replay re-derives every answer byte for byte."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from server_fixtures import QWEN_NORM, swap_run
+
+from services.core import events as ev
+from services.core.bus import Bus
+from services.core.pb import events_pb2 as pb
+from services.core.replay import verify
+from services.core.runner import answer
+from services.server.domain import REDERIVE
+from services.server.hotswap import is_patched
+from services.server.introspection import instances_of
+from services.server.service import ServerService
+
+
+@pytest.fixture
+async def serving(nats_server, engine, run_id, tmp_path):
+    """The server's handler behind a durable consumer of this run's subjects, as run_service wires it."""
+    service = ServerService(engine, tmp_path)
+    assert service.static_check is not None, "the judge's static check should be importable"
+    # A connection of its own, closed without drain: the core consumer leaves its pull subscription
+    # open when stopped, and draining that would wait out the 30 s drain timeout.
+    consumer_bus = await Bus.connect(nats_server.url, name=f"server-{run_id}")
+    stop = asyncio.Event()
+
+    async def on_message(rec):
+        await answer(consumer_bus, service, rec)
+
+    subjects = [ev.run_filter(run_id, t) for t in service.consumes]
+    task = asyncio.create_task(consumer_bus.consume(f"server-{run_id}", subjects, on_message, stop, ack_wait=10))
+    yield service
+    stop.set()
+    await task
+    await consumer_bus.nc.close()
+
+
+async def _publish(bus, envelopes):
+    for env in envelopes:
+        await bus.publish(env)
+
+
+async def _wait_for(bus, run_id, type_name, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = await bus.read_run(run_id)
+        if any(r.type == type_name for r in log):
+            return log
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no {type_name} in {[r.type for r in await bus.read_run(run_id)]}")
+
+
+def _mine(mismatches):
+    return [str(m) for m in mismatches if m.type in REDERIVE]
+
+
+async def test_judged_kernel_is_committed_then_rolled_back_and_replays_exactly(
+    bus, run_id, engine, serving, good_source
+):
+    ids = engine.encode("Hello there")
+    before, _ = await engine.exclusive(engine.decode, ids, 8)
+    await _publish(bus, swap_run(run_id, good_source))
+    log = await _wait_for(bus, run_id, "SwapCommitted")
+
+    committed = ev.last(log, "SwapCommitted")
+    msg = committed.msg
+    concluded = ev.last(log, "TargetConcluded")
+    assert committed.env.causation_id == concluded.env.event_id and committed.env.producer == "server"
+    assert msg.swap_id == f"swap-{concluded.msg.candidate_id}" and msg.modules_patched == 5 and msg.tokens_equal
+    assert msg.observed.judged_ok and msg.observed.static_ok and msg.observed.dtype == "float32"
+    assert msg.observed.activations_passed == msg.observed.activations_checked > 0
+    assert all(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
+    assert (await engine.exclusive(engine.decode, ids, 8))[0] == before
+    assert [(r.swap_id, r.state) for r in engine.swaps.records()] == [(msg.swap_id, "committed")]
+    assert engine.module_state(QWEN_NORM)[2] == 5
+    assert await answer(bus, serving, concluded) == 0  # answered once, never twice
+
+    rollback = pb.RollbackRequested(swap_id=msg.swap_id, reason="operator asked")
+    env = ev.make_envelope(run_id, rollback, producer="test", time_ns=time.time_ns(), event_id=f"rb-{run_id}")
+    await bus.publish(env)
+    log = await _wait_for(bus, run_id, "SwapRolledBack")
+    rolled = ev.last(log, "SwapRolledBack").msg
+    assert rolled.candidate_id == msg.candidate_id and rolled.observed.modules_matched == 5
+    assert "operator asked" in rolled.reason
+    assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
+    assert [(r.swap_id, r.state) for r in engine.swaps.records()] == [(msg.swap_id, "rolled_back")]
+
+    assert [r.type for r in log][-3:] == ["SwapCommitted", "RollbackRequested", "SwapRolledBack"]
+    assert _mine(verify(log, REDERIVE)) == []
+
+
+async def test_kernel_that_forgets_the_weight_is_rejected_and_reverted(bus, run_id, engine, serving, wrong_source):
+    await _publish(bus, swap_run(run_id, wrong_source))
+    log = await _wait_for(bus, run_id, "SwapRejected")
+    rejected = ev.last(log, "SwapRejected").msg
+    assert "parity: 0/" in rejected.reason and "canary logits moved" in rejected.reason
+    assert rejected.observed.modules_matched == 5  # it was patched, checked, and taken out again
+    assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
+    assert engine.swaps.active_count() == 0
+    assert _mine(verify(log, REDERIVE)) == []
+
+
+async def test_unjudged_candidate_is_rejected_without_importing_it(bus, run_id, serving, good_source):
+    await _publish(bus, swap_run(run_id, good_source, reward=1, run_min_reward=2))
+    log = await _wait_for(bus, run_id, "SwapRejected")
+    rejected = ev.last(log, "SwapRejected").msg
+    assert "reward >= 2" in rejected.reason and not rejected.observed.judged_ok
+    assert not (serving.kernel_dir).exists()  # the source was never written, let alone imported
+    assert _mine(verify(log, REDERIVE)) == []
+
+
+async def test_conclusion_without_swap_gets_no_answer(bus, run_id, serving, good_source):
+    envelopes = swap_run(run_id, good_source, swap=False)
+    await _publish(bus, envelopes)
+    log = await bus.read_run(run_id)
+    trigger = next(r for r in log if r.env.event_id == envelopes[-1].event_id)
+    assert await answer(bus, serving, trigger) == 0
+    assert [r.type for r in await bus.read_run(run_id)] == [e.type for e in envelopes]
+
+
+async def test_rollback_of_an_unknown_swap_says_nothing_was_rolled_back(bus, run_id, serving):
+    request = pb.RollbackRequested(swap_id="swap-nope", reason="just in case")
+    await bus.publish(ev.make_envelope(run_id, request, producer="test", time_ns=1, event_id=f"rb-{run_id}"))
+    log = await _wait_for(bus, run_id, "SwapRolledBack")
+    rolled = ev.last(log, "SwapRolledBack").msg
+    assert rolled.reason.startswith("nothing rolled back (just in case)") and "unknown" in rolled.reason
+    assert _mine(verify(log, REDERIVE)) == []

@@ -1,0 +1,97 @@
+"""The engine serving a real tiny Qwen2: streaming decode, concurrency, measurement and profile capture."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from server_fixtures import QWEN_NORM
+
+from services.server.engine import BadRequest
+from services.server.introspection import class_path, forward_params, import_class
+
+
+async def _collect(engine, ids, n):
+    chunks = [chunk async for chunk in engine.generate(ids, n)]
+    return chunks
+
+
+async def test_generate_streams_one_token_per_step_matching_greedy_decode(engine):
+    ids = engine.encode("The quick brown fox")
+    chunks = await _collect(engine, ids, 10)
+    assert [len(c) for c in chunks] == [1] * 10
+    expected, _ = await engine.exclusive(engine.decode, ids, 10)
+    assert [t for c in chunks for t in c] == expected
+
+
+async def test_concurrent_requests_interleave_without_changing_tokens(engine):
+    prompts = [engine.encode(p) for p in ("alpha", "a much longer prompt here", "z")]
+    alone = [await _collect(engine, ids, 6) for ids in prompts]
+    served = engine.stats.requests_served
+    together = await asyncio.gather(*(_collect(engine, ids, 6) for ids in prompts))
+    assert list(together) == alone
+    assert engine.stats.requests_served == served + 3
+
+
+@pytest.mark.parametrize(
+    ("ids", "max_new", "why"),
+    [([], 4, "empty"), ([1, 2], 0, "max_new_tokens"), ([1, 2], 5000, "max_new_tokens"), ([1, 512], 4, "outside")],
+)
+def test_bad_requests_are_refused_with_the_reason(engine, ids, max_new, why):
+    with pytest.raises(BadRequest, match=why):
+        engine.check(ids, max_new)
+
+
+def test_a_request_longer_than_the_model_is_refused(engine):
+    with pytest.raises(BadRequest, match="positions"):
+        engine.check([1] * 500, 20)
+
+
+async def test_measure_decode_counts_every_token(engine):
+    m = await engine.measure_decode(["hello", "world"], 5, repeats=2)
+    assert m.tokens == 2 * 2 * 5 and m.seconds > 0 and m.tokens_per_s > 0
+
+
+async def test_capture_profile_covers_every_class_with_live_numbers(engine):
+    prompts, n = ["Hello there", "profile me"], 6
+    obs = await engine.capture_profile(prompts, n)
+    classes = {class_path(m) for m in engine.model.modules()}
+    assert {m.introspection.class_path for m in obs.modules} == classes
+    assert obs.requests == 2 and obs.tokens_generated == 2 * n
+    assert obs.captured_time_us > 0 and obs.decode_tokens_per_s > 0
+    assert obs.time_source == "host_clock" and obs.model == "tiny-qwen2" and obs.dtype == "float32"
+    assert obs.hardware.calibrated and obs.hardware.peak_bytes_per_s > 0 and obs.hardware.peak_flops > 0
+
+    norm = next(m for m in obs.modules if m.introspection.class_path == QWEN_NORM)
+    forward_passes = 2 * n  # a prefill and n-1 decode steps per request
+    assert norm.instances == 5 and norm.calls == 5 * forward_passes
+    assert norm.total_time_us > 0
+    assert list(norm.input_shape) == [1, 1, 64]  # decode steps outnumber prefills
+    assert norm.dtype == "float32" and norm.param_bytes == 64 * 4
+    assert norm.input_bytes == norm.output_bytes > 64 * 4  # mean over calls: prefills are wider
+    intro = norm.introspection
+    assert intro.leaf and list(intro.forward_params) == ["hidden_states"]
+    attrs = {a.name: a for a in intro.attributes}
+    assert attrs["weight"].kind == "parameter" and list(attrs["weight"].shape) == [64]
+    assert attrs["weight"].dtype == "float32"
+    assert attrs["variance_epsilon"].kind == "float" and attrs["variance_epsilon"].value == pytest.approx(1e-6)
+
+    root = next(m for m in obs.modules if m.introspection.class_path.endswith("Qwen2ForCausalLM"))
+    assert root.calls == forward_passes and not root.introspection.leaf
+    assert root.total_time_us >= norm.total_time_us  # inclusive time: the root contains every norm
+    linear = next(m for m in obs.modules if m.introspection.class_path == "torch.nn.modules.linear.Linear")
+    assert linear.instances == 15 and {a.name for a in linear.introspection.attributes} >= {"weight", "in_features"}
+
+
+def test_class_paths_import_back_and_forward_params_skip_self(engine):
+    for module in engine.model.modules():
+        assert import_class(class_path(module)) is type(module)
+    assert forward_params(import_class(QWEN_NORM)) == ["hidden_states"]
+    with pytest.raises(ImportError, match="no.such"):
+        import_class("no.such.Class")
+
+
+def test_module_state_reports_instances_and_patches(engine):
+    intro, instances, patched = engine.module_state(QWEN_NORM)
+    assert intro.class_path == QWEN_NORM and instances == 5 and patched == 0
+    assert engine.module_state("nowhere.Nothing") is None

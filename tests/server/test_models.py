@@ -1,0 +1,58 @@
+"""Presets build deterministically from seeded random weights; unknown names fail with a useful message."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from services.server.engine import Engine
+from services.server.models import PRESETS, UnknownModel, load_model
+from services.server.tokenizer import ByteTokenizer, IncrementalText
+
+
+@pytest.mark.parametrize(("name", "cls"), [("tiny-qwen2", "Qwen2ForCausalLM"), ("tiny-llama", "LlamaForCausalLM")])
+def test_presets_build_and_decode_deterministically(name, cls):
+    runs = []
+    for _ in range(2):
+        loaded = load_model(name, "cpu")
+        assert type(loaded.model).__name__ == cls
+        assert loaded.device == "cpu" and loaded.dtype == torch.float32 and not loaded.model.training
+        assert loaded.vocab_size == 512 and loaded.max_positions == 512
+        engine = Engine(loaded)
+        tokens, _ = engine.decode(engine.encode("Hello, world"), 12)
+        engine.close()
+        runs.append((tokens, [p.detach().clone() for p in loaded.model.parameters()]))
+    assert runs[0][0] == runs[1][0] and len(runs[0][0]) == 12
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1], strict=True))
+
+
+def test_preset_norm_weights_are_not_all_ones():
+    """A kernel that forgets the weight must be caught: unit norm weights would hide it."""
+    model = load_model("tiny-qwen2", "cpu").model
+    norms = [m for m in model.modules() if type(m).__name__ == "Qwen2RMSNorm"]
+    assert len(norms) == 5
+    assert all(not torch.allclose(m.weight, torch.ones_like(m.weight)) for m in norms)
+
+
+def test_unknown_model_names_it_and_lists_presets():
+    with pytest.raises(UnknownModel) as err:
+        load_model("no-such-model-anywhere", "cpu")
+    message = str(err.value)
+    assert "no-such-model-anywhere" in message
+    assert all(p in message for p in PRESETS)
+
+
+def test_bad_device_is_a_clear_error():
+    with pytest.raises(UnknownModel, match="tpu"):
+        load_model("tiny-qwen2", "tpu")
+
+
+def test_byte_tokenizer_round_trips_and_prints_other_ids():
+    tok = ByteTokenizer()
+    text = "héllo ✓"
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.decode([104, 300, 105]) == "h<300>i"
+    stream = IncrementalText(tok)
+    pieces = [stream.push([b]) for b in "é!".encode()]
+    assert pieces == ["", "é", "!"]  # the first byte of é is held back, not sent as garbage
+    assert stream.flush() == ""
