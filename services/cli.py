@@ -276,6 +276,8 @@ def _summarise(run_id: str, log: list[ev.Recorded], before: list[int], after: li
     print(f"  events: {', '.join(dict.fromkeys(types))} ({len(types)} in all)")
     print(f"  outcome: {done.outcome}, target {done.target_class or '-'}, reward {done.reward:+d}")
     print(f"  decode: {done.tokens_per_s_before:.1f} -> {done.tokens_per_s_after:.1f} tok/s (x{done.speedup:.2f})")
+    if "cpu-untimed" in {r.msg.policy.name for r in log if r.type == "RunRequested"}:
+        print("  (on CPU the swapped kernel runs in the Triton interpreter, so it is slower: speed is a GPU claim)")
     print(f"  greedy tokens before == after the swap: {before == after} ({len(before)} tokens)")
     print(f"  replay it: yantra replay {run_id} --verify")
     return 0 if done.outcome == "swapped" and before == after else 1
