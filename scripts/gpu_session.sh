@@ -18,7 +18,7 @@ python3 -c "import torch, triton, transformers; print('torch', torch.__version__
 steps=${*:-tests bench demo}
 for step in $steps; do
   case $step in
-    tests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests 2>&1 | tee "$OUT/gpu_tests.log" ;;
+    tests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests --ignore=tests/tui 2>&1 | tee "$OUT/gpu_tests.log" ;;
     alltests) timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests --ignore=tests/e2e --ignore=tests/test_compose.py 2>&1 | tail -40 | tee "$OUT/all_tests.log" ;;
     bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$OUT/bench.log" ;;
     demo) timeout 540 python3 -m services.cli demo --model qwen2.5-1.5b-shape --data-dir /tmp/yantra-demo \
