@@ -235,6 +235,9 @@ async def cmd_demo(args) -> int:
         after_ids, after_text, _ = await generate_tokens(addr, CANARY_PROMPT, 16)
         if args.report:
             _write_report(Path(args.report), run_id, log, before_ids, after_ids, health)
+        if args.export:
+            write_log(Path(args.export), log)
+            print(f"event log exported to {args.export} (replay it with `yantra tui --replay {args.export}`)")
         return _summarise(run_id, log, before_ids, after_ids)
     finally:
         stack.stop()
@@ -409,6 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(sp, model=True)
     run_opts(sp)
     sp.add_argument("--report", metavar="FILE", help="write the run's result and event log as JSON")
+    sp.add_argument("--export", metavar="FILE", help="write the run's event log for `yantra tui --replay FILE`")
     sp.set_defaults(fn=cmd_demo)
 
     sp = sub.add_parser("optimize", help="request a run on the running stack and show its progress")
@@ -442,6 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--max-new-tokens", type=int, default=32)
     sp.set_defaults(fn=cmd_generate)
 
+    sp = sub.add_parser("tui", help="watch runs live in a terminal UI, or replay one (--replay RUN|FILE)")
+    common(sp)
+    sp.add_argument("--replay", metavar="RUN|FILE", help="replay a run from the stream, or an exported log file")
+    sp.set_defaults(fn=None)
+
     sp = sub.add_parser("serve", help="run one service in this process (what `up` starts for each)")
     sp.add_argument("name", choices=SERVICES)
     sp.set_defaults(fn=None)
@@ -460,6 +469,10 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exc:
             return int(exc.code or 0)
         return 0
+    if args.command == "tui":
+        from tui.app import main as tui_main  # Textual starts its own event loop
+
+        return tui_main(args.replay, _settings(args))
     try:
         return asyncio.run(args.fn(args))
     except CliError as exc:

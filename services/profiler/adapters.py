@@ -71,8 +71,8 @@ class AdminClient:
                 delay *= 2
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    async def capture_profile(self, prompts: list[str], max_new_tokens: int) -> pb.ProfileObservation:
-        request = ipb.CaptureProfileRequest(prompts=prompts, max_new_tokens=max_new_tokens)
+    async def capture_profile(self, prompts: list[str], max_new_tokens: int, repeats: int = 1) -> pb.ProfileObservation:
+        request = ipb.CaptureProfileRequest(prompts=prompts, max_new_tokens=max_new_tokens, repeats=repeats)
         reply = await self._call("CaptureProfile", lambda s: s.CaptureProfile(request, timeout=self.timeout_s))
         return reply.observation
 

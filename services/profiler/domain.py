@@ -20,9 +20,10 @@ DEFAULT_PROMPTS = (
     "Once upon a time, in a small village,",
 )
 DEFAULT_DECODE_TOKENS = 16
-# Decode passes per 'after' measurement: one, as the server's CaptureProfile measures 'before', so the
-# two figures come from the same procedure on the same prompts.
-MEASURE_REPEATS = 1
+# Decode passes per measurement, 'before' (inside CaptureProfile) and 'after' alike, so the two figures
+# come from the same procedure on the same prompts. Median of 5: batch-1 decode is host-bound and one
+# pass varied by about ±20% back to back on the H200 box (seen 34.6 -> 29.7 tok/s with one pass each).
+MEASURE_REPEATS = 5
 
 # The events that can end a run, and the outcome each one means.
 OUTCOMES = {

@@ -25,7 +25,7 @@ class ProfilerService:
     async def handle(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
         prompts, tokens = domain.measurement_plan(prior)
         if trigger.type == "RunRequested":
-            observed = await self.admin.capture_profile(prompts, tokens)
+            observed = await self.admin.capture_profile(prompts, tokens, self.repeats)
             return [domain.derive_profile_captured(prior, trigger, observed)]
         if not domain.completes_run(prior, trigger):
             return []

@@ -204,12 +204,14 @@ class Engine:
             raise BadRequest(f"repeats must be at least 1, got {repeats}")
         return await self.exclusive(self._measure, id_lists, max_new, repeats)
 
-    async def capture_profile(self, prompts: list[str], max_new: int) -> pb.ProfileObservation:
+    async def capture_profile(self, prompts: list[str], max_new: int, repeats: int = 1) -> pb.ProfileObservation:
         """Per-class times of real requests on the decode path, then their decode speed measured without hooks."""
         id_lists = self._encode_all(prompts, max_new)
-        return await self.exclusive(self._capture_profile, id_lists, max_new)
+        if repeats < 1:
+            raise BadRequest(f"repeats must be at least 1, got {repeats}")
+        return await self.exclusive(self._capture_profile, id_lists, max_new, repeats)
 
-    def _capture_profile(self, id_lists: list[list[int]], max_new: int) -> pb.ProfileObservation:
+    def _capture_profile(self, id_lists: list[list[int]], max_new: int, repeats: int) -> pb.ProfileObservation:
         self._warm_up(id_lists, max_new)
         self._sync()
         t0 = time.perf_counter()
@@ -218,7 +220,7 @@ class Engine:
         self._sync()
         captured_us = (time.perf_counter() - t0) * 1e6
         modules = prof.results()
-        speed = self._measure(id_lists, max_new, repeats=1)
+        speed = self._measure(id_lists, max_new, repeats=repeats)
         return pb.ProfileObservation(
             model=self.loaded.name,
             dtype=self.dtype,

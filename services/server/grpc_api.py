@@ -85,7 +85,10 @@ class AdminApi(ipb_grpc.AdminServicer):
     async def CaptureProfile(self, request, context):
         try:
             prompts, n = admin_prompts(request.prompts), admin_tokens(request.max_new_tokens)
-            observation = await self.engine.capture_profile(prompts, n)
+            repeats = request.repeats or 1
+            if repeats > MAX_REPEATS:
+                raise BadRequest(f"repeats must be at most {MAX_REPEATS}, got {repeats}")
+            observation = await self.engine.capture_profile(prompts, n, repeats)
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Exception as exc:

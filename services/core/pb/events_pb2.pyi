@@ -328,17 +328,19 @@ class StaticEvidence(_message.Message):
     def __init__(self, passed: bool = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., rules_checked: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ContractEvidence(_message.Message):
-    __slots__ = ("passed", "checks", "error")
+    __slots__ = ("passed", "checks", "error", "rule_id")
     PASSED_FIELD_NUMBER: _ClassVar[int]
     CHECKS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RULE_ID_FIELD_NUMBER: _ClassVar[int]
     passed: bool
     checks: _containers.RepeatedScalarFieldContainer[str]
     error: str
-    def __init__(self, passed: bool = ..., checks: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ...) -> None: ...
+    rule_id: str
+    def __init__(self, passed: bool = ..., checks: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., rule_id: _Optional[str] = ...) -> None: ...
 
 class CorrectnessEvidence(_message.Message):
-    __slots__ = ("passed", "checks_run", "checks_passed", "max_abs_err", "max_rel_err", "dtype", "shapes", "seeds", "error", "interpreted")
+    __slots__ = ("passed", "checks_run", "checks_passed", "max_abs_err", "max_rel_err", "dtype", "shapes", "seeds", "error", "interpreted", "rule_id", "checks", "seed_base", "errors", "stress_calls")
     PASSED_FIELD_NUMBER: _ClassVar[int]
     CHECKS_RUN_FIELD_NUMBER: _ClassVar[int]
     CHECKS_PASSED_FIELD_NUMBER: _ClassVar[int]
@@ -349,6 +351,11 @@ class CorrectnessEvidence(_message.Message):
     SEEDS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     INTERPRETED_FIELD_NUMBER: _ClassVar[int]
+    RULE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    SEED_BASE_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    STRESS_CALLS_FIELD_NUMBER: _ClassVar[int]
     passed: bool
     checks_run: int
     checks_passed: int
@@ -359,10 +366,31 @@ class CorrectnessEvidence(_message.Message):
     seeds: int
     error: str
     interpreted: bool
-    def __init__(self, passed: bool = ..., checks_run: _Optional[int] = ..., checks_passed: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., max_rel_err: _Optional[float] = ..., dtype: _Optional[str] = ..., shapes: _Optional[_Iterable[str]] = ..., seeds: _Optional[int] = ..., error: _Optional[str] = ..., interpreted: bool = ...) -> None: ...
+    rule_id: str
+    checks: _containers.RepeatedScalarFieldContainer[str]
+    seed_base: int
+    errors: _containers.RepeatedCompositeFieldContainer[DtypeError]
+    stress_calls: int
+    def __init__(self, passed: bool = ..., checks_run: _Optional[int] = ..., checks_passed: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., max_rel_err: _Optional[float] = ..., dtype: _Optional[str] = ..., shapes: _Optional[_Iterable[str]] = ..., seeds: _Optional[int] = ..., error: _Optional[str] = ..., interpreted: bool = ..., rule_id: _Optional[str] = ..., checks: _Optional[_Iterable[str]] = ..., seed_base: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[DtypeError, _Mapping]]] = ..., stress_calls: _Optional[int] = ...) -> None: ...
+
+class DtypeError(_message.Message):
+    __slots__ = ("dtype", "checks", "max_abs_err", "max_rel_err", "atol", "rtol")
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ABS_ERR_FIELD_NUMBER: _ClassVar[int]
+    MAX_REL_ERR_FIELD_NUMBER: _ClassVar[int]
+    ATOL_FIELD_NUMBER: _ClassVar[int]
+    RTOL_FIELD_NUMBER: _ClassVar[int]
+    dtype: str
+    checks: int
+    max_abs_err: float
+    max_rel_err: float
+    atol: float
+    rtol: float
+    def __init__(self, dtype: _Optional[str] = ..., checks: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., max_rel_err: _Optional[float] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ...) -> None: ...
 
 class TimingRow(_message.Message):
-    __slots__ = ("shape", "candidate_us", "eager_us", "compile_us", "native_us", "candidate_graph_us", "eager_graph_us")
+    __slots__ = ("shape", "candidate_us", "eager_us", "compile_us", "native_us", "candidate_graph_us", "eager_graph_us", "compile_graph_us", "native_graph_us", "candidate_host_us", "eager_host_us", "compile_host_us", "native_host_us", "bytes_moved", "floor_us", "remeasured", "flag")
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_US_FIELD_NUMBER: _ClassVar[int]
     EAGER_US_FIELD_NUMBER: _ClassVar[int]
@@ -370,6 +398,16 @@ class TimingRow(_message.Message):
     NATIVE_US_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_GRAPH_US_FIELD_NUMBER: _ClassVar[int]
     EAGER_GRAPH_US_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_GRAPH_US_FIELD_NUMBER: _ClassVar[int]
+    NATIVE_GRAPH_US_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_HOST_US_FIELD_NUMBER: _ClassVar[int]
+    EAGER_HOST_US_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_HOST_US_FIELD_NUMBER: _ClassVar[int]
+    NATIVE_HOST_US_FIELD_NUMBER: _ClassVar[int]
+    BYTES_MOVED_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_US_FIELD_NUMBER: _ClassVar[int]
+    REMEASURED_FIELD_NUMBER: _ClassVar[int]
+    FLAG_FIELD_NUMBER: _ClassVar[int]
     shape: str
     candidate_us: float
     eager_us: float
@@ -377,33 +415,77 @@ class TimingRow(_message.Message):
     native_us: float
     candidate_graph_us: float
     eager_graph_us: float
-    def __init__(self, shape: _Optional[str] = ..., candidate_us: _Optional[float] = ..., eager_us: _Optional[float] = ..., compile_us: _Optional[float] = ..., native_us: _Optional[float] = ..., candidate_graph_us: _Optional[float] = ..., eager_graph_us: _Optional[float] = ...) -> None: ...
+    compile_graph_us: float
+    native_graph_us: float
+    candidate_host_us: float
+    eager_host_us: float
+    compile_host_us: float
+    native_host_us: float
+    bytes_moved: float
+    floor_us: float
+    remeasured: bool
+    flag: str
+    def __init__(self, shape: _Optional[str] = ..., candidate_us: _Optional[float] = ..., eager_us: _Optional[float] = ..., compile_us: _Optional[float] = ..., native_us: _Optional[float] = ..., candidate_graph_us: _Optional[float] = ..., eager_graph_us: _Optional[float] = ..., compile_graph_us: _Optional[float] = ..., native_graph_us: _Optional[float] = ..., candidate_host_us: _Optional[float] = ..., eager_host_us: _Optional[float] = ..., compile_host_us: _Optional[float] = ..., native_host_us: _Optional[float] = ..., bytes_moved: _Optional[float] = ..., floor_us: _Optional[float] = ..., remeasured: bool = ..., flag: _Optional[str] = ...) -> None: ...
 
 class TimingEvidence(_message.Message):
-    __slots__ = ("measured", "reason", "rows", "device_name")
+    __slots__ = ("measured", "reason", "rows", "device_name", "copy_bytes_per_s", "settings", "missing")
     MEASURED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]
+    COPY_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
     measured: bool
     reason: str
     rows: _containers.RepeatedCompositeFieldContainer[TimingRow]
     device_name: str
-    def __init__(self, measured: bool = ..., reason: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[TimingRow, _Mapping]]] = ..., device_name: _Optional[str] = ...) -> None: ...
+    copy_bytes_per_s: float
+    settings: _containers.RepeatedScalarFieldContainer[str]
+    missing: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, measured: bool = ..., reason: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[TimingRow, _Mapping]]] = ..., device_name: _Optional[str] = ..., copy_bytes_per_s: _Optional[float] = ..., settings: _Optional[_Iterable[str]] = ..., missing: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JudgeObservation(_message.Message):
-    __slots__ = ("static_check", "contract", "correctness", "timing", "wall_s")
+    __slots__ = ("static_check", "contract", "correctness", "timing", "wall_s", "sandbox")
     STATIC_CHECK_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_FIELD_NUMBER: _ClassVar[int]
     CORRECTNESS_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
     WALL_S_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
     static_check: StaticEvidence
     contract: ContractEvidence
     correctness: CorrectnessEvidence
     timing: TimingEvidence
     wall_s: float
-    def __init__(self, static_check: _Optional[_Union[StaticEvidence, _Mapping]] = ..., contract: _Optional[_Union[ContractEvidence, _Mapping]] = ..., correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., timing: _Optional[_Union[TimingEvidence, _Mapping]] = ..., wall_s: _Optional[float] = ...) -> None: ...
+    sandbox: SandboxEvidence
+    def __init__(self, static_check: _Optional[_Union[StaticEvidence, _Mapping]] = ..., contract: _Optional[_Union[ContractEvidence, _Mapping]] = ..., correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., timing: _Optional[_Union[TimingEvidence, _Mapping]] = ..., wall_s: _Optional[float] = ..., sandbox: _Optional[_Union[SandboxEvidence, _Mapping]] = ...) -> None: ...
+
+class SandboxEvidence(_message.Message):
+    __slots__ = ("ran", "network", "walls", "env_keys", "exit", "wall_s", "gpu_health", "rule_id", "error", "refused", "user")
+    RAN_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    WALLS_FIELD_NUMBER: _ClassVar[int]
+    ENV_KEYS_FIELD_NUMBER: _ClassVar[int]
+    EXIT_FIELD_NUMBER: _ClassVar[int]
+    WALL_S_FIELD_NUMBER: _ClassVar[int]
+    GPU_HEALTH_FIELD_NUMBER: _ClassVar[int]
+    RULE_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ran: bool
+    network: str
+    walls: _containers.RepeatedScalarFieldContainer[str]
+    env_keys: _containers.RepeatedScalarFieldContainer[str]
+    exit: str
+    wall_s: float
+    gpu_health: str
+    rule_id: str
+    error: str
+    refused: _containers.RepeatedScalarFieldContainer[str]
+    user: str
+    def __init__(self, ran: bool = ..., network: _Optional[str] = ..., walls: _Optional[_Iterable[str]] = ..., env_keys: _Optional[_Iterable[str]] = ..., exit: _Optional[str] = ..., wall_s: _Optional[float] = ..., gpu_health: _Optional[str] = ..., rule_id: _Optional[str] = ..., error: _Optional[str] = ..., refused: _Optional[_Iterable[str]] = ..., user: _Optional[str] = ...) -> None: ...
 
 class CandidateJudged(_message.Message):
     __slots__ = ("candidate_id", "source_sha256", "observed", "reward", "reason", "speedup_vs_eager", "speedup_vs_best")

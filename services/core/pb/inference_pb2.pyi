@@ -51,12 +51,14 @@ class HealthReply(_message.Message):
     def __init__(self, ready: bool = ..., model: _Optional[str] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., active_swaps: _Optional[int] = ..., requests_served: _Optional[int] = ...) -> None: ...
 
 class CaptureProfileRequest(_message.Message):
-    __slots__ = ("prompts", "max_new_tokens")
+    __slots__ = ("prompts", "max_new_tokens", "repeats")
     PROMPTS_FIELD_NUMBER: _ClassVar[int]
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REPEATS_FIELD_NUMBER: _ClassVar[int]
     prompts: _containers.RepeatedScalarFieldContainer[str]
     max_new_tokens: int
-    def __init__(self, prompts: _Optional[_Iterable[str]] = ..., max_new_tokens: _Optional[int] = ...) -> None: ...
+    repeats: int
+    def __init__(self, prompts: _Optional[_Iterable[str]] = ..., max_new_tokens: _Optional[int] = ..., repeats: _Optional[int] = ...) -> None: ...
 
 class CaptureProfileReply(_message.Message):
     __slots__ = ("observation",)

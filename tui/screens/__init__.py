@@ -1,0 +1,1 @@
+"""Screens of the TUI: the runs list, a run, a candidate, an event's payload, help."""
