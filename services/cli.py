@@ -238,7 +238,7 @@ async def cmd_demo(args) -> int:
         if args.export:
             write_log(Path(args.export), log)
             print(f"event log exported to {args.export} (replay it with `yantra tui --replay {args.export}`)")
-        return _summarise(run_id, log, before_ids, after_ids)
+        return _summarise(run_id, log, before_ids, after_ids, settings.data_dir)
     finally:
         stack.stop()
 
@@ -271,7 +271,10 @@ def _write_report(path: Path, run_id: str, log: list[ev.Recorded], before: list[
     print(f"report written to {path}")
 
 
-def _summarise(run_id: str, log: list[ev.Recorded], before: list[int], after: list[int]) -> int:
+def _summarise(run_id: str, log: list[ev.Recorded], before: list[int], after: list[int], data_dir: Path) -> int:
+    from services.core.replay import verify
+    from services.registry import rederivers
+
     done = ev.last(log, "RunCompleted").msg
     types = [r.type for r in log]
     print()
@@ -282,8 +285,13 @@ def _summarise(run_id: str, log: list[ev.Recorded], before: list[int], after: li
     if "cpu-untimed" in {r.msg.policy.name for r in log if r.type == "RunRequested"}:
         print("  (on CPU the swapped kernel runs in the Triton interpreter, so it is slower: speed is a GPU claim)")
     print(f"  greedy tokens before == after the swap: {before == after} ({len(before)} tokens)")
-    print(f"  replay it: yantra replay {run_id} --verify")
-    return 0 if done.outcome == "swapped" and before == after else 1
+    mismatches = verify(log, rederivers())
+    verdict = "every event re-derived byte for byte" if not mismatches else f"{len(mismatches)} events differ"
+    print(f"  replay --verify: {verdict}")
+    for m in mismatches:
+        print(f"    {m}")
+    print(f"  the log stays in {data_dir}: `yantra up --data-dir {data_dir}` then `yantra replay {run_id} --verify`")
+    return 0 if done.outcome == "swapped" and before == after and not mismatches else 1
 
 
 # ------------------------------------------------------------------ reading
