@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import signal
 import sys
 import time
 import uuid
@@ -155,7 +157,7 @@ def _supervise_once(stack: Stack, restart: bool) -> None:
         stack.start_service(name)
 
 
-async def _bring_up(settings: Settings) -> Stack:
+async def _bring_up(settings: Settings, stop: asyncio.Event | None = None) -> Stack:
     try:
         stack = start_stack(settings, SERVICES)
     except (StackError, RuntimeError) as exc:
@@ -164,7 +166,9 @@ async def _bring_up(settings: Settings) -> Stack:
     print(f"started {', '.join(SERVICES)} on {where}; logs in {stack.log_dir}")
     try:
         health = await wait_ready(
-            settings.server_addr, timeout=600, still_starting=lambda: stack.procs["server"].poll() is None
+            settings.server_addr,
+            timeout=600,
+            still_starting=lambda: stack.procs["server"].poll() is None and not (stop and stop.is_set()),
         )
     except ServerUnavailable as exc:
         stack.stop()
@@ -178,12 +182,18 @@ async def _bring_up(settings: Settings) -> Stack:
 
 async def cmd_up(args) -> int:
     settings = _settings(args)
-    stack = await _bring_up(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # also when started where SIGINT is ignored (a background job)
+        loop.add_signal_handler(sig, stop.set)
+    stack = await _bring_up(settings, stop)
     print("press Ctrl-C to stop; in another terminal: yantra optimize | yantra events --follow | yantra tui")
     try:
-        while True:
+        while not stop.is_set():
             _supervise_once(stack, restart=True)
-            await asyncio.sleep(0.5)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+        return 0
     finally:
         print("stopping ...")
         stack.stop()

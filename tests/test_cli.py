@@ -79,3 +79,41 @@ def test_demo_with_an_unknown_model_names_it(tmp_path):
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no-such-model" in result.stderr and "tiny-qwen2" in result.stderr
+
+
+def test_up_starts_every_service_and_stops_them_all_on_a_signal(tmp_path):
+    import signal
+    import time
+
+    env = {**os.environ, "YANTRA_SERVER_ADDR": f"127.0.0.1:{free_port()}"}
+    env.pop("NATS_URL", None)
+    data = tmp_path / "d"
+    up = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = up.stdout.readline()
+            lines.append(line)
+            if "press Ctrl-C" in line or up.poll() is not None:
+                break
+        assert "server ready" in "".join(lines), "".join(lines)
+        import json
+
+        children = json.loads((data / "stack.json").read_text())
+        assert children["nats_url"].startswith("nats://127.0.0.1:")
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(60) == 0
+        assert not (data / "stack.json").exists()
+        out = subprocess.run(["pgrep", "-f", str(data)], capture_output=True, text=True)
+        assert out.stdout.strip() == "", "nats-server or a service outlived `yantra up`"
+    finally:
+        if up.poll() is None:
+            up.kill()
