@@ -112,6 +112,20 @@ def _resolve_policy(args, device: str) -> pb.SwapPolicy:
     return policy
 
 
+async def _start_run(bus: Bus, args, health) -> str:
+    policy = _resolve_policy(args, health.device)
+    run_id = await request_run(
+        bus,
+        model=health.model,
+        policy=policy,
+        max_candidates=args.max_candidates,
+        prompts=args.prompt or list(DEFAULT_PROMPTS),
+        decode_tokens=args.decode_tokens,
+    )
+    print(f"run {run_id}: optimising {health.model} on {health.device} ({health.dtype}), policy {policy.name}")
+    return run_id
+
+
 async def cmd_optimize(args) -> int:
     settings = _settings(args)
     bus = await _bus(settings)
@@ -121,16 +135,7 @@ async def cmd_optimize(args) -> int:
             health = await wait_ready(addr, timeout=args.server_wait)
         except ServerUnavailable as exc:
             raise CliError(str(exc)) from exc
-        policy = _resolve_policy(args, health.device)
-        run_id = await request_run(
-            bus,
-            model=health.model,
-            policy=policy,
-            max_candidates=args.max_candidates,
-            prompts=args.prompt or list(DEFAULT_PROMPTS),
-            decode_tokens=args.decode_tokens,
-        )
-        print(f"run {run_id}: {health.model} on {health.device} ({health.dtype}), policy {policy.name}")
+        run_id = await _start_run(bus, args, health)
         if args.no_wait:
             return 0
         log = await follow_run(bus, run_id, args.timeout)
@@ -216,16 +221,7 @@ async def cmd_demo(args) -> int:
                         "policy: cpu-untimed (explicit, recorded in the run): without a GPU kernels cannot be timed,"
                         " so a correct (+1) kernel may swap"
                     )
-            policy = _resolve_policy(args, health.device)
-            run_id = await request_run(
-                bus,
-                model=health.model,
-                policy=policy,
-                max_candidates=args.max_candidates,
-                prompts=args.prompt or list(DEFAULT_PROMPTS),
-                decode_tokens=args.decode_tokens,
-            )
-            print(f"run {run_id}: optimising {health.model} on {health.device} ({health.dtype})")
+            run_id = await _start_run(bus, args, health)
 
             async def watch():
                 while True:

@@ -14,6 +14,16 @@ from services.core.events import Recorded
 # Fields under `observed` are copied from the recorded event; every other field is recomputed.
 Rederive = Callable[[list[Recorded], Recorded, Message], Message]
 
+
+def from_observed(derive: Callable[[list[Recorded], Recorded, Message], Message]) -> Rederive:
+    """The re-deriver of an event made by `derive(prior, trigger, observed)`: replay feeds it what was recorded."""
+
+    def rederive(prior: list[Recorded], trigger: Recorded, recorded: Message) -> Message:
+        return derive(prior, trigger, recorded.observed)
+
+    return rederive
+
+
 # Events that are inputs to the system, not answers: nothing to re-derive.
 INPUT_EVENTS = ("RunRequested", "RollbackRequested")
 MAX_ORDINAL = 8

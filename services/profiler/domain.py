@@ -9,7 +9,7 @@ from __future__ import annotations
 from services.core import events as ev
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
-from services.core.replay import Rederive
+from services.core.replay import Rederive, from_observed
 from services.profiler.roofline import SUPPORTED_FAMILIES, rank
 
 # Used when a RunRequested carries no prompts of its own: short, varied, tokenizer-agnostic.
@@ -134,15 +134,7 @@ def derive_run_completed(prior: list[Recorded], trigger: Recorded, observed: pb.
 # ---------------------------------------------------------------- replay
 
 
-def _rederive_profile_captured(prior: list[Recorded], trigger: Recorded, recorded) -> pb.ProfileCaptured:
-    return derive_profile_captured(prior, trigger, recorded.observed)
-
-
-def _rederive_run_completed(prior: list[Recorded], trigger: Recorded, recorded) -> pb.RunCompleted:
-    return derive_run_completed(prior, trigger, recorded.observed)
-
-
 REDERIVE: dict[str, Rederive] = {
-    "ProfileCaptured": _rederive_profile_captured,
-    "RunCompleted": _rederive_run_completed,
+    "ProfileCaptured": from_observed(derive_profile_captured),
+    "RunCompleted": from_observed(derive_run_completed),
 }

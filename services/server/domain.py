@@ -10,7 +10,7 @@ from __future__ import annotations
 from services.core.events import Recorded, all_of, first
 from services.core.kernels import sha256
 from services.core.pb import events_pb2 as pb
-from services.core.replay import Rederive
+from services.core.replay import Rederive, from_observed
 
 # A candidate judged wrong (-1) is never swapped, whatever a policy says.
 MIN_REWARD_FLOOR = 1
@@ -147,16 +147,8 @@ def rollback_outcome(prior: list[Recorded], trigger: Recorded, observed: pb.Pari
     return pb.SwapRolledBack(swap_id=request.swap_id, candidate_id=candidate, reason=reason, observed=observed)
 
 
-def _rederive_swap(prior: list[Recorded], trigger: Recorded, recorded) -> pb.SwapCommitted | pb.SwapRejected:
-    return swap_outcome(prior, trigger, recorded.observed)
-
-
-def _rederive_rollback(prior: list[Recorded], trigger: Recorded, recorded) -> pb.SwapRolledBack:
-    return rollback_outcome(prior, trigger, recorded.observed)
-
-
 REDERIVE: dict[str, Rederive] = {
-    "SwapCommitted": _rederive_swap,
-    "SwapRejected": _rederive_swap,
-    "SwapRolledBack": _rederive_rollback,
+    "SwapCommitted": from_observed(swap_outcome),
+    "SwapRejected": from_observed(swap_outcome),
+    "SwapRolledBack": from_observed(rollback_outcome),
 }

@@ -37,6 +37,12 @@ def admin_tokens(max_new_tokens: int) -> int:
     return max_new_tokens or DEFAULT_ADMIN_TOKENS
 
 
+def admin_repeats(repeats: int) -> int:
+    if repeats > MAX_REPEATS:
+        raise BadRequest(f"repeats must be at most {MAX_REPEATS}, got {repeats}")
+    return repeats or 1
+
+
 def admin_prompts(prompts) -> list[str]:
     prompts = list(prompts)
     if not prompts or not all(prompts):
@@ -85,9 +91,7 @@ class AdminApi(ipb_grpc.AdminServicer):
     async def CaptureProfile(self, request, context):
         try:
             prompts, n = admin_prompts(request.prompts), admin_tokens(request.max_new_tokens)
-            repeats = request.repeats or 1
-            if repeats > MAX_REPEATS:
-                raise BadRequest(f"repeats must be at most {MAX_REPEATS}, got {repeats}")
+            repeats = admin_repeats(request.repeats)
             observation = await self.engine.capture_profile(prompts, n, repeats)
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -99,9 +103,7 @@ class AdminApi(ipb_grpc.AdminServicer):
     async def MeasureDecode(self, request, context):
         try:
             prompts, n = admin_prompts(request.prompts), admin_tokens(request.max_new_tokens)
-            repeats = request.repeats or 1
-            if repeats > MAX_REPEATS:
-                raise BadRequest(f"repeats must be at most {MAX_REPEATS}, got {repeats}")
+            repeats = admin_repeats(request.repeats)
             m = await self.engine.measure_decode(prompts, n, repeats)
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

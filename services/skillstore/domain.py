@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 from services.core import events as ev
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
-from services.core.replay import Rederive
+from services.core.replay import Rederive, from_observed
 
 NEIGHBOURS_K = 5
 # Fingerprint distance within which a skill counts as the same physics. Two op families are 2·√2
@@ -216,16 +216,12 @@ def _matching(out: list[Message], recorded: Message) -> Message:
     return next((m for m in same_type if m.skill_id == recorded.skill_id), same_type[0])
 
 
-def _rederive_retrieved(prior: list[Recorded], trigger: Recorded, recorded) -> pb.SkillsRetrieved:
-    return derive_skills_retrieved(prior, trigger, recorded.observed)
-
-
 def _rederive_decided(prior: list[Recorded], trigger: Recorded, recorded) -> Message:
     return _matching(decide(prior, trigger), recorded)
 
 
 REDERIVE: dict[str, Rederive] = {
-    "SkillsRetrieved": _rederive_retrieved,
+    "SkillsRetrieved": from_observed(derive_skills_retrieved),
     "SkillPublished": _rederive_decided,
     "SkillCredited": _rederive_decided,
 }
