@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 
 class Settings(BaseModel):
@@ -16,6 +16,12 @@ class Settings(BaseModel):
     device: str = Field("auto", description="auto | cpu | cuda")
     ack_wait_s: float = Field(30.0, gt=0, description="seconds before an unacknowledged event is redelivered")
     log_level: str = "INFO"
+
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, path: Path) -> Path:
+        # Services hand paths to children that run in other working directories (the judge's sandbox).
+        return path.expanduser().resolve()
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
