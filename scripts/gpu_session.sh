@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session in one go: install the carried wheels, run the GPU tests, the benchmarks and
 # the demo on the 1.5B-shaped model; results land in bench/results/ and in $OUT when it is set.
-#   bash scripts/gpu_session.sh [tests|bench|demo ...]   (default: all three)
+#   bash scripts/gpu_session.sh [tests|bench|demo|corpus ...]   (default: tests bench demo)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/yantra-out}
@@ -20,6 +20,7 @@ for step in $steps; do
   case $step in
     tests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests --ignore=tests/tui 2>&1 | tee "$OUT/gpu_tests.log" ;;
     alltests) timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests --ignore=tests/e2e --ignore=tests/test_compose.py 2>&1 | tail -40 | tee "$OUT/all_tests.log" ;;
+    corpus) timeout 420 python3 bench/judge_corpus.py 2>&1 | tail -60 | tee "$OUT/corpus.log" ;;
     bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$OUT/bench.log" ;;
     demo) timeout 540 python3 -m services.cli demo --model qwen2.5-1.5b-shape --data-dir /tmp/yantra-demo \
             --report bench/results/demo_qwen2.5-1.5b-shape_h200.json 2>&1 | tee "$OUT/demo.log"
