@@ -1,7 +1,8 @@
 """The contract layer: does the candidate's entrypoint plug into the live module class as declared?
 
 The live class is built on the meta device (no memory, no weights) from the recorded
-introspection; the candidate is never executed here: its entrypoint signature is read from the AST.
+introspection; the candidate is never executed here: its entrypoint signature, and how it uses
+each parameter, are read from the AST. Each failure carries a rule id (CONTRACT_RULES).
 """
 
 from __future__ import annotations
@@ -15,23 +16,77 @@ from services.judge.module_factory import ModuleBuildError, build, float_binding
 
 SUPPORTED_KINDS = ("module_class",)
 
+CONTRACT_RULES: dict[str, str] = {
+    "contract-kind": "the contract kind must be one the judge can check (module_class)",
+    "contract-target": "the contract must target the live class the profiler saw",
+    "contract-inputs": "the contract's inputs must be exactly the live forward's parameters, in order",
+    "module-build": "the live class must import and build on the meta device from its introspection",
+    "not-leaf": "a module_class target must be a leaf module (no children to bypass)",
+    "binding-missing": "every binding must name an attribute the live module really has",
+    "binding-not-state": "a binding must name instance state set in __init__ (a parameter, buffer or attribute)",
+    "binding-kind": "a binding's kind must fit the attribute: a tensor where a tensor is, a float where eps is",
+    "binding-shape": "a bound tensor must build with the live shape",
+    "entry-signature": "the entrypoint must take exactly the inputs and bound parameters, by name",
+    "entry-param-kind": "the entrypoint must use each parameter as the kind bound to it",
+}
+# Recorded introspection kinds that each binding kind may bind to.
+_RECORDED_KINDS = {"tensor": ("tensor", "parameter", "buffer"), "float": ("float",), "int": ("int",)}
+# Attributes/methods that, used on a parameter in the entrypoint, show it is taken as a tensor.
+_TENSOR_USES = frozenset(
+    {"shape", "dtype", "device", "reshape", "view", "contiguous", "stride", "dim", "numel", "size", "data_ptr",
+     "element_size", "is_contiguous", "to"}
+)  # fmt: skip
+
 
 class ContractError(ValueError):
     """The candidate or its contract does not fit the live module."""
 
+    def __init__(self, rule: str, message: str):
+        super().__init__(message)
+        self.rule = rule
 
-def entry_params(source: str, entrypoint: str) -> list[str]:
-    """The parameter names of top-level `def entrypoint(...)` in `source`, read without running it."""
+
+def _entry_function(source: str, entrypoint: str) -> ast.FunctionDef:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError) as exc:
-        raise ContractError(f"the source does not parse: {exc}") from exc
+        raise ContractError("entry-signature", f"the source does not parse: {exc}") from exc
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entrypoint), None)
     if fn is None:
-        raise ContractError(f"the source defines no top-level function {entrypoint!r}")
+        raise ContractError("entry-signature", f"the source defines no top-level function {entrypoint!r}")
+    return fn
+
+
+def entry_params(source: str, entrypoint: str) -> list[str]:
+    """The parameter names of top-level `def entrypoint(...)` in `source`, read without running it."""
+    fn = _entry_function(source, entrypoint)
     if fn.args.vararg or fn.args.kwarg:
-        raise ContractError(f"{entrypoint} takes *args/**kwargs; its parameters must be named")
-    return [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
+        raise ContractError("entry-signature", f"{entrypoint} takes *args/**kwargs; its parameters must be named")
+    if fn.args.posonlyargs:
+        raise ContractError("entry-signature", f"{entrypoint} has positional-only parameters; they are bound by name")
+    return [a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]]
+
+
+def param_uses(source: str, entrypoint: str) -> dict[str, str]:
+    """param -> "tensor" | "float" where the entrypoint's annotations or use of it say which it takes."""
+    fn = _entry_function(source, entrypoint)
+    params = {a.arg: a for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+    out: dict[str, str] = {}
+    for name, arg in params.items():
+        note = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+        if note in ("float", "int"):
+            out[name] = note
+        elif note.endswith("Tensor"):
+            out[name] = "tensor"
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in params:
+            if node.attr in _TENSOR_USES:
+                out.setdefault(node.value.id, "tensor")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("float", "int"):
+            for arg in node.args:
+                if isinstance(arg, ast.Name) and arg.id in params:
+                    out.setdefault(arg.id, node.func.id)
+    return out
 
 
 def _kind_fits(kind: str, value: object) -> bool:
@@ -44,17 +99,33 @@ def _kind_fits(kind: str, value: object) -> bool:
     return False
 
 
-def _check(contract: pb.Contract, intro: pb.ModuleIntrospection, params: list[str], checks: list[str]) -> None:
+def _instance_state(instance: torch.nn.Module) -> set[str]:
+    """Names set on the instance (in __init__): its parameters, buffers and public attributes."""
+    names = {n for n in vars(instance) if not n.startswith("_") and n != "training"}
+    return names | set(instance._parameters) | set(instance._buffers)
+
+
+def _check(
+    contract: pb.Contract,
+    intro: pb.ModuleIntrospection,
+    params: list[str],
+    uses: dict[str, str],
+    checks: list[str],
+) -> None:
     """Appends each check that passed to `checks`; raises ContractError at the first that fails."""
     if contract.kind not in SUPPORTED_KINDS:
-        raise ContractError(f"contract kind {contract.kind!r} is not supported (only {', '.join(SUPPORTED_KINDS)})")
+        raise ContractError(
+            "contract-kind", f"contract kind {contract.kind!r} is not supported (only {', '.join(SUPPORTED_KINDS)})"
+        )
     if contract.target != intro.class_path:
-        raise ContractError(f"the contract targets {contract.target!r} but the live class is {intro.class_path!r}")
+        raise ContractError(
+            "contract-target", f"the contract targets {contract.target!r} but the live class is {intro.class_path!r}"
+        )
     checks.append(f"targets {intro.class_path}")
     if list(contract.inputs) != list(intro.forward_params):
+        forward = ", ".join(intro.forward_params)
         raise ContractError(
-            f"inputs ({', '.join(contract.inputs)}) are not the forward's parameters "
-            f"({', '.join(intro.forward_params)})"
+            "contract-inputs", f"inputs ({', '.join(contract.inputs)}) are not the forward's parameters ({forward})"
         )
     checks.append(f"inputs = forward({', '.join(contract.inputs)})")
 
@@ -62,65 +133,92 @@ def _check(contract: pb.Contract, intro: pb.ModuleIntrospection, params: list[st
     for binding in contract.bindings:
         if binding.attr not in recorded:
             raise ContractError(
+                "binding-missing",
                 f"binding {binding.param} -> {binding.attr}: the live module has no attribute {binding.attr!r} "
-                f"(it has {', '.join(sorted(recorded)) or 'none recorded'})"
+                f"(it has {', '.join(sorted(recorded)) or 'none recorded'})",
             )
-    width, eps = width_and_eps(intro, contract)
-    eps_binding = float_binding(contract)
-    instance = build(import_class(intro.class_path), width, eps, eps_binding.attr if eps_binding else None, "meta")
+        if recorded[binding.attr].kind not in _RECORDED_KINDS.get(binding.kind, ()):
+            raise ContractError(
+                "binding-kind",
+                f"binding {binding.param} -> {binding.attr}: the live attribute is a {recorded[binding.attr].kind}, "
+                f"not kind {binding.kind!r}",
+            )
+    try:
+        width, eps = width_and_eps(intro, contract)
+        eps_binding = float_binding(contract)
+        cls = import_class(intro.class_path)
+        instance = build(cls, width, eps, eps_binding.attr if eps_binding else None, "meta")
+    except ModuleBuildError as exc:
+        raise ContractError("module-build", str(exc)) from exc
     checks.append(f"built {type(instance).__name__} of width {width} on meta")
     children = [name for name, _ in instance.named_children()]
     if children:
         raise ContractError(
-            f"{intro.class_path} has child modules ({', '.join(children)}); a module_class must be a leaf"
+            "not-leaf", f"{intro.class_path} has child modules ({', '.join(children)}); a module_class must be a leaf"
         )
     checks.append("leaf module")
 
+    state = _instance_state(instance)
     for binding in contract.bindings:
+        where = f"binding {binding.param} -> {binding.attr}"
         if not hasattr(instance, binding.attr):
+            raise ContractError("binding-missing", f"{where}: the module has no attribute {binding.attr!r}")
+        if binding.attr not in state:
             raise ContractError(
-                f"binding {binding.param} -> {binding.attr}: the module has no attribute {binding.attr!r}"
+                "binding-not-state", f"{where}: {binding.attr!r} is not set in __init__ (a method or class attribute)"
             )
         value = getattr(instance, binding.attr)
         if not _kind_fits(binding.kind, value):
-            raise ContractError(
-                f"binding {binding.param} -> {binding.attr}: a {type(value).__name__}, not kind {binding.kind!r}"
-            )
-        if binding.kind == "tensor" and binding.attr in recorded:
+            raise ContractError("binding-kind", f"{where}: a {type(value).__name__}, not kind {binding.kind!r}")
+        if binding.kind == "tensor":
             live_shape = list(recorded[binding.attr].shape)
             if list(value.shape) != live_shape:
-                raise ContractError(f"{binding.attr} builds as {list(value.shape)} but the live one is {live_shape}")
+                raise ContractError("binding-shape", f"{binding.attr} builds as {list(value.shape)}, live {live_shape}")
         checks.append(f"binding {binding.param} -> {binding.attr} ({binding.kind})")
 
     declared = list(contract.inputs) + [b.param for b in contract.bindings]
     if len(set(declared)) != len(declared):
-        raise ContractError(f"the contract names a parameter twice: {declared}")
+        raise ContractError("entry-signature", f"the contract names a parameter twice: {declared}")
     if sorted(params) != sorted(declared):
         missing = sorted(set(declared) - set(params))
         extra = sorted(set(params) - set(declared))
         raise ContractError(
+            "entry-signature",
             f"{contract.entrypoint}({', '.join(params)}) does not take exactly the inputs and bound params: "
-            f"missing {missing}, unexpected {extra}"
+            f"missing {missing}, unexpected {extra}",
         )
     checks.append(f"{contract.entrypoint}({', '.join(params)}) = inputs + bound params")
 
+    expected = {name: "tensor" for name in contract.inputs} | {b.param: b.kind for b in contract.bindings}
+    for name, kind in expected.items():
+        used = uses.get(name)
+        if used is not None and (used == "tensor") != (kind == "tensor"):
+            raise ContractError(
+                "entry-param-kind", f"{contract.entrypoint} uses {name} as a {used} but it is bound to a {kind}"
+            )
+    checks.append("each parameter is used as the kind bound to it")
+
 
 def check_contract(
-    contract: pb.Contract, intro: pb.ModuleIntrospection, entry_signature_params: list[str]
+    contract: pb.Contract,
+    intro: pb.ModuleIntrospection,
+    entry_signature_params: list[str],
+    uses: dict[str, str] | None = None,
 ) -> pb.ContractEvidence:
-    """The contract evidence: every check that ran, and the first failure as `error`."""
+    """The contract evidence: every check that ran, and the first failure as `error` with its `rule_id`."""
     checks: list[str] = []
     try:
-        _check(contract, intro, entry_signature_params, checks)
-    except (ContractError, ModuleBuildError) as exc:
-        return pb.ContractEvidence(passed=False, checks=checks, error=str(exc))
+        _check(contract, intro, entry_signature_params, uses or {}, checks)
+    except ContractError as exc:
+        return pb.ContractEvidence(passed=False, checks=checks, error=str(exc), rule_id=exc.rule)
     return pb.ContractEvidence(passed=True, checks=checks)
 
 
 def check_candidate_contract(source: str, contract: pb.Contract, intro: pb.ModuleIntrospection) -> pb.ContractEvidence:
-    """check_contract with the entrypoint's parameters read from `source`."""
+    """check_contract with the entrypoint's parameters, and how it uses them, read from `source`."""
     try:
         params = entry_params(source, contract.entrypoint)
+        uses = param_uses(source, contract.entrypoint)
     except ContractError as exc:
-        return pb.ContractEvidence(passed=False, error=str(exc))
-    return check_contract(contract, intro, params)
+        return pb.ContractEvidence(passed=False, error=str(exc), rule_id=exc.rule)
+    return check_contract(contract, intro, params, uses)

@@ -1,7 +1,8 @@
 """The judge's derivations, pure: where the live target's facts come from, and the verdict from evidence.
 
-Everything the judge measured (static findings, contract checks, correctness, timing, wall
-time) is in `CandidateJudged.observed`; the reward, reason and speedups are re-derived from it.
+Everything the judge measured (static findings, contract checks, the sandbox's walls and exit,
+correctness, timing, wall time) is in `CandidateJudged.observed`; the reward, reason and
+speedups are re-derived from it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The reward, recomputed in the judge's own process from measured numbers (pure).
 
-Ladder: -1 rejected or wrong; +1 correct but untimed or not > 5% faster than eager; +2 > 5%
-faster than eager (geometric mean over shapes); +3 also > 5% faster than the best baseline
-(per shape the fastest of eager, torch.compile and the native fused op).
+Ladder: -1 rejected or wrong (any layer); +1 correct but untimed or not > 5% faster than eager;
++2 > 5% faster than eager (geometric mean over shapes); +3 also > 5% faster than the best
+baseline (per shape the fastest of eager, torch.compile and the native fused op). A time the
+judge does not believe (still under the copy ceiling after re-measurement) caps the reward at +1;
+a missing torch.compile baseline caps it at +2. The reason names the layer and the rule.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import math
 
 from services.core.pb import events_pb2 as pb
-from services.judge.static_check import first_finding
+from services.judge.static_check import finding_summary
 
 FASTER = 1.05  # "faster" means more than 5% faster: below that is measurement noise
 SUSPICIOUS = 10.0  # a speedup this large on a memory-bound op deserves a second look
@@ -33,15 +35,31 @@ def speedups(timing: pb.TimingEvidence) -> tuple[float, float]:
     return _geomean(vs_eager), _geomean(vs_best)
 
 
-def judge_reward(obs: pb.JudgeObservation) -> tuple[int, str, float, float]:
-    """(reward, reason, speedup_vs_eager, speedup_vs_best) for what the judge observed."""
+def _rejected(obs: pb.JudgeObservation) -> str:
+    """Why the candidate is rejected, naming layer and rule; "" when every layer passed."""
     if not obs.HasField("static_check") or not obs.static_check.passed:
-        return -1, f"static check failed: {first_finding(obs.static_check) or 'not run'}", 0.0, 0.0
+        return f"static check failed: {finding_summary(obs.static_check) or 'not run'}"
     if not obs.HasField("contract") or not obs.contract.passed:
-        return -1, f"contract check failed: {obs.contract.error or 'not run'}", 0.0, 0.0
+        rule = f"{obs.contract.rule_id}: " if obs.contract.rule_id else ""
+        return f"contract check failed: {rule}{obs.contract.error or 'not run'}"
+    box = obs.sandbox
+    if box.rule_id:
+        return f"sandbox: {box.rule_id}: {box.error}"
+    if box.gpu_health and box.gpu_health not in ("ok", "no GPU"):
+        return f"sandbox: gpu-unhealthy: the GPU health probe after the child {box.gpu_health}"
     cor = obs.correctness
     if not obs.HasField("correctness") or not cor.passed:
-        return -1, f"correctness failed: {cor.error or 'not run'}", 0.0, 0.0
+        rule = f"{cor.rule_id}: " if cor.rule_id else ""
+        return f"correctness failed: {rule}{cor.error or 'not run'}"
+    return ""
+
+
+def judge_reward(obs: pb.JudgeObservation) -> tuple[int, str, float, float]:
+    """(reward, reason, speedup_vs_eager, speedup_vs_best) for what the judge observed."""
+    rejected = _rejected(obs)
+    if rejected:
+        return -1, rejected, 0.0, 0.0
+    cor = obs.correctness
     checked = f"correct on {cor.checks_passed}/{cor.checks_run} checks ({cor.dtype}, max abs err {cor.max_abs_err:.2g})"
     timing = obs.timing
     vs_eager, vs_best = speedups(timing) if timing.measured else (0.0, 0.0)
@@ -52,10 +70,16 @@ def judge_reward(obs: pb.JudgeObservation) -> tuple[int, str, float, float]:
             why = f"untimed ({timing.reason}); reward capped at +1"
         return 1, f"{checked}; {why}", 0.0, 0.0
     figures = f"{vs_eager:.2f}x vs eager, {vs_best:.2f}x vs best baseline (geomean of {len(timing.rows)} shapes)"
-    if vs_eager > SUSPICIOUS or vs_best > SUSPICIOUS:
-        figures += f"; over {SUSPICIOUS:g}x: check the measurement"
-    if vs_eager > FASTER and vs_best > FASTER:
+    implausible = [row.shape for row in timing.rows if row.flag.startswith("implausible")]
+    if implausible:
+        why = f"timing not believed at {', '.join(implausible)}: faster than the copy ceiling after re-measuring"
+        return 1, f"{checked}; {figures}; {why}; reward capped at +1", vs_eager, vs_best
+    if any(row.remeasured for row in timing.rows) or vs_eager > SUSPICIOUS or vs_best > SUSPICIOUS:
+        figures += f"; over {SUSPICIOUS:g}x somewhere: re-measured and kept"
+    no_compile = [row.shape for row in timing.rows if row.compile_us <= 0]
+    if vs_eager > FASTER and vs_best > FASTER and not no_compile:
         return 3, f"{checked}; {figures}: faster than every baseline", vs_eager, vs_best
     if vs_eager > FASTER:
-        return 2, f"{checked}; {figures}: > 5% faster than eager", vs_eager, vs_best
+        cap = f" (torch.compile did not run at {', '.join(no_compile)}: +3 needs it)" if no_compile else ""
+        return 2, f"{checked}; {figures}: > 5% faster than eager{cap}", vs_eager, vs_best
     return 1, f"{checked}; {figures}: not > 5% faster than eager", vs_eager, vs_best

@@ -1,11 +1,14 @@
-"""Runs untrusted candidate code in a child process: scrubbed environment, own scratch, limits, a kill.
+"""Runs untrusted candidate code in a child process: scrubbed environment, own scratch, walls, a kill.
 
-The child (`python -m services.judge.sandbox_child <scratch>/job.json`) gets only what it needs:
-PATH, HOME and TRITON_CACHE_DIR inside its scratch directory, PYTHONPATH = the repo root,
+The child (`python -m services.judge.sandbox_child`, job on stdin) gets only what it needs:
+PATH, HOME/TMPDIR/caches inside its scratch directory, PYTHONPATH = the repo root,
 CUDA_VISIBLE_DEVICES / LD_LIBRARY_PATH when set (the GPU driver libraries), TRITON_INTERPRET=1
 without a GPU. Nothing else crosses: an API key in the judge's environment is not readable there.
-It starts in a new session and the whole process group is SIGKILLed on timeout. Its answer comes
-back as a JSON file carrying a nonce the candidate cannot read (the job file is deleted first).
+The child raises its own walls (services.judge.sandbox_walls: network namespace, a uid of its
+own, resource limits, an audit hook). It starts in a new session; on timeout the whole process
+group, and every process left under its uid, is SIGKILLed. Its answer comes back through an
+inherited file descriptor to an already unlinked file, carrying a nonce sent on stdin: nothing
+on disk can be swapped for it, and nothing the candidate prints is read as an answer.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import asyncio
 import base64
 import json
 import os
-import resource
+import re
 import secrets
 import shutil
 import signal
 import sys
 import tempfile
+import time
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,11 +31,24 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from services.core.pb import events_pb2 as pb
+from services.judge.sandbox_walls import UID_BASE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PASSTHROUGH_ENV = ("PATH", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
 LOG_TAIL_CHARS = 2000
+MAX_RESULT_BYTES = 4 << 20
 GiB = 1 << 30
+JUDGE_CACHE = "judge-cache"  # in scratch; written only in the child's judge phases (services.judge.sandbox_walls)
+
+SANDBOX_RULES: dict[str, str] = {
+    "timeout": "the child is SIGKILLed, with everything it started, when its time runs out",
+    "memory-limit": "an allocation beyond the sandbox's memory limit (address space on CPU, the GPU's memory)",
+    "crashed": "the child died without an answer (a signal, an early exit) or could not raise its walls",
+    "sandbox-wall": "the walls refused an action (network, a write outside scratch, a process, another's /proc)",
+    "untrusted-result": "the child's answer must carry the judge's nonce and parse",
+    "gpu-unhealthy": "the GPU must pass a health probe in the judge's own process after the child",
+}
+_MEMORY = re.compile(r"can't allocate memory|out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory", re.I)
 
 
 @dataclass(frozen=True)
@@ -51,11 +68,14 @@ class SandboxJob:
     seeds: int = 5
     max_rows: int = 0  # cap on the rows of the live shape (0: none); small on CPU, the interpreter is slow
     odd_width: int = 97
+    seed_base: int = 0  # 0: drawn fresh when the job runs (recorded in the evidence)
 
-    def to_json(self, nonce: str) -> str:
+    def to_json(self, nonce: str, result_fd: int, walls: dict) -> str:
         data = asdict(self)
         data["contract"] = base64.b64encode(self.contract).decode()
         data["nonce"] = nonce
+        data["result_fd"] = result_fd
+        data["walls"] = walls
         return json.dumps(data)
 
 
@@ -64,13 +84,31 @@ class SandboxLimits:
     timeout_s: float
     max_file_bytes: int = 1 * GiB
     address_space_bytes: int | None = 16 * GiB  # CPU only: CUDA maps far more virtual memory than it uses
-    extra_processes: int = 512  # threads count as processes for RLIMIT_NPROC
+    processes: int = 256  # processes + threads under the child's own uid (more where it shares the judge's)
+    network_namespace: bool = True
+    drop_root: bool = True
+    audit_hook: bool = True
+
+    @classmethod
+    def from_env(cls, timeout_s: float, env: dict[str, str] | None = None) -> SandboxLimits:
+        """YANTRA_JUDGE_WALLS="-netns,-drop_root,-audit" switches walls off (a machine that refuses them)."""
+        off = {w.strip().lstrip("-") for w in (env or os.environ).get("YANTRA_JUDGE_WALLS", "").split(",") if w}
+        unknown = off - {"netns", "drop_root", "audit"}
+        if unknown:
+            raise ValueError(f"YANTRA_JUDGE_WALLS names unknown walls {sorted(unknown)} (netns, drop_root, audit)")
+        return cls(
+            timeout_s=timeout_s,
+            network_namespace="netns" not in off,
+            drop_root="drop_root" not in off,
+            audit_hook="audit" not in off,
+        )
 
 
 @dataclass(frozen=True)
 class SandboxOutcome:
     correctness: pb.CorrectnessEvidence
     timing: pb.TimingEvidence
+    sandbox: pb.SandboxEvidence = field(default_factory=pb.SandboxEvidence)
     log_tail: str = field(default="", compare=False)
 
 
@@ -78,67 +116,36 @@ def child_env(scratch: Path, use_gpu: bool, parent: dict[str, str] | None = None
     parent = dict(os.environ) if parent is None else parent
     env = {k: parent[k] for k in PASSTHROUGH_ENV if parent.get(k)}
     env.setdefault("PATH", os.defpath)
-    env["HOME"] = str(scratch)
-    env["PYTHONPATH"] = str(REPO_ROOT)
-    env["TRITON_CACHE_DIR"] = str(scratch / "triton-cache")
+    env.update(
+        HOME=str(scratch),
+        TMPDIR=str(scratch / "tmp"),
+        XDG_CACHE_HOME=str(scratch / "cache"),
+        USER="yantra-sandbox",  # getpass.getuser() must not need a passwd entry for the sandbox uid
+        LOGNAME="yantra-sandbox",
+        PYTHONPATH=str(REPO_ROOT),
+        PYTHONDONTWRITEBYTECODE="1",  # no .pyc written beside the repo's sources
+        TRITON_CACHE_DIR=str(scratch / "triton-cache"),  # the candidate's kernels
+        TORCHINDUCTOR_CACHE_DIR=str(scratch / JUDGE_CACHE / "inductor"),  # the compiled baseline: the judge's
+        TORCHINDUCTOR_COMPILE_THREADS="1",  # compile in-process: no worker pool to spawn
+        CUDA_CACHE_PATH=str(scratch / "cuda-cache"),
+    )
     if not use_gpu:
         env["TRITON_INTERPRET"] = "1"
+        env["OMP_NUM_THREADS"] = "1"  # tiny CPU tensors; several children may run side by side
     return env
 
 
-def _tasks_of_user(uid: int) -> int | None:
-    """Processes + threads this user runs now (RLIMIT_NPROC counts them all), None when unreadable."""
-    total = 0
-    try:
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            with suppress(OSError):
-                status = Path(entry.path, "status").read_text()
-                fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-                if int(fields["Uid"].split()[0]) == uid:
-                    total += int(fields["Threads"])
-    except OSError:
-        return None
-    return total
-
-
-def _preexec(limits: SandboxLimits, use_gpu: bool, nproc: int | None):
+def _walls(limits: SandboxLimits, use_gpu: bool) -> dict:
     cpu_s = int(limits.timeout_s * max(1, min(os.cpu_count() or 1, 8))) + 30
-    settings = [
-        (resource.RLIMIT_CPU, cpu_s),  # a backstop should the judge die before it can kill the child
-        (resource.RLIMIT_FSIZE, limits.max_file_bytes),
-        (resource.RLIMIT_CORE, 0),
-    ]
-    if nproc is not None:
-        settings.append((resource.RLIMIT_NPROC, nproc))
-    if not use_gpu and limits.address_space_bytes:
-        settings.append((resource.RLIMIT_AS, limits.address_space_bytes))
-
-    def apply() -> None:  # runs in the child between fork and exec: setrlimit calls only
-        for which, value in settings:
-            soft, hard = resource.getrlimit(which)
-            cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            resource.setrlimit(which, (cap, hard))
-
-    return apply
-
-
-def _nproc_limit(limits: SandboxLimits) -> int | None:
-    """A cap on the child's processes where that is safe: not for root (ignored), not when /proc is unreadable."""
-    uid = os.getuid()
-    if uid == 0:
-        return None
-    current = _tasks_of_user(uid)
-    return None if current is None else current + limits.extra_processes
-
-
-def _failed(error: str, reason: str, log_tail: str = "") -> SandboxOutcome:
-    return SandboxOutcome(
-        pb.CorrectnessEvidence(passed=False, error=error),
-        pb.TimingEvidence(measured=False, reason=reason),
-        log_tail,
-    )
+    return {
+        "netns": limits.network_namespace,
+        "drop_root": limits.drop_root,
+        "audit": limits.audit_hook,
+        "cpu_s": cpu_s,  # a backstop should the judge die before it can kill the child
+        "file_bytes": limits.max_file_bytes,
+        "address_bytes": None if use_gpu else limits.address_space_bytes,
+        "processes": limits.processes,
+    }
 
 
 def _tail(path: Path) -> str:
@@ -149,19 +156,82 @@ def _tail(path: Path) -> str:
     return ""
 
 
-def _read_result(scratch: Path, nonce: str, log_tail: str) -> SandboxOutcome:
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "running"
+    if code >= 0:
+        return f"code {code}"
     try:
-        data = json.loads((scratch / "result.json").read_text())
-    except (OSError, ValueError) as exc:
-        return _failed(f"the sandbox child wrote no readable result ({exc}); log: {log_tail[-500:]}", "no result")
+        return f"signal {signal.Signals(-code).name}"
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _kill_group(pid: int) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process left under the child's own uid (one that left the process group too)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with suppress(OSError, ValueError, KeyError):
+            fields = dict(
+                line.split(":", 1) for line in Path(entry.path, "status").read_text().splitlines() if ":" in line
+            )
+            if int(fields["Uid"].split()[0]) == uid:
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _read_answer(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks, total = [], 0
+    while total <= MAX_RESULT_BYTES:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
+def _failed(rule: str, error: str, reason: str, sandbox: pb.SandboxEvidence, log_tail: str = "") -> SandboxOutcome:
+    sandbox.rule_id, sandbox.error = rule, error
+    return SandboxOutcome(
+        pb.CorrectnessEvidence(passed=False, error=error),
+        pb.TimingEvidence(measured=False, reason=reason),
+        sandbox,
+        log_tail,
+    )
+
+
+def _parse_answer(raw: bytes, nonce: str, sandbox: pb.SandboxEvidence, log_tail: str) -> SandboxOutcome:
+    try:
+        data = json.loads(raw.decode())
+    except (UnicodeDecodeError, ValueError) as exc:
+        return _failed("untrusted-result", f"the child's answer does not parse ({exc})", "no result", sandbox, log_tail)
     if not isinstance(data, dict) or data.get("nonce") != nonce:
-        return _failed("the sandbox result does not carry the judge's nonce: not believed", "no trusted result")
+        return _failed("untrusted-result", "the child's answer lacks the judge's nonce: not believed", "no result",
+                       sandbox, log_tail)  # fmt: skip
     try:
         correctness = json_format.ParseDict(data.get("correctness", {}), pb.CorrectnessEvidence())
         timing = json_format.ParseDict(data.get("timing", {}), pb.TimingEvidence())
     except json_format.ParseError as exc:
-        return _failed(f"the sandbox result does not parse: {exc}", "no result")
-    return SandboxOutcome(correctness, timing, log_tail)
+        return _failed("untrusted-result", f"the child's answer does not parse: {exc}", "no result", sandbox, log_tail)
+    walls = data.get("walls") or {}
+    sandbox.network = str(walls.get("network", ""))
+    sandbox.user = str(walls.get("user", ""))
+    sandbox.walls.extend(str(w) for w in walls.get("walls", []))
+    sandbox.refused.extend(str(r) for r in walls.get("refused", []))
+    if walls.get("failed"):
+        sandbox.rule_id, sandbox.error = "crashed", f"the sandbox could not raise its walls: {walls['failed']}"
+    elif sandbox.refused:
+        sandbox.rule_id, sandbox.error = "sandbox-wall", f"the walls refused: {sandbox.refused[0]}"
+    elif not correctness.passed and _MEMORY.search(correctness.error):
+        sandbox.rule_id, sandbox.error = "memory-limit", correctness.error
+    return SandboxOutcome(correctness, timing, sandbox, log_tail)
 
 
 async def run_job(
@@ -175,60 +245,64 @@ async def run_job(
     """Run one job in a fresh sandbox child and return what it measured (or why it measured nothing)."""
     if scratch_parent is not None:
         scratch_parent.mkdir(parents=True, exist_ok=True)
+    if job.seed_base == 0:
+        job = SandboxJob(**{**asdict(job), "seed_base": secrets.randbelow(1 << 30) + 1})
     scratch = Path(tempfile.mkdtemp(prefix="yantra-judge-", dir=scratch_parent))
+    for sub in ("tmp", "cache", JUDGE_CACHE):
+        (scratch / sub).mkdir()
     nonce = secrets.token_hex(16)
-    job_path = scratch / "job.json"
-    job_path.write_text(job.to_json(nonce))
+    answer_path = scratch / ".answer"
+    answer_fd = os.open(answer_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    answer_path.unlink()  # only the descriptor remains: nothing on disk can be swapped for the answer
+    env = child_env(scratch, use_gpu)
+    sandbox = pb.SandboxEvidence(ran=True, env_keys=sorted(env))
     log_path = scratch / "child.log"
+    started = time.monotonic()
+    proc = None
     try:
         with log_path.open("wb") as log:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-s",
-                "-m",
-                "services.judge.sandbox_child",
-                str(job_path),
-                cwd=scratch,
-                env=child_env(scratch, use_gpu),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                preexec_fn=_preexec(limits, use_gpu, _nproc_limit(limits)),
-            )
+                sys.executable, "-s", "-m", "services.judge.sandbox_child",
+                cwd=scratch, env=env, stdin=asyncio.subprocess.PIPE, stdout=log, stderr=log,
+                start_new_session=True, pass_fds=(answer_fd,),
+            )  # fmt: skip
+            payload = job.to_json(nonce, answer_fd, _walls(limits, use_gpu)).encode()
             try:
-                await asyncio.wait_for(proc.wait(), timeout=limits.timeout_s)
+                await asyncio.wait_for(_send(proc, payload), timeout=limits.timeout_s)
+                await asyncio.wait_for(proc.wait(), timeout=max(1.0, limits.timeout_s - (time.monotonic() - started)))
             except TimeoutError:
-                _kill_group(proc.pid)
+                _reap(proc.pid)
                 await proc.wait()
-                return _failed(
-                    f"killed after the {limits.timeout_s:g} s timeout",
-                    "the sandbox timed out",
-                    _tail(log_path),
-                )
+                sandbox.exit, sandbox.wall_s = "timeout", time.monotonic() - started
+                error = f"killed after the {limits.timeout_s:g} s timeout"
+                return _failed("timeout", error, "the sandbox timed out", sandbox, _tail(log_path))
             except asyncio.CancelledError:
-                _kill_group(proc.pid)
+                _reap(proc.pid)
                 raise
-            _kill_group(proc.pid)  # nothing the candidate started may outlive its judging
+            _reap(proc.pid)  # nothing the candidate started may outlive its judging
+        sandbox.exit, sandbox.wall_s = _exit_text(proc.returncode), time.monotonic() - started
         log_tail = _tail(log_path)
-        if proc.returncode != 0 and not (scratch / "result.json").exists():
-            how = _exit_text(proc.returncode)
-            return _failed(f"the sandbox child exited with {how}; log: {log_tail[-500:]}", "the child failed", log_tail)
-        return _read_result(scratch, nonce, log_tail)
+        raw = _read_answer(answer_fd)
+        if not raw:
+            rule = "memory-limit" if _MEMORY.search(log_tail) else "crashed"
+            error = f"the sandbox child exited with {sandbox.exit} and no answer; log: {log_tail[-500:]}"
+            return _failed(rule, error, "the child failed", sandbox, log_tail)
+        return _parse_answer(raw, nonce, sandbox, log_tail)
     finally:
+        os.close(answer_fd)
         if not keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _exit_text(code: int) -> str:
-    if code >= 0:
-        return f"code {code}"
-    try:
-        return f"signal {signal.Signals(-code).name}"
-    except ValueError:
-        return f"signal {-code}"
+async def _send(proc: asyncio.subprocess.Process, payload: bytes) -> None:
+    assert proc.stdin is not None
+    with suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.write(payload)
+        await proc.stdin.drain()
+    proc.stdin.close()
 
 
-def _kill_group(pid: int) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+def _reap(pid: int) -> None:
+    _kill_group(pid)
+    if os.getuid() == 0:
+        _kill_uid(UID_BASE + pid)

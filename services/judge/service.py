@@ -1,8 +1,10 @@
 """The judge service: static check → contract → sandboxed correctness and timing → the verdict.
 
-Layers run in order and stop at the first that fails; what ran is recorded in `observed`.
-Blocking work (the contract's meta build) runs in a thread and the sandbox is an asyncio
-subprocess, so the event loop keeps the JetStream message in progress meanwhile.
+Layers run in order and stop at the first that fails; what ran is recorded in `observed`, per
+layer (static findings, contract checks, the sandbox's walls and exit, correctness evidence,
+timing rows with their baselines). Blocking work (the contract's meta build, the GPU probe) runs
+in a thread and the sandbox is an asyncio subprocess, so the event loop keeps the JetStream
+message in progress meanwhile.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from google.protobuf.message import Message
 from services.core.events import Recorded
 from services.core.kernels import sha256
 from services.core.pb import events_pb2 as pb
+from services.judge import gpu_health
 from services.judge.contract_check import check_candidate_contract
 from services.judge.domain import LiveTarget, derive_judged, live_target
 from services.judge.module_factory import ModuleBuildError, float_binding, width_and_eps
@@ -53,9 +56,11 @@ class JudgeService:
         timeout_s: float | None = None,
         scratch_dir: Path | None = None,
         seeds: int = 5,
+        limits: SandboxLimits | None = None,
     ):
         self.use_gpu = resolve_gpu(device)
         self.timeout_s = timeout_s or (GPU_TIMEOUT_S if self.use_gpu else CPU_TIMEOUT_S)
+        self.limits = limits or SandboxLimits.from_env(self.timeout_s)
         self.scratch_dir = scratch_dir
         self.seeds = seeds
 
@@ -70,7 +75,7 @@ class JudgeService:
     async def observe(self, prior: list[Recorded], proposal: pb.CandidateProposed) -> pb.JudgeObservation:
         obs = pb.JudgeObservation()
         static = check_source(proposal.source, proposal.contract)
-        if sha256(proposal.source) != proposal.source_sha256:
+        if sha256(proposal.source) != proposal.source_sha256:  # judged is what was hashed, or nothing
             static.passed = False
             static.rules_checked.append("source-hash")
             static.findings.insert(
@@ -98,11 +103,12 @@ class JudgeService:
         except ModuleBuildError as exc:  # the contract passed, so this is unexpected; still a verdict
             obs.correctness.CopyFrom(pb.CorrectnessEvidence(passed=False, error=str(exc)))
             return obs
-        outcome = await run_job(
-            job, SandboxLimits(timeout_s=self.timeout_s), use_gpu=self.use_gpu, scratch_parent=self.scratch_dir
-        )
+        outcome = await run_job(job, self.limits, use_gpu=self.use_gpu, scratch_parent=self.scratch_dir)
         obs.correctness.CopyFrom(outcome.correctness)
         obs.timing.CopyFrom(outcome.timing)
+        obs.sandbox.CopyFrom(outcome.sandbox)
+        # The GPU must still be sane after the child, or nothing it measured is believed.
+        obs.sandbox.gpu_health = await gpu_health.probe() if self.use_gpu else "no GPU"
         return obs
 
     def job(self, proposal: pb.CandidateProposed, target: LiveTarget) -> SandboxJob:

@@ -2,7 +2,10 @@
 
 Pure and import-light (ast and the generated protobuf only): the server re-runs it before a swap.
 The rules are deliberately strict: a kernel file is kernel → launcher → wrapper and needs nothing
-else, so anything outside that shape is refused rather than reasoned about.
+else, so anything outside that shape is refused rather than reasoned about. This module holds the
+visitor (names, imports, calls, statements); the structural rules (a kernel launched, stores,
+what is returned) are in static_structure, the data flow they use in static_flow, and the allow
+and deny lists in static_rules.
 """
 
 from __future__ import annotations
@@ -10,9 +13,14 @@ from __future__ import annotations
 import ast
 
 from services.core.pb import events_pb2 as pb
+from services.judge.static_ast import docstrings, dotted, is_dunder, mutable, root_name, simple
+from services.judge.static_flow import params_of
 from services.judge.static_rules import (
+    ALLOWED_BUILTINS,
     ALLOWED_DECORATORS,
     ALLOWED_IMPORTS,
+    ALLOWED_METHODS,
+    DECORATOR_HOOKS,
     FORBIDDEN_CALLS,
     FORBIDDEN_MODULES,
     MAX_SOURCE_CHARS,
@@ -20,46 +28,40 @@ from services.judge.static_rules import (
     PATCH_ROOTS,
     RULES,
     SCALAR_MATH_ROOTS,
+    STREAM_KEYWORDS,
+    SUBCLASS_METHODS,
+    SUSPECT_PATHS,
     TENSOR_OP_METHODS,
+    TORCH_ALLOWED,
     TORCH_COMPUTES_OP,
     TORCH_INTERNALS,
+    TORCH_STREAMS,
+    TRITON_ESCAPES,
     TRITON_INTERNALS,
 )
+from services.judge.static_structure import check_structure
 
-# Literal values only: no calls, and no arithmetic (10**10**10 at import would hang the server).
-_SIMPLE_NODES = (
-    ast.Constant, ast.Name, ast.Attribute, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.UnaryOp, ast.unaryop,
-    ast.Load,
-)  # fmt: skip
 # Attribute names suspicious on any object, whatever the chain starts at (a[0].nn.functional ...).
 _SUSPECT_ATTRS = {"nn": "torch-computes-op", "functional": "torch-computes-op", "_C": "torch-internals"}
 _TRY_NODES = tuple(t for t in (getattr(ast, "Try", None), getattr(ast, "TryStar", None)) if t)
-
-
-def _simple(node: ast.AST | None) -> bool:
-    """A value that is evaluated at import without calling anything."""
-    return node is None or all(isinstance(n, _SIMPLE_NODES) for n in ast.walk(node))
-
-
-def _dotted(node: ast.AST) -> list[str] | None:
-    """['a', 'b', 'c'] for a.b.c, None when the chain does not start at a plain name."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return parts[::-1]
-
-
-def _is_dunder(name: str) -> bool:
-    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+_LIBRARIES = frozenset({"torch", "triton", "math", "typing"})
+# Rules that conclude from the whole file's structure and data flow (reported after the direct ones).
+_CONCLUSIONS = frozenset(
+    {
+        "no-jit-kernel",
+        "kernel-not-launched",
+        "decoy-kernel",
+        "returns-input",
+        "output-not-written",
+        "entrypoint-missing",
+    }
+)
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, entrypoint: str | None):
+    def __init__(self, entrypoint: str | None, tensor_params: set[str]):
         self.entrypoint = entrypoint
+        self.tensor_params = tensor_params
         self.findings: dict[tuple[str, int], str] = {}
         self.aliases: dict[str, str] = {}  # local name -> qualified path it stands for (tl -> triton.language)
         self.modules: set[str] = set()  # names bound to a module by an import
@@ -69,6 +71,8 @@ class _Checker(ast.NodeVisitor):
         self.jit: set[str] = set()
         self.function_stack: list[ast.FunctionDef] = []
         self.local_names: list[set[str]] = []
+        self.nested_functions: list[set[str]] = []
+        self.docstrings: set[int] = set()
 
     def flag(self, rule: str, node: ast.AST, reason: str) -> None:
         self.findings.setdefault((rule, getattr(node, "lineno", 0)), reason)
@@ -79,31 +83,57 @@ class _Checker(ast.NodeVisitor):
         root = self.aliases.get(parts[0])
         return root.split(".") + parts[1:] if root else parts
 
+    def qualified(self, node: ast.AST) -> str:
+        parts = dotted(node)
+        return ".".join(self.qualify(parts)) if parts else ""
+
     def check_path(self, parts: list[str], node: ast.AST) -> None:
         """Rules on a dotted path as it resolves through the imports (tl.sum -> triton.language.sum)."""
         q = self.qualify(parts)
         text = ".".join(q)
+        imported = parts[0] in self.aliases
         # A local name (not an import) is checked from its first attribute on.
-        hit = next((p for p in (q if parts[0] in self.aliases else q[1:]) if p in FORBIDDEN_MODULES), None)
+        hit = next((p for p in (q if imported else q[1:]) if p in FORBIDDEN_MODULES), None)
         if hit:
             self.flag("forbidden-module", node, f"{text} reaches the {hit} module")
-        if any(_is_dunder(p) for p in q[1:]):
+        if any(is_dunder(p) for p in q[1:]):
             self.flag("dunder-access", node, f"{text} reaches a dunder attribute")
-        if q[0] == "torch" and len(q) > 1:
-            if q[1] in TORCH_COMPUTES_OP:
-                self.flag("torch-computes-op", node, f"{text}: torch must not compute the op, the kernel does")
-            elif q[1] in TORCH_INTERNALS:
-                self.flag("torch-internals", node, f"{text} is a torch internal a kernel has no use for")
-        if q[0] == "triton" and len(q) > 1 and q[1] in TRITON_INTERNALS:
-            self.flag("torch-internals", node, f"{text} is a triton internal a kernel has no use for")
+        if not imported or q[0] not in _LIBRARIES or len(q) < 2:
+            return
+        if any(p.startswith("_") and not is_dunder(p) for p in q[1:]):
+            self.flag("torch-internals", node, f"{text} reaches a private name of {q[0]}")
+        if q[0] == "torch":
+            self._check_torch(q, text, node)
+        elif q[0] == "triton":
+            if q[1] in TRITON_INTERNALS:
+                self.flag("torch-internals", node, f"{text} is a triton internal a kernel has no use for")
+            if any(p in TRITON_ESCAPES for p in q[1:]):
+                self.flag("inline-asm", node, f"{text} reads clocks or runs raw assembly")
+
+    def _check_torch(self, q: list[str], text: str, node: ast.AST) -> None:
+        if q[1] in TORCH_COMPUTES_OP:
+            self.flag("torch-computes-op", node, f"{text}: torch must not compute the op, the kernel does")
+        elif q[1] in TORCH_INTERNALS:
+            self.flag("torch-internals", node, f"{text} is a torch internal a kernel has no use for")
+        elif q[1] in TORCH_STREAMS:
+            self.flag("stream-trick", node, f"{text}: streams, events and synchronisation are the judge's")
+        elif q[1] not in TORCH_ALLOWED:
+            self.flag("torch-not-allowed", node, f"{text} is not allocation, a dtype or type promotion")
+        elif q[1] == "Tensor" and len(q) > 2:
+            if q[2] in SUBCLASS_METHODS:
+                self.flag("tensor-subclass", node, f"{text} builds a tensor subclass")
+            else:
+                self.flag("torch-not-allowed", node, f"{text}: methods are called on tensors, not through the class")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if isinstance(node.value, ast.Name):
             self.attribute_roots.add(id(node.value))
-        parts = _dotted(node)
+        parts = dotted(node)
         if parts is not None:
             self.check_path(parts, node)
-        if _is_dunder(node.attr):
+            if parts[0] in self.functions and parts[0] not in self._locals():
+                self.flag("global-state", node, f"{'.'.join(parts)} reaches into a function object")
+        if is_dunder(node.attr):
             self.flag("dunder-access", node, f".{node.attr} is a dunder attribute")
         elif node.attr in FORBIDDEN_MODULES:
             self.flag("forbidden-module", node, f".{node.attr} reaches the {node.attr} module")
@@ -112,7 +142,7 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
-        if _is_dunder(node.id) and not (isinstance(node.ctx, ast.Store) and node.id == "__all__"):
+        if is_dunder(node.id) and not (isinstance(node.ctx, ast.Store) and node.id == "__all__"):
             self.flag("dunder-access", node, f"{node.id} is a dunder name")
         if not isinstance(node.ctx, ast.Load) or node.id in self._locals():
             return
@@ -124,6 +154,12 @@ class _Checker(ast.NodeVisitor):
             self.flag("module-alias", node, f"the module {node.id} is used other than as module.attribute")
         if node.id in self.aliases:
             self.check_path([node.id], node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and id(node) not in self.docstrings:
+            hit = next((p for p in SUSPECT_PATHS if p in node.value), None)
+            if hit:
+                self.flag("judge-files", node, f"the string {node.value[:40]!r} names {hit!r}")
 
     def _locals(self) -> set[str]:
         return self.local_names[-1] if self.local_names else set()
@@ -160,29 +196,34 @@ class _Checker(ast.NodeVisitor):
     # ------------------------------------------------------------------ module level
 
     def visit_Module(self, node: ast.Module) -> None:
+        self.docstrings = docstrings(node)
         for stmt in node.body:  # imports first, so decorators resolve through aliases (import triton as tr)
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 self.visit(stmt)
+            elif isinstance(stmt, ast.FunctionDef):
+                self.functions[stmt.name] = stmt
+                if any(self._decorator_name(d) == "triton.jit" for d in stmt.decorator_list):
+                    self.jit.add(stmt.name)
         for index, stmt in enumerate(node.body):
             if isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef)):
-                if isinstance(stmt, ast.FunctionDef):
-                    self.functions[stmt.name] = stmt
-                    if any(self._decorator_name(d) == "triton.jit" for d in stmt.decorator_list):
-                        self.jit.add(stmt.name)
                 continue
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and index == 0:
                 continue  # the module docstring
-            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and _simple(stmt.value):
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and simple(stmt.value):
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 if all(isinstance(t, ast.Name) for t in targets):
                     self.module_names.update(t.id for t in targets)
+                    if mutable(stmt.value):
+                        self.flag("global-state", stmt, "a module-level list/dict/set is state that outlives a call")
                     continue
             self.flag("module-statement", stmt, f"module-level {type(stmt).__name__} statement runs at import")
-        self.generic_visit(node)
+        for stmt in node.body:
+            if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                self.visit(stmt)
 
     def _decorator_name(self, node: ast.AST) -> str:
         target = node.func if isinstance(node, ast.Call) else node
-        parts = _dotted(target)
+        parts = dotted(target)
         return ".".join(self.qualify(parts)) if parts else ""
 
     # ------------------------------------------------------------------ functions
@@ -192,17 +233,25 @@ class _Checker(ast.NodeVisitor):
             name = self._decorator_name(dec)
             if name not in ALLOWED_DECORATORS:
                 self.flag("decorator", dec, f"decorator {name or ast.unparse(dec)} is not allowed")
+            for kw in dec.keywords if isinstance(dec, ast.Call) else []:
+                if kw.arg in DECORATOR_HOOKS:
+                    self.flag("decorator", dec, f"{name}({kw.arg}=...) runs the candidate's code around the kernel")
         args = node.args
         for default in [*args.defaults, *args.kw_defaults]:
-            if not _simple(default):
+            if not simple(default):
                 self.flag("default-value", default, f"default {ast.unparse(default)} is not a constant")
+            elif mutable(default):
+                self.flag("default-value", default, f"default {ast.unparse(default)[:30]} is mutable: a cache")
         params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
         params |= {a.arg for a in (args.vararg, args.kwarg) if a}
         assigned = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        self.local_names.append(params | assigned)
+        nested = {n.name for n in ast.walk(node) if isinstance(n, ast.FunctionDef) and n is not node}
+        self.local_names.append(params | assigned | nested)
+        self.nested_functions.append(nested)
         self.function_stack.append(node)
         self.generic_visit(node)
         self.function_stack.pop()
+        self.nested_functions.pop()
         self.local_names.pop()
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
@@ -210,6 +259,10 @@ class _Checker(ast.NodeVisitor):
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         self.flag("module-statement", node, "class definitions have no place in a kernel file")
+        for base in node.bases:
+            if "Tensor" in self.qualified(base) or "Tensor" in ast.unparse(base):
+                self.flag("tensor-subclass", node, f"class {node.name}({ast.unparse(base)}) is a tensor subclass")
+        self.generic_visit(node)
 
     def _in_jit(self) -> bool:
         return any(f.name in self.jit for f in self.function_stack)
@@ -227,26 +280,29 @@ class _Checker(ast.NodeVisitor):
 
     def generic_visit(self, node: ast.AST) -> None:
         if _TRY_NODES and isinstance(node, _TRY_NODES):
-            self.flag("try-except", node, "try/except can swallow a failing kernel")
+            self.flag("try-except", node, "try/except can swallow a failing kernel and fall back")
         super().generic_visit(node)
 
     def _check_target(self, target: ast.AST) -> None:
         for node in ast.walk(target):
-            if isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
-                parts = _dotted(node.value if isinstance(node, ast.Subscript) else node)
-                if not parts:
-                    continue
-                q = self.qualify(parts)
-                if q[0] in PATCH_ROOTS and (parts[0] in self.aliases or parts[0] in PATCH_ROOTS):
-                    self.flag("patches-library", node, f"assigning to {'.'.join(q)} patches a library")
-                elif self.function_stack and parts[0] in self.module_names and parts[0] not in self._locals():
-                    self.flag("global-state", node, f"writes module-level {parts[0]} from a function")
-                elif self._in_entrypoint() and parts[0] in self._entry_params():
-                    self.flag("mutates-input", node, f"writes to the entrypoint's input {parts[0]}")
+            if not (isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del))):
+                continue
+            root = root_name(node)
+            if root is None:
+                continue
+            q = self.qualify([root])
+            text = ast.unparse(node)[:50]
+            if q[0] in PATCH_ROOTS and (root in self.aliases or root in PATCH_ROOTS):
+                self.flag("patches-library", node, f"assigning to {text} patches a library")
+            elif root in (self.module_names | set(self.functions)) and root not in self._locals():
+                self.flag("global-state", node, f"writes module-level {root} from a function")
+            elif self._in_entrypoint() and root in self._entry_params():
+                self.flag("mutates-input", node, f"writes to the entrypoint's input {root}")
+            elif isinstance(node, ast.Attribute) and not self._in_jit():
+                self.flag("global-state", node, f"assigning {text} attaches state to an object that outlives the call")
 
     def _entry_params(self) -> set[str]:
-        fn = self.function_stack[0]
-        return {a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
+        return set(params_of(self.function_stack[0]))
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
@@ -268,60 +324,59 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
-        if isinstance(func, ast.Attribute) and func.attr in ("format", "format_map"):
-            if isinstance(func.value, ast.Constant) and "__" in str(func.value.value):
-                self.flag("dunder-access", node, "a format string reaching dunder attributes")
-        if isinstance(func, ast.Attribute):
-            parts = _dotted(func.value)
-            root = self.qualify(parts)[0] if parts else ""
-            if func.attr in TENSOR_OP_METHODS and not self._in_jit() and root not in SCALAR_MATH_ROOTS:
-                self.flag("torch-computes-op", node, f".{func.attr}() computes the op outside the kernel")
-            if parts and len(parts) == 1 and self.function_stack:
-                name = parts[0]
-                if func.attr in MUTATING_METHODS and name in self.module_names and name not in self._locals():
-                    self.flag("global-state", node, f"{name}.{func.attr}() mutates module-level state")
-                in_place = func.attr.endswith("_") and not func.attr.startswith("_")
-                if in_place and self._in_entrypoint() and name in self._entry_params():
-                    self.flag("mutates-input", node, f"{name}.{func.attr}() writes to the entrypoint's input")
+        for kw in node.keywords:
+            if kw.arg in STREAM_KEYWORDS:
+                self.flag("stream-trick", node, f"{kw.arg}= asks for work the timing would not wait for")
+        if isinstance(func, ast.Name):
+            self._check_name_call(func, node)
+        elif isinstance(func, ast.Attribute):
+            self._check_method_call(func, node)
         self.generic_visit(node)
 
-    # ------------------------------------------------------------------ the kernel is launched
+    def _check_name_call(self, func: ast.Name, node: ast.Call) -> None:
+        name = func.id
+        if name in self.functions or name in self.aliases or name in FORBIDDEN_CALLS:
+            return  # module functions; imported names (their path is checked); forbidden ones flagged by name
+        if self.nested_functions and name in self.nested_functions[-1]:
+            return
+        if name in self._locals():
+            self.flag("forbidden-call", node, f"calls {name}, a variable: only named functions may be called")
+        elif name not in ALLOWED_BUILTINS:
+            self.flag("forbidden-call", node, f"{name}() is not a builtin a kernel file may call")
 
-    def launches(self, fn: ast.FunctionDef, seen: set[str]) -> bool:
-        """Whether `fn`, or a module-level helper it calls, launches a jit kernel as kernel[grid](...)."""
-        seen.add(fn.name)
-        for node in ast.walk(fn):
-            if not isinstance(node, ast.Call):
-                continue
-            if isinstance(node.func, ast.Subscript) and isinstance(node.func.value, ast.Name):
-                if node.func.value.id in self.jit:
-                    return True
-            if isinstance(node.func, ast.Name):
-                callee = self.functions.get(node.func.id)
-                if callee and callee.name not in self.jit and callee.name not in seen and self.launches(callee, seen):
-                    return True
-        return False
-
-    def check_structure(self, tree: ast.Module) -> None:
-        if not self.jit:
-            self.flag("no-jit-kernel", tree, "no function is decorated with @triton.jit")
-        if self.entrypoint is None:
-            entries = [f for name, f in self.functions.items() if name not in self.jit]
-        else:
-            entry = self.functions.get(self.entrypoint)
-            if entry is None or self.entrypoint in self.jit:
-                why = "is a @triton.jit kernel" if entry else "is not a top-level function"
-                self.flag("entrypoint-missing", tree, f"entrypoint {self.entrypoint!r} {why}")
-                return
-            entries = [entry]
-        if self.jit and not any(self.launches(f, set()) for f in entries):
-            who = f"entrypoint {self.entrypoint!r} never launches" if self.entrypoint else "no function launches"
-            self.flag("kernel-not-launched", tree, f"{who} a @triton.jit kernel as kernel[grid](...)")
+    def _check_method_call(self, func: ast.Attribute, node: ast.Call) -> None:
+        if func.attr in ("format", "format_map"):
+            if isinstance(func.value, ast.Constant) and "__" in str(func.value.value):
+                self.flag("dunder-access", node, "a format string reaching dunder attributes")
+        parts = dotted(func.value)
+        root = root_name(func.value)
+        qualified_root = self.qualify([root])[0] if root else ""
+        if root and root in self.aliases:  # a module path: its own rules apply (torch.X, triton.X)
+            if func.attr in MUTATING_METHODS and qualified_root in _LIBRARIES | PATCH_ROOTS:
+                self.flag("patches-library", node, f"{ast.unparse(func)[:50]}() mutates a library's state")
+            return
+        if func.attr in SUBCLASS_METHODS:
+            self.flag("tensor-subclass", node, f".{func.attr}() wraps a tensor in a subclass")
+        if self.function_stack and root and root not in self._locals():
+            if func.attr in MUTATING_METHODS and (root in self.module_names or root in self.functions):
+                self.flag("global-state", node, f"{ast.unparse(func)[:50]}() mutates module-level state")
+        if self._in_entrypoint() and root in self._entry_params():
+            if func.attr.endswith("_") and not func.attr.startswith("_"):
+                self.flag("mutates-input", node, f"{ast.unparse(func)[:50]}() writes to the entrypoint's input")
+        if self._in_jit() or qualified_root in SCALAR_MATH_ROOTS or isinstance(func.value, ast.Constant):
+            return
+        if func.attr in TENSOR_OP_METHODS:
+            self.flag("torch-computes-op", node, f".{func.attr}() computes the op outside the kernel")
+        elif func.attr not in ALLOWED_METHODS and func.attr not in SUBCLASS_METHODS and parts != ["self"]:
+            self.flag("method-not-allowed", node, f".{func.attr}() is not a shape or layout method")
 
 
 def check_source(source: str, contract: pb.Contract | None = None) -> pb.StaticEvidence:
     """Every rule of RULES applied to `source`; the entrypoint rules use `contract.entrypoint` when given."""
     entrypoint = contract.entrypoint if contract is not None and contract.entrypoint else None
+    # The forward's inputs are tensors; bound parameters count as tensors where the source uses them so
+    # (the contract's declared kinds are the candidate's claim, checked by the contract layer).
+    tensor_params = set(contract.inputs) if contract is not None else set()
     evidence = pb.StaticEvidence(rules_checked=["syntax"])
     try:
         tree = ast.parse(source)
@@ -329,15 +384,17 @@ def check_source(source: str, contract: pb.Contract | None = None) -> pb.StaticE
         line = getattr(exc, "lineno", 0) or 0
         evidence.findings.append(pb.Finding(rule_id="syntax", reason=f"does not parse: {exc}", line=line))
         return evidence
-    checker = _Checker(entrypoint)
+    checker = _Checker(entrypoint, tensor_params)
     if len(source) > MAX_SOURCE_CHARS:
         checker.flag("source-size", tree, f"{len(source)} characters (at most {MAX_SOURCE_CHARS})")
     checker.visit(tree)
-    checker.check_structure(tree)
-    rules = [r for r in RULES if entrypoint or r != "entrypoint-missing"]
+    check_structure(checker, tree)
+    rules = [r for r in RULES if entrypoint or r not in ("entrypoint-missing",)]
     del evidence.rules_checked[:]
     evidence.rules_checked.extend(rules)
-    for (rule, line), reason in sorted(checker.findings.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    # Direct findings first (they say what the code does), then what the data flow concluded from it.
+    order = sorted(checker.findings.items(), key=lambda kv: (kv[0][0] in _CONCLUSIONS, kv[0][1], kv[0][0]))
+    for (rule, line), reason in order:
         evidence.findings.append(pb.Finding(rule_id=rule, reason=reason, line=line))
     evidence.passed = not evidence.findings
     return evidence
@@ -349,3 +406,10 @@ def first_finding(evidence: pb.StaticEvidence) -> str:
         return ""
     f = evidence.findings[0]
     return f"{f.rule_id}: {f.reason}" + (f" (line {f.line})" if f.line else "")
+
+
+def finding_summary(evidence: pb.StaticEvidence) -> str:
+    """The first finding in full, then the other rules that fired: what a verdict says of a static failure."""
+    first = first_finding(evidence)
+    others = sorted({f.rule_id for f in evidence.findings[1:]} - {evidence.findings[0].rule_id}) if first else []
+    return first + (f"; also {', '.join(others)}" if others else "")

@@ -6,7 +6,8 @@ import torch
 from judge_testkit import honest_source, introspect, qwen_norm
 
 from services.coder.contract import derive_contract
-from services.judge.contract_check import check_candidate_contract, check_contract, entry_params
+from services.core.pb import events_pb2 as pb
+from services.judge.contract_check import CONTRACT_RULES, check_candidate_contract, check_contract, entry_params
 
 ENTRY = ["hidden_states", "weight", "eps"]
 
@@ -18,6 +19,7 @@ def test_qwen2_rmsnorm_fits_the_template():
     assert "binding weight -> weight (tensor)" in evidence.checks
     assert "binding eps -> variance_epsilon (float)" in evidence.checks
     assert any("on meta" in c for c in evidence.checks)
+    assert "each parameter is used as the kind bound to it" in evidence.checks and not evidence.rule_id
 
 
 def test_a_binding_to_a_missing_attribute_fails():
@@ -27,6 +29,7 @@ def test_a_binding_to_a_missing_attribute_fails():
     evidence = check_contract(contract, intro, ENTRY)
     assert not evidence.passed
     assert "binding weight -> scale" in evidence.error and "no attribute 'scale'" in evidence.error
+    assert evidence.rule_id == "binding-missing"
 
 
 def test_a_binding_of_the_wrong_kind_fails():
@@ -34,7 +37,7 @@ def test_a_binding_of_the_wrong_kind_fails():
     contract = derive_contract(intro)
     contract.bindings[1].kind = "tensor"  # eps is a float on the live module
     evidence = check_contract(contract, intro, ENTRY)
-    assert not evidence.passed and "not kind 'tensor'" in evidence.error
+    assert not evidence.passed and "not kind 'tensor'" in evidence.error and evidence.rule_id == "binding-kind"
 
 
 def test_entrypoint_parameters_must_be_inputs_plus_bindings():
@@ -43,7 +46,7 @@ def test_entrypoint_parameters_must_be_inputs_plus_bindings():
     evidence = check_contract(contract, intro, ["hidden_states", "weight", "eps", "residual"])
     assert not evidence.passed and "unexpected ['residual']" in evidence.error
     evidence = check_contract(contract, intro, ["hidden_states", "weight"])
-    assert not evidence.passed and "missing ['eps']" in evidence.error
+    assert not evidence.passed and "missing ['eps']" in evidence.error and evidence.rule_id == "entry-signature"
 
 
 def test_a_contract_for_another_class_or_an_unimportable_class_fails():
@@ -71,7 +74,7 @@ class NormWithChild(torch.nn.Module):
 def test_a_module_with_children_is_not_a_module_class():
     intro = introspect(NormWithChild(8))
     evidence = check_contract(derive_contract(intro), intro, ENTRY)
-    assert not evidence.passed and "has child modules (post)" in evidence.error
+    assert not evidence.passed and "has child modules (post)" in evidence.error and evidence.rule_id == "not-leaf"
     assert "built NormWithChild of width 8 on meta" in evidence.checks
 
 
@@ -82,3 +85,47 @@ def test_the_entry_signature_is_read_without_running_the_source():
         "def other(): pass\n", derive_contract(introspect(qwen_norm())), introspect(qwen_norm())
     )
     assert not evidence.passed and "no top-level function 'rmsnorm_forward'" in evidence.error
+
+
+def test_every_failure_names_a_contract_rule():
+    intro = introspect(qwen_norm())
+    contract = derive_contract(intro)
+    wrong_kind = pb.Contract()
+    wrong_kind.CopyFrom(contract)
+    wrong_kind.kind = "layer_fusion"
+    assert check_contract(wrong_kind, intro, ENTRY).rule_id == "contract-kind"
+    wrong_inputs = pb.Contract()
+    wrong_inputs.CopyFrom(contract)
+    wrong_inputs.inputs.append("residual")
+    assert check_contract(wrong_inputs, intro, ENTRY).rule_id == "contract-inputs"
+    other = pb.Contract()
+    other.CopyFrom(contract)
+    other.target = "transformers.models.llama.modeling_llama.LlamaRMSNorm"
+    assert check_contract(other, intro, ENTRY).rule_id == "contract-target"
+    assert set(CONTRACT_RULES) >= {"contract-kind", "contract-inputs", "contract-target", "binding-not-state"}
+
+
+def test_a_binding_must_name_state_set_in_init_not_a_method():
+    intro = introspect(qwen_norm())
+    intro.attributes.append(pb.ModuleAttribute(name="extra_repr", kind="tensor", shape=[64]))  # a lying record
+    contract = derive_contract(intro)
+    contract.bindings[0].attr = "extra_repr"
+    evidence = check_contract(contract, intro, ENTRY)
+    assert evidence.rule_id == "binding-not-state" and "not set in __init__" in evidence.error
+
+
+def test_the_entrypoint_must_use_each_parameter_as_its_bound_kind():
+    intro = introspect(qwen_norm())
+    source = honest_source().replace("float(eps)", "eps.to(torch.float32)")
+    evidence = check_candidate_contract(source, derive_contract(intro), intro)
+    assert evidence.rule_id == "entry-param-kind" and "uses eps as a tensor" in evidence.error
+
+
+def test_varargs_and_positional_only_parameters_are_refused():
+    intro = introspect(qwen_norm())
+    for signature in ("hidden_states, **bound", "hidden_states, weight, eps, /", "*args"):
+        source = honest_source().replace(
+            "def rmsnorm_forward(hidden_states, weight, eps)", f"def rmsnorm_forward({signature})"
+        )
+        evidence = check_candidate_contract(source, derive_contract(intro), intro)
+        assert evidence.rule_id == "entry-signature", (signature, evidence.error)

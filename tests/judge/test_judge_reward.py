@@ -37,6 +37,8 @@ def test_a_static_failure_is_minus_one_naming_the_rule():
 def test_contract_and_correctness_failures_are_minus_one_naming_the_layer():
     obs = pb.JudgeObservation(static_check=PASSED_STATIC, contract=pb.ContractEvidence(error="no attribute 'scale'"))
     assert judge_reward(obs)[:2] == (-1, "contract check failed: no attribute 'scale'")
+    obs.contract.rule_id = "binding-missing"
+    assert judge_reward(obs)[:2] == (-1, "contract check failed: binding-missing: no attribute 'scale'")
     obs = _obs()
     obs.correctness.passed = False
     obs.correctness.error = "shape 7x64 seed 0: outside tolerance"
@@ -68,6 +70,37 @@ def test_speedups_are_geometric_means_against_eager_and_the_best_baseline():
     assert speedups(pb.TimingEvidence(rows=[_row(0.0, 10.0)])) == (0.0, 0.0)
 
 
-def test_implausible_speedups_are_flagged():
-    reward, reason, vs_eager, _ = judge_reward(_obs([_row(1.0, 50.0)]))
-    assert reward == 3 and vs_eager == pytest.approx(50.0) and "over 10x: check the measurement" in reason
+def test_speedups_over_ten_are_kept_only_after_re_measurement():
+    row = _row(1.0, 50.0, compile_=30.0, native=20.0)
+    row.remeasured, row.flag = True, "checked: 50.0x over eager; re-measured 1.02 us, kept 1.02 us"
+    reward, reason, vs_eager, _ = judge_reward(_obs([row]))
+    assert reward == 3 and vs_eager == pytest.approx(50.0) and "re-measured and kept" in reason
+
+
+def test_a_time_under_the_copy_ceiling_is_not_believed():
+    row = _row(0.5, 50.0, compile_=30.0, native=20.0)
+    row.remeasured, row.floor_us = True, 2.0
+    row.flag = "implausible: 0.50 us is under the copy-ceiling floor 2.00 us; re-measured 0.51 us, still under"
+    reward, reason, *_ = judge_reward(_obs([row]))
+    assert reward == 1 and "timing not believed at 8x64" in reason and "capped at +1" in reason
+
+
+def test_plus_three_needs_the_torch_compile_baseline():
+    reward, reason, *_ = judge_reward(_obs([_row(10.0, 20.0, native=12.0)]))
+    assert reward == 2 and "torch.compile did not run at 8x64" in reason
+
+
+def test_sandbox_rules_and_an_unhealthy_gpu_are_minus_one_naming_the_layer():
+    obs = _obs([_row(10.0, 20.0, 12.0, 12.0)])
+    obs.sandbox.CopyFrom(pb.SandboxEvidence(ran=True, rule_id="sandbox-wall", error="the walls refused: os.fork"))
+    assert judge_reward(obs)[:2] == (-1, "sandbox: sandbox-wall: the walls refused: os.fork")
+    obs.sandbox.CopyFrom(pb.SandboxEvidence(ran=True, gpu_health="failed: CUDA error: an illegal memory access"))
+    reward, reason, *_ = judge_reward(obs)
+    assert reward == -1 and reason.startswith("sandbox: gpu-unhealthy: ")
+
+
+def test_a_correctness_failure_names_its_rule():
+    obs = _obs()
+    obs.correctness.passed = False
+    obs.correctness.rule_id, obs.correctness.error = "nan-output", "shape 2x64 seed 7: the output holds NaN"
+    assert judge_reward(obs)[:2] == (-1, "correctness failed: nan-output: shape 2x64 seed 7: the output holds NaN")

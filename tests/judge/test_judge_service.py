@@ -10,6 +10,7 @@ from services.core import events as ev
 from services.core.pb import events_pb2 as pb
 from services.core.replay import verify
 from services.judge import domain as judge_domain
+from services.judge.report import describe, verdict_layer
 from services.judge.service import JudgeService
 
 REDERIVE = {**coder_domain.REDERIVE, **judge_domain.REDERIVE}
@@ -21,6 +22,7 @@ async def test_a_static_failure_stops_before_the_contract_and_the_sandbox():
     prior = log_of(captured, proposal(hostile, captured))
     [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
     assert judged.reward == -1 and judged.reason.startswith("static check failed: import-not-allowed")
+    assert verdict_layer(judged.observed) == ("static", ["import-not-allowed"])
     assert not judged.observed.HasField("contract") and not judged.observed.HasField("correctness")
     assert judge_domain.REDERIVE["CandidateJudged"](prior, prior[-1], judged) == judged
 
@@ -41,7 +43,9 @@ async def test_a_contract_failure_stops_before_the_sandbox():
     bad.contract.bindings[0].attr = "scale"
     prior = log_of(captured, bad)
     [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
-    assert judged.reward == -1 and judged.reason.startswith("contract check failed: binding weight -> scale")
+    assert judged.reward == -1 and judged.reason.startswith(
+        "contract check failed: binding-missing: binding weight -> scale"
+    )
     assert not judged.observed.HasField("correctness")
 
 
@@ -58,6 +62,18 @@ async def test_coder_and_judge_search_conclude_and_replay_over_nats(bus, nats_se
     judged = [r.msg for r in ev.all_of(log, "CandidateJudged")]
     assert [j.reward for j in judged] == [1, 1]
     assert all(j.observed.correctness.passed and j.observed.correctness.interpreted for j in judged)
+    assert all(verdict_layer(j.observed) == ("passes", []) for j in judged)
+    text = describe(judged[0])  # per layer: what was checked, and the evidence
+    for line in (
+        "static: passed",
+        "contract: passed",
+        "sandbox: exit code 0",
+        "correctness: passed, 30/30 checks",
+        "max error bfloat16" if "bfloat16" in text else "max error float32",
+        "timing: not measured",
+    ):
+        assert line in text, (line, text)
+    assert judged[0].observed.sandbox.gpu_health == "no GPU"
     assert concluded.msg.swap and concluded.msg.candidate_id == judged[0].candidate_id
     assert concluded.msg.policy == policy
     problems = [str(m) for m in verify(log, REDERIVE) if m.type in REDERIVE]

@@ -1,0 +1,170 @@
+"""The adversarial corpus and the honest kernels through the real judge, on whatever device is here.
+
+    python bench/judge_corpus.py --out bench/results            # all 67 entries
+    python bench/judge_corpus.py --only honest --part 1/2 --merge   # a part, merged into the same file
+
+Writes bench/results/judge_corpus_<cpu|h200|gpu-name>.json: for every candidate the layer and
+rule expected and got, the reward and reason, the correctness evidence and each timing row with
+its baselines. On a GPU the entries run one at a time (timing must have the GPU to itself); on CPU
+several at once. The file is rewritten after every entry, so a run cut short keeps what it judged.
+Needs torch, triton, transformers, protobuf (no NATS, no pydantic): it runs on the GPU box as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "adversarial")]
+
+import torch  # noqa: E402
+from google.protobuf import json_format  # noqa: E402
+
+GROUPS = {
+    "static": lambda e: e.layer == "static",
+    "contract": lambda e: e.layer == "contract",
+    "dynamic": lambda e: e.layer in ("sandbox", "correctness"),
+    "hostile": lambda e: e.layer != "passes",
+    "honest": lambda e: e.layer == "passes",
+    "all": lambda e: True,
+}
+
+
+def device_tag() -> tuple[str, str]:
+    if not torch.cuda.is_available():
+        return "cpu", "cpu"
+    name = torch.cuda.get_device_name()
+    tag = "h200" if "H200" in name else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return "cuda", tag
+
+
+def entry_result(entry, judged, wall_s: float) -> dict:
+    from services.judge.report import verdict_layer
+
+    obs = judged.observed
+    layer, rules = verdict_layer(obs)
+    ok = layer == entry.layer and (entry.layer == "passes" and judged.reward >= 1 or entry.rule in rules)
+    as_dict = lambda m: json_format.MessageToDict(m, preserving_proto_field_name=True)  # noqa: E731
+    return {
+        "file": entry.file,
+        "expected": {"layer": entry.layer, "rule": entry.rule},
+        "got": {"layer": layer, "rules": rules},
+        "ok": ok,
+        "reward": judged.reward,
+        "reason": judged.reason,
+        "speedup_vs_eager": judged.speedup_vs_eager,
+        "speedup_vs_best": judged.speedup_vs_best,
+        "static_findings": [f"{f.rule_id} (line {f.line}): {f.reason}" for f in obs.static_check.findings],
+        "contract": as_dict(obs.contract) if obs.HasField("contract") else None,
+        "sandbox": as_dict(obs.sandbox) if obs.HasField("sandbox") else None,
+        "correctness": as_dict(obs.correctness) if obs.HasField("correctness") else None,
+        "timing": as_dict(obs.timing) if obs.HasField("timing") else None,
+        "judge_wall_s": round(wall_s, 2),
+    }
+
+
+def summary(results: dict) -> dict:
+    hostile = [r for r in results.values() if r["expected"]["layer"] != "passes"]
+    honest = [r for r in results.values() if r["expected"]["layer"] == "passes"]
+    by_layer: dict[str, int] = {}
+    for r in hostile:
+        if r["ok"]:
+            by_layer[r["got"]["layer"]] = by_layer.get(r["got"]["layer"], 0) + 1
+    return {
+        "hostile_rejected_by_the_right_layer": f"{sum(r['ok'] for r in hostile)}/{len(hostile)}",
+        "hostile_rejected_per_layer": by_layer,
+        "honest_passed": f"{sum(r['ok'] for r in honest)}/{len(honest)}",
+        "honest_rewards": {Path(r["file"]).stem: r["reward"] for r in honest},
+        "failures": sorted(name for name, r in results.items() if not r["ok"]),
+    }
+
+
+def write(path: Path, meta: dict, results: dict) -> None:
+    data = {**meta, "summary": summary(results), "results": dict(sorted(results.items()))}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+async def run(args) -> int:
+    import adversarial_corpus as corpus
+
+    device, tag = device_tag()
+    out = Path(args.out) / f"judge_corpus_{tag}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    results: dict = {}
+    if args.merge and out.exists():
+        results = json.loads(out.read_text()).get("results", {})
+    chosen = [e for e in corpus.TABLE if GROUPS[args.only](e) and (not args.name or e.name in args.name)]
+    part, parts = (int(n) for n in args.part.split("/"))
+    chosen = chosen[part - 1 :: parts]  # --part 2/3: every third entry from the second (one GPU call each)
+    meta = {
+        "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "triton": __import__("triton").__version__,
+            "transformers": __import__("transformers").__version__,
+        },
+        "interpreted": device == "cpu",
+        "walls_switched_off": os.environ.get("YANTRA_JUDGE_WALLS", ""),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "command": " ".join(sys.argv),
+    }
+    jobs = 1 if device == "cuda" else max(1, args.jobs)
+    limit = asyncio.Semaphore(jobs)
+    scratch = Path(args.scratch) if args.scratch else None
+
+    async def one(entry) -> None:
+        async with limit:
+            started = time.monotonic()
+            try:
+                judged, _ = await corpus.judge_entry(entry, device, scratch_dir=scratch)
+            except Exception as exc:  # the bench reports a judge that failed, and goes on
+                results[entry.name] = {"file": entry.file, "ok": False, "error": f"{type(exc).__name__}: {exc}",
+                                       "expected": {"layer": entry.layer, "rule": entry.rule}}  # fmt: skip
+                print(f"ERR {entry.name}: {type(exc).__name__}: {exc}", flush=True)
+                return
+            result = entry_result(entry, judged, time.monotonic() - started)
+            results[entry.name] = result
+            write(out, meta, results)
+            mark = "ok " if result["ok"] else "BAD"
+            got = f"{result['got']['layer']}/{','.join(result['got']['rules'])[:30]}"
+            print(f"{mark} {entry.name:36} {got:40} {judged.reward:+d} {result['judge_wall_s']:6.1f}s  "
+                  f"{judged.reason[:110]}", flush=True)  # fmt: skip
+
+    started = time.monotonic()
+    await asyncio.gather(*(one(e) for e in chosen))
+    write(out, meta, results)
+    s = summary(results)
+    print(f"\n{len(chosen)} judged in {time.monotonic() - started:.0f} s on {meta['device']}: "
+          f"hostile rejected by the right layer {s['hostile_rejected_by_the_right_layer']}, "
+          f"honest passed {s['honest_passed']}; wrote {out}")  # fmt: skip
+    if s["failures"]:
+        print(f"not as expected: {', '.join(s['failures'])}")
+    return 0 if not s["failures"] else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--only", choices=sorted(GROUPS), default="all")
+    parser.add_argument("--name", nargs="*", default=[], help="only these entries (file stems)")
+    parser.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)), help="CPU only")
+    parser.add_argument("--part", default="1/1", help="K/N: judge every N-th entry from the K-th (split a long run)")
+    parser.add_argument("--merge", action="store_true", help="keep the other entries of an existing result file")
+    parser.add_argument("--scratch", default="", help="where sandbox scratch directories go (default: the temp dir)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
