@@ -33,7 +33,7 @@ UID_BASE = 2_000_000  # sandbox uids: UID_BASE + the child's pid, unique among r
 GiB = 1 << 30
 # Executables Triton and torch.compile run while compiling on a GPU (matched on the basename's start).
 TOOLCHAIN = ("ptxas", "ldconfig", "gcc", "cc", "clang", "g++", "c++", "nvcc", "cuobjdump", "nvdisasm", "nvlink",
-             "x86_64-linux-gnu-gcc")  # fmt: skip
+             "x86_64-linux-gnu-gcc", "file")  # fmt: skip  # file: probed while torch.compile builds (seen on the H200)
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _PATH_EVENTS = {  # event -> indexes of path arguments that are written (removed, renamed, created ...)
     "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.replace": (0, 1),

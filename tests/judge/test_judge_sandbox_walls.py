@@ -195,6 +195,7 @@ def test_the_audit_policy_in_itself(tmp_path):
     wall("open", ("/etc/hostname", "r", 0))  # reading the system: fine
     wall("open", (f"/proc/{os.getpid()}/status", "r", 0))  # itself: fine
     wall("subprocess.Popen", (None, ["/usr/local/cuda/bin/ptxas", "-v"], None, None))  # Triton's toolchain
+    wall("subprocess.Popen", ("file", ["file", "-b", "x.so"], None, None))  # probed by torch.compile on the H200
     wall("socket.__new__", (None, socket.AF_UNIX, socket.SOCK_STREAM, 0))
     refused = {
         "write outside": ("open", (str(tmp_path / "x"), "w", 0)),
