@@ -189,7 +189,8 @@ async def cmd_up(args) -> int:
     settings = _settings(args)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):  # also when started where SIGINT is ignored (a background job)
+    # SIGHUP too: a closed terminal stops the stack cleanly; SIGINT also where a background job ignores it.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     stack = await _bring_up(settings, stop)
     print("press Ctrl-C to stop; in another terminal: yantra optimize | yantra events --follow | yantra tui")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,6 +11,16 @@ from pathlib import Path
 from services.core.nats_launcher import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie that nobody reaped yet counts as gone
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "State:\tZ" in status.read_text())
 
 
 def yantra(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -105,15 +116,44 @@ def test_up_starts_every_service_and_stops_them_all_on_a_signal(tmp_path):
             if "press Ctrl-C" in line or up.poll() is not None:
                 break
         assert "server ready" in "".join(lines), "".join(lines)
-        import json
-
-        children = json.loads((data / "stack.json").read_text())
-        assert children["nats_url"].startswith("nats://127.0.0.1:")
+        stack = json.loads((data / "stack.json").read_text())
+        assert stack["nats_url"].startswith("nats://127.0.0.1:")
         up.send_signal(signal.SIGTERM)
         assert up.wait(60) == 0
         assert not (data / "stack.json").exists()
-        out = subprocess.run(["pgrep", "-f", str(data)], capture_output=True, text=True)
-        assert out.stdout.strip() == "", "nats-server or a service outlived `yantra up`"
+        left = [name for name, pid in stack["pids"].items() if _alive(pid)]
+        assert not left, f"{left} outlived `yantra up`"
     finally:
         if up.poll() is None:
             up.kill()
+
+
+def test_a_killed_up_takes_its_services_with_it(tmp_path):
+    import signal
+    import time
+
+    env = {**os.environ, "YANTRA_SERVER_ADDR": f"127.0.0.1:{free_port()}"}
+    env.pop("NATS_URL", None)
+    data = tmp_path / "d"
+    up = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "press Ctrl-C" not in up.stdout.readline():
+            assert up.poll() is None
+        pids = json.loads((data / "stack.json").read_text())["pids"]
+        assert set(pids) == {"server", "profiler", "skillstore", "coder", "judge", "nats-server"}
+        up.send_signal(signal.SIGKILL)  # no chance to clean up
+        up.wait()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (left := [n for n, pid in pids.items() if _alive(pid)]):
+            time.sleep(0.3)
+        assert not left, f"{left} outlived a killed `yantra up`"
+    finally:
+        subprocess.run(["pkill", "-f", str(data)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +15,16 @@ from pathlib import Path
 
 class NatsNotFound(RuntimeError):
     pass
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGTERM when the process that started it dies, even by SIGKILL (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def find_nats_server() -> str:
@@ -69,7 +80,7 @@ def start_nats(store_dir: Path, port: int = 0, log_file: Path | None = None, tim
     port = port or free_port()
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
     cmd = [find_nats_server(), "-js", "-sd", str(store_dir), "-p", str(port), "-a", "127.0.0.1", "--http_port", "0"]
-    proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True, preexec_fn=die_with_parent)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.core.nats_launcher import LocalNats, start_nats
+from services.core.nats_launcher import LocalNats, die_with_parent, start_nats
 from services.core.settings import Settings
 
 STACK_FILE = "stack.json"
@@ -78,7 +78,8 @@ class Stack:
             env=self.child_env(),
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True,  # Ctrl-C reaches `yantra up`, which stops the services in order
+            preexec_fn=die_with_parent,  # and a `yantra up` that is killed outright takes them with it
         )
         self.procs[name] = proc
         return proc
@@ -138,6 +139,10 @@ def start_stack(settings: Settings, services: tuple[str, ...]) -> Stack:
     try:
         for name in services:
             stack.start_service(name)
+        info["pids"] = {name: proc.pid for name, proc in stack.procs.items()}
+        if nats:
+            info["pids"]["nats-server"] = nats.process.pid
+        (data_dir / STACK_FILE).write_text(json.dumps(info))
     except Exception:
         stack.stop()
         raise
