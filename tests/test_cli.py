@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from services.core.nats_launcher import free_port
 
@@ -92,14 +96,13 @@ def test_demo_with_an_unknown_model_names_it(tmp_path):
     assert "no-such-model" in result.stderr and "tiny-qwen2" in result.stderr
 
 
-def test_up_starts_every_service_and_stops_them_all_on_a_signal(tmp_path):
-    import signal
-    import time
-
+@pytest.fixture
+def up(tmp_path):
+    """`yantra up` on its own data dir, ready; yields (process, stack.json contents)."""
     env = {**os.environ, "YANTRA_SERVER_ADDR": f"127.0.0.1:{free_port()}"}
     env.pop("NATS_URL", None)
     data = tmp_path / "d"
-    up = subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data)],
         cwd=ROOT,
         env=env,
@@ -107,53 +110,41 @@ def test_up_starts_every_service_and_stops_them_all_on_a_signal(tmp_path):
         stderr=subprocess.STDOUT,
         text=True,
     )
-    try:
-        lines = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = up.stdout.readline()
-            lines.append(line)
-            if "press Ctrl-C" in line or up.poll() is not None:
-                break
-        assert "server ready" in "".join(lines), "".join(lines)
-        stack = json.loads((data / "stack.json").read_text())
-        assert stack["nats_url"].startswith("nats://127.0.0.1:")
-        up.send_signal(signal.SIGTERM)
-        assert up.wait(60) == 0
-        assert not (data / "stack.json").exists()
-        left = [name for name, pid in stack["pids"].items() if _alive(pid)]
-        assert not left, f"{left} outlived `yantra up`"
-    finally:
-        if up.poll() is None:
-            up.kill()
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        lines.append(proc.stdout.readline())
+        if "press Ctrl-C" in lines[-1]:
+            break
+    assert "server ready" in "".join(lines), "".join(lines)
+    stack = json.loads((data / "stack.json").read_text())
+    yield proc, stack
+    if proc.poll() is None:
+        proc.kill()
+    for pid in stack["pids"].values():
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
-def test_a_killed_up_takes_its_services_with_it(tmp_path):
-    import signal
-    import time
+def _still_alive(pids: dict[str, int], within_s: float) -> list[str]:
+    deadline = time.monotonic() + within_s
+    while (left := [n for n, pid in pids.items() if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    return left
 
-    env = {**os.environ, "YANTRA_SERVER_ADDR": f"127.0.0.1:{free_port()}"}
-    env.pop("NATS_URL", None)
-    data = tmp_path / "d"
-    up = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "press Ctrl-C" not in up.stdout.readline():
-            assert up.poll() is None
-        pids = json.loads((data / "stack.json").read_text())["pids"]
-        assert set(pids) == {"server", "profiler", "skillstore", "coder", "judge", "nats-server"}
-        up.send_signal(signal.SIGKILL)  # no chance to clean up
-        up.wait()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (left := [n for n, pid in pids.items() if _alive(pid)]):
-            time.sleep(0.3)
-        assert not left, f"{left} outlived a killed `yantra up`"
-    finally:
-        subprocess.run(["pkill", "-f", str(data)])
+
+def test_up_starts_every_service_and_stops_them_all_on_a_signal(up, tmp_path):
+    proc, stack = up
+    assert set(stack["pids"]) == {"server", "profiler", "skillstore", "coder", "judge", "nats-server"}
+    assert stack["nats_url"].startswith("nats://127.0.0.1:")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert not (tmp_path / "d" / "stack.json").exists()
+    assert not (left := _still_alive(stack["pids"], 0)), f"{left} outlived `yantra up`"
+
+
+def test_a_killed_up_takes_its_services_with_it(up):
+    proc, stack = up
+    proc.send_signal(signal.SIGKILL)  # no chance to clean up
+    proc.wait()
+    assert not (left := _still_alive(stack["pids"], 20)), f"{left} outlived a killed `yantra up`"
