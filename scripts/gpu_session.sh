@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session in one go: install the carried wheels, run the GPU tests, the benchmarks and
 # the demo on the 1.5B-shaped model; results land in bench/results/ and in $OUT when it is set.
+# Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
 #   bash scripts/gpu_session.sh [tests|bench|demo|corpus ...]   (default: tests bench demo)
 set -uo pipefail
 cd "$(dirname "$0")/.."
