@@ -392,6 +392,21 @@ def _run_id(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _bounded(low: int, high: int):
+    """An argparse type: an integer in [low, high] (the server refuses others, which would stall a run)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="yantra",
@@ -414,9 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
             help="swap policy recorded in the run (auto: gpu-default; demo on CPU: cpu-untimed)",
         )
         sp.add_argument("--min-reward", type=int, choices=[-1, 1, 2, 3], help="explicit swap threshold instead")
-        sp.add_argument("--max-candidates", type=int, default=3, help="kernels to judge before concluding")
+        sp.add_argument("--max-candidates", type=_bounded(1, 32), default=3, help="kernels to judge before concluding")
         sp.add_argument("--prompt", action="append", help="a prompt to profile and measure with (repeatable)")
-        sp.add_argument("--decode-tokens", type=int, default=16, help="tokens per prompt when measuring")
+        sp.add_argument("--decode-tokens", type=_bounded(1, 4096), default=16, help="tokens per prompt when measuring")
         sp.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the run to complete")
 
     sp = sub.add_parser("up", help="start nats-server and all five services; Ctrl-C stops them")

@@ -46,6 +46,13 @@ def test_help_lists_every_command():
         assert command in result.stdout
 
 
+def test_out_of_range_run_options_are_refused_before_anything_starts():
+    for args in (["--decode-tokens", "0"], ["--decode-tokens", "5000"], ["--max-candidates", "x"]):
+        result = yantra("optimize", *args)
+        assert result.returncode == 2, args
+        assert "outside" in result.stderr or "not an integer" in result.stderr, result.stderr
+
+
 def test_nats_that_is_down_is_a_clear_error(tmp_path):
     result = yantra("runs", env={"NATS_URL": f"nats://127.0.0.1:{free_port()}", "YANTRA_DATA_DIR": str(tmp_path)})
     assert result.returncode == 2
