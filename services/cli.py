@@ -207,7 +207,9 @@ async def cmd_up(args) -> int:
 
 
 async def cmd_demo(args) -> int:
-    settings = _settings(args)
+    # One loop from the stock model: swaps of earlier demos on this data dir are not re-applied
+    # (the skill library still carries over, so a second demo starts warm).
+    settings = _settings(args).model_copy(update={"restore_swaps": False})
     stack = await _bring_up(settings)
     try:
         addr = settings.server_addr

@@ -16,6 +16,7 @@ class Settings(BaseModel):
     device: str = Field("auto", description="auto | cpu | cuda")
     ack_wait_s: float = Field(30.0, gt=0, description="seconds before an unacknowledged event is redelivered")
     log_level: str = "INFO"
+    restore_swaps: bool = Field(True, description="a (re)started server re-applies the log's committed swaps")
 
     @field_validator("data_dir")
     @classmethod
@@ -34,6 +35,7 @@ class Settings(BaseModel):
             "device": env.get("YANTRA_DEVICE", "auto"),
             "ack_wait_s": env.get("YANTRA_ACK_WAIT_S", "30"),
             "log_level": env.get("YANTRA_LOG_LEVEL", "INFO"),
+            "restore_swaps": env.get("YANTRA_RESTORE_SWAPS", "1") not in ("0", "false", "no"),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -47,6 +49,7 @@ class Settings(BaseModel):
             "YANTRA_DEVICE": self.device,
             "YANTRA_ACK_WAIT_S": str(self.ack_wait_s),
             "YANTRA_LOG_LEVEL": self.log_level,
+            "YANTRA_RESTORE_SWAPS": "1" if self.restore_swaps else "0",
         }
         if self.nats_url:
             out["NATS_URL"] = self.nats_url

@@ -12,6 +12,7 @@ from services.server.engine import Engine
 from services.server.grpc_api import start_grpc
 from services.server.metrics import default_server_id, metrics_loop
 from services.server.models import UnknownModel, load_model
+from services.server.restore import restore_swaps
 from services.server.service import ServerService
 
 log = logging.getLogger("services.server")
@@ -33,6 +34,9 @@ def make_setup(engine: Engine) -> Setup:
         service = ServerService(engine, settings.data_dir)
         if service.static_check is None:
             log.warning("static check unavailable: every swap will be rejected until services.judge is installed")
+        restored = await restore_swaps(bus, service, engine.loaded.name) if settings.restore_swaps else []
+        if restored:
+            log.info("re-applied %d swap(s) from the log: %s", len(restored), ", ".join(restored))
         return [
             serve_grpc(engine, settings.server_addr, stop),
             run_service(bus, service, stop, settings.ack_wait_s),

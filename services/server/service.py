@@ -122,6 +122,26 @@ class ServerService:
                 continue
         return [0]
 
+    # ------------------------------------------------------------------ restart
+
+    async def reapply(self, committed: Recorded, run_log: list[Recorded]) -> str:
+        """Re-apply a swap the log holds as committed; returns "" on success, else why not."""
+        msg: pb.SwapCommitted = committed.msg
+        trigger = next((r for r in run_log if r.env.event_id == committed.env.causation_id), None)
+        proposed = domain.find_proposed(run_log, msg.candidate_id)
+        if trigger is None or proposed is None or proposed.source_sha256 != msg.source_sha256:
+            return "the log no longer holds its conclusion or its candidate"
+        prior = [r for r in run_log if r.seq <= trigger.seq]
+        observed = pb.ParityObservation(dtype=self.engine.dtype, judged_ok=domain.judged_ok(prior, trigger.msg))
+        if domain.log_problems(prior, trigger.msg):
+            return "the log does not vouch for its candidate"
+        entry = await self._static_check_and_load(proposed, observed)
+        if entry is None:
+            return observed.error or "the static check refuses it now"
+        canary = self._canary_ids(prior)
+        outcome = await self.engine.exclusive(self._swap, prior, trigger, proposed.contract, entry, canary, observed)
+        return "" if isinstance(outcome, pb.SwapCommitted) else outcome.reason
+
     # ------------------------------------------------------------------ rollback
 
     async def _on_rollback(self, trigger: Recorded, prior: list[Recorded]) -> pb.SwapRolledBack:

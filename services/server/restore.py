@@ -1,0 +1,44 @@
+"""Swaps re-applied from the log after a restart: the log, not process memory, says what is served.
+
+A restarted server loads fresh weights with the stock forwards. Every swap the log holds as
+committed (and not rolled back) for the model this server serves is re-applied through the same
+checks as the first time: the log must still vouch for the candidate, the static check runs again,
+and parity is re-checked on this process's live weights by the same pure rule (`swap_outcome`).
+A swap that no longer passes is left out and said so in the log of this process.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from services.core import events as ev
+from services.core.bus import Bus
+from services.core.events import Recorded
+from services.server.service import ServerService
+
+log = logging.getLogger(__name__)
+
+
+def live_swaps(committed: list[Recorded], rolled_back: list[Recorded]) -> list[Recorded]:
+    """Committed swaps, oldest first, without those any rollback named (a rollback is final)."""
+    gone = {r.msg.swap_id for r in rolled_back}
+    return [r for r in committed if r.msg.swap_id not in gone]
+
+
+async def restore_swaps(bus: Bus, service: ServerService, model_name: str) -> list[str]:
+    """Re-apply the log's live swaps for `model_name`; returns the swap ids now served again."""
+    committed = await bus.read_all(ev.run_filter("*", "SwapCommitted"))
+    rolled_back = await bus.read_all(ev.run_filter("*", "SwapRolledBack"))
+    restored = []
+    for rec in live_swaps(committed, rolled_back):
+        run_log = await bus.read_run(rec.env.run_id)
+        request = ev.first(run_log, "RunRequested")
+        if request is None or request.msg.model != model_name:
+            continue  # a swap made on another model
+        problem = await service.reapply(rec, run_log)
+        if problem:
+            log.warning("swap %s not re-applied: %s", rec.msg.swap_id, problem)
+        else:
+            log.info("swap %s re-applied from the log (%s)", rec.msg.swap_id, rec.msg.target_class)
+            restored.append(rec.msg.swap_id)
+    return restored

@@ -1,0 +1,84 @@
+"""A restarted server re-applies the swaps its log holds as committed, through the same checks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from server_fixtures import QWEN_NORM, swap_run
+
+from services.core import events as ev
+from services.core.bus import Bus
+from services.core.nats_launcher import start_nats
+from services.core.pb import events_pb2 as pb
+from services.core.runner import answer
+from services.server.engine import Engine
+from services.server.hotswap import is_patched
+from services.server.introspection import instances_of
+from services.server.models import load_model
+from services.server.restore import live_swaps, restore_swaps
+from services.server.service import ServerService
+
+
+@pytest.fixture
+async def own_bus(tmp_path):
+    """A nats-server of this test's own: restore reads every run, and other tests' swaps must not count."""
+    server = start_nats(tmp_path / "nats")
+    bus = await Bus.connect(server.url, name="restore")
+    yield bus
+    await bus.close()
+    server.stop()
+
+
+async def _commit(bus: Bus, engine: Engine, run_id: str, source: str, tmp_path) -> ev.Recorded:
+    for env in swap_run(run_id, source):
+        await bus.publish(env)
+    log = await bus.read_run(run_id)
+    await answer(bus, ServerService(engine, tmp_path), ev.last(log, "TargetConcluded"))
+    return ev.last(await bus.read_run(run_id), "SwapCommitted")
+
+
+async def test_a_restarted_server_serves_the_committed_swap_again(own_bus, good_source, tmp_path):
+    first = Engine(load_model("tiny-qwen2", "cpu"))
+    ids = first.encode("Hello there")
+    before, _ = await first.exclusive(first.decode, ids, 8)
+    committed = await _commit(own_bus, first, "restore-1", good_source, tmp_path)
+    assert committed is not None and committed.msg.modules_patched == 5
+    first.close()
+
+    restarted = Engine(load_model("tiny-qwen2", "cpu"))  # fresh weights, stock forwards
+    assert not any(is_patched(m) for m in instances_of(restarted.model, QWEN_NORM))
+    service = ServerService(restarted, tmp_path)
+    assert await restore_swaps(own_bus, service, "tiny-qwen2") == [committed.msg.swap_id]
+    assert all(is_patched(m) for m in instances_of(restarted.model, QWEN_NORM))
+    assert (await restarted.exclusive(restarted.decode, ids, 8))[0] == before
+    assert [r.state for r in restarted.swaps.records()] == ["committed"]
+
+    other = Engine(load_model("tiny-llama", "cpu"))  # another model: nothing of it applies
+    assert await restore_swaps(own_bus, ServerService(other, tmp_path), "tiny-llama") == []
+    restarted.close()
+    other.close()
+
+
+async def test_a_rolled_back_swap_stays_rolled_back(own_bus, good_source, tmp_path):
+    engine = Engine(load_model("tiny-qwen2", "cpu"))
+    committed = await _commit(own_bus, engine, "restore-2", good_source, tmp_path)
+    rollback = pb.RollbackRequested(swap_id=committed.msg.swap_id, reason="test")
+    await own_bus.publish(ev.make_envelope("restore-2", rollback, producer="test", time_ns=time.time_ns()))
+    request = ev.last(await own_bus.read_run("restore-2"), "RollbackRequested")
+    await answer(own_bus, ServerService(engine, tmp_path), request)
+    engine.close()
+
+    restarted = Engine(load_model("tiny-qwen2", "cpu"))
+    assert await restore_swaps(own_bus, ServerService(restarted, tmp_path), "tiny-qwen2") == []
+    assert not any(is_patched(m) for m in instances_of(restarted.model, QWEN_NORM))
+    restarted.close()
+
+
+def test_live_swaps_drops_what_any_rollback_named():
+    def rec(seq, msg):
+        return ev.Recorded(seq, ev.make_envelope("r", msg, producer="server", time_ns=seq, causation_id=str(seq)))
+
+    a, b = rec(1, pb.SwapCommitted(swap_id="swap-a")), rec(2, pb.SwapCommitted(swap_id="swap-b"))
+    assert live_swaps([a, b], [rec(3, pb.SwapRolledBack(swap_id="swap-a"))]) == [b]
+    assert live_swaps([a, b], []) == [a, b]
