@@ -20,9 +20,10 @@ log = logging.getLogger(__name__)
 
 
 def live_swaps(committed: list[Recorded], rolled_back: list[Recorded]) -> list[Recorded]:
-    """Committed swaps, oldest first, without those any rollback named (a rollback is final)."""
+    """Committed swaps, oldest first, one per swap id (its newest commit), without those any rollback named."""
     gone = {r.msg.swap_id for r in rolled_back}
-    return [r for r in committed if r.msg.swap_id not in gone]
+    newest = {r.msg.swap_id: r for r in committed if r.msg.swap_id not in gone}
+    return sorted(newest.values(), key=lambda r: r.seq)
 
 
 async def restore_swaps(bus: Bus, service: ServerService, model_name: str) -> list[str]:
@@ -30,11 +31,15 @@ async def restore_swaps(bus: Bus, service: ServerService, model_name: str) -> li
     committed = await bus.read_all(ev.run_filter("*", "SwapCommitted"))
     rolled_back = await bus.read_all(ev.run_filter("*", "SwapRolledBack"))
     restored = []
-    for rec in live_swaps(committed, rolled_back):
+    for rec in reversed(live_swaps(committed, rolled_back)):  # the newest swap of a target wins
         run_log = await bus.read_run(rec.env.run_id)
         request = ev.first(run_log, "RunRequested")
         if request is None or request.msg.model != model_name:
             continue  # a swap made on another model
+        newer = service.engine.swaps.active_for(rec.msg.target_class)
+        if newer is not None:
+            log.info("swap %s superseded by the newer %s", rec.msg.swap_id, newer.swap_id)
+            continue
         problem = await service.reapply(rec, run_log)
         if problem:
             log.warning("swap %s not re-applied: %s", rec.msg.swap_id, problem)

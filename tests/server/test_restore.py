@@ -82,3 +82,5 @@ def test_live_swaps_drops_what_any_rollback_named():
     a, b = rec(1, pb.SwapCommitted(swap_id="swap-a")), rec(2, pb.SwapCommitted(swap_id="swap-b"))
     assert live_swaps([a, b], [rec(3, pb.SwapRolledBack(swap_id="swap-a"))]) == [b]
     assert live_swaps([a, b], []) == [a, b]
+    again = rec(4, pb.SwapCommitted(swap_id="swap-a"))  # the same candidate committed by a later run
+    assert live_swaps([a, b, again], []) == [b, again]
