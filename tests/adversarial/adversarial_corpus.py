@@ -10,7 +10,6 @@ and runs the real JudgeService on it. Used by tests/adversarial/test_corpus.py a
 
 from __future__ import annotations
 
-import inspect
 import re
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from services.core import events as ev
 from services.core.events import Recorded
 from services.core.kernels import sha256
 from services.core.pb import events_pb2 as pb
+from services.server.introspection import introspect_module as introspect  # what the server records
 
 HERE = Path(__file__).resolve().parent
 QWEN = "transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm"
@@ -201,26 +201,6 @@ def live_module(entry: Entry, device: str) -> torch.nn.Module:
     cls = import_class(entry.module)
     module = cls(entry.live_width(device), eps=1e-6)
     return module.to(dtype=getattr(torch, entry.param_dtype or entry.dtype))
-
-
-def introspect(module: torch.nn.Module) -> pb.ModuleIntrospection:
-    """What the server's introspection records of a live module, read off a real instance."""
-    cls = type(module)
-    attrs = [
-        pb.ModuleAttribute(name=name, kind="parameter", shape=list(p.shape), dtype=str(p.dtype))
-        for name, p in module.named_parameters(recurse=False)
-    ]
-    attrs += [
-        pb.ModuleAttribute(name=name, kind="float", value=value)
-        for name, value in vars(module).items()
-        if isinstance(value, float)
-    ]
-    return pb.ModuleIntrospection(
-        class_path=f"{cls.__module__}.{cls.__qualname__}",
-        attributes=attrs,
-        forward_params=list(inspect.signature(module.forward).parameters),
-        leaf=not list(module.children()),
-    )
 
 
 def profile_captured(entry: Entry, device: str) -> pb.ProfileCaptured:

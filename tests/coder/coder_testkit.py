@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import time
 
 import torch
@@ -18,26 +17,9 @@ from services.core.bus import Bus
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
 from services.core.runner import answer
+from services.server.introspection import introspect_module as introspect  # what the server records
 
 RUN = "codertest"
-
-
-def introspect(module: torch.nn.Module) -> pb.ModuleIntrospection:
-    """What the server's introspection records of a live module, read off a real instance."""
-    cls = type(module)
-    attrs = [
-        pb.ModuleAttribute(name=name, kind="parameter", shape=list(p.shape), dtype=str(p.dtype))
-        for name, p in module.named_parameters(recurse=False)
-    ]
-    attrs += [
-        pb.ModuleAttribute(name=k, kind="float", value=v) for k, v in vars(module).items() if isinstance(v, float)
-    ]
-    return pb.ModuleIntrospection(
-        class_path=f"{cls.__module__}.{cls.__qualname__}",
-        attributes=attrs,
-        forward_params=list(inspect.signature(module.forward).parameters),
-        leaf=not list(module.children()),
-    )
 
 
 def profile_captured(module: torch.nn.Module | None = None, op_family: str = "row_reduction") -> pb.ProfileCaptured:

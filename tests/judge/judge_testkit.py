@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import time
 
 import torch
@@ -19,30 +18,10 @@ from services.core import events as ev
 from services.core.events import Recorded
 from services.core.kernels import sha256
 from services.core.pb import events_pb2 as pb
+from services.server.introspection import introspect_module as introspect  # what the server records
 
 WIDTH = 64
 LIVE_SHAPE = (2, 3, WIDTH)
-
-
-def introspect(module: torch.nn.Module) -> pb.ModuleIntrospection:
-    """What the server's introspection records of a live module, read off a real instance."""
-    cls = type(module)
-    attrs = [
-        pb.ModuleAttribute(name=name, kind="parameter", shape=list(p.shape), dtype=str(p.dtype))
-        for name, p in module.named_parameters(recurse=False)
-    ]
-    attrs += [
-        pb.ModuleAttribute(name=name, kind="float", value=value)
-        for name, value in vars(module).items()
-        if isinstance(value, float)
-    ]
-    params = [p for p in inspect.signature(module.forward).parameters]
-    return pb.ModuleIntrospection(
-        class_path=f"{cls.__module__}.{cls.__qualname__}",
-        attributes=attrs,
-        forward_params=params,
-        leaf=not list(module.children()),
-    )
 
 
 def profile_captured(module: torch.nn.Module, input_shape=LIVE_SHAPE, dtype="torch.float32") -> pb.ProfileCaptured:
