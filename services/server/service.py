@@ -63,18 +63,23 @@ class ServerService:
         if existing is not None and existing.state == "committed":
             # Redelivered after the swap went live but before the answer was published: answer again.
             return [existing.committed]
+        outcome = await self._attempt(prior, trigger)
+        log.info("%s %s: %s", type(outcome).__name__, concluded.candidate_id, getattr(outcome, "reason", "live"))
+        return [outcome]
+
+    async def _attempt(self, prior: list[Recorded], trigger: Recorded) -> pb.SwapCommitted | pb.SwapRejected:
+        """Answer a TargetConcluded: the log vouches, the static check passes, parity holds live, or no swap."""
+        concluded: pb.TargetConcluded = trigger.msg
         observed = pb.ParityObservation(dtype=self.engine.dtype, judged_ok=domain.judged_ok(prior, concluded))
         if domain.log_problems(prior, concluded):  # never import code the log does not vouch for
-            return [domain.swap_outcome(prior, trigger, observed)]
+            return domain.swap_outcome(prior, trigger, observed)
         proposed = domain.find_proposed(prior, concluded.candidate_id)
         assert proposed is not None  # log_problems checked it
         entry = await self._static_check_and_load(proposed, observed)
         if entry is None:
-            return [domain.swap_outcome(prior, trigger, observed)]
+            return domain.swap_outcome(prior, trigger, observed)
         canary = self._canary_ids(prior)
-        outcome = await self.engine.exclusive(self._swap, prior, trigger, proposed.contract, entry, canary, observed)
-        log.info("%s %s: %s", type(outcome).__name__, concluded.candidate_id, getattr(outcome, "reason", "live"))
-        return [outcome]
+        return await self.engine.exclusive(self._swap, prior, trigger, proposed.contract, entry, canary, observed)
 
     async def _static_check_and_load(self, proposed: pb.CandidateProposed, observed: pb.ParityObservation):
         if self.static_check is None:
@@ -131,15 +136,7 @@ class ServerService:
         proposed = domain.find_proposed(run_log, msg.candidate_id)
         if trigger is None or proposed is None or proposed.source_sha256 != msg.source_sha256:
             return "the log no longer holds its conclusion or its candidate"
-        prior = [r for r in run_log if r.seq <= trigger.seq]
-        observed = pb.ParityObservation(dtype=self.engine.dtype, judged_ok=domain.judged_ok(prior, trigger.msg))
-        if domain.log_problems(prior, trigger.msg):
-            return "the log does not vouch for its candidate"
-        entry = await self._static_check_and_load(proposed, observed)
-        if entry is None:
-            return observed.error or "the static check refuses it now"
-        canary = self._canary_ids(prior)
-        outcome = await self.engine.exclusive(self._swap, prior, trigger, proposed.contract, entry, canary, observed)
+        outcome = await self._attempt([r for r in run_log if r.seq <= trigger.seq], trigger)
         return "" if isinstance(outcome, pb.SwapCommitted) else outcome.reason
 
     # ------------------------------------------------------------------ rollback
