@@ -39,5 +39,20 @@ async def bus(nats_server):
 
 
 @pytest.fixture
+def own_nats(tmp_path):
+    """A nats-server of one test's own, for tests whose consumers or readers must see no other test's events."""
+    server = start_nats(tmp_path / "own-nats", log_file=tmp_path / "own-nats.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def own_bus(own_nats):
+    b = await Bus.connect(own_nats.url, name="test-own")
+    yield b
+    await b.close()
+
+
+@pytest.fixture
 def run_id() -> str:
     return "t" + uuid.uuid4().hex[:12]

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from services.core import events as ev
-from services.core.bus import Bus
-from services.core.nats_launcher import free_port, start_nats
+from services.core.nats_launcher import free_port
 from services.core.pb import events_pb2 as pb
 from services.core.server_client import generate_tokens, wait_ready
 from services.core.settings import Settings
@@ -44,21 +43,6 @@ async def _wait_for(bus, run_id: str, predicate, timeout: float, stack=None) -> 
             assert not dead, f"services died: {dead}\n" + "\n".join(stack.log_tail(n, 30) for n, _ in dead)
         await asyncio.sleep(0.3)
     raise AssertionError(f"timed out; log so far: {[r.type for r in log]}")
-
-
-@pytest.fixture
-def own_nats(tmp_path):
-    """A nats-server of this test's own, so consumers see no other test's events."""
-    server = start_nats(tmp_path / "nats", log_file=tmp_path / "nats.log")
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-async def own_bus(own_nats):
-    bus = await Bus.connect(own_nats.url, name="e2e")
-    yield bus
-    await bus.close()
 
 
 @pytest.fixture

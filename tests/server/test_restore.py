@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from server_fixtures import QWEN_NORM, swap_run
 
 from services.core import events as ev
 from services.core.bus import Bus
-from services.core.nats_launcher import start_nats
 from services.core.pb import events_pb2 as pb
 from services.core.runner import answer
 from services.server.engine import Engine
@@ -18,16 +16,6 @@ from services.server.introspection import instances_of
 from services.server.models import load_model
 from services.server.restore import live_swaps, restore_swaps
 from services.server.service import ServerService
-
-
-@pytest.fixture
-async def own_bus(tmp_path):
-    """A nats-server of this test's own: restore reads every run, and other tests' swaps must not count."""
-    server = start_nats(tmp_path / "nats")
-    bus = await Bus.connect(server.url, name="restore")
-    yield bus
-    await bus.close()
-    server.stop()
 
 
 async def _commit(bus: Bus, engine: Engine, run_id: str, source: str, tmp_path) -> ev.Recorded:
