@@ -88,28 +88,23 @@ class AdminApi(ipb_grpc.AdminServicer):
             requests_served=e.stats.requests_served,
         )
 
-    async def CaptureProfile(self, request, context):
+    async def _on_prompts(self, request, context, what: str, work):
+        """Check the prompts/tokens/repeats every measuring RPC takes, run `work` on them, map failures to statuses."""
         try:
-            prompts, n = admin_prompts(request.prompts), admin_tokens(request.max_new_tokens)
-            repeats = admin_repeats(request.repeats)
-            observation = await self.engine.capture_profile(prompts, n, repeats)
+            args = admin_prompts(request.prompts), admin_tokens(request.max_new_tokens), admin_repeats(request.repeats)
+            return await work(*args)
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Exception as exc:
-            log.exception("profile capture failed")
-            await context.abort(grpc.StatusCode.INTERNAL, f"profile capture failed: {type(exc).__name__}: {exc}")
+            log.exception("%s failed", what)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{what} failed: {type(exc).__name__}: {exc}")
+
+    async def CaptureProfile(self, request, context):
+        observation = await self._on_prompts(request, context, "profile capture", self.engine.capture_profile)
         return ipb.CaptureProfileReply(observation=observation)
 
     async def MeasureDecode(self, request, context):
-        try:
-            prompts, n = admin_prompts(request.prompts), admin_tokens(request.max_new_tokens)
-            repeats = admin_repeats(request.repeats)
-            m = await self.engine.measure_decode(prompts, n, repeats)
-        except BadRequest as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except Exception as exc:
-            log.exception("decode measurement failed")
-            await context.abort(grpc.StatusCode.INTERNAL, f"decode measurement failed: {type(exc).__name__}: {exc}")
+        m = await self._on_prompts(request, context, "decode measurement", self.engine.measure_decode)
         return ipb.MeasureDecodeReply(tokens_per_s=m.tokens_per_s, tokens_generated=m.tokens, seconds=m.seconds)
 
     async def GetModuleState(self, request, context):
