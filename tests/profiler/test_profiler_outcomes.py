@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from runlog import RunLog
 
 from services.core import events as ev
 from services.core.pb import events_pb2 as pb
@@ -10,26 +11,6 @@ from services.core.replay import verify
 from services.profiler import domain
 
 NORM = "transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm"
-
-
-class RunLog:
-    """An in-memory run log whose events carry ids derived from their causes, as the runner makes them."""
-
-    def __init__(self, run_id: str = "run1"):
-        self.run_id = run_id
-        self.log: list[ev.Recorded] = []
-
-    def add(self, msg, producer: str, cause: ev.Recorded | None = None) -> ev.Recorded:
-        if cause is None:
-            env = ev.make_envelope(self.run_id, msg, producer=producer, time_ns=0, event_id=f"req-{len(self.log)}")
-        else:
-            ordinal = sum(r.env.causation_id == cause.env.event_id and r.type == ev.type_name(msg) for r in self.log)
-            env = ev.make_envelope(
-                self.run_id, msg, producer=producer, time_ns=0, causation_id=cause.env.event_id, ordinal=ordinal
-            )
-        rec = ev.Recorded(len(self.log) + 1, env)
-        self.log.append(rec)
-        return rec
 
 
 def _norm_profile() -> pb.ModuleClassProfile:
