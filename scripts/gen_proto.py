@@ -26,8 +26,15 @@ def generate() -> dict[str, str]:
     protos = sorted(str(p.relative_to(PROTO_DIR)) for p in PROTO_DIR.rglob("*.proto"))
     with tempfile.TemporaryDirectory() as tmp:
         include = Path(protoc.__file__).parent / "_proto"
-        args = ["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={tmp}", f"--pyi_out={tmp}",
-                f"--grpc_python_out={tmp}", *protos]
+        args = [
+            "protoc",
+            f"-I{PROTO_DIR}",
+            f"-I{include}",
+            f"--python_out={tmp}",
+            f"--pyi_out={tmp}",
+            f"--grpc_python_out={tmp}",
+            *protos,
+        ]
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed")
         files = {}

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from services.core.pb import events_pb2 as pb
-from services.core.tolerances import tolerance, within
+from services.core.tolerances import comparable, tolerance, within
 from services.judge.poison import NAN_BYTE, PATTERN_BYTE, POISON
 
 RULES: dict[str, str] = {
@@ -33,7 +33,7 @@ RULES: dict[str, str] = {
     "nan-output": "NaN/Inf never pass (unwritten output reads as the judge's NaN poison)",
     "outside-tolerance": "the output must match the module's own forward within the dtype's tolerance",
     "nondeterministic": "the output must not depend on what the allocator left in memory",
-    "drift": "the candidate must still be correct after the timing calls",
+    "drift": "the candidate must still be correct after the timing calls, and in the CUDA graph that was timed",
     "tampered": "the candidate must not patch what the judge measures with (timers, torch, the oracle)",
 }
 POISON_COPIES = 8  # freed blocks of each size filled with poison: more than a candidate allocates per call
@@ -126,17 +126,6 @@ def inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, see
     gen = torch.Generator(device="cpu").manual_seed(seed)
     scale = (0.5, 1.0, 4.0)[seed % 3]  # small, unit and large activations
     return (torch.randn(shape, generator=gen) * scale).to(device=device, dtype=dtype)
-
-
-def comparable(out: torch.Tensor, ref: torch.Tensor, input_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """`out` and `ref` in the dtype whose tolerance applies: the least precise the op passes through.
-
-    HF's RMSNorm rounds the normalised row to the input dtype before the weight multiply, so with an
-    fp32 weight and bf16 activations the fp32 output legitimately differs by a bf16 rounding step.
-    """
-    if input_dtype.is_floating_point and input_dtype.itemsize < ref.dtype.itemsize:
-        return out.to(input_dtype), ref.to(input_dtype)
-    return out, ref
 
 
 def _storages(*tensors: torch.Tensor) -> set[int]:

@@ -68,15 +68,21 @@ def _timing(t: pb.TimingEvidence) -> list[str]:
     out += [f"  setting: {s}" for s in t.settings]
     for r in t.rows:
         line = (
-            f"  {r.shape}: candidate {r.candidate_us:.2f} us | eager {r.eager_us:.2f} | compile {r.compile_us:.2f} "
+            f"  {r.shape}: GPU candidate {r.candidate_us:.2f} us | eager {r.eager_us:.2f} | compile {r.compile_us:.2f} "
             f"| native {r.native_us:.2f} | floor {r.floor_us:.2f}"
         )
-        if r.candidate_graph_us:
+        if r.candidate_host_us:
             line += (
-                f" | graph {r.candidate_graph_us:.2f} vs eager {r.eager_graph_us:.2f}, compile "
-                f"{r.compile_graph_us:.2f}, native {r.native_graph_us:.2f} | host {r.candidate_host_us:.2f} vs "
-                f"eager {r.eager_host_us:.2f}, compile {r.compile_host_us:.2f}, native {r.native_host_us:.2f}"
+                f" | host {r.candidate_host_us:.2f} vs eager {r.eager_host_us:.2f}, compile {r.compile_host_us:.2f}, "
+                f"native {r.native_host_us:.2f}"
             )
+        if r.candidate_bench_us:
+            line += (
+                f" | do_bench {r.candidate_bench_us:.2f} vs eager {r.eager_bench_us:.2f}, compile "
+                f"{r.compile_bench_us:.2f}, native {r.native_bench_us:.2f}"
+            )
+        elif r.candidate_graph_us:  # a run recorded before the graph figure decided
+            line += f" | graph {r.candidate_graph_us:.2f} vs eager {r.eager_graph_us:.2f}"
         out.append(line + (f" | {r.flag}" if r.flag else ""))
     out += [f"  missing baseline: {m}" for m in t.missing]
     return out

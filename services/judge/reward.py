@@ -2,9 +2,12 @@
 
 Ladder: -1 rejected or wrong (any layer); +1 correct but untimed or not > 5% faster than eager;
 +2 > 5% faster than eager (geometric mean over shapes); +3 also > 5% faster than the best
-baseline (per shape the fastest of eager, torch.compile and the native fused op). A time the
-judge does not believe (still under the copy ceiling after re-measurement) caps the reward at +1;
-a missing torch.compile baseline caps it at +2. The reason names the layer and the rule.
+baseline (per shape the fastest of eager, torch.compile and the native fused op). The speedups
+compare GPU time per call (services.judge.timing). A time the judge does not believe (still under
+the copy ceiling after re-measurement) caps the reward at +1, and so does a candidate slower than
+eager host-inclusive at some shape (its launch costs more than eager's whole call: swapped into a
+server that launches eagerly it would slow it down); a missing torch.compile baseline caps it at
++2. The reason names the layer and the rule.
 """
 
 from __future__ import annotations
@@ -73,6 +76,14 @@ def judge_reward(obs: pb.JudgeObservation) -> tuple[int, str, float, float]:
     implausible = [row.shape for row in timing.rows if row.flag.startswith("implausible")]
     if implausible:
         why = f"timing not believed at {', '.join(implausible)}: faster than the copy ceiling after re-measuring"
+        return 1, f"{checked}; {figures}; {why}; reward capped at +1", vs_eager, vs_best
+    slower_host = [
+        f"{row.shape} ({row.candidate_host_us:.1f} vs {row.eager_host_us:.1f} us)"
+        for row in timing.rows
+        if row.candidate_host_us > 0 and row.eager_host_us > 0 and row.candidate_host_us > FASTER * row.eager_host_us
+    ]
+    if slower_host:
+        why = f"slower than eager host-inclusive at {', '.join(slower_host)}: it would slow an eager caller"
         return 1, f"{checked}; {figures}; {why}; reward capped at +1", vs_eager, vs_best
     if any(row.remeasured for row in timing.rows) or vs_eager > SUSPICIOUS or vs_best > SUSPICIOUS:
         figures += f"; over {SUSPICIOUS:g}x somewhere: re-measured and kept"

@@ -138,12 +138,12 @@ def _judge_phase(wall: AuditWall | None, scratch: Path) -> Iterator[None]:
             os.environ["TRITON_CACHE_DIR"] = saved
 
 
-def _time(main, candidate, job: dict, width: int, dtype, wall: AuditWall | None, tampered, namespaces):
+def _time(main, candidate, job: dict, width: int, dtype, wall: AuditWall | None, tampered, namespaces, tally):
     """Prepare the baselines in a judge phase, snapshot again, then time with the poisoning lifted."""
     from services.core.pb import events_pb2 as pb
     from services.judge import tamper
     from services.judge.poison import POISON
-    from services.judge.timing import prepare_baselines, time_candidate
+    from services.judge.timing import ReplayMismatch, prepare_baselines, time_candidate
 
     shapes = _timing_shapes(job, width)
     try:
@@ -155,6 +155,9 @@ def _time(main, candidate, job: dict, width: int, dtype, wall: AuditWall | None,
         before = tamper.snapshot(namespaces)
         with POISON.lifted():  # timing pays nothing for the poisoning
             timing = time_candidate(main, candidate, shapes, dtype, baselines)
+    except ReplayMismatch as exc:  # drifted once timing began, or fast only while captured: wrong, not slow
+        tally.fail("drift", f"right in the checks, wrong in the CUDA graph that was timed: {exc}")
+        return pb.TimingEvidence(measured=False, reason="drift: the timed graph's answer was wrong")
     except Exception as exc:  # no figures, but the re-check still judges the candidate
         return pb.TimingEvidence(measured=False, reason=f"timing failed: {type(exc).__name__}: {exc}")
     if tampered("during timing", before):
@@ -217,7 +220,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
         return tally.evidence(dtype, len(seeds)), pb.TimingEvidence(measured=False, reason="incorrect: not timed")
 
     if gpu:
-        timing = _time(main, cases[0].candidate, job, width, dtype, wall, tampered, namespaces)
+        timing = _time(main, cases[0].candidate, job, width, dtype, wall, tampered, namespaces, tally)
         tally.checks.append("re-checked after the timing calls with a fresh seed, both orders")
     else:
         timing = pb.TimingEvidence(measured=False, reason="no GPU: correctness only under TRITON_INTERPRET=1")

@@ -10,8 +10,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 from services.coder.templates import rmsnorm
 from services.core import kernels
 from services.core.pb import events_pb2 as pb
-from services.core.tolerances import within
-from services.judge.correctness import comparable
+from services.core.tolerances import comparable, within
 
 
 @pytest.fixture(scope="module")

@@ -37,12 +37,13 @@ def test_the_honest_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
     assert timing.copy_bytes_per_s > 1e12 and timing.settings
     shapes = [row.shape for row in timing.rows]
     assert shapes[0] == f"1x1x{WIDTH}" and f"32768x{WIDTH}" in shapes
+    assert not timing.missing, timing.missing  # every function captured in a graph at every shape
     for row in timing.rows:
-        assert row.candidate_us > 0 and row.eager_us > 0 and row.native_us > 0 and row.compile_us > 0, timing.missing
+        assert row.candidate_us > 0 and row.eager_us > 0 and row.native_us > 0 and row.compile_us > 0
         assert row.bytes_moved > 0 and 0 < row.floor_us < row.candidate_us
-    small = timing.rows[0]
-    assert small.candidate_graph_us > 0 and small.eager_graph_us > 0 and small.native_graph_us > 0
-    assert small.candidate_host_us > 0 and small.eager_host_us > 0
+        assert row.candidate_host_us > 0 and row.eager_host_us > 0 and row.candidate_bench_us > 0
+        # The GPU time (graph replay) of one call never exceeds what a caller waits for it.
+        assert row.candidate_us <= row.candidate_host_us * 1.05 and row.eager_us <= row.eager_host_us * 1.05
     obs = pb.JudgeObservation(
         static_check=pb.StaticEvidence(passed=True),
         contract=pb.ContractEvidence(passed=True),
@@ -56,7 +57,7 @@ def test_the_honest_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
         print(
             f"  {row.shape:>12}: candidate {row.candidate_us:8.2f} us, eager {row.eager_us:8.2f}, "
             f"compile {row.compile_us:8.2f}, native {row.native_us:8.2f}, floor {row.floor_us:6.2f}; "
-            f"graph: candidate {row.candidate_graph_us:6.2f}, eager {row.eager_graph_us:6.2f}; "
+            f"do_bench: candidate {row.candidate_bench_us:6.2f}, eager {row.eager_bench_us:6.2f}; "
             f"host: candidate {row.candidate_host_us:6.2f}, eager {row.eager_host_us:6.2f} {row.flag}"
         )
     assert reward >= 1 and vs_eager > 0 and vs_best > 0

@@ -104,3 +104,13 @@ def test_a_correctness_failure_names_its_rule():
     obs.correctness.passed = False
     obs.correctness.rule_id, obs.correctness.error = "nan-output", "shape 2x64 seed 7: the output holds NaN"
     assert judge_reward(obs)[:2] == (-1, "correctness failed: nan-output: shape 2x64 seed 7: the output holds NaN")
+
+
+def test_a_kernel_slower_than_eager_for_an_eager_caller_is_capped_at_plus_one():
+    row = _row(1.3, 12.5, compile_=1.7, native=2.6)  # GPU time: far ahead of every baseline
+    row.candidate_host_us, row.eager_host_us = 90.0, 75.0  # but its launch costs more than eager's whole call
+    reward, reason, vs_eager, _ = judge_reward(_obs([row, _row(10.0, 20.0, 12.0, 12.0)]))
+    assert reward == 1 and vs_eager > 1
+    assert "slower than eager host-inclusive at 8x64 (90.0 vs 75.0 us)" in reason and "capped at +1" in reason
+    row.candidate_host_us = 40.0  # a launch cheaper than eager's: the GPU figures decide again
+    assert judge_reward(_obs([row, _row(10.0, 20.0, 12.0, 12.0)]))[0] == 3

@@ -6,9 +6,10 @@ The measurements themselves run on a GPU (tests/judge/test_judge_gpu.py, bench/j
 from __future__ import annotations
 
 import pytest
+import torch
 
 from services.core.pb import events_pb2 as pb
-from services.judge.timing import flag
+from services.judge.timing import GRAPH_BYTES, GRAPH_CALLS, Captured, ReplayMismatch, check_replay, flag, graph_calls
 
 
 def _row(candidate, eager, compile_=0.0, native=0.0, floor=0.0) -> pb.TimingRow:
@@ -46,3 +47,43 @@ def test_faster_than_the_copy_ceiling_is_not_believed():
     row = _row(20.0, 663.0, 68.6, 65.2, floor=49.6)
     flag(row, lambda: 51.0)  # the second method finds the honest time: kept, and believed
     assert row.flag.startswith("checked:") and row.candidate_us == pytest.approx(51.0)
+
+
+def test_a_wall_clock_under_the_copy_ceiling_is_not_believed_even_when_the_graph_is():
+    row = _row(20.0, 663.0, 68.6, 65.2, floor=49.6)
+    row.candidate_host_us = 30.0  # no graph trick moves a wall clock: 30 us for 49.6 us of bytes cannot be
+    flag(row, lambda: 51.0)
+    assert row.flag.startswith("implausible:") and "host-inclusive time still under the copy ceiling" in row.flag
+
+
+def test_the_graph_captures_fewer_calls_where_their_outputs_would_not_fit():
+    assert graph_calls(9216.0) == GRAPH_CALLS  # one decode row
+    assert graph_calls(GRAPH_BYTES // 5) == 5
+    assert graph_calls(8.0 * GRAPH_BYTES) == 2  # never fewer than two
+
+
+def _captured(outputs, inputs) -> Captured:
+    return Captured(graph=None, calls=len(outputs), inputs=inputs, outputs=outputs)
+
+
+def test_the_timed_graph_must_have_computed_what_the_module_computes():
+    module = torch.nn.LayerNorm(8)
+    inputs = [torch.randn(2, 8) for _ in range(3)]
+    check_replay(_captured([module(x) for x in inputs], inputs), module)  # honest: passes silently
+    cheat = [module(x) for x in inputs]
+    cheat[-1] = torch.zeros(2, 8)  # the last captured call did no work
+    with pytest.raises(ReplayMismatch, match="captured call 3 of 3 is off by"):
+        check_replay(_captured(cheat, inputs), module)
+    with pytest.raises(ReplayMismatch):  # not a tensor at all
+        check_replay(_captured([None, None], inputs[:2]), module)
+
+
+def test_the_replay_check_compares_in_the_input_dtype_like_the_correctness_layer():
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
+    module = Qwen2RMSNorm(64)  # an fp32 weight on bf16 activations: the output is fp32
+    inputs = [torch.randn(2, 64, dtype=torch.bfloat16) for _ in range(2)]
+    # An honest kernel lands within a bf16 rounding step of the module, far outside fp32's tolerance.
+    outputs = [module(x) * (1 + 2e-3) for x in inputs]
+    assert outputs[0].dtype == torch.float32
+    check_replay(_captured(outputs, inputs), module)

@@ -182,7 +182,7 @@ def proposed(cid: str, warps: int, rows: int, origin: str, attempt: int, skill: 
 def _timing(factor: float) -> pb.TimingEvidence:
     rows = [
         pb.TimingRow(shape="1x1536", candidate_us=1.5 / factor * 3.1, eager_us=10.6, compile_us=4.1, native_us=2.5,
-                     candidate_graph_us=1.5 / factor * 3.1, eager_graph_us=10.6),
+                     candidate_host_us=38.0, eager_host_us=71.0),
         pb.TimingRow(shape="8192x1536", candidate_us=18.2 / factor * 3.1, eager_us=180.0, compile_us=46.5,
                      native_us=20.6),
         pb.TimingRow(shape="32768x1536", candidate_us=65.0 / factor * 3.1, eager_us=820.0, compile_us=86.0,

@@ -57,14 +57,14 @@ def _layer(ok: bool, name: str, detail: str) -> Text:
 
 def _timing_table(o: Message, dtype_bytes: int, peak: float) -> Table:
     table = Table(box=None, header_style="dim", pad_edge=False, padding=(0, 1))
-    for col in ("shape", "candidate", "eager", "compile", "native", "graph", "vs eager", "%BW"):
+    for col in ("shape", "candidate", "eager", "compile", "native", "host", "vs eager", "%BW"):
         table.add_column(col, justify="right" if col != "shape" else "left", no_wrap=True)
     for r in o.timing.rows:
-        graph = f"{fmt_us(r.candidate_graph_us)}/{fmt_us(r.eager_graph_us)}" if r.candidate_graph_us else "-"
+        host = f"{fmt_us(r.candidate_host_us)}/{fmt_us(r.eager_host_us)}" if r.candidate_host_us else "-"
         vs = fmt_ratio(r.eager_us / r.candidate_us) if r.candidate_us and r.eager_us else "-"
         bw = fmt_pct(copy_bandwidth_fraction([r], dtype_bytes, peak))
         table.add_row(
-            r.shape, fmt_us(r.candidate_us), fmt_us(r.eager_us), fmt_us(r.compile_us), fmt_us(r.native_us), graph,
+            r.shape, fmt_us(r.candidate_us), fmt_us(r.eager_us), fmt_us(r.compile_us), fmt_us(r.native_us), host,
             vs, bw,
         )  # fmt: skip
     return table
@@ -94,7 +94,8 @@ def evidence_renderable(c: CandidateView, run: RunView) -> RenderableType:
         parts.append(Text(f"    {cor.error}", style="red"))
     t = o.timing
     if t.measured:
-        parts.append(_layer(True, "timing", f"{t.device_name} · median per shape · graph = CUDA-graph replay"))
+        how = "GPU time per call (CUDA-graph replay) · host = host-inclusive, candidate/eager"
+        parts.append(_layer(True, "timing", f"{t.device_name} · {how}"))
         peak = run.profile.peak_bytes_per_s if run.profile else 0.0
         parts.append(_timing_table(o, judged_dtype_bytes(run, m), peak))
     else:

@@ -390,7 +390,7 @@ class DtypeError(_message.Message):
     def __init__(self, dtype: _Optional[str] = ..., checks: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., max_rel_err: _Optional[float] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ...) -> None: ...
 
 class TimingRow(_message.Message):
-    __slots__ = ("shape", "candidate_us", "eager_us", "compile_us", "native_us", "candidate_graph_us", "eager_graph_us", "compile_graph_us", "native_graph_us", "candidate_host_us", "eager_host_us", "compile_host_us", "native_host_us", "bytes_moved", "floor_us", "remeasured", "flag")
+    __slots__ = ("shape", "candidate_us", "eager_us", "compile_us", "native_us", "candidate_graph_us", "eager_graph_us", "compile_graph_us", "native_graph_us", "candidate_host_us", "eager_host_us", "compile_host_us", "native_host_us", "bytes_moved", "floor_us", "remeasured", "flag", "candidate_bench_us", "eager_bench_us", "compile_bench_us", "native_bench_us")
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_US_FIELD_NUMBER: _ClassVar[int]
     EAGER_US_FIELD_NUMBER: _ClassVar[int]
@@ -408,6 +408,10 @@ class TimingRow(_message.Message):
     FLOOR_US_FIELD_NUMBER: _ClassVar[int]
     REMEASURED_FIELD_NUMBER: _ClassVar[int]
     FLAG_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_BENCH_US_FIELD_NUMBER: _ClassVar[int]
+    EAGER_BENCH_US_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_BENCH_US_FIELD_NUMBER: _ClassVar[int]
+    NATIVE_BENCH_US_FIELD_NUMBER: _ClassVar[int]
     shape: str
     candidate_us: float
     eager_us: float
@@ -425,7 +429,11 @@ class TimingRow(_message.Message):
     floor_us: float
     remeasured: bool
     flag: str
-    def __init__(self, shape: _Optional[str] = ..., candidate_us: _Optional[float] = ..., eager_us: _Optional[float] = ..., compile_us: _Optional[float] = ..., native_us: _Optional[float] = ..., candidate_graph_us: _Optional[float] = ..., eager_graph_us: _Optional[float] = ..., compile_graph_us: _Optional[float] = ..., native_graph_us: _Optional[float] = ..., candidate_host_us: _Optional[float] = ..., eager_host_us: _Optional[float] = ..., compile_host_us: _Optional[float] = ..., native_host_us: _Optional[float] = ..., bytes_moved: _Optional[float] = ..., floor_us: _Optional[float] = ..., remeasured: bool = ..., flag: _Optional[str] = ...) -> None: ...
+    candidate_bench_us: float
+    eager_bench_us: float
+    compile_bench_us: float
+    native_bench_us: float
+    def __init__(self, shape: _Optional[str] = ..., candidate_us: _Optional[float] = ..., eager_us: _Optional[float] = ..., compile_us: _Optional[float] = ..., native_us: _Optional[float] = ..., candidate_graph_us: _Optional[float] = ..., eager_graph_us: _Optional[float] = ..., compile_graph_us: _Optional[float] = ..., native_graph_us: _Optional[float] = ..., candidate_host_us: _Optional[float] = ..., eager_host_us: _Optional[float] = ..., compile_host_us: _Optional[float] = ..., native_host_us: _Optional[float] = ..., bytes_moved: _Optional[float] = ..., floor_us: _Optional[float] = ..., remeasured: bool = ..., flag: _Optional[str] = ..., candidate_bench_us: _Optional[float] = ..., eager_bench_us: _Optional[float] = ..., compile_bench_us: _Optional[float] = ..., native_bench_us: _Optional[float] = ...) -> None: ...
 
 class TimingEvidence(_message.Message):
     __slots__ = ("measured", "reason", "rows", "device_name", "copy_bytes_per_s", "settings", "missing")
