@@ -13,7 +13,7 @@ from services.server.grpc_api import start_grpc
 from services.server.metrics import default_server_id, metrics_loop
 from services.server.models import UnknownModel, load_model
 from services.server.restore import restore_swaps
-from services.server.service import ServerService
+from services.server.service import ServerService, request_rollbacks
 
 log = logging.getLogger("services.server")
 GRACE_S = 2.0
@@ -40,6 +40,7 @@ def make_setup(engine: Engine) -> Setup:
         return [
             serve_grpc(engine, settings.server_addr, stop),
             run_service(bus, service, stop, settings.ack_wait_s),
+            request_rollbacks(bus, service, stop),
             metrics_loop(bus, engine, stop, default_server_id(settings.server_addr)),
         ]
 

@@ -3,6 +3,10 @@
 A swap is all or nothing: either every instance of the target class serves the kernel, or none does.
 The patch is an instance attribute `forward` (a bound method), so `nn.Module.__call__` and its hooks
 keep working and reverting is deleting (or restoring) that one attribute.
+
+Once committed, a kernel that raises while serving does not fail the request: that call is answered
+by the module's own forward, every instance goes back to it at once, and the failure is reported
+(the server turns it into a RollbackRequested). Before commit an error propagates: parity sees it.
 """
 
 from __future__ import annotations
@@ -36,10 +40,31 @@ class SwapHandle:
     target: str
     patched: list[_Patched] = field(default_factory=list)
     reverted: bool = False
+    on_failure: Callable[[str], None] | None = None  # set at commit: a live error then falls back, reported here
+    failure: str = ""  # the first error the kernel raised while serving; "" while it never has
 
     @property
     def modules(self) -> list[torch.nn.Module]:
         return [p.module for p in self.patched]
+
+    def _own_forward(self, module: torch.nn.Module) -> Callable:
+        previous = next((p.previous for p in self.patched if p.module is module), _MISSING)
+        return type(module).forward.__get__(module) if previous is _MISSING else previous
+
+    def fall_back(self, module: torch.nn.Module, error: Exception, args: tuple, kwargs: dict):
+        """The committed kernel raised on a live call: answer it with the module's own forward.
+
+        If that raises too, the input is at fault, not the kernel: its error propagates and the swap
+        stays. Otherwise every instance is reverted now (the rest of this pass included) and the failure
+        is reported once.
+        """
+        out = self._own_forward(module)(*args, **kwargs)
+        if not self.failure:
+            self.failure = f"{type(error).__name__}: {error}"[:500]
+            self.revert()
+            if self.on_failure is not None:
+                self.on_failure(self.failure)
+        return out
 
     def revert(self) -> None:
         """Restore exactly what each instance had: its own `forward` attribute, or none at all."""
@@ -53,29 +78,38 @@ class SwapHandle:
         self.reverted = True
 
 
-def kernel_forward(entry: Callable, contract: pb.Contract) -> Callable:
+def kernel_forward(entry: Callable, contract: pb.Contract, handle: SwapHandle) -> Callable:
     """forward(self, *inputs) calling `entry` with the contract's inputs and the bindings read from `self`.
 
     Like services.core.kernels.bound_forward, but unbound (one function for every instance) and strict:
     an argument the contract does not name is an error, never silently dropped, so parity on recorded
-    live calls catches a contract that does not fit how the model calls the module.
+    live calls catches a contract that does not fit how the model calls the module. Once the swap is
+    committed (`handle.on_failure` set), an error falls back to the module's own forward.
     """
     inputs = list(contract.inputs)
     bindings = [(b.param, b.attr, _CASTS.get(b.kind)) for b in contract.bindings]
     target = contract.target
 
-    def forward(self, *args, **kwargs):
+    def call(self, args: tuple, kwargs: dict):
         if len(args) > len(inputs):
             raise TypeError(f"patched {target}.forward takes {len(inputs)} inputs {inputs}, got {len(args)}")
-        call = dict(zip(inputs, args, strict=False))
+        named = dict(zip(inputs, args, strict=False))
         for name, value in kwargs.items():
-            if name not in inputs or name in call:
+            if name not in inputs or name in named:
                 raise TypeError(f"patched {target}.forward got an unexpected argument {name!r}")
-            call[name] = value
+            named[name] = value
         for param, attr, cast in bindings:
             value = getattr(self, attr)
-            call[param] = cast(value) if cast else value
-        return entry(**call)
+            named[param] = cast(value) if cast else value
+        return entry(**named)
+
+    def forward(self, *args, **kwargs):
+        try:
+            return call(self, args, kwargs)
+        except Exception as exc:
+            if handle.on_failure is None:  # not committed: the error is parity's verdict
+                raise
+            return handle.fall_back(self, exc, args, kwargs)
 
     forward.__name__ = f"kernel_forward[{getattr(entry, '__name__', 'entry')}]"
     return forward
@@ -97,8 +131,8 @@ def apply_swap(model: torch.nn.Module, contract: pb.Contract, entry: Callable) -
     for b in contract.bindings:
         if not hasattr(instances[0], b.attr):
             raise SwapRefused(f"{contract.target} has no attribute {b.attr!r} that the contract binds to {b.param!r}")
-    fn = kernel_forward(entry, contract)
     handle = SwapHandle(contract.target)
+    fn = kernel_forward(entry, contract, handle)
     try:
         for module in instances:
             handle.patched.append(_Patched(module, module.__dict__.get("forward", _MISSING)))

@@ -4,17 +4,25 @@ Order of trust: the log must allow the candidate (judged at or above the policy,
 before its source is even imported; then the judge's static check runs again here; only then is the
 kernel imported, patched in and parity-checked on the live model, all under the engine's lock. The
 decision is `domain.swap_outcome`, and anything but a commit is reverted before the lock is released.
+
+A committed kernel that raises while serving falls back to the eager forward at once (services.server.
+hotswap); `request_rollbacks` then records that as a RollbackRequested in the swap's own run, answered
+like an operator's with a SwapRolledBack, so the log, not process memory, says the kernel is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf.message import Message
 
+from services.core import events as ev
+from services.core.bus import Bus
 from services.core.events import Recorded, first
 from services.core.kernels import KernelLoadError, load_entrypoint, write_source
 from services.core.pb import events_pb2 as pb
@@ -37,6 +45,16 @@ def default_static_check() -> StaticCheck | None:
     return check_source
 
 
+@dataclass(frozen=True)
+class LiveFailure:
+    """A committed kernel raised while serving (and the eager forward answered that call instead)."""
+
+    run_id: str
+    swap_id: str
+    committed_event_id: str
+    error: str
+
+
 class ServerService:
     name = "server"
     consumes = ("TargetConcluded", "RollbackRequested")
@@ -45,6 +63,8 @@ class ServerService:
         self.engine = engine
         self.kernel_dir = Path(data_dir) / "kernels"
         self.static_check = static_check if static_check is not None else default_static_check()
+        self.live_failures: asyncio.Queue[LiveFailure] = asyncio.Queue()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def handle(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
         if trigger.type == "TargetConcluded":
@@ -70,6 +90,7 @@ class ServerService:
     async def _attempt(self, prior: list[Recorded], trigger: Recorded) -> pb.SwapCommitted | pb.SwapRejected:
         """Answer a TargetConcluded: the log vouches, the static check passes, parity holds live, or no swap."""
         concluded: pb.TargetConcluded = trigger.msg
+        self._loop = asyncio.get_running_loop()  # where the engine thread reports a live failure
         observed = pb.ParityObservation(dtype=self.engine.dtype, judged_ok=domain.judged_ok(prior, concluded))
         if domain.log_problems(prior, concluded):  # never import code the log does not vouch for
             return domain.swap_outcome(prior, trigger, observed)
@@ -110,9 +131,24 @@ class ServerService:
         outcome = domain.swap_outcome(prior, trigger, observed)
         if isinstance(outcome, pb.SwapCommitted) and handle is not None:
             self.engine.swaps.add(outcome, handle)
+            handle.on_failure = self._reporter(trigger, outcome)
         elif handle is not None:
             handle.revert()
         return outcome
+
+    def _reporter(self, trigger: Recorded, committed: pb.SwapCommitted) -> Callable[[str], None]:
+        """What the engine thread calls when the committed kernel raises live: queue it for the bus."""
+        loop, queue = self._loop, self.live_failures
+        # The SwapCommitted this returns is published as the only answer to `trigger` (ordinal 0).
+        committed_id = ev.derived_event_id(trigger.env.run_id, trigger.env.event_id, "SwapCommitted", 0)
+
+        def report(error: str) -> None:
+            log.error("swap %s: the kernel raised while serving, eager forward restored: %s", committed.swap_id, error)
+            failure = LiveFailure(trigger.env.run_id, committed.swap_id, committed_id, error)
+            if loop is not None:
+                loop.call_soon_threadsafe(queue.put_nowait, failure)
+
+        return report
 
     def _canary_ids(self, prior: list[Recorded]) -> list[int]:
         """The run's first prompt (real traffic) when it fits the model, else a fixed sentence."""
@@ -161,3 +197,31 @@ class ServerService:
         tokens, _ = self.engine.decode(canary, CANARY_TOKENS)
         observed.canary_tokens_after.extend(tokens)
         return observed
+
+
+def rollback_request(failure: LiveFailure, time_ns: int) -> ev.Envelope:
+    """The RollbackRequested that records a live failure, caused by the swap's SwapCommitted (one per swap)."""
+    request = pb.RollbackRequested(swap_id=failure.swap_id, reason=f"the kernel raised while serving: {failure.error}")
+    return ev.make_envelope(
+        failure.run_id, request, producer="server", time_ns=time_ns, causation_id=failure.committed_event_id
+    )
+
+
+async def request_rollbacks(bus: Bus, service: ServerService, stop: asyncio.Event, retry_s: float = 1.0) -> None:
+    """Publish each live failure as a RollbackRequested; kept and retried while the bus is unreachable."""
+    while not stop.is_set():
+        try:
+            failure = await asyncio.wait_for(service.live_failures.get(), timeout=0.5)
+        except TimeoutError:
+            continue
+        env = rollback_request(failure, time.time_ns())
+        while True:
+            try:
+                await bus.publish(env)
+                break
+            except Exception as exc:  # NATS away: the kernel is already out; the record must still land
+                log.warning("RollbackRequested for %s not published yet (%s); retrying", failure.swap_id, exc)
+                if stop.is_set():
+                    return
+                await asyncio.sleep(retry_s)
+        log.info("RollbackRequested %s: %s", failure.swap_id, failure.error)

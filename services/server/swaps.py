@@ -17,6 +17,15 @@ class SwapEntry:
     state: str = "committed"  # "committed" | "rolled_back"
 
     @property
+    def serving(self) -> bool:
+        """Committed and not fallen back after a live failure (that one awaits its rollback event)."""
+        return self.state == "committed" and not self.handle.failure
+
+    @property
+    def shown_state(self) -> str:
+        return "failed_live" if self.state == "committed" and self.handle.failure else self.state
+
+    @property
     def swap_id(self) -> str:
         return self.committed.swap_id
 
@@ -40,7 +49,7 @@ class SwapRegistry:
 
     def active_for(self, target: str) -> SwapEntry | None:
         with self._lock:
-            return next((e for e in self._entries.values() if e.state == "committed" and e.target == target), None)
+            return next((e for e in self._entries.values() if e.serving and e.target == target), None)
 
     def mark_rolled_back(self, swap_id: str) -> None:
         with self._lock:
@@ -48,7 +57,7 @@ class SwapRegistry:
 
     def active_count(self) -> int:
         with self._lock:
-            return sum(e.state == "committed" for e in self._entries.values())
+            return sum(e.serving for e in self._entries.values())
 
     def records(self) -> list[ipb.SwapRecord]:
         with self._lock:
@@ -58,7 +67,7 @@ class SwapRegistry:
                     candidate_id=e.committed.candidate_id,
                     target_class=e.committed.target_class,
                     modules_patched=e.committed.modules_patched,
-                    state=e.state,
+                    state=e.shown_state,
                     source_sha256=e.committed.source_sha256,
                 )
                 for e in self._entries.values()

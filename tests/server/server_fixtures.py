@@ -11,6 +11,10 @@ from services.core.pb import events_pb2 as pb
 HERE = Path(__file__).resolve().parent
 QWEN_NORM = "transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm"
 LLAMA_NORM = "transformers.models.llama.modeling_llama.LlamaRMSNorm"
+SHORT_ROWS_ANCHOR = "    x = hidden_states.reshape(-1, shape[-1]).contiguous()\n"
+SHORT_ROWS_BUG = (
+    '    if x.shape[0] > 16:\n        raise ValueError(f"{x.shape[0]} rows: more than this kernel was written for")\n'
+)
 
 
 def rmsnorm_contract(target: str = QWEN_NORM) -> pb.Contract:

@@ -17,7 +17,7 @@ from services.core.runner import answer
 from services.server.domain import REDERIVE
 from services.server.hotswap import is_patched
 from services.server.introspection import instances_of
-from services.server.service import ServerService
+from services.server.service import ServerService, request_rollbacks
 
 
 @pytest.fixture
@@ -35,9 +35,10 @@ async def serving(nats_server, engine, run_id, tmp_path):
 
     subjects = [ev.run_filter(run_id, t) for t in service.consumes]
     task = asyncio.create_task(consumer_bus.consume(f"server-{run_id}", subjects, on_message, stop, ack_wait=10))
+    reporter = asyncio.create_task(request_rollbacks(consumer_bus, service, stop))
     yield service
     stop.set()
-    await task
+    await asyncio.gather(task, reporter)
     await consumer_bus.nc.close()
 
 
@@ -92,6 +93,28 @@ async def test_judged_kernel_is_committed_then_rolled_back_and_replays_exactly(
     assert [(r.swap_id, r.state) for r in engine.swaps.records()] == [(msg.swap_id, "rolled_back")]
 
     assert [r.type for r in log][-3:] == ["SwapCommitted", "RollbackRequested", "SwapRolledBack"]
+    assert _mine(verify(log, REDERIVE)) == []
+
+
+async def test_a_kernel_that_raises_while_serving_is_rolled_back_through_the_log_and_no_request_fails(
+    bus, run_id, engine, serving, short_rows_source
+):
+    long_ids = engine.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen")
+    before, _ = await engine.exclusive(engine.decode, long_ids, 4)
+    await _publish(bus, swap_run(run_id, short_rows_source))
+    log = await _wait_for(bus, run_id, "SwapCommitted")  # parity's canary is short: the bug is not met
+    committed = ev.last(log, "SwapCommitted")
+
+    assert (await engine.exclusive(engine.decode, long_ids, 4))[0] == before  # answered, by the eager forward
+    log = await _wait_for(bus, run_id, "SwapRolledBack")
+    asked, rolled = ev.last(log, "RollbackRequested"), ev.last(log, "SwapRolledBack")
+    assert asked.env.producer == "server" and asked.env.causation_id == committed.env.event_id
+    assert asked.msg.swap_id == committed.msg.swap_id
+    assert asked.msg.reason.startswith("the kernel raised while serving: ValueError: ")
+    assert rolled.env.causation_id == asked.env.event_id and rolled.msg.observed.modules_matched == 5
+    assert rolled.msg.reason.startswith("rolled back 5 modules: the kernel raised while serving")
+    assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
+    assert [(r.swap_id, r.state) for r in engine.swaps.records()][-1] == (committed.msg.swap_id, "rolled_back")
     assert _mine(verify(log, REDERIVE)) == []
 
 

@@ -126,3 +126,60 @@ def test_the_swap_is_not_qwen_specific():
         handle.revert()
     finally:
         engine.close()
+
+
+def _short_rows_swap(engine, contract, short_rows_source, tmp_path, failures):
+    from services.core.kernels import write_source
+
+    entry = load_entrypoint(write_source(tmp_path, short_rows_source), contract.entrypoint)
+    handle = apply_swap(engine.model, contract, entry)
+    handle.on_failure = failures.append  # what the server sets at commit
+    return handle
+
+
+def test_a_committed_kernel_that_raises_live_falls_back_and_is_reverted_once(
+    engine, contract, short_rows_source, tmp_path
+):
+    long_ids = engine.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen")
+    assert len(long_ids) > 16
+    before = engine.decode(long_ids, 4)[0]
+    failures: list[str] = []
+    handle = _short_rows_swap(engine, contract, short_rows_source, tmp_path, failures)
+    try:
+        x = torch.randn(4, 64)
+        norm = _norms(engine)[0]
+        assert torch.allclose(norm(x), type(norm).forward(norm, x), atol=1e-5)  # short inputs: the kernel serves
+        assert not failures and all(is_patched(m) for m in _norms(engine))
+        assert engine.decode(long_ids, 4)[0] == before  # the long prompt is answered, by the eager forward
+        assert len(failures) == 1 and failures[0].startswith("ValueError: ") and "more than this kernel" in failures[0]
+        assert handle.reverted and not any(is_patched(m) for m in _norms(engine))
+        engine.decode(long_ids, 4)
+        assert len(failures) == 1  # reported once
+    finally:
+        handle.revert()
+
+
+def test_an_input_the_eager_forward_refuses_too_is_not_the_kernels_fault(engine, contract, short_rows_source, tmp_path):
+    failures: list[str] = []
+    handle = _short_rows_swap(engine, contract, short_rows_source, tmp_path, failures)
+    try:
+        norm = _norms(engine)[0]
+        with pytest.raises(RuntimeError):  # 40 rows of the wrong width: the kernel raises, and so does eager
+            norm(torch.randn(40, 65))
+        assert failures == [] and not handle.failure and all(is_patched(m) for m in _norms(engine))
+    finally:
+        handle.revert()
+
+
+def test_a_swap_that_failed_live_is_shown_so_and_no_longer_counts_as_serving():
+    from services.server.hotswap import SwapHandle
+    from services.server.swaps import SwapRegistry
+
+    registry, handle = SwapRegistry(), SwapHandle(QWEN_NORM)
+    registry.add(pb.SwapCommitted(swap_id="swap-1", target_class=QWEN_NORM), handle)
+    assert registry.active_count() == 1 and registry.active_for(QWEN_NORM) is not None
+    handle.failure = "ValueError: 40 rows"  # fell back to eager; its RollbackRequested is on the way
+    assert registry.active_count() == 0 and registry.active_for(QWEN_NORM) is None
+    assert [(r.swap_id, r.state) for r in registry.records()] == [("swap-1", "failed_live")]
+    registry.mark_rolled_back("swap-1")
+    assert [r.state for r in registry.records()] == ["rolled_back"]
