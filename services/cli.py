@@ -17,9 +17,10 @@ from services.core.bus import Bus, BusUnavailable
 from services.core.describe import describe
 from services.core.logfile import write_log
 from services.core.pb import events_pb2 as pb
-from services.core.server_client import ServerUnavailable, generate, generate_tokens, wait_ready
+from services.core.server_client import ServerUnavailable, generate, generate_tokens, list_swaps, wait_ready
 from services.core.settings import Settings
 from services.core.stack import Stack, StackError, resolve_nats_url, resolve_server_addr, start_stack
+from services.core.swaplog import find_swap, swap_history
 from services.registry import SERVICES
 
 POLICIES = {
@@ -368,6 +369,75 @@ async def cmd_events(args) -> int:
         await bus.close()
 
 
+async def _swap_views(bus: Bus):
+    committed = await bus.read_all(ev.run_filter("*", "SwapCommitted"))
+    rolled_back = await bus.read_all(ev.run_filter("*", "SwapRolledBack"))
+    return swap_history(committed, rolled_back)
+
+
+async def cmd_swaps(args) -> int:
+    settings = _settings(args)
+    bus = await _bus(settings)
+    try:
+        views = await _swap_views(bus)
+    finally:
+        await bus.close()
+    try:
+        served = {r.swap_id: r.state for r in await list_swaps(resolve_server_addr(settings))}
+        server_note = ""
+    except (ServerUnavailable, StackError) as exc:
+        served, server_note = {}, f"(the server's own view is missing: {exc})"
+    if not views:
+        print("no swaps yet: a run swaps a kernel when one is judged good enough (`yantra optimize`)")
+    for v in views:
+        msg = v.committed.msg
+        logged = "live" if v.rolled_back is None else f"rolled back: {v.rolled_back.msg.reason}"
+        target = msg.target_class.rsplit(".", 1)[-1]
+        print(
+            f"{v.swap_id}  {target:<16} {msg.modules_patched:>3} modules  run {v.run_id}  log: {logged}"
+            f"  server: {served.get(v.swap_id, '-')}"
+        )
+    if server_note:
+        print(server_note)
+    return 0
+
+
+async def cmd_rollback(args) -> int:
+    bus = await _bus(_settings(args))
+    try:
+        view = find_swap(await _swap_views(bus), args.swap)
+        if view is None:
+            raise CliError(f"no swap {args.swap!r} in the log (see `yantra swaps`)")
+        if view.rolled_back is not None:
+            ended = view.rolled_back.msg.reason
+            raise CliError(f"swap {args.swap} is already rolled back (run {view.run_id}): {ended}")
+        request = pb.RollbackRequested(swap_id=args.swap, reason=f"operator: {args.reason}")
+        env = ev.make_envelope(
+            view.run_id,
+            request,
+            producer="cli",
+            time_ns=time.time_ns(),
+            causation_id=view.committed.env.event_id,
+            event_id=str(uuid.uuid4()),
+        )
+        await bus.publish(env)
+        print(f"asked the server to roll back {args.swap} (run {view.run_id})")
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline:
+            answer = next((r for r in await bus.read_run(view.run_id) if r.env.causation_id == env.event_id), None)
+            if answer is not None:
+                print("  " + describe(answer))
+                restored = answer.type == "SwapRolledBack" and not answer.msg.observed.error
+                return 0 if restored else 1
+            await asyncio.sleep(0.3)
+    finally:
+        await bus.close()
+    raise CliError(
+        f"no answer within {args.timeout:.0f}s: is the server up (`yantra up`)? The request stays in the log and is "
+        "answered when it is back"
+    )
+
+
 async def cmd_generate(args) -> int:
     addr = resolve_server_addr(_settings(args))
     try:
@@ -471,6 +541,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--type", choices=ev.RUN_EVENT_NAMES, help="only this event type")
     sp.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     sp.set_defaults(fn=cmd_events)
+
+    sp = sub.add_parser("swaps", help="every swap the log holds, live or rolled back, and the server's own view")
+    common(sp)
+    sp.set_defaults(fn=cmd_swaps)
+
+    sp = sub.add_parser("rollback", help="take a swapped kernel out of the live server (recorded in its run)")
+    common(sp)
+    sp.add_argument("swap", help="swap id (see `yantra swaps`)")
+    sp.add_argument("--reason", default="asked from the command line", help="why, recorded in the run")
+    sp.add_argument("--timeout", type=float, default=60, help="seconds to wait for the server's answer")
+    sp.set_defaults(fn=cmd_rollback)
 
     sp = sub.add_parser("generate", help="stream a completion from the live server")
     common(sp)

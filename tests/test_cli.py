@@ -42,7 +42,7 @@ def yantra(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -
 def test_help_lists_every_command():
     result = yantra("--help")
     assert result.returncode == 0
-    for command in ("up", "demo", "optimize", "replay", "events", "generate", "runs", "serve"):
+    for command in ("up", "demo", "optimize", "replay", "events", "generate", "runs", "swaps", "rollback", "serve"):
         assert command in result.stdout
 
 
@@ -82,6 +82,15 @@ def test_replay_of_an_unknown_run(nats_server, tmp_path):
 def test_replay_rejects_a_malformed_run_id(nats_server):
     result = yantra("replay", "bad.id", env={"NATS_URL": nats_server.url})
     assert result.returncode == 2 and "run id" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_swaps_and_rollback_on_an_empty_log_say_so(own_nats):
+    env = {"NATS_URL": own_nats.url, "YANTRA_SERVER_ADDR": f"127.0.0.1:{free_port()}"}
+    listed = yantra("swaps", env=env)
+    assert listed.returncode == 0 and "no swaps yet" in listed.stdout
+    assert "the server's own view is missing" in listed.stdout and "Traceback" not in listed.stderr
+    result = yantra("rollback", "swap-nope", env=env)
+    assert result.returncode == 2 and "no swap 'swap-nope' in the log (see `yantra swaps`)" in result.stderr
 
 
 def test_generate_without_a_server(tmp_path):

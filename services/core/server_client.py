@@ -63,3 +63,13 @@ async def generate_tokens(addr: str, prompt: str, max_new_tokens: int) -> tuple[
         if chunk.done:
             tps = chunk.tokens_per_s
     return ids, "".join(text), tps
+
+
+async def list_swaps(addr: str, timeout: float = 2.0) -> list[ipb.SwapRecord]:
+    """The swaps the live server holds, and in what state; ServerUnavailable when it does not answer."""
+    async with grpc.aio.insecure_channel(addr) as channel:
+        try:
+            reply = await igrpc.AdminStub(channel).ListSwaps(ipb.ListSwapsRequest(), timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise ServerUnavailable(f"inference server at {addr}: {exc.details() or exc.code().name}") from exc
+    return list(reply.swaps)

@@ -13,17 +13,10 @@ import logging
 
 from services.core import events as ev
 from services.core.bus import Bus
-from services.core.events import Recorded
+from services.core.swaplog import live_swaps
 from services.server.service import ServerService
 
 log = logging.getLogger(__name__)
-
-
-def live_swaps(committed: list[Recorded], rolled_back: list[Recorded]) -> list[Recorded]:
-    """Committed swaps, oldest first, one per swap id (its newest commit), without those any rollback named."""
-    gone = {r.msg.swap_id for r in rolled_back}
-    newest = {r.msg.swap_id: r for r in committed if r.msg.swap_id not in gone}
-    return sorted(newest.values(), key=lambda r: r.seq)
 
 
 async def restore_swaps(bus: Bus, service: ServerService, model_name: str) -> list[str]:

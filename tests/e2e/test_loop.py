@@ -122,13 +122,23 @@ async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus
     assert any(b"not an envelope" in data for data, _ in letters)
 
     env = {**os.environ, "NATS_URL": settings.nats_url, "YANTRA_DATA_DIR": str(settings.data_dir)}
-    replay = subprocess.run(
-        [sys.executable, "-m", "services.cli", "replay", run_id, "--verify"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+
+    def yantra(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "services.cli", *args]
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    listed = yantra("swaps")
+    assert f"{committed.swap_id}  Qwen2RMSNorm" in listed.stdout and "log: live  server: committed" in listed.stdout
+
+    # The operator takes the kernel out: recorded in the swap's run, answered by the server process.
+    rolled = yantra("rollback", committed.swap_id, "--reason", "e2e: taking it out")
+    assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+    assert f"rolled back {committed.modules_patched} modules: operator: e2e: taking it out" in rolled.stdout
+    assert "log: rolled back" in yantra("swaps").stdout and "server: rolled_back" in yantra("swaps").stdout
+    again = yantra("rollback", committed.swap_id)
+    assert again.returncode == 2 and "already rolled back" in again.stderr
+    assert (await generate_tokens(settings.server_addr, "The quick brown fox", 12))[0] == before
+
+    replay = yantra("replay", run_id, "--verify")
     assert replay.returncode == 0, replay.stdout + replay.stderr
     assert "replay verified" in replay.stdout

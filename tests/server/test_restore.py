@@ -10,11 +10,12 @@ from services.core import events as ev
 from services.core.bus import Bus
 from services.core.pb import events_pb2 as pb
 from services.core.runner import answer
+from services.core.swaplog import find_swap, live_swaps, swap_history
 from services.server.engine import Engine
 from services.server.hotswap import is_patched
 from services.server.introspection import instances_of
 from services.server.models import load_model
-from services.server.restore import live_swaps, restore_swaps
+from services.server.restore import restore_swaps
 from services.server.service import ServerService
 
 
@@ -72,3 +73,8 @@ def test_live_swaps_drops_what_any_rollback_named():
     assert live_swaps([a, b], []) == [a, b]
     again = rec(4, pb.SwapCommitted(swap_id="swap-a"))  # the same candidate committed by a later run
     assert live_swaps([a, b, again], []) == [b, again]
+
+    first, second = rec(5, pb.SwapRolledBack(swap_id="swap-b")), rec(6, pb.SwapRolledBack(swap_id="swap-b"))
+    views = swap_history([a, b, again], [first, second])
+    assert [(v.swap_id, v.committed.seq, v.rolled_back) for v in views] == [("swap-b", 2, first), ("swap-a", 4, None)]
+    assert find_swap(views, "swap-a").run_id == "r" and find_swap(views, "swap-c") is None

@@ -1,0 +1,48 @@
+"""What the log says about swaps (pure): which are live, which one a swap id names, how each ended.
+
+The server's restart (services.server.restore) and the CLI's `swaps` and `rollback` read the same
+answer from the same events, so what `yantra swaps` calls live is what a restarted server re-applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.core.events import Recorded
+
+
+@dataclass(frozen=True)
+class SwapView:
+    committed: Recorded  # the SwapCommitted (its newest, when a restart committed it again)
+    rolled_back: Recorded | None  # the first SwapRolledBack naming it, None while it is live
+
+    @property
+    def swap_id(self) -> str:
+        return self.committed.msg.swap_id
+
+    @property
+    def run_id(self) -> str:
+        return self.committed.env.run_id
+
+
+def swap_history(committed: list[Recorded], rolled_back: list[Recorded]) -> list[SwapView]:
+    """Every swap id the log committed, oldest first, with the rollback that ended it (if one did).
+
+    Any SwapRolledBack naming the swap ends it, even one that found nothing to restore (a server that
+    no longer held it): the request to take it out is on the record, and a restart honours it.
+    """
+    ended: dict[str, Recorded] = {}
+    for r in rolled_back:
+        ended.setdefault(r.msg.swap_id, r)
+    newest = {r.msg.swap_id: r for r in sorted(committed, key=lambda r: r.seq)}
+    views = [SwapView(rec, ended.get(swap_id)) for swap_id, rec in newest.items()]
+    return sorted(views, key=lambda v: v.committed.seq)
+
+
+def live_swaps(committed: list[Recorded], rolled_back: list[Recorded]) -> list[Recorded]:
+    """Committed swaps, oldest first, one per swap id (its newest commit), without those any rollback named."""
+    return [v.committed for v in swap_history(committed, rolled_back) if v.rolled_back is None]
+
+
+def find_swap(views: list[SwapView], swap_id: str) -> SwapView | None:
+    return next((v for v in views if v.swap_id == swap_id), None)
