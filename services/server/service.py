@@ -201,7 +201,9 @@ class ServerService:
 
 def rollback_request(failure: LiveFailure, time_ns: int) -> ev.Envelope:
     """The RollbackRequested that records a live failure, caused by the swap's SwapCommitted (one per swap)."""
-    request = pb.RollbackRequested(swap_id=failure.swap_id, reason=f"the kernel raised while serving: {failure.error}")
+    request = pb.RollbackRequested(
+        swap_id=failure.swap_id, reason=f"the kernel raised while serving: {failure.error}", failure=failure.error
+    )
     return ev.make_envelope(
         failure.run_id, request, producer="server", time_ns=time_ns, causation_id=failure.committed_event_id
     )

@@ -169,6 +169,19 @@ def decide_penalty(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCre
     return [pb.SkillCredited(skill_id=proposal.skill_id, reward=judged.reward, reason=reason)]
 
 
+def _skill_behind(prior: list[Recorded], candidate_id: str) -> str:
+    """The skill a served candidate stands for: its own recipe once published, else the skill it was built from."""
+    proposal = _proposal(prior, candidate_id)
+    if proposal is None:
+        return ""
+    fingerprint = _fingerprint_of(prior, proposal.target_class)
+    if fingerprint is not None and proposal.config.template:
+        recipe = skill_id_for(fingerprint.op_family, proposal.config)
+        if any(r.msg.skill_id == recipe for r in ev.all_of(prior, "SkillPublished")):
+            return recipe
+    return proposal.skill_id
+
+
 def decide_credit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCredited]:
     """A committed swap confirms the skill behind it: one more pull at its judged reward.
 
@@ -176,18 +189,9 @@ def decide_credit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCred
     explored less and exploited more.
     """
     swap: pb.SwapCommitted = trigger.msg
-    proposal = _proposal(prior, swap.candidate_id)
     judged = _judged(prior, swap.candidate_id)
-    if proposal is None or judged is None:
-        return []
-    skill_id = ""
-    fingerprint = _fingerprint_of(prior, proposal.target_class)
-    if fingerprint is not None and proposal.config.template:
-        recipe = skill_id_for(fingerprint.op_family, proposal.config)
-        if any(r.msg.skill_id == recipe for r in ev.all_of(prior, "SkillPublished")):
-            skill_id = recipe
-    skill_id = skill_id or proposal.skill_id
-    if not skill_id:
+    skill_id = _skill_behind(prior, swap.candidate_id)
+    if judged is None or not skill_id:
         return []
     reason = (
         f"swap {swap.swap_id[:12]} serves candidate {swap.candidate_id[:12]} live on {swap.modules_patched} "
@@ -196,12 +200,31 @@ def decide_credit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCred
     return [pb.SkillCredited(skill_id=skill_id, reward=judged.reward, reason=reason)]
 
 
+def decide_debit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCredited]:
+    """A swap rolled back because its kernel raised while serving: a losing pull (-1) of the skill behind it.
+
+    An operator's rollback says nothing about the kernel (it may be a latency budget, a test), so only
+    the server's own request, which carries the error, counts against the skill.
+    """
+    rolled: pb.SwapRolledBack = trigger.msg
+    asked = next((r for r in prior if r.env.event_id == trigger.env.causation_id), None)
+    if asked is None or asked.type != "RollbackRequested" or not asked.msg.failure:
+        return []
+    skill_id = _skill_behind(prior, rolled.candidate_id)
+    if not skill_id:
+        return []
+    reason = f"swap {rolled.swap_id[:12]} failed while serving ({asked.msg.failure[:120]}); a losing pull"
+    return [pb.SkillCredited(skill_id=skill_id, reward=-1, reason=reason)]
+
+
 def decide(prior: list[Recorded], trigger: Recorded) -> list[Message]:
-    """The skill store's answer to a CandidateJudged or a SwapCommitted."""
+    """The skill store's answer to a CandidateJudged, a SwapCommitted or a SwapRolledBack."""
     if trigger.type == "CandidateJudged":
         return [*decide_publish(prior, trigger), *decide_penalty(prior, trigger)]
     if trigger.type == "SwapCommitted":
         return list(decide_credit(prior, trigger))
+    if trigger.type == "SwapRolledBack":
+        return list(decide_debit(prior, trigger))
     return []
 
 

@@ -25,7 +25,7 @@ APPLY_ATTEMPTS = 5
 
 class SkillstoreService:
     name = "skillstore"
-    consumes = ("ProfileCaptured", "CandidateJudged", "SwapCommitted")
+    consumes = ("ProfileCaptured", "CandidateJudged", "SwapCommitted", "SwapRolledBack")
 
     def __init__(self, index: SkillIndex, k: int = domain.NEIGHBOURS_K):
         self.index = index

@@ -111,6 +111,7 @@ async def test_a_kernel_that_raises_while_serving_is_rolled_back_through_the_log
     assert asked.env.producer == "server" and asked.env.causation_id == committed.env.event_id
     assert asked.msg.swap_id == committed.msg.swap_id
     assert asked.msg.reason.startswith("the kernel raised while serving: ValueError: ")
+    assert asked.msg.failure.startswith("ValueError: ") and "more than this kernel" in asked.msg.failure
     assert rolled.env.causation_id == asked.env.event_id and rolled.msg.observed.modules_matched == 5
     assert rolled.msg.reason.startswith("rolled back 5 modules: the kernel raised while serving")
     assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))

@@ -133,10 +133,30 @@ def test_publish_credit_and_penalty(new_run, profiled, config):
     assert (credit.skill_id, credit.reward) == (published.skill_id, 2)
     run.add(credit, "skillstore", swap)
 
-    injected = ("CandidateProposed", "CandidateJudged", "TargetConcluded", "SwapCommitted")
+    # The kernel raised while serving: the server asked itself to roll it back, and the skill pays for it.
+    failure = "ValueError: 40 rows: more than this kernel was written for"
+    asked = run.add(pb.RollbackRequested(swap_id="s1", reason="the kernel raised", failure=failure), "server", swap)
+    rolled_back = pb.SwapRolledBack(swap_id="s1", candidate_id="c1", reason="rolled back 57 modules")
+    rolled = run.add(rolled_back, "server", asked)
+    (debit,) = domain.decide(run.log, rolled)
+    assert (debit.skill_id, debit.reward) == (published.skill_id, -1) and "failed while serving" in debit.reason
+    run.add(debit, "skillstore", rolled)
+
+    injected = ("CandidateProposed", "CandidateJudged", "TargetConcluded", "SwapCommitted", "SwapRolledBack")
     rederivers = {**domain.REDERIVE, **profiler_domain.REDERIVE}
     rederivers |= {t: (lambda prior, trigger, recorded: recorded) for t in injected}
     assert verify(run.log, rederivers) == []
+
+
+def test_an_operators_rollback_debits_no_skill(new_run, profiled, config):
+    run = new_run()
+    trigger = profiled(run, QWEN, 1536)
+    proposed = _candidate(run, trigger, config, skill_id="sk-old")
+    judged = _judged(run, proposed, 2)
+    swap = run.add(pb.SwapCommitted(swap_id="s1", candidate_id="c1", target_class=QWEN), "server", judged)
+    asked = run.add(pb.RollbackRequested(swap_id="s1", reason="operator: p95 regressed"), "cli", swap)
+    rolled = run.add(pb.SwapRolledBack(swap_id="s1", candidate_id="c1"), "server", asked)
+    assert domain.decide(run.log, rolled) == []
 
 
 def test_nothing_to_publish_or_credit(new_run, profiled, config):

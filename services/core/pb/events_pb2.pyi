@@ -586,12 +586,14 @@ class SwapRolledBack(_message.Message):
     def __init__(self, swap_id: _Optional[str] = ..., candidate_id: _Optional[str] = ..., reason: _Optional[str] = ..., observed: _Optional[_Union[ParityObservation, _Mapping]] = ...) -> None: ...
 
 class RollbackRequested(_message.Message):
-    __slots__ = ("swap_id", "reason")
+    __slots__ = ("swap_id", "reason", "failure")
     SWAP_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
     swap_id: str
     reason: str
-    def __init__(self, swap_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    failure: str
+    def __init__(self, swap_id: _Optional[str] = ..., reason: _Optional[str] = ..., failure: _Optional[str] = ...) -> None: ...
 
 class RunObservation(_message.Message):
     __slots__ = ("decode_tokens_per_s_after", "tokens_generated")
