@@ -46,6 +46,8 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
         )
     if type_name in ("SwapRejected", "SwapRolledBack"):
         return f"{m.candidate_id}: {m.reason}"
+    if type_name == "RollbackRequested":
+        return f"{m.swap_id}: {m.reason}"
     if type_name == "SkillPublished":
         return f"{m.skill_id} reward={m.reward:+d} family={m.fingerprint.op_family}"
     if type_name == "SkillCredited":
