@@ -383,7 +383,8 @@ async def cmd_swaps(args) -> int:
     finally:
         await bus.close()
     try:
-        served = {r.swap_id: r.state for r in await list_swaps(resolve_server_addr(settings))}
+        records = await list_swaps(resolve_server_addr(settings), settings.admin_token)
+        served = {r.swap_id: r.state for r in records}
         server_note = ""
     except (ServerUnavailable, StackError) as exc:
         served, server_note = {}, f"(the server's own view is missing: {exc})"

@@ -19,10 +19,12 @@ def _compose_binary() -> Path:
     return path
 
 
-def _config(*args: str, password: str | None = "secret") -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "NATS_PASSWORD"}
+def _config(*args: str, password: str | None = "secret", token: str | None = "t0ken") -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("NATS_PASSWORD", "YANTRA_ADMIN_TOKEN")}
     if password is not None:
         env["NATS_PASSWORD"] = password
+    if token is not None:
+        env["YANTRA_ADMIN_TOKEN"] = token
     return subprocess.run(
         [str(_compose_binary()), "-f", str(ROOT / "compose.yaml"), "config", *args],
         capture_output=True,
@@ -54,3 +56,16 @@ def test_compose_runs_the_five_services_and_reserves_gpus():
 def test_compose_refuses_to_start_without_a_nats_password():
     result = _config("-q", password=None)
     assert result.returncode != 0 and "NATS_PASSWORD" in result.stderr
+
+
+def test_compose_refuses_to_start_without_an_admin_token():
+    result = _config("-q", token=None)
+    assert result.returncode != 0 and "YANTRA_ADMIN_TOKEN" in result.stderr
+
+
+def test_every_service_gets_the_admin_token():
+    import json
+
+    services = json.loads(_config("--format", "json").stdout)["services"]
+    for name in ("server", "profiler", "skillstore", "coder", "judge"):
+        assert services[name]["environment"]["YANTRA_ADMIN_TOKEN"] == "t0ken", name

@@ -22,3 +22,12 @@ def test_child_environment_round_trips(monkeypatch):
     for key, value in settings.env().items():
         monkeypatch.setenv(key, value)
     assert Settings.from_env() == settings
+
+
+def test_the_admin_token_reaches_children_and_never_a_repr(monkeypatch):
+    monkeypatch.setenv("YANTRA_ADMIN_TOKEN", "s3cret")
+    settings = Settings.from_env()
+    assert settings.admin_token == "s3cret" and settings.env()["YANTRA_ADMIN_TOKEN"] == "s3cret"
+    assert "s3cret" not in repr(settings) and "s3cret" not in str(settings)
+    monkeypatch.delenv("YANTRA_ADMIN_TOKEN")
+    assert "YANTRA_ADMIN_TOKEN" not in Settings.from_env().env()

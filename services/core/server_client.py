@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
+from services.core.admin_auth import metadata
 from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as igrpc
 
@@ -65,11 +66,12 @@ async def generate_tokens(addr: str, prompt: str, max_new_tokens: int) -> tuple[
     return ids, "".join(text), tps
 
 
-async def list_swaps(addr: str, timeout: float = 2.0) -> list[ipb.SwapRecord]:
+async def list_swaps(addr: str, token: str = "", timeout: float = 2.0) -> list[ipb.SwapRecord]:
     """The swaps the live server holds, and in what state; ServerUnavailable when it does not answer."""
     async with grpc.aio.insecure_channel(addr) as channel:
         try:
-            reply = await igrpc.AdminStub(channel).ListSwaps(ipb.ListSwapsRequest(), timeout=timeout)
+            stub = igrpc.AdminStub(channel)
+            reply = await stub.ListSwaps(ipb.ListSwapsRequest(), timeout=timeout, metadata=metadata(token))
         except grpc.aio.AioRpcError as exc:
             raise ServerUnavailable(f"inference server at {addr}: {exc.details() or exc.code().name}") from exc
     return list(reply.swaps)

@@ -17,6 +17,7 @@ class Settings(BaseModel):
     ack_wait_s: float = Field(30.0, gt=0, description="seconds before an unacknowledged event is redelivered")
     log_level: str = "INFO"
     restore_swaps: bool = Field(True, description="a (re)started server re-applies the log's committed swaps")
+    admin_token: str = Field("", repr=False, description="bearer token for the server's Admin RPCs; empty: none")
 
     @field_validator("data_dir")
     @classmethod
@@ -36,6 +37,7 @@ class Settings(BaseModel):
             "ack_wait_s": env.get("YANTRA_ACK_WAIT_S", "30"),
             "log_level": env.get("YANTRA_LOG_LEVEL", "INFO"),
             "restore_swaps": env.get("YANTRA_RESTORE_SWAPS", "1") not in ("0", "false", "no"),
+            "admin_token": env.get("YANTRA_ADMIN_TOKEN", ""),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -53,4 +55,6 @@ class Settings(BaseModel):
         }
         if self.nats_url:
             out["NATS_URL"] = self.nats_url
+        if self.admin_token:
+            out["YANTRA_ADMIN_TOKEN"] = self.admin_token
         return out

@@ -13,7 +13,7 @@ from services.profiler.service import ProfilerService
 
 
 async def setup(settings: Settings, bus: Bus, stop: asyncio.Event):
-    admin = AdminClient(settings.server_addr)
+    admin = AdminClient(settings.server_addr, token=settings.admin_token)
 
     async def serve() -> None:
         try:

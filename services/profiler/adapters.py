@@ -9,6 +9,7 @@ from typing import TypeVar
 
 import grpc
 
+from services.core.admin_auth import metadata
 from services.core.pb import events_pb2 as pb
 from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as igrpc
@@ -34,8 +35,17 @@ class AdminCallFailed(RuntimeError):
 class AdminClient:
     """Calls CaptureProfile and MeasureDecode, retrying a few times with backoff while the server is away."""
 
-    def __init__(self, addr: str, *, attempts: int = 4, backoff_s: float = 0.5, timeout_s: float = CALL_TIMEOUT_S):
+    def __init__(
+        self,
+        addr: str,
+        *,
+        token: str = "",
+        attempts: int = 4,
+        backoff_s: float = 0.5,
+        timeout_s: float = CALL_TIMEOUT_S,
+    ):
         self.addr = addr
+        self.metadata = metadata(token)
         self.attempts = max(1, attempts)
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
@@ -73,9 +83,13 @@ class AdminClient:
 
     async def capture_profile(self, prompts: list[str], max_new_tokens: int, repeats: int = 1) -> pb.ProfileObservation:
         request = ipb.CaptureProfileRequest(prompts=prompts, max_new_tokens=max_new_tokens, repeats=repeats)
-        reply = await self._call("CaptureProfile", lambda s: s.CaptureProfile(request, timeout=self.timeout_s))
+        reply = await self._call(
+            "CaptureProfile", lambda s: s.CaptureProfile(request, timeout=self.timeout_s, metadata=self.metadata)
+        )
         return reply.observation
 
     async def measure_decode(self, prompts: list[str], max_new_tokens: int, repeats: int) -> ipb.MeasureDecodeReply:
         request = ipb.MeasureDecodeRequest(prompts=prompts, max_new_tokens=max_new_tokens, repeats=repeats)
-        return await self._call("MeasureDecode", lambda s: s.MeasureDecode(request, timeout=self.timeout_s))
+        return await self._call(
+            "MeasureDecode", lambda s: s.MeasureDecode(request, timeout=self.timeout_s, metadata=self.metadata)
+        )

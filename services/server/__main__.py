@@ -19,9 +19,10 @@ log = logging.getLogger("services.server")
 GRACE_S = 2.0
 
 
-async def serve_grpc(engine: Engine, addr: str, stop: asyncio.Event) -> None:
-    server, port = await start_grpc(engine, addr)
-    log.info("server ready on %s", f"{addr.rsplit(':', 1)[0]}:{port}")
+async def serve_grpc(engine: Engine, addr: str, stop: asyncio.Event, admin_token: str = "") -> None:
+    server, port = await start_grpc(engine, addr, admin_token)
+    guarded = "admin RPCs need YANTRA_ADMIN_TOKEN" if admin_token else "admin RPCs open (no YANTRA_ADMIN_TOKEN)"
+    log.info("server ready on %s (%s)", f"{addr.rsplit(':', 1)[0]}:{port}", guarded)
     try:
         await stop.wait()
     finally:
@@ -38,7 +39,7 @@ def make_setup(engine: Engine) -> Setup:
         if restored:
             log.info("re-applied %d swap(s) from the log: %s", len(restored), ", ".join(restored))
         return [
-            serve_grpc(engine, settings.server_addr, stop),
+            serve_grpc(engine, settings.server_addr, stop, settings.admin_token),
             run_service(bus, service, stop, settings.ack_wait_s),
             request_rollbacks(bus, service, stop),
             metrics_loop(bus, engine, stop, default_server_id(settings.server_addr)),

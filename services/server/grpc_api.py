@@ -11,6 +11,7 @@ import time
 
 import grpc
 
+from services.core.admin_auth import authorized, needs_token
 from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as ipb_grpc
 from services.server.engine import MAX_NEW_TOKENS, BadRequest, Engine
@@ -126,9 +127,34 @@ class AdminApi(ipb_grpc.AdminServicer):
         return ipb.ListSwapsReply(swaps=self.engine.swaps.records())
 
 
-async def start_grpc(engine: Engine, addr: str) -> tuple[grpc.aio.Server, int]:
-    """Serve both services on `addr` ("host:port", port 0 picks one); returns the server and its port."""
-    server = grpc.aio.server()
+class AdminToken(grpc.aio.ServerInterceptor):
+    """Admin RPCs (Health excepted) answer UNAUTHENTICATED unless the call carries the admin token."""
+
+    def __init__(self, token: str):
+        self.token = token
+
+        async def refuse(request, context):
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "admin RPCs need the server's admin token: set YANTRA_ADMIN_TOKEN to the same value as the server's",
+            )
+
+        self._refusal = grpc.unary_unary_rpc_method_handler(refuse)
+
+    async def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method
+        if needs_token(method) and not authorized(handler_call_details.invocation_metadata, self.token):
+            log.warning("refused %s: no valid admin token", method)
+            return self._refusal
+        return await continuation(handler_call_details)
+
+
+async def start_grpc(engine: Engine, addr: str, admin_token: str = "") -> tuple[grpc.aio.Server, int]:
+    """Serve both services on `addr` ("host:port", port 0 picks one); returns the server and its port.
+
+    With `admin_token`, the Admin RPCs other than Health require it (services.core.admin_auth).
+    """
+    server = grpc.aio.server(interceptors=[AdminToken(admin_token)] if admin_token else None)
     ipb_grpc.add_InferenceServicer_to_server(InferenceApi(engine), server)
     ipb_grpc.add_AdminServicer_to_server(AdminApi(engine), server)
     try:

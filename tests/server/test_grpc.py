@@ -109,3 +109,45 @@ async def test_list_swaps_follows_commit_and_rollback(engine, channel, good_sour
     swaps = (await admin.ListSwaps(ipb.ListSwapsRequest())).swaps
     assert [(s.swap_id, s.state) for s in swaps] == [(committed.swap_id, "rolled_back")]
     assert (await admin.GetModuleState(ipb.ModuleStateRequest(class_path=QWEN_NORM))).patched == 0
+
+
+@pytest.fixture
+async def guarded(engine):
+    server, port = await start_grpc(engine, "127.0.0.1:0", admin_token="s3cret")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        yield ch, f"127.0.0.1:{port}"
+    await server.stop(0)
+
+
+async def test_with_an_admin_token_the_admin_rpcs_need_it_but_health_and_generation_do_not(engine, guarded):
+    from services.core.admin_auth import metadata
+
+    channel, _ = guarded
+    admin = ipb_grpc.AdminStub(channel)
+    for bad in ((), metadata("wrong"), (("authorization", "s3cret"),)):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await admin.ListSwaps(ipb.ListSwapsRequest(), metadata=bad)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED and "YANTRA_ADMIN_TOKEN" in err.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await admin.MeasureDecode(ipb.MeasureDecodeRequest(prompts=["hi"], max_new_tokens=2))
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert list((await admin.ListSwaps(ipb.ListSwapsRequest(), metadata=metadata("s3cret"))).swaps) == (
+        engine.swaps.records()
+    )
+    assert (await admin.Health(ipb.HealthRequest())).ready  # probes need no secret
+    assert len(await _generate(channel, prompt="Hello", max_new_tokens=2)) == 3  # the public surface
+
+
+async def test_the_profilers_client_and_the_cli_send_the_token(engine, guarded):
+    from services.core.server_client import list_swaps
+    from services.profiler.adapters import AdminCallFailed, AdminClient
+
+    _, addr = guarded
+    client = AdminClient(addr, token="s3cret")
+    assert (await client.measure_decode(["hi"], 2, 1)).tokens_per_s > 0
+    await client.close()
+    wrong = AdminClient(addr, token="nope", attempts=3, backoff_s=10)  # refused, and not retried
+    with pytest.raises(AdminCallFailed, match="MeasureDecode .* failed: UNAUTHENTICATED: admin RPCs need"):
+        await wrong.measure_decode(["hi"], 2, 1)
+    await wrong.close()
+    assert await list_swaps(addr, "s3cret") == engine.swaps.records()
