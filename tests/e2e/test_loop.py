@@ -55,6 +55,7 @@ def stack(own_nats, tmp_path):
         device="cpu",
         ack_wait_s=4.0,
         log_level="INFO",
+        admin_token="e2e-" + uuid.uuid4().hex,  # the profiler must send it, or no run gets a profile
     )
     stack = start_stack(settings, SERVICES)
     yield stack
@@ -121,7 +122,7 @@ async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus
     letters = await bus.read_dead_letters("judge")
     assert any(b"not an envelope" in data for data, _ in letters)
 
-    env = {**os.environ, "NATS_URL": settings.nats_url, "YANTRA_DATA_DIR": str(settings.data_dir)}
+    env = {**os.environ, **settings.env()}
 
     def yantra(*args: str) -> subprocess.CompletedProcess:
         cmd = [sys.executable, "-m", "services.cli", *args]
