@@ -145,8 +145,11 @@ class ServerService:
         def report(error: str) -> None:
             log.error("swap %s: the kernel raised while serving, eager forward restored: %s", committed.swap_id, error)
             failure = LiveFailure(trigger.env.run_id, committed.swap_id, committed_id, error)
-            if loop is not None:
-                loop.call_soon_threadsafe(queue.put_nowait, failure)
+            try:
+                if loop is not None:
+                    loop.call_soon_threadsafe(queue.put_nowait, failure)
+            except RuntimeError:  # the loop is closing (shutdown): the request still gets its answer
+                log.error("swap %s: rollback request not queued, the server is stopping", committed.swap_id)
 
         return report
 
