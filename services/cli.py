@@ -79,21 +79,20 @@ async def request_run(
 
 
 async def follow_run(bus: Bus, run_id: str, timeout: float, out=print) -> list[ev.Recorded]:
-    """Print the run's events as they land until RunCompleted (or the timeout)."""
-    seen = 0
-    deadline = time.monotonic() + timeout
-    log: list[ev.Recorded] = []
-    while time.monotonic() < deadline:
-        log = await bus.read_run(run_id)
-        for rec in log[seen:]:
-            out("  " + describe(rec))
-        seen = len(log)
-        if any(r.type in ev.TERMINAL_EVENTS for r in log):
-            return log
-        await asyncio.sleep(0.5)
-    raise CliError(
-        f"run {run_id} did not complete within {timeout:.0f}s; follow it with `yantra events --run {run_id} --follow`"
-    )
+    """Print the run's events as they land until RunCompleted (or the timeout); returns the run's log."""
+    try:
+        async with asyncio.timeout(timeout):
+            async with contextlib.aclosing(bus.tail(ev.run_filter(run_id))) as events:
+                async for rec in events:
+                    out("  " + describe(rec))
+                    if rec.type in ev.TERMINAL_EVENTS:
+                        break
+    except TimeoutError:
+        raise CliError(
+            f"run {run_id} did not complete within {timeout:.0f}s; follow it with "
+            f"`yantra events --run {run_id} --follow`"
+        ) from None
+    return await bus.read_run(run_id)  # the whole log, with anything that landed beside the last event
 
 
 def _resolve_policy(args, device: str) -> pb.SwapPolicy:
@@ -356,17 +355,16 @@ async def cmd_events(args) -> int:
     bus = await _bus(_settings(args))
     subject = ev.run_filter(args.run or "*", args.type or ">")
     try:
-        seen: set[int] = set()
-        while True:
+        if not args.follow:
             for rec in await bus.read_all(subject):
-                if rec.seq not in seen:
-                    seen.add(rec.seq)
-                    print(f"{rec.env.run_id}  {describe(rec)}", flush=True)
-            if not args.follow:
-                return 0
-            await asyncio.sleep(0.5)
+                print(f"{rec.env.run_id}  {describe(rec)}", flush=True)
+            return 0
+        async with contextlib.aclosing(bus.tail(subject)) as events:
+            async for rec in events:
+                print(f"{rec.env.run_id}  {describe(rec)}", flush=True)
     finally:
         await bus.close()
+    return 0
 
 
 async def _swap_views(bus: Bus):

@@ -29,6 +29,48 @@ async def test_run_log_reads_back_in_order_and_dedups(bus, run_id):
     assert run_id in await bus.run_ids()
 
 
+async def test_tail_yields_the_log_then_each_new_event_once_in_order(bus, run_id):
+    import contextlib
+
+    req = _request(run_id)
+    await bus.publish(req)
+    got: list[ev.Recorded] = []
+
+    async def follow():
+        async with contextlib.aclosing(bus.tail(ev.run_filter(run_id), poll_s=0.1)) as events:
+            async for rec in events:
+                got.append(rec)
+                if len(got) == 4:
+                    return
+
+    task = asyncio.create_task(follow())
+    await asyncio.sleep(0.3)  # the tail has read what was there and waits
+    assert [r.type for r in got] == ["RunRequested"]
+    for k in range(3):
+        msg = pb.SkillCredited(skill_id=f"s{k}", reward=k)
+        env = ev.make_envelope(run_id, msg, producer="t", time_ns=k, causation_id=req.event_id, ordinal=k)
+        await bus.publish(env)
+        await bus.publish(env)  # a duplicate publish is not a second event
+    await asyncio.wait_for(task, timeout=10)
+    assert [r.type for r in got] == ["RunRequested"] + ["SkillCredited"] * 3
+    assert got == await bus.read_run(run_id)  # the same events, the same sequences
+
+
+async def test_tail_of_a_run_that_has_no_events_yet_waits_for_them(bus, run_id):
+    import contextlib
+
+    async def first_event():
+        async with contextlib.aclosing(bus.tail(ev.run_filter(run_id), poll_s=0.1)) as events:
+            async for rec in events:
+                return rec
+
+    task = asyncio.create_task(first_event())
+    await asyncio.sleep(0.5)  # several empty fetches time out meanwhile: none of them may end the tail
+    assert not task.done()
+    await bus.publish(_request(run_id))
+    assert (await asyncio.wait_for(task, timeout=10)).type == "RunRequested"
+
+
 async def test_read_of_unknown_run_is_empty(bus):
     assert await bus.read_run("nosuchrun") == []
 

@@ -14,7 +14,6 @@ from contextlib import suppress
 from datetime import UTC, datetime
 
 from google.protobuf.message import DecodeError
-from nats.errors import TimeoutError as NatsTimeout
 from nats.js import JetStreamContext, api
 
 from services.core import events as ev
@@ -57,7 +56,7 @@ async def fetch_batch(psub: JetStreamContext.PullSubscription, timeout: float) -
     """(decoded events, last stream sequence seen or 0, messages still pending); waits up to `timeout`."""
     try:
         msgs = await psub.fetch(FETCH_BATCH, timeout=timeout)
-    except NatsTimeout:
+    except TimeoutError:  # nats' own, or asyncio's when the fetch's deadline runs out mid-way (both builtin)
         return [], 0, 0
     out, last, pending = [], 0, 0
     for m in msgs:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 
 import nats
 from nats.errors import NoServersError
-from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import NotFoundError
 
@@ -23,6 +22,9 @@ ACK_WAIT_S = 30.0
 DEDUP_WINDOW_S = 600.0
 METRICS_MAX_AGE_S = 24 * 3600
 METRICS_MAX_MSGS = 100_000
+# Fetch timeouts: a fetch that finds nothing raises nats' TimeoutError, or, when its deadline runs out
+# between its two pull requests (seen under load), asyncio's; both are the builtin TimeoutError, which
+# is what every fetch here catches.
 
 
 class BusUnavailable(RuntimeError):
@@ -126,7 +128,7 @@ class Bus:
             while remaining > 0:
                 try:
                     msgs = await psub.fetch(min(remaining, 256), timeout=5.0)
-                except NatsTimeout:
+                except TimeoutError:
                     break
                 for m in msgs:
                     out.append((m.metadata.sequence.stream, m.data, m.subject))
@@ -153,6 +155,42 @@ class Bus:
                 out.append(Recorded(seq, ev.decode(data)))
         return out
 
+    async def tail(self, subject: str = ev.RUN_SUBJECTS, poll_s: float = 0.5) -> AsyncIterator[Recorded]:
+        """Every run event on `subject` in stream order, then each new one as it lands, each once.
+
+        One ephemeral consumer reads on from the last sequence seen, so following a run costs a fetch
+        per new batch instead of a re-read of the whole log. A consumer lost meanwhile (a reconnect that
+        outlasted its inactivity threshold) is replaced by one starting after the last event yielded.
+        Close it with `contextlib.aclosing` (or let the loop that owns it finish) so the consumer goes.
+        """
+        next_seq = 1
+        while True:
+            cfg = api.ConsumerConfig(
+                ack_policy=api.AckPolicy.NONE,
+                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=next_seq,
+                inactive_threshold=30.0,
+                filter_subject=subject,
+            )
+            psub = await self.js.pull_subscribe(subject, stream=ev.RUNS_STREAM, config=cfg)
+            try:
+                while True:
+                    try:
+                        msgs = await psub.fetch(256, timeout=poll_s)
+                    except TimeoutError:  # nothing new yet (see "Fetch timeouts" above)
+                        continue
+                    for m in msgs:
+                        seq = m.metadata.sequence.stream
+                        next_seq = seq + 1
+                        with suppress(ev.BadEvent):
+                            yield Recorded(seq, ev.decode(m.data))
+            except NotFoundError:
+                log.info("tail of %s lost its consumer; resuming at seq %d", subject, next_seq)
+                await asyncio.sleep(poll_s)
+            finally:
+                with suppress(Exception):
+                    await psub.unsubscribe()
+
     async def run_ids(self) -> list[str]:
         """Runs in the order they were requested."""
         return [r.env.run_id for r in await self.read_all(ev.run_filter("*", "RunRequested"))]
@@ -166,7 +204,7 @@ class Bus:
             while True:
                 try:
                     msgs = await psub.fetch(256, timeout=0.5)
-                except NatsTimeout:
+                except TimeoutError:
                     break
                 out += [(m.data, dict(m.headers or {})) for m in msgs]
                 if msgs and msgs[-1].metadata.num_pending == 0:
@@ -210,7 +248,7 @@ class Bus:
             while not stop.is_set():
                 try:
                     msgs = await psub.fetch(1, timeout=1.0)
-                except NatsTimeout:
+                except TimeoutError:
                     continue
                 except Exception as exc:  # connection trouble: the client reconnects; wait and retry
                     log.warning("%s: fetch failed (%s); retrying", durable, exc)
