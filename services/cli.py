@@ -20,7 +20,7 @@ from services.core.pb import events_pb2 as pb
 from services.core.server_client import ServerUnavailable, generate, generate_tokens, list_swaps, wait_ready
 from services.core.settings import Settings
 from services.core.stack import Stack, StackError, resolve_nats_url, resolve_server_addr, start_stack
-from services.core.swaplog import find_swap, swap_history
+from services.core.swaplog import find_swap, read_swap_events, swap_history
 from services.registry import SERVICES
 
 POLICIES = {
@@ -367,17 +367,11 @@ async def cmd_events(args) -> int:
     return 0
 
 
-async def _swap_views(bus: Bus):
-    committed = await bus.read_all(ev.run_filter("*", "SwapCommitted"))
-    rolled_back = await bus.read_all(ev.run_filter("*", "SwapRolledBack"))
-    return swap_history(committed, rolled_back)
-
-
 async def cmd_swaps(args) -> int:
     settings = _settings(args)
     bus = await _bus(settings)
     try:
-        views = await _swap_views(bus)
+        views = swap_history(*await read_swap_events(bus))
     finally:
         await bus.close()
     try:
@@ -404,7 +398,7 @@ async def cmd_swaps(args) -> int:
 async def cmd_rollback(args) -> int:
     bus = await _bus(_settings(args))
     try:
-        view = find_swap(await _swap_views(bus), args.swap)
+        view = find_swap(swap_history(*await read_swap_events(bus)), args.swap)
         if view is None:
             raise CliError(f"no swap {args.swap!r} in the log (see `yantra swaps`)")
         if view.rolled_back is not None:
@@ -421,20 +415,22 @@ async def cmd_rollback(args) -> int:
         )
         await bus.publish(env)
         print(f"asked the server to roll back {args.swap} (run {view.run_id})")
-        deadline = time.monotonic() + args.timeout
-        while time.monotonic() < deadline:
-            answer = next((r for r in await bus.read_run(view.run_id) if r.env.causation_id == env.event_id), None)
-            if answer is not None:
-                print("  " + describe(answer))
-                restored = answer.type == "SwapRolledBack" and not answer.msg.observed.error
-                return 0 if restored else 1
-            await asyncio.sleep(0.3)
+        try:
+            async with asyncio.timeout(args.timeout):
+                async with contextlib.aclosing(bus.tail(ev.run_filter(view.run_id))) as events:
+                    async for answer in events:
+                        if answer.env.causation_id == env.event_id:
+                            break
+        except TimeoutError:
+            raise CliError(
+                f"no answer within {args.timeout:.0f}s: is the server up (`yantra up`)? The request stays in the log "
+                "and is answered when it is back"
+            ) from None
     finally:
         await bus.close()
-    raise CliError(
-        f"no answer within {args.timeout:.0f}s: is the server up (`yantra up`)? The request stays in the log and is "
-        "answered when it is back"
-    )
+    print("  " + describe(answer))
+    restored = answer.type == "SwapRolledBack" and not answer.msg.observed.error
+    return 0 if restored else 1
 
 
 async def cmd_generate(args) -> int:

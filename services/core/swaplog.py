@@ -1,4 +1,6 @@
-"""What the log says about swaps (pure): which are live, which one a swap id names, how each ended.
+"""What the log says about swaps: which are live, which one a swap id names, how each ended.
+
+Pure functions of the events, and `read_swap_events`, the one read they all start from.
 
 The server's restart (services.server.restore) and the CLI's `swaps` and `rollback` read the same
 answer from the same events, so what `yantra swaps` calls live is what a restarted server re-applies.
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.core import events as ev
 from services.core.events import Recorded
 
 
@@ -46,3 +49,10 @@ def live_swaps(committed: list[Recorded], rolled_back: list[Recorded]) -> list[R
 
 def find_swap(views: list[SwapView], swap_id: str) -> SwapView | None:
     return next((v for v in views if v.swap_id == swap_id), None)
+
+
+async def read_swap_events(bus) -> tuple[list[Recorded], list[Recorded]]:
+    """The I/O edge: every SwapCommitted and every SwapRolledBack of every run, in stream order."""
+    committed = await bus.read_all(ev.run_filter("*", "SwapCommitted"))
+    rolled_back = await bus.read_all(ev.run_filter("*", "SwapRolledBack"))
+    return committed, rolled_back

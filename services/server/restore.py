@@ -13,7 +13,7 @@ import logging
 
 from services.core import events as ev
 from services.core.bus import Bus
-from services.core.swaplog import live_swaps
+from services.core.swaplog import live_swaps, read_swap_events
 from services.server.service import ServerService
 
 log = logging.getLogger(__name__)
@@ -21,10 +21,8 @@ log = logging.getLogger(__name__)
 
 async def restore_swaps(bus: Bus, service: ServerService, model_name: str) -> list[str]:
     """Re-apply the log's live swaps for `model_name`; returns the swap ids now served again."""
-    committed = await bus.read_all(ev.run_filter("*", "SwapCommitted"))
-    rolled_back = await bus.read_all(ev.run_filter("*", "SwapRolledBack"))
     restored = []
-    for rec in reversed(live_swaps(committed, rolled_back)):  # the newest swap of a target wins
+    for rec in reversed(live_swaps(*await read_swap_events(bus))):  # the newest swap of a target wins
         run_log = await bus.read_run(rec.env.run_id)
         request = ev.first(run_log, "RunRequested")
         if request is None or request.msg.model != model_name:
