@@ -6,7 +6,6 @@ swap, every trigger answered once, and `yantra replay RUN --verify` must pass.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -14,9 +13,11 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from runlog import has, wait_for_log
 
 from services.core import events as ev
 from services.core.nats_launcher import free_port
@@ -31,18 +32,12 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 420
 
 
-async def _wait_for(bus, run_id: str, predicate, timeout: float, stack=None) -> list[ev.Recorded]:
-    deadline = time.monotonic() + timeout
-    log: list[ev.Recorded] = []
-    while time.monotonic() < deadline:
-        log = await bus.read_run(run_id)
-        if predicate(log):
-            return log
-        if stack is not None:
-            dead = [(n, c) for n, c in stack.dead() if n != "judge"]
-            assert not dead, f"services died: {dead}\n" + "\n".join(stack.log_tail(n, 30) for n, _ in dead)
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"timed out; log so far: {[r.type for r in log]}")
+def _services_alive(stack) -> Callable[[], None]:
+    def check() -> None:
+        dead = [(n, c) for n, c in stack.dead() if n != "judge"]  # the test kills the judge on purpose
+        assert not dead, f"services died: {dead}\n" + "\n".join(stack.log_tail(n, 30) for n, _ in dead)
+
+    return check
 
 
 @pytest.fixture
@@ -88,12 +83,12 @@ async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus
     await bus.js.publish(ev.run_subject(run_id, "CandidateProposed"), b"\x00\xffnot an envelope")
 
     # Kill the judge while it works on the first candidate, then bring it back.
-    await _wait_for(bus, run_id, lambda log: any(r.type == "CandidateProposed" for r in log), 180, stack)
+    await wait_for_log(bus, run_id, has("CandidateProposed"), 180, check=_services_alive(stack))
     stack.procs["judge"].send_signal(signal.SIGKILL)
     stack.procs["judge"].wait()
     stack.start_service("judge")
 
-    log = await _wait_for(bus, run_id, lambda log: any(r.type == "RunCompleted" for r in log), RUN_TIMEOUT_S, stack)
+    log = await wait_for_log(bus, run_id, has("RunCompleted"), RUN_TIMEOUT_S, check=_services_alive(stack))
     types = Counter(r.type for r in log)
     for name in (
         "RunRequested",

@@ -115,21 +115,3 @@ async def serving(nats_url: str, services: list, run_id: str):
             await task
         for bus in buses:
             await bus.nc.close()
-
-
-async def publish(bus, run_id: str, msg, cause: ev.Envelope | None = None, producer: str = "test") -> ev.Envelope:
-    env = ev.make_envelope(
-        run_id, msg, producer=producer, time_ns=time.time_ns(), causation_id=cause.event_id if cause else ""
-    )
-    await bus.publish(env)
-    return env
-
-
-async def wait_for(bus, run_id: str, type_name: str, count: int = 1, timeout: float = 60.0) -> list[Recorded]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = ev.all_of(await bus.read_run(run_id), type_name)
-        if len(found) >= count:
-            return found
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"no {count} x {type_name} in run {run_id} after {timeout} s")

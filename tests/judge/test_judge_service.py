@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from judge_testkit import honest_source, log_of, profile_captured, proposal, publish, qwen_norm, serving, wait_for
+from judge_testkit import honest_source, log_of, profile_captured, proposal, qwen_norm, serving
+from runlog import publish_envelope, wait_for_events
 
 from services.coder import domain as coder_domain
 from services.coder.service import CoderService
@@ -53,10 +54,14 @@ async def test_coder_and_judge_search_conclude_and_replay_over_nats(bus, nats_se
     policy = pb.SwapPolicy(min_reward=1, name="cpu-untimed", reason="CI has no GPU: correctness only")
     captured = profile_captured(qwen_norm())
     async with serving(nats_server.url, [CoderService(), JudgeService(device="cpu")], run_id):
-        request = await publish(bus, run_id, pb.RunRequested(model="tiny-qwen2", policy=policy, max_candidates=2))
-        profile = await publish(bus, run_id, captured, request, producer="profiler")
-        await publish(bus, run_id, pb.SkillsRetrieved(target_class=captured.target_class), profile, "skillstore")
-        [concluded] = await wait_for(bus, run_id, "TargetConcluded", timeout=90)
+        request = await publish_envelope(
+            bus, run_id, pb.RunRequested(model="tiny-qwen2", policy=policy, max_candidates=2)
+        )
+        profile = await publish_envelope(bus, run_id, captured, request, producer="profiler")
+        await publish_envelope(
+            bus, run_id, pb.SkillsRetrieved(target_class=captured.target_class), profile, "skillstore"
+        )
+        [concluded] = await wait_for_events(bus, run_id, "TargetConcluded", timeout=90)
     log = await bus.read_run(run_id)
     assert [r.type for r in log][3:] == ["CandidateProposed", "CandidateJudged"] * 2 + ["TargetConcluded"]
     judged = [r.msg for r in ev.all_of(log, "CandidateJudged")]

@@ -6,14 +6,13 @@ inclusive host time between a pre-hook and a hook, the most frequent input shape
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter, defaultdict
 
 import pytest
 import torch
+from runlog import wait_for_log
 
-from services.core import events as ev
 from services.core.pb import events_pb2 as pb
 
 
@@ -152,17 +151,6 @@ def profile_of():
 @pytest.fixture
 def class_profiler():
     return ClassProfiler
-
-
-async def wait_for_log(bus, run_id: str, predicate, timeout: float = 30.0) -> list[ev.Recorded]:
-    deadline = time.monotonic() + timeout
-    log: list[ev.Recorded] = []
-    while time.monotonic() < deadline:
-        log = await bus.read_run(run_id)
-        if predicate(log):
-            return log
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting; the log holds {[r.type for r in log]}")
 
 
 @pytest.fixture

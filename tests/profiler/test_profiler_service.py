@@ -9,6 +9,7 @@ import time
 import grpc
 import pytest
 import torch
+from runlog import has, publish
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from services.core import events as ev
@@ -130,26 +131,14 @@ async def profiler(nats_server, admin_server, run_id):
     await service_bus.nc.close()
 
 
-async def _publish(bus, run_id, msg, producer: str, cause: ev.Recorded | None = None) -> ev.Recorded:
-    if cause is None:
-        env = ev.make_envelope(run_id, msg, producer=producer, time_ns=time.time_ns(), event_id=f"req-{run_id}")
-    else:
-        env = ev.make_envelope(run_id, msg, producer=producer, time_ns=time.time_ns(), causation_id=cause.env.event_id)
-    return ev.Recorded(await bus.publish(env), env)
-
-
-def _has(type_name: str):
-    return lambda log: any(r.type == type_name for r in log)
-
-
 INJECTED = ("TargetConcluded", "SwapCommitted", "RollbackRequested", "SwapRolledBack")
 AS_RECORDED = {t: (lambda prior, trigger, recorded: recorded) for t in INJECTED}
 
 
 async def test_profile_then_no_swap(bus, profiler, admin_server, wait_log):
     run_id = profiler[0]
-    await _publish(bus, run_id, pb.RunRequested(prompts=["Hello there"], decode_tokens=4), "client")
-    log = await wait_log(bus, run_id, _has("ProfileCaptured"))
+    await publish(bus, run_id, pb.RunRequested(prompts=["Hello there"], decode_tokens=4), "client")
+    log = await wait_log(bus, run_id, has("ProfileCaptured"))
     profiled = ev.first(log, "ProfileCaptured")
     msg: pb.ProfileCaptured = profiled.msg
     assert msg.target_class == NORM, msg.reason
@@ -163,8 +152,8 @@ async def test_profile_then_no_swap(bus, profiler, admin_server, wait_log):
     assert families["Embedding"] == "gather"
 
     concluded = pb.TargetConcluded(target_class=NORM, reward=-1, swap=False, reason="no correct candidate")
-    await _publish(bus, run_id, concluded, "coder", profiled)
-    log = await wait_log(bus, run_id, _has("RunCompleted"))
+    await publish(bus, run_id, concluded, "coder", profiled)
+    log = await wait_log(bus, run_id, has("RunCompleted"))
     done: pb.RunCompleted = ev.last(log, "RunCompleted").msg
     assert (done.outcome, done.swapped, done.target_class, done.reward) == ("no_swap", False, NORM, -1)
     assert done.tokens_per_s_before == msg.observed.decode_tokens_per_s and done.tokens_per_s_after > 0
@@ -175,23 +164,23 @@ async def test_profile_then_no_swap(bus, profiler, admin_server, wait_log):
 async def test_swap_committed_completes_once_and_a_later_rollback_does_not(bus, profiler, admin_server, wait_log):
     run_id = profiler[1]
     _, servicer = admin_server
-    await _publish(bus, run_id, pb.RunRequested(prompts=[], decode_tokens=0), "client")  # defaults apply
-    log = await wait_log(bus, run_id, _has("ProfileCaptured"))
+    await publish(bus, run_id, pb.RunRequested(prompts=[], decode_tokens=0), "client")  # defaults apply
+    log = await wait_log(bus, run_id, has("ProfileCaptured"))
     profiled = ev.first(log, "ProfileCaptured")
     assert profiled.msg.observed.requests == len(domain.DEFAULT_PROMPTS)
-    concluded = await _publish(
+    concluded = await publish(
         bus, run_id, pb.TargetConcluded(target_class=NORM, reward=2, swap=True), "coder", profiled
     )
     committed = pb.SwapCommitted(swap_id="s1", candidate_id="c1", target_class=NORM, modules_patched=5)
-    await _publish(bus, run_id, committed, "server", concluded)
-    log = await wait_log(bus, run_id, _has("RunCompleted"))
+    await publish(bus, run_id, committed, "server", concluded)
+    log = await wait_log(bus, run_id, has("RunCompleted"))
     done = ev.last(log, "RunCompleted").msg
     assert (done.outcome, done.swapped, done.reward) == ("swapped", True, 2)
     assert done.observed.tokens_generated == len(domain.DEFAULT_PROMPTS) * domain.DEFAULT_DECODE_TOKENS
 
     measured = servicer.measures
-    asked = await _publish(bus, run_id, pb.RollbackRequested(swap_id="s1", reason="operator"), "client")
-    rolled = await _publish(bus, run_id, pb.SwapRolledBack(swap_id="s1", candidate_id="c1"), "server", asked)
+    asked = await publish(bus, run_id, pb.RollbackRequested(swap_id="s1", reason="operator"), "client")
+    rolled = await publish(bus, run_id, pb.SwapRolledBack(swap_id="s1", candidate_id="c1"), "server", asked)
     await asyncio.sleep(1.0)  # give the consumer time to (not) answer it
     log = await bus.read_run(run_id)
     assert [r.type for r in log].count("RunCompleted") == 1 and log[-1].env.event_id == rolled.env.event_id

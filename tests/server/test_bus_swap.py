@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+from runlog import has, wait_for_log
 from server_fixtures import QWEN_NORM, swap_run
 
 from services.core import events as ev
@@ -47,16 +48,6 @@ async def _publish(bus, envelopes):
         await bus.publish(env)
 
 
-async def _wait_for(bus, run_id, type_name, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = await bus.read_run(run_id)
-        if any(r.type == type_name for r in log):
-            return log
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no {type_name} in {[r.type for r in await bus.read_run(run_id)]}")
-
-
 def _mine(mismatches):
     return [str(m) for m in mismatches if m.type in REDERIVE]
 
@@ -67,7 +58,7 @@ async def test_judged_kernel_is_committed_then_rolled_back_and_replays_exactly(
     ids = engine.encode("Hello there")
     before, _ = await engine.exclusive(engine.decode, ids, 8)
     await _publish(bus, swap_run(run_id, good_source))
-    log = await _wait_for(bus, run_id, "SwapCommitted")
+    log = await wait_for_log(bus, run_id, has("SwapCommitted"))
 
     committed = ev.last(log, "SwapCommitted")
     msg = committed.msg
@@ -85,7 +76,7 @@ async def test_judged_kernel_is_committed_then_rolled_back_and_replays_exactly(
     rollback = pb.RollbackRequested(swap_id=msg.swap_id, reason="operator asked")
     env = ev.make_envelope(run_id, rollback, producer="test", time_ns=time.time_ns(), event_id=f"rb-{run_id}")
     await bus.publish(env)
-    log = await _wait_for(bus, run_id, "SwapRolledBack")
+    log = await wait_for_log(bus, run_id, has("SwapRolledBack"))
     rolled = ev.last(log, "SwapRolledBack").msg
     assert rolled.candidate_id == msg.candidate_id and rolled.observed.modules_matched == 5
     assert "operator asked" in rolled.reason
@@ -102,11 +93,11 @@ async def test_a_kernel_that_raises_while_serving_is_rolled_back_through_the_log
     long_ids = engine.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen")
     before, _ = await engine.exclusive(engine.decode, long_ids, 4)
     await _publish(bus, swap_run(run_id, short_rows_source))
-    log = await _wait_for(bus, run_id, "SwapCommitted")  # parity's canary is short: the bug is not met
+    log = await wait_for_log(bus, run_id, has("SwapCommitted"))  # parity's canary is short: the bug is not met
     committed = ev.last(log, "SwapCommitted")
 
     assert (await engine.exclusive(engine.decode, long_ids, 4))[0] == before  # answered, by the eager forward
-    log = await _wait_for(bus, run_id, "SwapRolledBack")
+    log = await wait_for_log(bus, run_id, has("SwapRolledBack"))
     asked, rolled = ev.last(log, "RollbackRequested"), ev.last(log, "SwapRolledBack")
     assert asked.env.producer == "server" and asked.env.causation_id == committed.env.event_id
     assert asked.msg.swap_id == committed.msg.swap_id
@@ -121,7 +112,7 @@ async def test_a_kernel_that_raises_while_serving_is_rolled_back_through_the_log
 
 async def test_kernel_that_forgets_the_weight_is_rejected_and_reverted(bus, run_id, engine, serving, wrong_source):
     await _publish(bus, swap_run(run_id, wrong_source))
-    log = await _wait_for(bus, run_id, "SwapRejected")
+    log = await wait_for_log(bus, run_id, has("SwapRejected"))
     rejected = ev.last(log, "SwapRejected").msg
     assert "parity: 0/" in rejected.reason and "canary logits moved" in rejected.reason
     assert rejected.observed.modules_matched == 5  # it was patched, checked, and taken out again
@@ -132,7 +123,7 @@ async def test_kernel_that_forgets_the_weight_is_rejected_and_reverted(bus, run_
 
 async def test_unjudged_candidate_is_rejected_without_importing_it(bus, run_id, serving, good_source):
     await _publish(bus, swap_run(run_id, good_source, reward=1, run_min_reward=2))
-    log = await _wait_for(bus, run_id, "SwapRejected")
+    log = await wait_for_log(bus, run_id, has("SwapRejected"))
     rejected = ev.last(log, "SwapRejected").msg
     assert "reward >= 2" in rejected.reason and not rejected.observed.judged_ok
     assert not (serving.kernel_dir).exists()  # the source was never written, let alone imported
@@ -151,7 +142,7 @@ async def test_conclusion_without_swap_gets_no_answer(bus, run_id, serving, good
 async def test_rollback_of_an_unknown_swap_says_nothing_was_rolled_back(bus, run_id, serving):
     request = pb.RollbackRequested(swap_id="swap-nope", reason="just in case")
     await bus.publish(ev.make_envelope(run_id, request, producer="test", time_ns=1, event_id=f"rb-{run_id}"))
-    log = await _wait_for(bus, run_id, "SwapRolledBack")
+    log = await wait_for_log(bus, run_id, has("SwapRolledBack"))
     rolled = ev.last(log, "SwapRolledBack").msg
     assert rolled.reason.startswith("nothing rolled back (just in case)") and "unknown" in rolled.reason
     assert _mine(verify(log, REDERIVE)) == []

@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+from runlog import publish, wait_for_events
 
 from services.core import events as ev
 from services.core.bus import Bus
@@ -52,14 +53,6 @@ async def skillstore(nats_server, run_id, tmp_path):
     await service_bus.nc.close()  # not drain: see tests/profiler/test_profiler_service.py
 
 
-async def _publish(bus, run_id, msg, producer: str, cause: ev.Recorded | None = None) -> ev.Recorded:
-    if cause is None:
-        env = ev.make_envelope(run_id, msg, producer=producer, time_ns=time.time_ns(), event_id=f"req-{run_id}")
-    else:
-        env = ev.make_envelope(run_id, msg, producer=producer, time_ns=time.time_ns(), causation_id=cause.env.event_id)
-    return ev.Recorded(await bus.publish(env), env)
-
-
 async def _wait(predicate, timeout: float = 20.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -71,18 +64,15 @@ async def _wait(predicate, timeout: float = 20.0):
 
 
 async def _event(bus, run_id: str, type_name: str) -> ev.Recorded:
-    async def found():
-        return ev.last(await bus.read_run(run_id), type_name)
-
-    return await _wait(found)
+    return (await wait_for_events(bus, run_id, type_name, timeout=20.0))[-1]
 
 
 async def _profile(bus, run_id: str, class_path: str, width: int, new_run, profiled) -> ev.Recorded:
     """Publish the run's request and the profiler's ProfileCaptured, derived as the profiler derives it."""
     local = new_run(run_id)
     profiled(local, class_path, width)
-    req = await _publish(bus, run_id, local.log[0].msg, "client")
-    return await _publish(bus, run_id, local.log[1].msg, "profiler", req)
+    req = await publish(bus, run_id, local.log[0].msg, "client")
+    return await publish(bus, run_id, local.log[1].msg, "profiler", req)
 
 
 async def test_cold_then_publish_then_warm(bus, skillstore, new_run, profiled, config):
@@ -98,8 +88,8 @@ async def test_cold_then_publish_then_warm(bus, skillstore, new_run, profiled, c
     proposal = pb.CandidateProposed(
         candidate_id="c1", target_class=QWEN, source_sha256="ab" * 32, config=config, origin="template"
     )
-    proposed = await _publish(bus, run1, proposal, "coder", retrieved)
-    judged = await _publish(
+    proposed = await publish(bus, run1, proposal, "coder", retrieved)
+    judged = await publish(
         bus, run1, pb.CandidateJudged(candidate_id="c1", source_sha256="ab" * 32, reward=2), "judge", proposed
     )
     published = (await _event(bus, run1, "SkillPublished")).msg
@@ -112,9 +102,9 @@ async def test_cold_then_publish_then_warm(bus, skillstore, new_run, profiled, c
 
     await _wait(indexed)
     conclusion = pb.TargetConcluded(target_class=QWEN, candidate_id="c1", reward=2, swap=True)
-    concluded = await _publish(bus, run1, conclusion, "coder", judged)
+    concluded = await publish(bus, run1, conclusion, "coder", judged)
     committed = pb.SwapCommitted(swap_id="s1", candidate_id="c1", target_class=QWEN, modules_patched=57)
-    await _publish(bus, run1, committed, "server", concluded)
+    await publish(bus, run1, committed, "server", concluded)
     credited = (await _event(bus, run1, "SkillCredited")).msg
     assert (credited.skill_id, credited.reward) == (skill_id, 2)
 
