@@ -99,8 +99,11 @@ async def run(args) -> int:
     out = Path(args.out) / f"judge_corpus_{tag}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     results: dict = {}
+    commands = [" ".join(sys.argv)]
     if args.merge and out.exists():
-        results = json.loads(out.read_text()).get("results", {})
+        previous = json.loads(out.read_text())
+        results = previous.get("results", {})
+        commands = previous.get("commands", [previous.get("command")]) + commands  # every run in the file
     chosen = [e for e in corpus.TABLE if GROUPS[args.only](e) and (not args.name or e.name in args.name)]
     part, parts = (int(n) for n in args.part.split("/"))
     chosen = chosen[part - 1 :: parts]  # --part 2/3: every third entry from the second (one GPU call each)
@@ -115,7 +118,7 @@ async def run(args) -> int:
         "interpreted": device == "cpu",
         "walls_switched_off": os.environ.get("YANTRA_JUDGE_WALLS", ""),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "command": " ".join(sys.argv),
+        "commands": [c for c in commands if c],
     }
     jobs = 1 if device == "cuda" else max(1, args.jobs)
     limit = asyncio.Semaphore(jobs)

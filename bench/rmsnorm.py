@@ -3,12 +3,13 @@
     python bench/rmsnorm.py --out bench/results
 
 Ours is the coder's row_reduction template at each config of its search table; the best
-config per shape is reported (and every config is in the JSON). Times are medians of
-triton.testing.do_bench over input buffers rotated so the L2 cache is not what is timed; small
-shapes are also timed by CUDA-graph replay (GPU time without host launch overhead), and there
-the ratios and the best config use the graph figure: at those shapes do_bench times the host's
-launch work whenever it outlasts its cache flush (docs/judge.md, layer 4). Ratios are the
-figures; absolute times hold only for the GPU named in the result.
+config per shape is reported (and every config is in the JSON). Every shape is timed two ways
+over input buffers rotated so the L2 cache is not what is timed: by CUDA-graph replay (GPU time
+alone: `graph_us`, which the ratios, the best config and % of copy use) and by
+triton.testing.do_bench (`us`). do_bench times the host's launch work whenever it outlasts its
+cache flush, and a Python launch path (Liger, a compiled module's guards) can outlast the GPU
+work even at 4096 rows, so its figure compares launch paths as much as kernels (docs/judge.md,
+layer 4). Ratios are the figures; absolute times hold only for the GPU named in the result.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from services.core.kernels import load_entrypoint, write_source  # noqa: E402
 from services.core.tolerances import within  # noqa: E402
 
 SHAPES = [(1, 1536), (16, 1536), (256, 1536), (8192, 1536), (32768, 1536), (4096, 4096), (4096, 1000)]
-GRAPH_MAX_ROWS = 256
+GRAPH_CALLS = 20  # calls per captured graph, each on the next rotated input
 # A slice of the coder's search table (all 15 configs would not fit one GPU call with the baselines).
 BENCH_CONFIGS = [c for c in template.search_configs() if c.rows_per_program == 1 or c.num_warps == 4]
 L2_BYTES = 60 * 2**20
@@ -55,27 +56,29 @@ def rotating(fn, inputs):
     return call
 
 
-def graph_time_us(fn, x, reps: int = 200) -> float:
+def graph_time_us(fn, inputs, reps: int = 10) -> float:
+    """GPU time per call: median over `reps` replays of one graph of GRAPH_CALLS rotated calls."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        for _ in range(3):
+        for x in inputs[:3]:
             fn(x)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(20):
-            fn(x)
+        for i in range(GRAPH_CALLS):
+            fn(inputs[i % len(inputs)])
     graph.replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
-    for _ in range(reps // 20):
+    for _ in range(reps):
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / 20)
+        times.append(start.elapsed_time(end) * 1e3 / GRAPH_CALLS)
+    del graph
     return sorted(times)[len(times) // 2]
 
 
@@ -118,18 +121,17 @@ def bench_shape(rows: int, width: int, dtype: torch.dtype, ceiling: float) -> di
             try:
                 ok, max_abs, _ = within(fn(inputs[0].clone()), ref)
                 us = triton.testing.do_bench(rotating(fn, inputs), warmup=25, rep=200, return_mode="median") * 1e3
-                row = {
+                graph_us = graph_time_us(fn, inputs)
+                result["impls"][name] = {
+                    "graph_us": graph_us,
                     "us": us,
                     "correct": ok,
                     "max_abs_err": max_abs,
-                    "pct_of_copy": 100 * bytes_moved / (us * 1e-6) / ceiling,
+                    "pct_of_copy": 100 * bytes_moved / (graph_us * 1e-6) / ceiling,
                 }
-                if rows <= GRAPH_MAX_ROWS:
-                    row["graph_us"] = graph_time_us(fn, inputs[0])
-                result["impls"][name] = row
             except Exception as exc:
                 result["impls"][name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-    figure = "graph_us" if rows <= GRAPH_MAX_ROWS else "us"  # GPU time either way
+    figure = "graph_us"  # GPU time: do_bench's `us` can be the host's launch time instead
     ours_ok = {k: v for k, v in result["impls"].items() if k.startswith("ours") and v.get("correct") and figure in v}
     if ours_ok:
         best = min(ours_ok, key=lambda k: ours_ok[k][figure])
@@ -159,7 +161,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.bar([i + (k - 2) * width for i in range(len(results))], vals, width, label=name)
     ax.set_xticks(range(len(results)), labels)
     ax.set_ylabel("% of measured copy bandwidth")
-    ax.set_title(f"RMSNorm bf16 on {torch.cuda.get_device_name()} (median, rotating buffers)")
+    ax.set_title(f"RMSNorm bf16 on {torch.cuda.get_device_name()} (GPU time by CUDA-graph replay, rotating buffers)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -188,15 +190,18 @@ def main() -> int:
     (args.out / "rmsnorm_h200.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     plot(results, args.out / "rmsnorm_h200.png")
     print(f"copy ceiling {ceiling / 1e9:.0f} GB/s on {meta['gpu']}")
+    print("per impl: GPU us per call by graph replay (do_bench us), % of copy bandwidth")
     print(
-        f"{'shape':>12} " + " ".join(f"{n:>14}" for n in ["hf_eager", "torch_compile", "f_rms_norm", "liger", "ours"])
+        f"{'shape':>12} " + " ".join(f"{n:>20}" for n in ["hf_eager", "torch_compile", "f_rms_norm", "liger", "ours"])
     )
     for r in results:
         cells = []
         for name in ["hf_eager", "torch_compile", "f_rms_norm", "liger", r.get("ours_best", "")]:
             row = r["impls"].get(name, {})
-            cells.append(f"{row['us']:8.1f}us {row['pct_of_copy']:3.0f}%" if "us" in row else f"{'-':>14}")
-        print(f"{r['rows']:>6}x{r['width']:<5} " + " ".join(f"{c:>14}" for c in cells))
+            cells.append(
+                f"{row['graph_us']:6.1f} ({row['us']:5.1f}) {row['pct_of_copy']:3.0f}%" if "us" in row else "-"
+            )
+        print(f"{r['rows']:>6}x{r['width']:<5} " + " ".join(f"{c:>20}" for c in cells))
     return 0
 
 
