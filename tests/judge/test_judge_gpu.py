@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 import pytest
 from judge_testkit import honest_source, sandbox_job
@@ -42,8 +43,10 @@ def test_the_honest_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
         assert row.candidate_us > 0 and row.eager_us > 0 and row.native_us > 0 and row.compile_us > 0
         assert row.bytes_moved > 0 and 0 < row.floor_us < row.candidate_us
         assert row.candidate_host_us > 0 and row.eager_host_us > 0 and row.candidate_bench_us > 0
-        # The GPU time (graph replay) of one call never exceeds what a caller waits for it.
-        assert row.candidate_us <= row.candidate_host_us * 1.05 and row.eager_us <= row.eager_host_us * 1.05
+        # The GPU time (graph replay) of one call does not exceed what a caller waits for it, but for the
+        # memory system: at 32768 rows the graph keeps 20 distinct 100 MB outputs where back-to-back calls
+        # reuse one, and read ~6% slower on the H200 (54.7 against 51.5 us host-inclusive).
+        assert row.candidate_us <= row.candidate_host_us * 1.15 and row.eager_us <= row.eager_host_us * 1.15
     obs = pb.JudgeObservation(
         static_check=pb.StaticEvidence(passed=True),
         contract=pb.ContractEvidence(passed=True),
@@ -61,6 +64,65 @@ def test_the_honest_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
             f"host: candidate {row.candidate_host_us:6.2f}, eager {row.eager_host_us:6.2f} {row.flag}"
         )
     assert reward >= 1 and vs_eager > 0 and vs_best > 0
+
+
+# Correct and very slow: one program walks every row, in chunks of 512 columns, two passes per row.
+# On the H200 a call at 32768 rows takes ~41 ms; at full counts (3 rounds of 200 host calls and 10
+# replays of a 20-call graph) that shape alone would take ~50 s of timing, and a kernel a few times
+# slower would outlast the sandbox's limit. Sampled to a budget, the whole judging took 37 s.
+SERIAL_SOURCE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_serial_kernel(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, CHUNK: tl.constexpr):
+    for row in range(0, n_rows):
+        acc = tl.zeros([CHUNK], dtype=tl.float32)
+        for start in range(0, n_cols, CHUNK):
+            cols = start + tl.arange(0, CHUNK)
+            x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+            acc += x * x
+        rstd = tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)
+        for start in range(0, n_cols, CHUNK):
+            cols = start + tl.arange(0, CHUNK)
+            mask = cols < n_cols
+            x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+            tl.store(y_ptr + row * n_cols + cols, (w * normed).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def rmsnorm_forward(hidden_states, weight, eps):
+    n_cols = weight.shape[0]
+    x2d = hidden_states.reshape(-1, n_cols).contiguous()
+    y2d = torch.empty(x2d.shape, dtype=torch.promote_types(weight.dtype, x2d.dtype), device=x2d.device)
+    _rms_serial_kernel[(1,)](x2d, weight, y2d, x2d.shape[0], n_cols, float(eps), CHUNK=512)
+    return y2d.reshape(hidden_states.shape)
+"""
+
+
+def test_a_correct_but_very_slow_kernel_is_judged_not_timed_out(tmp_path):
+    job = dataclasses.replace(sandbox_job(SERIAL_SOURCE, width=WIDTH), device="cuda", max_rows=0)
+    job = dataclasses.replace(job, live_shape=[1, 1, WIDTH])
+    started = time.monotonic()
+    outcome = asyncio.run(run_job(job, SandboxLimits.from_env(240), use_gpu=True, scratch_parent=tmp_path))
+    wall = time.monotonic() - started
+    cor, timing, box = outcome.correctness, outcome.timing, outcome.sandbox
+    assert not box.rule_id, (box, outcome.log_tail)  # no timeout: sampled less, not killed
+    assert cor.passed and timing.measured, (cor.error, timing.reason, outcome.log_tail)
+    slowest = max(timing.rows, key=lambda row: row.candidate_us)
+    print(f"\nserial kernel judged in {wall:.0f} s; {slowest.shape}: {slowest.candidate_us / 1e3:.1f} ms a call")
+    assert slowest.candidate_us > 20 * slowest.eager_us  # it is that slow, and still timed
+    obs = pb.JudgeObservation(
+        static_check=pb.StaticEvidence(passed=True),
+        contract=pb.ContractEvidence(passed=True),
+        correctness=cor,
+        timing=timing,
+        sandbox=box,
+    )
+    assert judge_reward(obs)[0] == 1  # correct, slower than eager: never swapped
 
 
 def test_a_wrong_kernel_fails_on_the_gpu(tmp_path):

@@ -9,7 +9,22 @@ import pytest
 import torch
 
 from services.core.pb import events_pb2 as pb
-from services.judge.timing import GRAPH_BYTES, GRAPH_CALLS, Captured, ReplayMismatch, check_replay, flag, graph_calls
+from services.judge.timing import (
+    FIGURE_BUDGET_US,
+    GRAPH_BYTES,
+    GRAPH_CALLS,
+    GRAPH_REPLAYS,
+    HOST_CALLS,
+    MIN_HOST_CALLS,
+    MIN_REPLAYS,
+    Captured,
+    Counts,
+    ReplayMismatch,
+    check_replay,
+    counts_for,
+    flag,
+    graph_calls,
+)
 
 
 def _row(candidate, eager, compile_=0.0, native=0.0, floor=0.0) -> pb.TimingRow:
@@ -60,6 +75,24 @@ def test_the_graph_captures_fewer_calls_where_their_outputs_would_not_fit():
     assert graph_calls(9216.0) == GRAPH_CALLS  # one decode row
     assert graph_calls(GRAPH_BYTES // 5) == 5
     assert graph_calls(8.0 * GRAPH_BYTES) == 2  # never fewer than two
+
+
+def test_a_fast_function_is_sampled_in_full():
+    assert counts_for(1.5, GRAPH_CALLS) == Counts(GRAPH_REPLAYS, HOST_CALLS)  # a decode row
+    assert counts_for(650.0, GRAPH_CALLS) == Counts(GRAPH_REPLAYS, HOST_CALLS)  # eager at 32768 rows
+    assert counts_for(0.0, GRAPH_CALLS) == Counts(GRAPH_REPLAYS, HOST_CALLS)  # an estimate that read nothing
+
+
+def test_a_slow_function_is_sampled_less_but_never_below_the_minimums():
+    slow = counts_for(6_800.0, GRAPH_CALLS)  # the slowest honest kernel of the corpus, per call
+    assert slow == Counts(MIN_REPLAYS, int(FIGURE_BUDGET_US // 6_800.0))
+    assert MIN_HOST_CALLS < slow.host_calls < HOST_CALLS
+    assert counts_for(500.0, 100) == Counts(5, HOST_CALLS)  # replays shrink with the calls a graph holds
+    crawl = counts_for(100_000.0, GRAPH_CALLS)  # 100 ms a call
+    assert crawl == Counts(MIN_REPLAYS, MIN_HOST_CALLS)
+    # what one round costs such a kernel stays bounded: seconds, not the minutes of full counts
+    round_s = (crawl.replays * GRAPH_CALLS + crawl.host_calls) * 0.1
+    assert round_s < 10 < (GRAPH_REPLAYS * GRAPH_CALLS + HOST_CALLS) * 0.1
 
 
 def _captured(outputs, inputs) -> Captured:
