@@ -26,7 +26,7 @@ CONTRACT = pb.Contract(
 HONEST = honest_source()
 WRAPPER_BODY = "    out_dtype = torch.promote_types(weight.dtype, hidden_states.dtype)\n"
 LAUNCH = "        _launch(x2d, weight.contiguous(), y2d, float(eps))\n"
-STORE = "        tl.store(y_ptr + row * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)\n"
+STORE = "        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)\n"
 KERNEL_BODY = "    first_row = tl.program_id(0) * ROWS\n"
 
 
