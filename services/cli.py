@@ -22,6 +22,7 @@ from services.core.settings import Settings
 from services.core.stack import Stack, StackError, resolve_nats_url, resolve_server_addr, start_stack
 from services.core.swaplog import find_swap, read_swap_events, swap_history
 from services.registry import SERVICES
+from services.server.models import UnknownModel, check_model_name
 
 POLICIES = {
     "gpu-default": pb.SwapPolicy(
@@ -163,6 +164,10 @@ def _supervise_once(stack: Stack, restart: bool) -> None:
 
 
 async def _bring_up(settings: Settings, stop: asyncio.Event | None = None) -> Stack:
+    try:
+        check_model_name(settings.model)
+    except UnknownModel as exc:
+        raise CliError(f"{exc}; set it with --model or YANTRA_MODEL") from exc
     try:
         stack = start_stack(settings, SERVICES)
     except (StackError, RuntimeError) as exc:

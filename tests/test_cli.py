@@ -110,6 +110,8 @@ def test_demo_with_an_unknown_model_names_it(tmp_path):
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert "no-such-model" in result.stderr and "tiny-qwen2" in result.stderr
+    assert "--model" in result.stderr and "Traceback" not in result.stderr
+    assert "started" not in result.stdout and not (tmp_path / "d" / "logs").exists()  # refused before anything ran
 
 
 @pytest.fixture

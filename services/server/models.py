@@ -144,6 +144,31 @@ def _load_local(name: str, device: str) -> LoadedModel:
     return LoadedModel(model, HFTokenizer(tok), name, device, dtype)
 
 
+def check_model_name(name: str) -> None:
+    """Raise UnknownModel for a name the server could not load, without loading anything.
+
+    A preset, a local directory, or a hub id whose config is in the local cache passes; the server
+    stays the authority (a cached config without weights still fails there). Lets `yantra up` and
+    `yantra demo` refuse a mistyped name before they start six processes.
+    """
+    if name in PRESETS or (name and os.path.isdir(name)):
+        return
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return
+    except (ImportError, ValueError):  # not a valid repo id (HFValidationError is a ValueError): unknown
+        pass
+    presets = ", ".join(PRESETS)
+    if not name:
+        raise UnknownModel(f"no model named: choose a preset ({presets}) or a local checkpoint")
+    raise UnknownModel(
+        f"unknown model {name!r}: not a preset ({presets}), not a local directory, and not in the local "
+        "Hugging Face cache (nothing is downloaded)"
+    )
+
+
 def load_model(name: str, device: str = "auto") -> LoadedModel:
     """Build a preset or load a local checkpoint, ready to serve; raises UnknownModel with the presets listed."""
     if not name:

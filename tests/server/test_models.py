@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from services.server.engine import Engine
-from services.server.models import PRESETS, UnknownModel, load_model
+from services.server.models import PRESETS, UnknownModel, check_model_name, load_model
 from services.server.tokenizer import ByteTokenizer, IncrementalText
 
 
@@ -40,6 +44,28 @@ def test_unknown_model_names_it_and_lists_presets():
     message = str(err.value)
     assert "no-such-model-anywhere" in message
     assert all(p in message for p in PRESETS)
+
+
+def test_a_name_is_checked_without_loading_anything(tmp_path):
+    for preset in PRESETS:
+        check_model_name(preset)
+    check_model_name(str(tmp_path))  # a local directory: the server decides whether it holds a checkpoint
+    for bad in ("no-such-model-anywhere", "", "not/a/valid//repo id"):
+        with pytest.raises(UnknownModel) as err:
+            check_model_name(bad)
+        assert all(p in str(err.value) for p in PRESETS)
+
+
+def test_a_hub_id_passes_the_check_only_when_its_config_is_in_the_local_cache(tmp_path):
+    snapshot = tmp_path / "models--acme--tiny" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "models--acme--tiny" / "refs").mkdir()
+    (tmp_path / "models--acme--tiny" / "refs" / "main").write_text("0123abc")
+    code = "from services.server.models import check_model_name as c; c('acme/tiny'); c('acme/other')"
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}  # read when the hub imports
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "UnknownModel: unknown model 'acme/other'" in result.stderr, result.stderr
 
 
 def test_bad_device_is_a_clear_error():
