@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import suppress
 
 import nats
@@ -155,24 +155,28 @@ class Bus:
                 out.append(Recorded(seq, ev.decode(data)))
         return out
 
-    async def tail(self, subject: str = ev.RUN_SUBJECTS, poll_s: float = 0.5) -> AsyncIterator[Recorded]:
-        """Every run event on `subject` in stream order, then each new one as it lands, each once.
+    async def tail(
+        self, subject: str | Sequence[str] = ev.RUN_SUBJECTS, poll_s: float = 0.5, start_seq: int = 1
+    ) -> AsyncIterator[Recorded]:
+        """Every run event on `subject` (one filter or several) from `start_seq` on, in stream order,
+        then each new one as it lands, each once.
 
         One ephemeral consumer reads on from the last sequence seen, so following a run costs a fetch
         per new batch instead of a re-read of the whole log. A consumer lost meanwhile (a reconnect that
         outlasted its inactivity threshold) is replaced by one starting after the last event yielded.
         Close it with `contextlib.aclosing` (or let the loop that owns it finish) so the consumer goes.
         """
-        next_seq = 1
+        subjects = [subject] if isinstance(subject, str) else list(subject)
+        next_seq = max(1, start_seq)
         while True:
             cfg = api.ConsumerConfig(
                 ack_policy=api.AckPolicy.NONE,
                 deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
                 opt_start_seq=next_seq,
                 inactive_threshold=30.0,
-                filter_subject=subject,
+                filter_subjects=subjects,
             )
-            psub = await self.js.pull_subscribe(subject, stream=ev.RUNS_STREAM, config=cfg)
+            psub = await self.js.pull_subscribe(subjects[0], stream=ev.RUNS_STREAM, config=cfg)
             try:
                 while True:
                     try:
@@ -185,7 +189,7 @@ class Bus:
                         with suppress(ev.BadEvent):
                             yield Recorded(seq, ev.decode(m.data))
             except NotFoundError:
-                log.info("tail of %s lost its consumer; resuming at seq %d", subject, next_seq)
+                log.info("tail of %s lost its consumer; resuming at seq %d", subjects, next_seq)
                 await asyncio.sleep(poll_s)
             finally:
                 with suppress(Exception):

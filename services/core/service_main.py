@@ -39,7 +39,8 @@ async def connect_with_retry(url: str, name: str, patience_s: float = 30.0) -> B
             await asyncio.sleep(0.5)
 
 
-async def serve(name: str, setup: Setup, settings: Settings) -> None:
+async def serve(name: str, setup: Setup, settings: Settings) -> bool:
+    """Run the service until a signal or until one of its tasks ends; False if a task failed."""
     if not settings.nats_url:
         raise BusUnavailable("NATS_URL is not set: start everything with `yantra up`, or point NATS_URL at a server")
     bus = await connect_with_retry(settings.nats_url, name)
@@ -51,9 +52,9 @@ async def serve(name: str, setup: Setup, settings: Settings) -> None:
     tasks = [asyncio.ensure_future(c) for c in await setup(settings, bus, stop)]
     waiter = asyncio.ensure_future(stop.wait())
     done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
-    for task in done:
-        if task is not waiter and task.exception():
-            log.error("%s: a task failed: %r", name, task.exception())
+    failed = [task.exception() for task in done if task is not waiter and task.exception()]
+    for exc in failed:
+        log.error("%s: a task failed: %r", name, exc)
     stop.set()
     for task in tasks:
         task.cancel()
@@ -62,13 +63,15 @@ async def serve(name: str, setup: Setup, settings: Settings) -> None:
             await task
     await bus.close()
     log.info("%s stopped", name)
+    return not failed
 
 
 def main(name: str, setup: Setup) -> int:
     settings = Settings.from_env()
     configure_logging(name, settings.log_level)
     try:
-        asyncio.run(serve(name, setup, settings))
+        if not asyncio.run(serve(name, setup, settings)):
+            return 1  # a task failed: exit non-zero so a supervisor restarts the service
     except BusUnavailable as exc:
         log.error("%s: %s", name, exc)
         return 2

@@ -16,7 +16,7 @@ async def setup(settings: Settings, bus: Bus, stop: asyncio.Event):
     library = JsonSkillLibrary(settings.data_dir / "skills")
     return [
         run_service(bus, SkillstoreService(library), stop, settings.ack_wait_s),
-        run_index_projector(bus, library, stop, ack_wait=settings.ack_wait_s),
+        run_index_projector(bus, library, stop),
     ]
 
 

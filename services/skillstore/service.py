@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -17,7 +18,6 @@ from services.skillstore.library import INDEX_EVENTS, SkillIndex
 
 log = logging.getLogger(__name__)
 
-INDEX_DURABLE = "skillstore-index"
 # An index write that fails (a full disk) is retried in place: a nak would let later events through
 # first, and the index ignores anything at or below the last sequence it applied.
 APPLY_ATTEMPTS = 5
@@ -59,38 +59,35 @@ async def _apply(index: SkillIndex, rec: Recorded) -> None:
             await asyncio.sleep(0.2 * 2**attempt)
 
 
-async def catch_up(bus: Bus, index: SkillIndex, runs: Sequence[str] = ("*",)) -> int:
-    """Apply every index event in the stream past the index's position (a lost or new library rebuilds)."""
-    found: list[Recorded] = []
-    for run in runs:
-        for type_name in INDEX_EVENTS:
-            found += await bus.read_all(ev.run_filter(run, type_name))
-    applied = 0
-    for rec in sorted(found, key=lambda r: r.seq):
-        if rec.seq > index.last_seq():
-            await _apply(index, rec)
-            applied += 1
-    return applied
-
-
 async def run_index_projector(
     bus: Bus,
     index: SkillIndex,
     stop: asyncio.Event,
     *,
-    durable: str = INDEX_DURABLE,
     runs: Sequence[str] = ("*",),
-    ack_wait: float = 30.0,
 ) -> None:
     """Keep `index` a projection of every SkillPublished / SkillCredited, in stream order.
 
-    `runs` narrows it to some runs (tests share one nats-server); a deployment folds every run.
+    Reads with its own ephemeral consumer from the sequence after the last one the index applied,
+    never a shared durable: every replica of the skill store folds every event into its own index
+    (a durable shared by replicas would hand each only part of them), and a lost library rebuilds
+    from the start of the stream. `runs` narrows it to some runs (tests share one nats-server).
     """
-    caught = await catch_up(bus, index, runs)
-    log.info("skill index at seq %d (%d events caught up), %d skills", index.last_seq(), caught, index.size())
-
-    async def on_message(rec: Recorded) -> None:
-        await _apply(index, rec)
-
     subjects = [ev.run_filter(run, t) for run in runs for t in INDEX_EVENTS]
-    await bus.consume(durable, subjects, on_message, stop, ack_wait=ack_wait)
+    log.info("skill index at seq %d, %d skills; following from there", index.last_seq(), index.size())
+
+    async def follow() -> None:
+        async with contextlib.aclosing(bus.tail(subjects, start_seq=index.last_seq() + 1)) as events:
+            async for rec in events:
+                await _apply(index, rec)
+
+    follower = asyncio.create_task(follow())
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait([follower, stopping], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (follower, stopping):
+            task.cancel()
+        await asyncio.gather(follower, stopping, return_exceptions=True)
+    if follower.done() and not follower.cancelled() and follower.exception():
+        raise follower.exception()  # an index that cannot be written: the service exits and restarts

@@ -16,7 +16,7 @@ from services.core.runner import answer
 from services.profiler import domain as profiler_domain
 from services.skillstore import domain
 from services.skillstore.library import JsonSkillLibrary
-from services.skillstore.service import SkillstoreService, catch_up, run_index_projector
+from services.skillstore.service import SkillstoreService, run_index_projector
 
 QWEN = "transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm"
 LLAMA = "transformers.models.llama.modeling_llama.LlamaRMSNorm"
@@ -43,9 +43,7 @@ async def skillstore(nats_server, run_id, tmp_path):
     subjects = [ev.run_filter(r, t) for r in runs for t in service.consumes]
     tasks = [
         asyncio.create_task(service_bus.consume(f"skillstore-{run_id}", subjects, on_message, stop, ack_wait=10)),
-        asyncio.create_task(
-            run_index_projector(service_bus, library, stop, durable=f"index-{run_id}", runs=runs, ack_wait=10)
-        ),
+        asyncio.create_task(run_index_projector(service_bus, library, stop, runs=runs)),
     ]
     yield runs, library
     stop.set()
@@ -61,6 +59,10 @@ async def _wait(predicate, timeout: float = 20.0):
             return got
         await asyncio.sleep(0.05)
     raise AssertionError("timed out")
+
+
+async def _at(index: JsonSkillLibrary, seq: int) -> bool:
+    return index.last_seq() >= seq
 
 
 async def _event(bus, run_id: str, type_name: str) -> ev.Recorded:
@@ -128,8 +130,16 @@ async def test_cold_then_publish_then_warm(bus, skillstore, new_run, profiled, c
     # the projection survives a restart, and a fresh library rebuilds from the stream
     reopened = JsonSkillLibrary(library.path.parent)
     assert (reopened.size(), reopened.last_seq()) == (1, library.last_seq())
+    # ... and a second replica (its own library, its own projector, no durable to share) folds every
+    # event too, not a share of them
     rebuilt = JsonSkillLibrary(library.path.parent.parent / "rebuilt")
-    assert await catch_up(bus, rebuilt, [run1, run2]) == 2
+    stop = asyncio.Event()
+    replica = asyncio.create_task(run_index_projector(bus, rebuilt, stop, runs=[run1, run2]))
+    try:
+        await _wait(lambda: _at(rebuilt, library.last_seq()))
+    finally:
+        stop.set()
+        await replica
     assert rebuilt.neighbours(list(published.fingerprint.vector), 1) == library.neighbours(
         list(published.fingerprint.vector), 1
     )
@@ -143,3 +153,18 @@ async def test_no_target_is_not_answered(tmp_path, new_run, profiled):
     assert await service.handle(none, run.log) == []
     broken = pb.ProfileCaptured(target_class="x.Y")  # names a target its ranking lacks: logged, not answered
     assert await service.handle(run.add(broken, "profiler", req), run.log) == []
+
+
+async def test_an_index_that_cannot_be_written_stops_its_projector(bus, run_id, tmp_path):
+    """A write that keeps failing is not skipped (a later event must not land before it): the projector
+    raises, the service exits, and its restart resumes from the last sequence the index applied."""
+    library = JsonSkillLibrary(tmp_path / "skills")
+    assert not (tmp_path / "skills").exists()  # the library writes its directory on its first save
+    (tmp_path / "skills").write_text("a file where the library's directory should be")
+    fingerprint = pb.Fingerprint(op_family="row_reduction", row_width=64, vector=[0.0, 1.0])
+    config = pb.TemplateConfig(template="row_reduction_onepass", num_warps=4, rows_per_program=1)
+    published = pb.SkillPublished(skill_id="sk-x", fingerprint=fingerprint, config=config, reward=1)
+    await publish(bus, run_id, published, "test")
+    with pytest.raises(OSError):
+        await asyncio.wait_for(run_index_projector(bus, library, asyncio.Event(), runs=[run_id]), timeout=30)
+    assert library.last_seq() == 0
