@@ -19,7 +19,7 @@ from services.core.logfile import write_log
 from services.core.pb import events_pb2 as pb
 from services.core.server_client import ServerUnavailable, generate, generate_tokens, list_swaps, wait_ready
 from services.core.settings import Settings
-from services.core.stack import Stack, StackError, resolve_nats_url, resolve_server_addr, start_stack
+from services.core.stack import NATS_LOG, Stack, StackError, resolve_nats_url, resolve_server_addr, start_stack
 from services.core.swaplog import find_swap, read_swap_events, swap_history
 from services.registry import SERVICES
 from services.server.models import UnknownModel, check_model_name
@@ -151,6 +151,20 @@ async def cmd_optimize(args) -> int:
 
 
 def _supervise_once(stack: Stack, restart: bool) -> None:
+    code = stack.nats_exit_code()
+    if code is not None:
+        log_file = stack.settings.data_dir / NATS_LOG
+        if not restart:
+            raise CliError(f"the embedded nats-server exited with {code} (see {log_file})")
+        stack.restarts["nats-server"] = stack.restarts.get("nats-server", 0) + 1
+        if stack.restarts["nats-server"] > 5:
+            raise CliError(f"the embedded nats-server keeps exiting (last exit {code}; see {log_file})")
+        print(f"nats-server exited with {code}; restarting it on {stack.nats_url} with its JetStream store kept")
+        try:
+            stack.restart_nats()
+        except RuntimeError as exc:  # the port not free yet, say: the next round tries again
+            print(f"nats-server did not start again ({exc}); retrying")
+            return
     for name, code in stack.dead():
         if code == 2:
             raise CliError(f"service {name} stopped with a configuration error:\n{stack.log_tail(name)}")
@@ -161,6 +175,7 @@ def _supervise_once(stack: Stack, restart: bool) -> None:
             raise CliError(f"service {name} keeps crashing (exit {code}):\n{stack.log_tail(name)}")
         print(f"service {name} exited with {code}; restarting")
         stack.start_service(name)
+        stack.record()
 
 
 async def _bring_up(settings: Settings, stop: asyncio.Event | None = None) -> Stack:

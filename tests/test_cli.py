@@ -166,3 +166,41 @@ def test_a_killed_up_takes_its_services_with_it(up):
     proc.send_signal(signal.SIGKILL)  # no chance to clean up
     proc.wait()
     assert not (left := _still_alive(stack["pids"], 20)), f"{left} outlived a killed `yantra up`"
+
+
+def _yantra_at(data: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    return yantra(*args, "--data-dir", str(data), env=env, timeout=timeout)
+
+
+def test_a_run_survives_the_embedded_nats_server_dying_mid_run(up, tmp_path):
+    proc, stack = up
+    data = tmp_path / "d"
+    started = _yantra_at(data, "optimize", "--policy", "cpu-untimed", "--no-wait")
+    assert started.returncode == 0, started.stdout + started.stderr
+    run_id = started.stdout.split()[1].rstrip(":")  # "run <id>: optimising ..."
+    old = stack["pids"]["nats-server"]
+    os.kill(old, signal.SIGKILL)  # mid-run: the run was requested a moment ago
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # `yantra up` starts it again, same port, same store
+        pid = json.loads((data / "stack.json").read_text())["pids"]["nats-server"]
+        if pid != old and _alive(pid):
+            break
+        time.sleep(0.3)
+    else:
+        raise AssertionError("nats-server was not restarted")
+    assert json.loads((data / "stack.json").read_text())["nats_url"] == stack["nats_url"]
+
+    deadline = time.monotonic() + 240
+    state = ""
+    while time.monotonic() < deadline:  # every service reconnects by itself and the run ends
+        runs = _yantra_at(data, "runs")
+        state = next((line for line in runs.stdout.splitlines() if run_id in line), runs.stdout + runs.stderr)
+        if "swapped" in state:
+            break
+        time.sleep(2)
+    assert "swapped" in state, state
+    verified = _yantra_at(data, "replay", run_id, "--verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert proc.poll() is None  # `yantra up` itself never stopped

@@ -15,6 +15,7 @@ from services.core.nats_launcher import LocalNats, die_with_parent, start_nats
 from services.core.settings import Settings
 
 STACK_FILE = "stack.json"
+NATS_LOG = "nats.log"
 
 
 class StackError(RuntimeError):
@@ -98,6 +99,25 @@ class Stack:
     def dead(self) -> list[tuple[str, int]]:
         return [(n, p.returncode) for n, p in self.procs.items() if p.poll() is not None]
 
+    def nats_exit_code(self) -> int | None:
+        """The embedded nats-server's exit code once it has exited; None while it runs (or none is embedded)."""
+        return self.nats.process.poll() if self.nats else None
+
+    def restart_nats(self) -> None:
+        """Start the embedded nats-server again on the same port and JetStream store: nothing stored is lost,
+        and every service's client reconnects to the same URL by itself (they retry forever)."""
+        assert self.nats is not None
+        self.nats = start_nats(self.nats.store_dir, port=self.nats.port, log_file=self.settings.data_dir / NATS_LOG)
+        self.record()
+
+    def record(self) -> None:
+        """Write where the stack runs and its current pids (for `yantra` commands, and for a second `up`)."""
+        info = {"pid": os.getpid(), "nats_url": self.nats_url, "server_addr": self.settings.server_addr}
+        info["pids"] = {name: proc.pid for name, proc in self.procs.items()}
+        if self.nats:
+            info["pids"]["nats-server"] = self.nats.process.pid
+        (self.settings.data_dir / STACK_FILE).write_text(json.dumps(info))
+
     def log_tail(self, name: str, lines: int = 15) -> str:
         try:
             return "\n".join((self.log_dir / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
@@ -131,18 +151,14 @@ def start_stack(settings: Settings, services: tuple[str, ...]) -> Stack:
     if settings.nats_url:
         url = settings.nats_url
     else:
-        nats = start_nats(data_dir / "nats", log_file=data_dir / "nats.log")
+        nats = start_nats(data_dir / "nats", log_file=data_dir / NATS_LOG)
         url = nats.url
     stack = Stack(settings, nats, url)
-    info = {"pid": os.getpid(), "nats_url": url, "server_addr": settings.server_addr}
-    (data_dir / STACK_FILE).write_text(json.dumps(info))
+    stack.record()
     try:
         for name in services:
             stack.start_service(name)
-        info["pids"] = {name: proc.pid for name, proc in stack.procs.items()}
-        if nats:
-            info["pids"]["nats-server"] = nats.process.pid
-        (data_dir / STACK_FILE).write_text(json.dumps(info))
+        stack.record()
     except Exception:
         stack.stop()
         raise
