@@ -23,10 +23,22 @@ pytestmark = pytest.mark.gpu
 WIDTH = 1536  # Qwen2.5-1.5B's hidden size
 
 
-def _run(source: str, tmp_path, live_shape=(1, 1, WIDTH)):
+def _run(source: str, tmp_path, live_shape=(1, 1, WIDTH), timeout_s: float = 300):
     job = dataclasses.replace(sandbox_job(source, width=WIDTH), device="cuda", max_rows=0, live_shape=list(live_shape))
-    limits = SandboxLimits.from_env(300)
+    limits = SandboxLimits.from_env(timeout_s)
     return asyncio.run(run_job(job, limits, use_gpu=True, scratch_parent=tmp_path))
+
+
+def _reward(outcome):
+    """judge_reward's (reward, reason, vs eager, vs best) for an outcome that passed static and contract checks."""
+    obs = pb.JudgeObservation(
+        static_check=pb.StaticEvidence(passed=True),
+        contract=pb.ContractEvidence(passed=True),
+        correctness=outcome.correctness,
+        timing=outcome.timing,
+        sandbox=outcome.sandbox,
+    )
+    return judge_reward(obs)
 
 
 def test_the_honest_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
@@ -47,14 +59,7 @@ def test_the_honest_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
         # memory system: at 32768 rows the graph keeps 20 distinct 100 MB outputs where back-to-back calls
         # reuse one, and read ~6% slower on the H200 (54.7 against 51.5 us host-inclusive).
         assert row.candidate_us <= row.candidate_host_us * 1.15 and row.eager_us <= row.eager_host_us * 1.15
-    obs = pb.JudgeObservation(
-        static_check=pb.StaticEvidence(passed=True),
-        contract=pb.ContractEvidence(passed=True),
-        correctness=cor,
-        timing=timing,
-        sandbox=box,
-    )
-    reward, reason, vs_eager, vs_best = judge_reward(obs)
+    reward, reason, vs_eager, vs_best = _reward(outcome)
     print(f"\n{timing.device_name}: reward {reward:+d}: {reason}\n  walls: {list(box.walls)}")
     for row in timing.rows:
         print(
@@ -104,10 +109,8 @@ def rmsnorm_forward(hidden_states, weight, eps):
 
 
 def test_a_correct_but_very_slow_kernel_is_judged_not_timed_out(tmp_path):
-    job = dataclasses.replace(sandbox_job(SERIAL_SOURCE, width=WIDTH), device="cuda", max_rows=0)
-    job = dataclasses.replace(job, live_shape=[1, 1, WIDTH])
     started = time.monotonic()
-    outcome = asyncio.run(run_job(job, SandboxLimits.from_env(240), use_gpu=True, scratch_parent=tmp_path))
+    outcome = _run(SERIAL_SOURCE, tmp_path, timeout_s=240)
     wall = time.monotonic() - started
     cor, timing, box = outcome.correctness, outcome.timing, outcome.sandbox
     assert not box.rule_id, (box, outcome.log_tail)  # no timeout: sampled less, not killed
@@ -115,14 +118,7 @@ def test_a_correct_but_very_slow_kernel_is_judged_not_timed_out(tmp_path):
     slowest = max(timing.rows, key=lambda row: row.candidate_us)
     print(f"\nserial kernel judged in {wall:.0f} s; {slowest.shape}: {slowest.candidate_us / 1e3:.1f} ms a call")
     assert slowest.candidate_us > 20 * slowest.eager_us  # it is that slow, and still timed
-    obs = pb.JudgeObservation(
-        static_check=pb.StaticEvidence(passed=True),
-        contract=pb.ContractEvidence(passed=True),
-        correctness=cor,
-        timing=timing,
-        sandbox=box,
-    )
-    assert judge_reward(obs)[0] == 1  # correct, slower than eager: never swapped
+    assert _reward(outcome)[0] == 1  # correct, slower than eager: never swapped
 
 
 def test_a_wrong_kernel_fails_on_the_gpu(tmp_path):
