@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from services.coder.templates import rmsnorm as template  # noqa: E402
 from services.core.kernels import load_entrypoint, write_source  # noqa: E402
 from services.core.tolerances import within  # noqa: E402
+from services.judge.timing import GRAPH_CALLS, capture  # noqa: E402
 
 SHAPES = [(1, 1536), (16, 1536), (256, 1536), (8192, 1536), (32768, 1536), (4096, 4096), (4096, 1000)]
-GRAPH_CALLS = 20  # calls per captured graph, each on the next rotated input
 # A slice of the coder's search table (all 15 configs would not fit one GPU call with the baselines).
 BENCH_CONFIGS = [c for c in template.search_configs() if c.rows_per_program == 1 or c.num_warps == 4]
 L2_BYTES = 60 * 2**20
@@ -57,29 +57,8 @@ def rotating(fn, inputs):
 
 
 def graph_time_us(fn, inputs, reps: int = 10) -> float:
-    """GPU time per call: median over `reps` replays of one graph of GRAPH_CALLS rotated calls."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for x in inputs[:3]:
-            fn(x)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(GRAPH_CALLS):
-            fn(inputs[i % len(inputs)])
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / GRAPH_CALLS)
-    del graph
-    return sorted(times)[len(times) // 2]
+    """GPU time per call as the judge measures it: median of `reps` replays of a graph of GRAPH_CALLS rotated calls."""
+    return capture(fn, inputs, GRAPH_CALLS).per_call_us(reps)
 
 
 def implementations(width: int, dtype: torch.dtype, eps: float):
