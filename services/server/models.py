@@ -171,8 +171,7 @@ def check_model_name(name: str) -> None:
 
 def load_model(name: str, device: str = "auto") -> LoadedModel:
     """Build a preset or load a local checkpoint, ready to serve; raises UnknownModel with the presets listed."""
-    if not name:
-        raise UnknownModel(f"no model named: choose a preset ({', '.join(PRESETS)}) or a local checkpoint")
+    check_model_name(name)  # a name nothing could be loaded from fails here, before any loading
     dev = resolve_device(device)
     if dev == "cpu":
         # Triton kernels can only run interpreted without a GPU; the flag must be set before any
