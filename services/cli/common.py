@@ -1,0 +1,58 @@
+"""What every `yantra` command shares: the one-line error, settings, the bus, argument types."""
+
+from __future__ import annotations
+
+import argparse
+
+from services.core import events as ev
+from services.core.bus import Bus, BusUnavailable
+from services.core.settings import Settings
+from services.core.stack import StackError, resolve_nats_url
+
+
+class CliError(RuntimeError):
+    """An error the user can act on: printed as one line, exit code 2."""
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    return Settings.from_env(
+        data_dir=getattr(args, "data_dir", None),
+        model=getattr(args, "model", None),
+        device=getattr(args, "device", None),
+    )
+
+
+async def open_bus(settings: Settings) -> Bus:
+    try:
+        return await Bus.connect(resolve_nats_url(settings), name="yantra-cli", timeout=3.0)
+    except (StackError, BusUnavailable) as exc:
+        raise CliError(f"{exc}. Start the stack with `yantra up` or set NATS_URL.") from exc
+
+
+def run_id_arg(text: str) -> str:
+    try:
+        return ev.check_run_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def bounded(low: int, high: int):
+    """An argparse type: an integer in [low, high] (the server refuses others, which would stall a run)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+
+    return parse
+
+
+def add_common(sp: argparse.ArgumentParser, model: bool = False) -> None:
+    sp.add_argument("--data-dir", help="where the embedded stack keeps its state (default .yantra)")
+    if model:
+        sp.add_argument("--model", help="preset (tiny-qwen2, tiny-llama, qwen2.5-1.5b-shape), local path or hub id")
+        sp.add_argument("--device", choices=["auto", "cpu", "cuda"], help="serving device (default auto)")

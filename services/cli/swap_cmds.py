@@ -1,0 +1,95 @@
+"""Swaps by hand: `yantra swaps` (the log's view and the server's), `yantra rollback SWAP`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+
+from services.cli.common import CliError, add_common, open_bus, settings_of
+from services.core import events as ev
+from services.core.describe import describe
+from services.core.pb import events_pb2 as pb
+from services.core.server_client import ServerUnavailable, list_swaps
+from services.core.stack import StackError, resolve_server_addr
+from services.core.swaplog import find_swap, read_swap_events, swap_history
+
+
+async def cmd_swaps(args) -> int:
+    settings = settings_of(args)
+    bus = await open_bus(settings)
+    try:
+        views = swap_history(*await read_swap_events(bus))
+    finally:
+        await bus.close()
+    try:
+        records = await list_swaps(resolve_server_addr(settings), settings.admin_token)
+        served = {r.swap_id: r.state for r in records}
+        server_note = ""
+    except (ServerUnavailable, StackError) as exc:
+        served, server_note = {}, f"(the server's own view is missing: {exc})"
+    if not views:
+        print("no swaps yet: a run swaps a kernel when one is judged good enough (`yantra optimize`)")
+    for v in views:
+        msg = v.committed.msg
+        logged = "live" if v.rolled_back is None else f"rolled back: {v.rolled_back.msg.reason}"
+        target = msg.target_class.rsplit(".", 1)[-1]
+        print(
+            f"{v.swap_id}  {target:<16} {msg.modules_patched:>3} modules  run {v.run_id}  log: {logged}"
+            f"  server: {served.get(v.swap_id, '-')}"
+        )
+    if server_note:
+        print(server_note)
+    return 0
+
+
+async def cmd_rollback(args) -> int:
+    bus = await open_bus(settings_of(args))
+    try:
+        view = find_swap(swap_history(*await read_swap_events(bus)), args.swap)
+        if view is None:
+            raise CliError(f"no swap {args.swap!r} in the log (see `yantra swaps`)")
+        if view.rolled_back is not None:
+            ended = view.rolled_back.msg.reason
+            raise CliError(f"swap {args.swap} is already rolled back (run {view.run_id}): {ended}")
+        request = pb.RollbackRequested(swap_id=args.swap, reason=f"operator: {args.reason}")
+        env = ev.make_envelope(
+            view.run_id,
+            request,
+            producer="cli",
+            time_ns=time.time_ns(),
+            causation_id=view.committed.env.event_id,
+            event_id=str(uuid.uuid4()),
+        )
+        await bus.publish(env)
+        print(f"asked the server to roll back {args.swap} (run {view.run_id})")
+        try:
+            async with asyncio.timeout(args.timeout):
+                async with contextlib.aclosing(bus.tail(ev.run_filter(view.run_id))) as events:
+                    async for answer in events:
+                        if answer.env.causation_id == env.event_id:
+                            break
+        except TimeoutError:
+            raise CliError(
+                f"no answer within {args.timeout:.0f}s: is the server up (`yantra up`)? The request stays in the log "
+                "and is answered when it is back"
+            ) from None
+    finally:
+        await bus.close()
+    print("  " + describe(answer))
+    restored = answer.type == "SwapRolledBack" and not answer.msg.observed.error
+    return 0 if restored else 1
+
+
+def register(sub) -> None:
+    sp = sub.add_parser("swaps", help="every swap the log holds, live or rolled back, and the server's own view")
+    add_common(sp)
+    sp.set_defaults(fn=cmd_swaps)
+
+    sp = sub.add_parser("rollback", help="take a swapped kernel out of the live server (recorded in its run)")
+    add_common(sp)
+    sp.add_argument("swap", help="swap id (see `yantra swaps`)")
+    sp.add_argument("--reason", default="asked from the command line", help="why, recorded in the run")
+    sp.add_argument("--timeout", type=float, default=60, help="seconds to wait for the server's answer")
+    sp.set_defaults(fn=cmd_rollback)
