@@ -10,7 +10,8 @@ from services.core import events as ev
 
 
 class RunLog:
-    """An in-memory run log; events answering a cause get ids derived from it, as the runner makes them."""
+    """An in-memory run log; events answering a cause get ids derived from it, as the runner makes them
+    (the ordinal is the event's place among its producer's answers to that cause)."""
 
     def __init__(self, run_id: str = "run1"):
         self.run_id = run_id
@@ -20,8 +21,7 @@ class RunLog:
         if cause is None:
             env = ev.make_envelope(self.run_id, msg, producer=producer, time_ns=0, event_id=f"req-{len(self.log)}")
         else:
-            name = ev.type_name(msg)
-            ordinal = sum(r.env.causation_id == cause.env.event_id and r.type == name for r in self.log)
+            ordinal = sum(r.env.causation_id == cause.env.event_id and r.env.producer == producer for r in self.log)
             env = ev.make_envelope(
                 self.run_id, msg, producer=producer, time_ns=0, causation_id=cause.env.event_id, ordinal=ordinal
             )

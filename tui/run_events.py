@@ -211,6 +211,24 @@ def _run_completed(run: RunView, m: Message, t: int) -> RunView:
     )
 
 
+def _stop(run: RunView, t: int, outcome: str, why: str, step_status: str) -> RunView:
+    """A run ended early: the step that was running gets `step_status`, the rest are skipped."""
+    for s in run.steps:
+        if s.status == "running":
+            run = _set_step(run, s.name, step_status, t, why)
+        elif s.status == "waiting":
+            run = _set_step(run, s.name, "skipped", t, f"run {outcome}")
+    return replace(run, status=outcome, outcome=outcome)
+
+
+def _run_failed(run: RunView, m: Message, t: int) -> RunView:
+    return _stop(run, t, "failed", m.reason, "failed")
+
+
+def _run_cancelled(run: RunView, m: Message, t: int) -> RunView:
+    return _stop(run, t, "cancelled", f"cancelled: {m.reason or 'no reason given'}", "skipped")
+
+
 _PLAIN = {
     "RunRequested": _run_requested,
     "ProfileCaptured": _profile_captured,
@@ -221,6 +239,8 @@ _PLAIN = {
     "SwapRolledBack": _swap_rolled_back,
     "RollbackRequested": _rollback_requested,
     "RunCompleted": _run_completed,
+    "RunFailed": _run_failed,
+    "RunCancelled": _run_cancelled,
 }
 _WITH_RECORD = {"CandidateProposed": _candidate_proposed, "CandidateJudged": _candidate_judged}
 

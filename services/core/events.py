@@ -11,7 +11,9 @@ from google.protobuf.message import DecodeError, Message
 from services.core.pb import envelope_pb2, events_pb2
 
 Envelope = envelope_pb2.Envelope
-SCHEMA_VERSION = 1
+# 2: swap ids are unique per commit (`swap-<run>-<candidate>`); events written at 1 keep their own rule
+# on replay (services.server.domain.swap_id_for), so old runs still verify.
+SCHEMA_VERSION = 2
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).
 RUN_EVENT_NAMES = (
@@ -28,13 +30,17 @@ RUN_EVENT_NAMES = (
     "SkillPublished",
     "SkillCredited",
     "RunCompleted",
+    "RunFailed",
+    "RunCancelled",
 )
 METRIC_EVENT_NAMES = ("ServerMetrics",)
 EVENT_TYPES: dict[str, type[Message]] = {
     name: getattr(events_pb2, name) for name in RUN_EVENT_NAMES + METRIC_EVENT_NAMES
 }
-# Events after which nothing more happens in a run.
-TERMINAL_EVENTS = ("RunCompleted",)
+# Events that end a run: it completed, or it cannot (a step could not be answered, or it was cancelled).
+TERMINAL_EVENTS = ("RunCompleted", "RunFailed", "RunCancelled")
+# A run stopped by one of these gets no further answers; an operator's rollback of a swap it made still does.
+STOPPING_EVENTS = ("RunFailed", "RunCancelled")
 
 RUNS_STREAM = "YANTRA_RUNS"
 RUN_SUBJECTS = "yantra.run.>"

@@ -25,7 +25,7 @@ def from_observed(derive: Callable[[list[Recorded], Recorded, Message], Message]
 
 
 # Events that are inputs to the system, not answers: nothing to re-derive.
-INPUT_EVENTS = ("RunRequested", "RollbackRequested")
+INPUT_EVENTS = ("RunRequested", "RollbackRequested", "RunCancelled")
 MAX_ORDINAL = 8
 
 
@@ -49,26 +49,58 @@ def _diff(expected: Message, recorded: Message) -> str:
     return "; ".join(parts) or "bytes differ"
 
 
-def verify(run_log: list[Recorded], rederivers: dict[str, Rederive]) -> list[Mismatch]:
-    """Every mismatch between the recorded log and what the code re-derives from it."""
-    out: list[Mismatch] = []
-    by_id = {}
-    for index, rec in enumerate(run_log):
+def _ordinals(run_log: list[Recorded]) -> dict[int, int]:
+    """The ordinal each answer must have been derived with: its place among the answers its producer gave
+    to the same cause, in stream order (the runner publishes a handler's answers as ordinals 0, 1, ...).
+
+    A RunFailed stands alone: the runner writes it (ordinal 0) when a service gave up on a trigger.
+    """
+    seen: dict[tuple[str, str, str], int] = {}
+    out = {}
+    for rec in run_log:
         env = rec.env
-        by_id.setdefault(env.event_id, rec)
         if rec.type in INPUT_EVENTS:
             continue
+        group = (env.causation_id, env.producer, "RunFailed" if rec.type == "RunFailed" else "")
+        out[rec.seq] = seen.get(group, 0)
+        seen[group] = out[rec.seq] + 1
+    return out
+
+
+def verify(run_log: list[Recorded], rederivers: dict[str, Rederive]) -> list[Mismatch]:
+    """Every mismatch between the recorded log and what the code re-derives from it.
+
+    Each event must be the one derivation of its trigger and ordinal: a second copy of an event (the same
+    id stored twice, e.g. published without its message id so the stream could not drop it) is flagged,
+    and so is an answer whose id was derived with another ordinal than its place among its siblings.
+    """
+    out: list[Mismatch] = []
+    by_id: dict[str, Recorded] = {}
+    ordinals = _ordinals(run_log)
+    for index, rec in enumerate(run_log):
+        env = rec.env
 
         def bad(problem: str, rec: Recorded = rec) -> None:
             out.append(Mismatch(rec.seq, rec.type, rec.env.event_id, problem))
 
+        copy_of = by_id.get(env.event_id)
+        if copy_of is not None:
+            bad(f"a second copy of seq {copy_of.seq}: an event is stored once (was it published without its id?)")
+            continue
+        by_id[env.event_id] = rec
+        if rec.type in INPUT_EVENTS:
+            continue
         cause = by_id.get(env.causation_id)
         if cause is None or cause is rec:
             bad(f"its cause {env.causation_id[:8] or '(none)'} is not earlier in the log")
             continue
-        ids = {ev.derived_event_id(env.run_id, env.causation_id, env.type, k) for k in range(MAX_ORDINAL)}
-        if env.event_id not in ids:
-            bad("event id is not derived from its cause")
+        ordinal = ordinals[rec.seq]
+        if env.event_id != ev.derived_event_id(env.run_id, env.causation_id, env.type, ordinal):
+            ids = {ev.derived_event_id(env.run_id, env.causation_id, env.type, k) for k in range(MAX_ORDINAL)}
+            if env.event_id in ids:
+                bad(f"event id is derived with another ordinal than its place ({ordinal}) among its cause's answers")
+            else:
+                bad("event id is not derived from its cause")
         fn = rederivers.get(rec.type)
         if fn is None:
             bad("no re-deriver is registered for this type")

@@ -11,8 +11,10 @@ from typing import Protocol
 from google.protobuf.message import Message
 
 from services.core import events as ev
+from services.core import run_end
 from services.core.bus import Bus
 from services.core.events import Recorded
+from services.core.pb import events_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,10 @@ async def answer(bus: Bus, service: Service, trigger: Recorded, clock: Callable[
     if already_answered(run_log, trigger, service.name):
         log.info("%s: %s %s already answered", service.name, trigger.type, trigger.env.event_id[:8])
         return 0
+    if not run_end.answers(run_log, trigger):
+        stop = run_end.stopped(run_log)
+        log.info("%s: %s of run %s not answered: the run %s", service.name, trigger.type, trigger.env.run_id, stop.type)
+        return 0
     out = await service.handle(trigger, prefix_through(run_log, trigger))
     for ordinal, msg in enumerate(out):
         env = ev.make_envelope(
@@ -66,3 +72,23 @@ async def run_service(bus: Bus, service: Service, stop: asyncio.Event, ack_wait:
         await answer(bus, service, rec)
 
     await bus.consume(service.name, subjects, on_message, stop, ack_wait=ack_wait)
+
+
+async def give_up(
+    bus: Bus, service_name: str, trigger: Recorded, error: str, attempts: int, clock: Callable[[], int] = time.time_ns
+) -> bool:
+    """End the run with a RunFailed when `service_name` could not answer `trigger`; False if it had ended already.
+
+    Without it a run whose trigger was dead-lettered would wait forever for an answer that cannot come.
+    """
+    run_log = await bus.read_run(trigger.env.run_id)
+    if run_end.ended(run_log) is not None:
+        return False
+    observed = pb.RunFailureObservation(service=service_name, error=error[:2000], attempts=attempts)
+    msg = run_end.run_failed(prefix_through(run_log, trigger), trigger, observed)
+    env = ev.make_envelope(
+        trigger.env.run_id, msg, producer=service_name, time_ns=clock(), causation_id=trigger.env.event_id
+    )
+    await bus.publish(env)
+    log.error("%s: run %s failed: %s", service_name, trigger.env.run_id, msg.reason)
+    return True

@@ -28,27 +28,37 @@ class SwapView:
         return self.committed.env.run_id
 
 
-def swap_history(committed: list[Recorded], rolled_back: list[Recorded]) -> list[SwapView]:
-    """Every swap id the log committed, oldest first, with the rollback that ended it (if one did).
+def _key(rec: Recorded) -> tuple[str, str]:
+    # A swap is one commit in one run. Swap ids are unique per commit since schema 2; the run keeps the
+    # older `swap-<candidate>` ids apart too, which repeated when two runs committed the same kernel.
+    return rec.env.run_id, rec.msg.swap_id
 
-    Any SwapRolledBack naming the swap ends it, even one that found nothing to restore (a server that
-    no longer held it): the request to take it out is on the record, and a restart honours it.
+
+def swap_history(committed: list[Recorded], rolled_back: list[Recorded]) -> list[SwapView]:
+    """Every swap the log committed, oldest first, with the rollback that ended it (if one did).
+
+    A rollback is recorded in the swap's own run, so it ends only the swap of that id in that run. Any
+    SwapRolledBack naming the swap ends it, even one that found nothing to restore (a server that no
+    longer held it): the request to take it out is on the record, and a restart honours it.
     """
-    ended: dict[str, Recorded] = {}
+    ended: dict[tuple[str, str], Recorded] = {}
     for r in rolled_back:
-        ended.setdefault(r.msg.swap_id, r)
-    newest = {r.msg.swap_id: r for r in sorted(committed, key=lambda r: r.seq)}
-    views = [SwapView(rec, ended.get(swap_id)) for swap_id, rec in newest.items()]
+        ended.setdefault(_key(r), r)
+    newest = {_key(r): r for r in sorted(committed, key=lambda r: r.seq)}
+    views = [SwapView(rec, ended.get(key)) for key, rec in newest.items()]
     return sorted(views, key=lambda v: v.committed.seq)
 
 
 def live_swaps(committed: list[Recorded], rolled_back: list[Recorded]) -> list[Recorded]:
-    """Committed swaps, oldest first, one per swap id (its newest commit), without those any rollback named."""
+    """Committed swaps, oldest first, one per commit, without those a rollback in their run ended."""
     return [v.committed for v in swap_history(committed, rolled_back) if v.rolled_back is None]
 
 
 def find_swap(views: list[SwapView], swap_id: str) -> SwapView | None:
-    return next((v for v in views if v.swap_id == swap_id), None)
+    """The swap an id names: the live one when an old log holds the id in several runs, else the newest."""
+    named = [v for v in views if v.swap_id == swap_id]
+    live = [v for v in named if v.rolled_back is None]
+    return (live or named or [None])[-1]
 
 
 async def read_swap_events(bus) -> tuple[list[Recorded], list[Recorded]]:

@@ -31,6 +31,15 @@ class ServerUnreachable(RuntimeError):
 class AdminCallFailed(RuntimeError):
     """The inference server answered with an error."""
 
+    def __init__(self, message: str, code: grpc.StatusCode):
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def refused(self) -> bool:
+        """The server refused the request itself (it cannot succeed on a retry): a run that asks it cannot finish."""
+        return self.code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE)
+
 
 class AdminClient:
     """Calls CaptureProfile and MeasureDecode, retrying a few times with backoff while the server is away."""
@@ -69,7 +78,8 @@ class AdminClient:
             except grpc.aio.AioRpcError as exc:
                 if exc.code() not in _RETRYABLE:
                     raise AdminCallFailed(
-                        f"{rpc} on the inference server at {self.addr} failed: {exc.code().name}: {exc.details()}"
+                        f"{rpc} on the inference server at {self.addr} failed: {exc.code().name}: {exc.details()}",
+                        exc.code(),
                     ) from exc
                 if attempt == self.attempts:
                     raise ServerUnreachable(

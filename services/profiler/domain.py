@@ -43,6 +43,18 @@ def measurement_plan(prior: list[Recorded]) -> tuple[list[str], int]:
     return prompts, msg.decode_tokens or DEFAULT_DECODE_TOKENS
 
 
+def request_problem(request: pb.RunRequested) -> str:
+    """Why a RunRequested can never be measured, whatever model serves it ("" when it can).
+
+    What depends on the model (a prompt longer than its positions) only the server knows; it refuses
+    that with INVALID_ARGUMENT, which ends the run the same way.
+    """
+    empty = [i + 1 for i, p in enumerate(request.prompts) if not p]
+    if empty:
+        return f"prompt {', '.join(map(str, empty))} of {len(request.prompts)} is empty"
+    return ""
+
+
 # ---------------------------------------------------------------- ProfileCaptured
 
 

@@ -18,8 +18,17 @@ MIN_REWARD_FLOOR = 1
 EXACT_TOKEN_DTYPES = ("float32", "float64")
 
 
-def swap_id_for(candidate_id: str) -> str:
-    return f"swap-{candidate_id}"
+def swap_id_for(trigger: Recorded) -> str:
+    """The id of the swap a TargetConcluded may commit: unique per commit, so no other run can reuse it.
+
+    It names the run and the candidate (the candidate fixes the target): `swap-<run>-<candidate>`. A
+    TargetConcluded written at schema 1 derived `swap-<candidate>`, which repeated when a later run
+    committed the same kernel; replay keeps that rule for those events so old runs still verify.
+    """
+    concluded: pb.TargetConcluded = trigger.msg
+    if trigger.env.schema_version < 2:
+        return f"swap-{concluded.candidate_id}"
+    return f"swap-{trigger.env.run_id}-{concluded.candidate_id}"
 
 
 def required_reward(prior: list[Recorded], concluded: pb.TargetConcluded) -> int:
@@ -123,7 +132,7 @@ def swap_outcome(
             observed=observed,
         )
     return pb.SwapCommitted(
-        swap_id=swap_id_for(concluded.candidate_id),
+        swap_id=swap_id_for(trigger),
         candidate_id=concluded.candidate_id,
         target_class=target,
         modules_patched=observed.modules_matched,

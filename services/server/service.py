@@ -79,7 +79,7 @@ class ServerService:
         concluded: pb.TargetConcluded = trigger.msg
         if not concluded.swap:
             return []
-        existing = self.engine.swaps.get(domain.swap_id_for(concluded.candidate_id))
+        existing = self.engine.swaps.get(domain.swap_id_for(trigger))
         if existing is not None and existing.state == "committed":
             # Redelivered after the swap went live but before the answer was published: answer again.
             return [existing.committed]

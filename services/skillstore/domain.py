@@ -182,6 +182,12 @@ def _skill_behind(prior: list[Recorded], candidate_id: str) -> str:
     return proposal.skill_id
 
 
+def _swap_name(trigger: Recorded, swap_id: str) -> str:
+    # Schema 1 swap ids were short enough to cut; unique ids (run + candidate) are named whole. Events
+    # written at schema 1 keep their old wording so their runs still replay byte for byte.
+    return swap_id[:12] if trigger.env.schema_version < 2 else swap_id
+
+
 def decide_credit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCredited]:
     """A committed swap confirms the skill behind it: one more pull at its judged reward.
 
@@ -194,8 +200,8 @@ def decide_credit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCred
     if judged is None or not skill_id:
         return []
     reason = (
-        f"swap {swap.swap_id[:12]} serves candidate {swap.candidate_id[:12]} live on {swap.modules_patched} "
-        f"modules; one more pull at its judged reward {judged.reward:+d}"
+        f"swap {_swap_name(trigger, swap.swap_id)} serves candidate {swap.candidate_id[:12]} live on "
+        f"{swap.modules_patched} modules; one more pull at its judged reward {judged.reward:+d}"
     )
     return [pb.SkillCredited(skill_id=skill_id, reward=judged.reward, reason=reason)]
 
@@ -213,7 +219,9 @@ def decide_debit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCredi
     skill_id = _skill_behind(prior, rolled.candidate_id)
     if not skill_id:
         return []
-    reason = f"swap {rolled.swap_id[:12]} failed while serving ({asked.msg.failure[:120]}); a losing pull"
+    reason = (
+        f"swap {_swap_name(trigger, rolled.swap_id)} failed while serving ({asked.msg.failure[:120]}); a losing pull"
+    )
     return [pb.SkillCredited(skill_id=skill_id, reward=-1, reason=reason)]
 
 

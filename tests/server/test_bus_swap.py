@@ -64,7 +64,11 @@ async def test_judged_kernel_is_committed_then_rolled_back_and_replays_exactly(
     msg = committed.msg
     concluded = ev.last(log, "TargetConcluded")
     assert committed.env.causation_id == concluded.env.event_id and committed.env.producer == "server"
-    assert msg.swap_id == f"swap-{concluded.msg.candidate_id}" and msg.modules_patched == 5 and msg.tokens_equal
+    assert (
+        msg.swap_id == f"swap-{concluded.env.run_id}-{concluded.msg.candidate_id}"
+        and msg.modules_patched == 5
+        and msg.tokens_equal
+    )
     assert msg.observed.judged_ok and msg.observed.static_ok and msg.observed.dtype == "float32"
     assert msg.observed.activations_passed == msg.observed.activations_checked > 0
     assert all(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))

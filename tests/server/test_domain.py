@@ -40,9 +40,23 @@ def test_commit_when_every_check_passed():
     log, trigger = _log()
     out = domain.swap_outcome(log, trigger, good_observation())
     assert isinstance(out, pb.SwapCommitted)
-    assert out.swap_id == "swap-" + trigger.msg.candidate_id == domain.swap_id_for(out.candidate_id)
+    assert out.swap_id == f"swap-r1-{trigger.msg.candidate_id}" == domain.swap_id_for(trigger)
     assert out.modules_patched == 5 and out.tokens_equal and out.source_sha256 == trigger.msg.source_sha256
     assert out.target_class == trigger.msg.target_class
+
+
+def test_the_same_kernel_committed_by_two_runs_gets_two_swap_ids():
+    """A swap id names one commit: the run and the candidate (which fixes the target)."""
+    first, second = _log()[1], as_log(swap_run("r2", SOURCE))[-1]
+    assert first.msg.candidate_id == second.msg.candidate_id
+    assert domain.swap_id_for(first) != domain.swap_id_for(second)
+
+
+def test_a_conclusion_written_at_schema_1_keeps_its_old_swap_id_on_replay():
+    log, trigger = _log()
+    trigger.env.schema_version = 1
+    assert domain.swap_id_for(trigger) == f"swap-{trigger.msg.candidate_id}"
+    assert domain.swap_outcome(log, trigger, good_observation()).swap_id == f"swap-{trigger.msg.candidate_id}"
 
 
 @pytest.mark.parametrize(

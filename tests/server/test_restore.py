@@ -64,17 +64,34 @@ async def test_a_rolled_back_swap_stays_rolled_back(own_bus, good_source, tmp_pa
     restarted.close()
 
 
-def test_live_swaps_drops_what_any_rollback_named():
-    def rec(seq, msg):
-        return ev.Recorded(seq, ev.make_envelope("r", msg, producer="server", time_ns=seq, causation_id=str(seq)))
+def test_live_swaps_drops_what_a_rollback_in_its_run_named():
+    def rec(seq, msg, run="r"):
+        return ev.Recorded(seq, ev.make_envelope(run, msg, producer="server", time_ns=seq, causation_id=str(seq)))
 
     a, b = rec(1, pb.SwapCommitted(swap_id="swap-a")), rec(2, pb.SwapCommitted(swap_id="swap-b"))
     assert live_swaps([a, b], [rec(3, pb.SwapRolledBack(swap_id="swap-a"))]) == [b]
     assert live_swaps([a, b], []) == [a, b]
-    again = rec(4, pb.SwapCommitted(swap_id="swap-a"))  # the same candidate committed by a later run
-    assert live_swaps([a, b, again], []) == [b, again]
 
     first, second = rec(5, pb.SwapRolledBack(swap_id="swap-b")), rec(6, pb.SwapRolledBack(swap_id="swap-b"))
-    views = swap_history([a, b, again], [first, second])
-    assert [(v.swap_id, v.committed.seq, v.rolled_back) for v in views] == [("swap-b", 2, first), ("swap-a", 4, None)]
+    views = swap_history([a, b], [first, second])
+    assert [(v.swap_id, v.committed.seq, v.rolled_back) for v in views] == [("swap-a", 1, None), ("swap-b", 2, first)]
     assert find_swap(views, "swap-a").run_id == "r" and find_swap(views, "swap-c") is None
+
+
+def test_an_old_log_whose_swap_id_repeats_across_runs_keeps_each_commit_apart():
+    """Before schema 2 a swap id was `swap-<candidate>`: a later run committing the same kernel reused it.
+
+    The rollback of the first run's swap must not end the second run's (which is live and must be re-applied
+    after a restart), and `yantra rollback` of the id names the live one.
+    """
+
+    def rec(seq, msg, run):
+        return ev.Recorded(seq, ev.make_envelope(run, msg, producer="server", time_ns=seq, causation_id=str(seq)))
+
+    old = rec(1, pb.SwapCommitted(swap_id="swap-c1-abc"), "run-1")
+    ended = rec(2, pb.SwapRolledBack(swap_id="swap-c1-abc"), "run-1")
+    again = rec(3, pb.SwapCommitted(swap_id="swap-c1-abc"), "run-2")
+    assert live_swaps([old, again], [ended]) == [again]
+    views = swap_history([old, again], [ended])
+    assert [(v.run_id, v.rolled_back) for v in views] == [("run-1", ended), ("run-2", None)]
+    assert find_swap(views, "swap-c1-abc").run_id == "run-2"

@@ -623,6 +623,34 @@ class RunCompleted(_message.Message):
     reward: int
     def __init__(self, observed: _Optional[_Union[RunObservation, _Mapping]] = ..., tokens_per_s_before: _Optional[float] = ..., tokens_per_s_after: _Optional[float] = ..., speedup: _Optional[float] = ..., swapped: bool = ..., outcome: _Optional[str] = ..., target_class: _Optional[str] = ..., reward: _Optional[int] = ...) -> None: ...
 
+class RunFailureObservation(_message.Message):
+    __slots__ = ("service", "error", "attempts")
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    error: str
+    attempts: int
+    def __init__(self, service: _Optional[str] = ..., error: _Optional[str] = ..., attempts: _Optional[int] = ...) -> None: ...
+
+class RunFailed(_message.Message):
+    __slots__ = ("observed", "reason", "failed_trigger")
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FAILED_TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    observed: RunFailureObservation
+    reason: str
+    failed_trigger: str
+    def __init__(self, observed: _Optional[_Union[RunFailureObservation, _Mapping]] = ..., reason: _Optional[str] = ..., failed_trigger: _Optional[str] = ...) -> None: ...
+
+class RunCancelled(_message.Message):
+    __slots__ = ("reason", "requested_by")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    requested_by: str
+    def __init__(self, reason: _Optional[str] = ..., requested_by: _Optional[str] = ...) -> None: ...
+
 class ServerMetrics(_message.Message):
     __slots__ = ("server_id", "model", "tokens_per_s", "p50_latency_ms", "p95_latency_ms", "requests", "active_swaps", "window_s", "device")
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
