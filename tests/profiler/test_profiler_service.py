@@ -13,6 +13,7 @@ from runlog import has, publish
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from services.core import events as ev
+from services.core import run_end
 from services.core.bus import Bus
 from services.core.nats_launcher import free_port
 from services.core.pb import events_pb2 as pb
@@ -84,6 +85,11 @@ class TinyAdmin(igrpc.AdminServicer):
     async def CaptureProfile(self, request, context):
         if not request.prompts:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no prompts to profile")
+        positions = self.model.config.max_position_embeddings
+        if request.max_new_tokens >= positions:  # as the real server's Engine.check refuses it
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"{request.max_new_tokens} new tokens exceed the model's {positions}"
+            )
         return await asyncio.to_thread(self._capture, list(request.prompts), request.max_new_tokens)
 
     async def MeasureDecode(self, request, context):
@@ -113,7 +119,7 @@ async def profiler(nats_server, admin_server, run_id):
     addr, _ = admin_server
     admin = AdminClient(addr)
     service = ProfilerService(admin, repeats=1)
-    runs = [run_id, run_id + "b"]
+    runs = [run_id, run_id + "b", run_id + "c", run_id + "d"]
     stop = asyncio.Event()
     subjects = [ev.run_filter(r, t) for r in runs for t in service.consumes]
     service_bus = await Bus.connect(nats_server.url, name="profiler-test")
@@ -202,3 +208,19 @@ async def test_server_error_is_reported_not_retried(admin_server):
     with pytest.raises(AdminCallFailed, match="CaptureProfile .* failed: INVALID_ARGUMENT: no prompts to profile"):
         await client.capture_profile([], 4)
     await client.close()
+
+
+async def test_a_request_that_can_never_be_measured_ends_the_run_at_once(bus, profiler, wait_log):
+    """An empty prompt, or more tokens than the model has positions, ends the run with a RunFailed saying why,
+    instead of failing every delivery and leaving the run 'running' for ever."""
+    empty, too_long = profiler[2], profiler[3]
+    await publish(bus, empty, pb.RunRequested(prompts=["Hello", ""], decode_tokens=4), "client")
+    await publish(bus, too_long, pb.RunRequested(prompts=["Hello"], decode_tokens=5000), "client")
+    for run_id, why in ((empty, "prompt 2 of 2 is empty"), (too_long, "INVALID_ARGUMENT: 5000 new tokens exceed")):
+        log = await wait_log(bus, run_id, has("RunFailed"), 20)
+        failed = ev.last(log, "RunFailed")
+        assert failed.env.producer == "profiler" and failed.msg.failed_trigger == "RunRequested"
+        assert failed.msg.reason.startswith("profiler could not answer RunRequested (refused it): ")
+        assert why in failed.msg.reason, failed.msg.reason
+        assert [r.type for r in log] == ["RunRequested", "RunFailed"]
+        assert verify(log, {**domain.REDERIVE, **run_end.REDERIVE}) == []
