@@ -13,50 +13,19 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from e2e_stack import services_alive
 from runlog import has, wait_for_log
 
 from services.core import events as ev
-from services.core.nats_launcher import free_port
 from services.core.pb import events_pb2 as pb
 from services.core.server_client import generate_tokens, wait_ready
-from services.core.settings import Settings
-from services.core.stack import start_stack
-from services.registry import SERVICES
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = 420
-
-
-def _services_alive(stack) -> Callable[[], None]:
-    def check() -> None:
-        dead = [(n, c) for n, c in stack.dead() if n != "judge"]  # the test kills the judge on purpose
-        assert not dead, f"services died: {dead}\n" + "\n".join(stack.log_tail(n, 30) for n, _ in dead)
-
-    return check
-
-
-@pytest.fixture
-def stack(own_nats, tmp_path):
-    settings = Settings(
-        nats_url=own_nats.url,
-        data_dir=tmp_path / "data",
-        server_addr=f"127.0.0.1:{free_port()}",
-        model="tiny-qwen2",
-        device="cpu",
-        ack_wait_s=4.0,
-        log_level="INFO",
-        admin_token="e2e-" + uuid.uuid4().hex,  # the profiler must send it, or no run gets a profile
-    )
-    stack = start_stack(settings, SERVICES)
-    yield stack
-    stack.stop()
-    for name in SERVICES:  # shown by pytest only when the test fails
-        print(f"----- {name} log -----\n{stack.log_tail(name, 40)}")
 
 
 async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus):
@@ -83,12 +52,14 @@ async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus
     await bus.js.publish(ev.run_subject(run_id, "CandidateProposed"), b"\x00\xffnot an envelope")
 
     # Kill the judge while it works on the first candidate, then bring it back.
-    await wait_for_log(bus, run_id, has("CandidateProposed"), 180, check=_services_alive(stack))
+    await wait_for_log(bus, run_id, has("CandidateProposed"), 180, check=services_alive(stack, killed=("judge",)))
     stack.procs["judge"].send_signal(signal.SIGKILL)
     stack.procs["judge"].wait()
     stack.start_service("judge")
 
-    log = await wait_for_log(bus, run_id, has("RunCompleted"), RUN_TIMEOUT_S, check=_services_alive(stack))
+    log = await wait_for_log(
+        bus, run_id, has("RunCompleted"), RUN_TIMEOUT_S, check=services_alive(stack, killed=("judge",))
+    )
     types = Counter(r.type for r in log)
     for name in (
         "RunRequested",
@@ -138,3 +109,10 @@ async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus
     replay = yantra("replay", run_id, "--verify")
     assert replay.returncode == 0, replay.stdout + replay.stderr
     assert "replay verified" in replay.stdout
+
+    # A second copy of an event, published without its message id (so the stream stores it): replay must flag it.
+    judged = ev.first(log, "CandidateJudged")
+    await bus.js.publish(ev.run_subject(run_id, "CandidateJudged"), ev.encode(judged.env))
+    replay = yantra("replay", run_id, "--verify")
+    assert replay.returncode == 1, replay.stdout + replay.stderr
+    assert f"a second copy of seq {judged.seq}" in replay.stdout
