@@ -57,6 +57,10 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
             f"{m.outcome}: {m.tokens_per_s_before:.1f} -> {m.tokens_per_s_after:.1f} tok/s "
             f"(x{m.speedup:.2f}), reward={m.reward:+d}"
         )
+    if type_name == "RunFailed":
+        return m.reason
+    if type_name == "RunCancelled":
+        return f"by {m.requested_by or '-'}: {m.reason or 'no reason given'}"
     if type_name == "ServerMetrics":
         return f"{m.tokens_per_s:.1f} tok/s p50 {m.p50_latency_ms:.1f} ms, {m.active_swaps} swaps"
     return ""

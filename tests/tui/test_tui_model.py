@@ -200,3 +200,28 @@ def test_events_in_any_order_or_missing_fold_and_render_without_error():
                 console.print(source_renderable(c), contract_renderable(c), evidence_renderable(c, run))
         for line in serving_lines(state.metrics, state.marks, 60, compact=False):
             console.print(line)
+
+
+def test_a_failed_and_a_cancelled_run_say_so_and_stop_their_pipeline():
+    failed = fx.RunLog("20261130-000000-fa11ed", fx.T0)
+    asked = failed.add(pb.RunRequested(model="tiny-qwen2", decode_tokens=100_000), "cli", 0)
+    observed = pb.RunFailureObservation(service="profiler", error="INVALID_ARGUMENT: exceeds the model's positions")
+    failed.add(
+        pb.RunFailed(observed=observed, reason="profiler could not answer RunRequested", failed_trigger="RunRequested"),
+        "profiler",
+        0.5,
+        asked,
+    )
+    cancelled = fx.RunLog("20261130-000100-cace11", fx.T0 + 60 * fx.S)
+    cancelled.add(pb.RunRequested(model="tiny-qwen2"), "cli", 0)
+    cancelled.add(pb.RunCancelled(reason="wrong model", requested_by="yantra-cli"), "cli", 1.0)
+    state = fold(fx._recorded(failed.envs + cancelled.envs))
+
+    run = state.runs[failed.run_id]
+    assert (run.status, run.outcome) == ("failed", "failed")
+    assert run.step("profile").status == "failed" and "could not answer RunRequested" in run.step("profile").reason
+    assert all(s.status == "skipped" for s in run.steps[1:])
+    run = state.runs[cancelled.run_id]
+    assert (run.status, run.outcome) == ("cancelled", "cancelled")
+    assert run.step("profile").reason == "cancelled: wrong model"
+    assert run.events[-1].summary == "by yantra-cli: wrong model"
