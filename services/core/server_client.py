@@ -16,6 +16,10 @@ class ServerUnavailable(RuntimeError):
     pass
 
 
+class WrongServer(ServerUnavailable):
+    """Another server than the one expected answers on the address (its Health has another instance id)."""
+
+
 async def health(addr: str, timeout: float = 2.0) -> ipb.HealthReply:
     async with grpc.aio.insecure_channel(addr) as channel:
         try:
@@ -24,8 +28,14 @@ async def health(addr: str, timeout: float = 2.0) -> ipb.HealthReply:
             raise ServerUnavailable(f"inference server at {addr}: {exc.details() or exc.code().name}") from exc
 
 
-async def wait_ready(addr: str, timeout: float, still_starting: Callable[[], bool] = lambda: True) -> ipb.HealthReply:
-    """Poll Health until the server is ready, it gives up starting, or `timeout` passes."""
+async def wait_ready(
+    addr: str, timeout: float, still_starting: Callable[[], bool] = lambda: True, instance_id: str = ""
+) -> ipb.HealthReply:
+    """Poll Health until the server is ready, it gives up starting, or `timeout` passes.
+
+    With `instance_id`, a Health reply with another instance id raises WrongServer at once: some other
+    server holds the address, not the one the caller started.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     last = "no answer"
@@ -34,10 +44,16 @@ async def wait_ready(addr: str, timeout: float, still_starting: Callable[[], boo
             raise ServerUnavailable(f"the inference server stopped while starting ({last})")
         try:
             reply = await health(addr, timeout=1.0)
-            if reply.ready:
-                return reply
         except ServerUnavailable as exc:
             last = str(exc)
+        else:
+            if instance_id and reply.instance_id != instance_id:
+                raise WrongServer(
+                    f"another server answers on {addr} (serving {reply.model or 'an unknown model'}), not the one "
+                    "this command started; stop it, or set YANTRA_SERVER_ADDR to a free address"
+                )
+            if reply.ready:
+                return reply
         await asyncio.sleep(0.5)
     raise ServerUnavailable(f"the inference server at {addr} was not ready after {timeout:.0f}s ({last})")
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+
+import grpc
 
 from services.core.runner import run_service
 from services.core.service_main import Setup, configure_logging, main
 from services.core.settings import Settings
 from services.server.engine import Engine
-from services.server.grpc_api import start_grpc
+from services.server.grpc_api import AddressUnavailable, address_problem, bind_grpc
 from services.server.metrics import default_server_id, metrics_loop
 from services.server.models import UnknownModel, load_model
 from services.server.restore import restore_swaps
@@ -19,10 +22,9 @@ log = logging.getLogger("services.server")
 GRACE_S = 2.0
 
 
-async def serve_grpc(engine: Engine, addr: str, stop: asyncio.Event, admin_token: str = "") -> None:
-    server, port = await start_grpc(engine, addr, admin_token)
-    guarded = "admin RPCs need YANTRA_ADMIN_TOKEN" if admin_token else "admin RPCs open (no YANTRA_ADMIN_TOKEN)"
-    log.info("server ready on %s (%s)", f"{addr.rsplit(':', 1)[0]}:{port}", guarded)
+async def serve_grpc(engine: Engine, server: grpc.aio.Server, stop: asyncio.Event, ready: str) -> None:
+    await server.start()
+    log.info("%s", ready)
     try:
         await stop.wait()
     finally:
@@ -30,8 +32,16 @@ async def serve_grpc(engine: Engine, addr: str, stop: asyncio.Event, admin_token
         engine.close()
 
 
-def make_setup(engine: Engine) -> Setup:
+def make_setup(engine: Engine, instance_id: str) -> Setup:
     async def setup(settings: Settings, bus, stop: asyncio.Event):
+        addr, token = settings.server_addr, settings.admin_token
+        try:  # the port first (serving once swaps are restored): a server that cannot own it must not run at all
+            server, port = bind_grpc(engine, addr, token, instance_id)
+        except AddressUnavailable:
+            await bus.close()
+            raise
+        guarded = "admin RPCs need YANTRA_ADMIN_TOKEN" if token else "admin RPCs open (no YANTRA_ADMIN_TOKEN)"
+        ready = f"server ready on {addr.rsplit(':', 1)[0]}:{port} ({guarded}; instance {instance_id})"
         service = ServerService(engine, settings.data_dir)
         if service.static_check is None:
             log.warning("static check unavailable: every swap will be rejected until services.judge is installed")
@@ -39,7 +49,7 @@ def make_setup(engine: Engine) -> Setup:
         if restored:
             log.info("re-applied %d swap(s) from the log: %s", len(restored), ", ".join(restored))
         return [
-            serve_grpc(engine, settings.server_addr, stop, settings.admin_token),
+            serve_grpc(engine, server, stop, ready),
             run_service(bus, service, stop, settings.ack_wait_s),
             request_rollbacks(bus, service, stop),
             metrics_loop(bus, engine, stop, default_server_id(settings.server_addr)),
@@ -51,14 +61,23 @@ def make_setup(engine: Engine) -> Setup:
 def run() -> int:
     settings = Settings.from_env()
     configure_logging("server", settings.log_level)
-    # The model loads before the bus connects, so a bad model name fails fast with status 2.
+    # A taken port and a bad model name fail fast with status 2 (a configuration error: `yantra up` stops):
+    # the port is looked at before the model loads, and bound for good (exclusively) before swaps are restored.
+    problem = address_problem(settings.server_addr)
+    if problem:
+        log.error("server: %s", problem)
+        return 2
     try:
         loaded = load_model(settings.model, settings.device)
     except UnknownModel as exc:
         log.error("server: %s", exc)
         return 2
     log.info("loaded %s on %s (%s)", loaded.name, loaded.device, loaded.dtype)
-    return main("server", make_setup(Engine(loaded)))
+    try:
+        return main("server", make_setup(Engine(loaded), settings.instance_id or secrets.token_hex(8)))
+    except AddressUnavailable as exc:
+        log.error("server: %s", exc)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,15 +1,23 @@
 """gRPC: public streaming generation and the read-mostly admin RPCs, over grpc.aio.
 
 Bad arguments are answered with INVALID_ARGUMENT (or NOT_FOUND for an unknown class) and a message
-that names the problem; a failure inside the model is INTERNAL with its cause, never a dead server.
+that names the problem, and so is a body that does not decode (a string field that is not UTF-8, say);
+a failure inside the model is INTERNAL with its cause, never a dead server.
+
+The server binds its port exclusively (no SO_REUSEPORT): a second server on the same address fails to
+start with AddressUnavailable instead of sharing the port and answering every other request.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import secrets
+import socket
 import time
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from services.core.admin_auth import authorized, needs_token
 from services.core.pb import inference_pb2 as ipb
@@ -23,19 +31,38 @@ DEFAULT_ADMIN_TOKENS = 16  # when an admin request leaves max_new_tokens at 0
 MAX_REPEATS = 100
 
 
+class AddressUnavailable(RuntimeError):
+    """The gRPC address cannot be listened on (another server holds it, say); the message says which and why."""
+
+
+def check_new_tokens(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> None:
+    """BadRequest naming the model's real bound unless a prompt of `prompt_tokens` may ask for this many new tokens:
+    prompt + new tokens must fit the model's positions (and new tokens stay within MAX_NEW_TOKENS)."""
+    positions = engine.loaded.max_positions
+    bound = min(MAX_NEW_TOKENS, positions - prompt_tokens)
+    if bound < 1:
+        raise BadRequest(f"the prompt's {prompt_tokens} tokens leave no room in the model's {positions} positions")
+    if not 1 <= max_new_tokens <= bound:
+        raise BadRequest(
+            f"max_new_tokens must be 1..{bound} for a prompt of {prompt_tokens} tokens (prompt + new tokens must fit "
+            f"the model's {positions} positions), got {max_new_tokens}"
+        )
+
+
 def request_ids(engine: Engine, request: ipb.GenerateRequest) -> list[int]:
     """The prompt's token ids after every check a request must pass; BadRequest says what is wrong."""
-    if request.max_new_tokens == 0:
-        raise BadRequest(f"max_new_tokens must be 1..{MAX_NEW_TOKENS}, got 0")
     ids = list(request.token_ids) if request.token_ids else engine.encode(request.prompt) if request.prompt else []
+    if ids:  # an empty prompt is engine.check's to refuse
+        check_new_tokens(engine, len(ids), request.max_new_tokens)
     engine.check(ids, request.max_new_tokens)
     return ids
 
 
-def admin_tokens(max_new_tokens: int) -> int:
-    if max_new_tokens > MAX_NEW_TOKENS:
-        raise BadRequest(f"max_new_tokens must be at most {MAX_NEW_TOKENS}, got {max_new_tokens}")
-    return max_new_tokens or DEFAULT_ADMIN_TOKENS
+def admin_tokens(engine: Engine, prompts: list[str], max_new_tokens: int) -> int:
+    """New tokens per prompt of a measuring RPC (0: DEFAULT_ADMIN_TOKENS), within the bound of the longest prompt."""
+    max_new_tokens = max_new_tokens or DEFAULT_ADMIN_TOKENS
+    check_new_tokens(engine, max(len(engine.encode(p)) for p in prompts), max_new_tokens)
+    return max_new_tokens
 
 
 def admin_repeats(repeats: int) -> int:
@@ -75,8 +102,9 @@ class InferenceApi(ipb_grpc.InferenceServicer):
 
 
 class AdminApi(ipb_grpc.AdminServicer):
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, instance_id: str):
         self.engine = engine
+        self.instance_id = instance_id
 
     async def Health(self, request, context):
         e = self.engine
@@ -87,12 +115,15 @@ class AdminApi(ipb_grpc.AdminServicer):
             dtype=e.dtype,
             active_swaps=e.swaps.active_count(),
             requests_served=e.stats.requests_served,
+            instance_id=self.instance_id,
+            max_positions=e.loaded.max_positions,
         )
 
     async def _on_prompts(self, request, context, what: str, work):
         """Check the prompts/tokens/repeats every measuring RPC takes, run `work` on them, map failures to statuses."""
         try:
-            args = admin_prompts(request.prompts), admin_tokens(request.max_new_tokens), admin_repeats(request.repeats)
+            prompts = admin_prompts(request.prompts)
+            args = prompts, admin_tokens(self.engine, prompts, request.max_new_tokens), admin_repeats(request.repeats)
             return await work(*args)
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -149,19 +180,109 @@ class AdminToken(grpc.aio.ServerInterceptor):
         return await continuation(handler_call_details)
 
 
-async def start_grpc(engine: Engine, addr: str, admin_token: str = "") -> tuple[grpc.aio.Server, int]:
-    """Serve both services on `addr` ("host:port", port 0 picks one); returns the server and its port.
+class UndecodableRequest(grpc.aio.ServerInterceptor):
+    """A request body that does not parse (a string field holding bytes that are not UTF-8, a truncated message)
+    is INVALID_ARGUMENT naming the RPC, on every RPC, instead of the UNKNOWN grpc.aio answers by default."""
 
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        return _guarded(handler, method)
+
+
+class _BadBody:
+    """What the request deserializer hands the behaviour in place of a request it could not decode."""
+
+    def __init__(self, detail: str):
+        self.detail = detail
+
+
+def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    decode = handler.request_deserializer
+
+    def deserialize(body: bytes):
+        try:
+            return decode(body)
+        except DecodeError as exc:
+            why = "a malformed body, or a text field that is not valid UTF-8"
+            return _BadBody(f"{method}: cannot decode the request ({exc}): {why}")
+
+    async def refuse(request, context):
+        log.warning("refused %s: %s", method, request.detail)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.detail)
+
+    serialize = handler.response_serializer
+    if handler.unary_unary:
+        behaviour = handler.unary_unary
+
+        async def unary_unary(request, context):
+            if isinstance(request, _BadBody):
+                await refuse(request, context)
+            return await behaviour(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary_unary, deserialize, serialize)
+    if handler.unary_stream:
+        behaviour = handler.unary_stream
+
+        async def unary_stream(request, context):
+            if isinstance(request, _BadBody):
+                await refuse(request, context)
+            async for reply in behaviour(request, context):
+                yield reply
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, deserialize, serialize)
+    return handler  # no client-streaming RPCs in this server
+
+
+def address_problem(addr: str) -> str | None:
+    """Why `addr` ("host:port") cannot be listened on exclusively, in one line; None when it can right now."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    try:
+        family, kind, proto, _, sockaddr = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT is no conflict
+            sock.bind(sockaddr)
+            sock.listen()
+    except ValueError:
+        return f"cannot listen on {addr}: not a host:port address"
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return (
+                f"cannot listen on {addr}: another server holds that port; "
+                "stop it, or set YANTRA_SERVER_ADDR to a free address"
+            )
+        return f"cannot listen on {addr}: {exc.strerror or exc}"
+    return None
+
+
+def bind_grpc(engine: Engine, addr: str, admin_token: str = "", instance_id: str = "") -> tuple[grpc.aio.Server, int]:
+    """Both services bound to `addr` ("host:port", port 0 picks one), not serving until `await server.start()`;
+    returns the server and its port. Call it with an event loop running.
+
+    The port is bound exclusively: when another server holds it this raises AddressUnavailable, saying so.
     With `admin_token`, the Admin RPCs other than Health require it (services.core.admin_auth).
+    Health answers with `instance_id` (a random one when empty), so a client can tell which server answers.
     """
-    server = grpc.aio.server(interceptors=[AdminToken(admin_token)] if admin_token else None)
+    interceptors = [AdminToken(admin_token)] if admin_token else []
+    server = grpc.aio.server(interceptors=[*interceptors, UndecodableRequest()], options=[("grpc.so_reuseport", 0)])
     ipb_grpc.add_InferenceServicer_to_server(InferenceApi(engine), server)
-    ipb_grpc.add_AdminServicer_to_server(AdminApi(engine), server)
+    ipb_grpc.add_AdminServicer_to_server(AdminApi(engine, instance_id or secrets.token_hex(8)), server)
     try:
         port = server.add_insecure_port(addr)
-    except RuntimeError as exc:
-        raise RuntimeError(f"cannot listen on {addr}: {exc}") from exc
+    except RuntimeError:
+        port = 0
     if port == 0:
-        raise RuntimeError(f"cannot listen on {addr}")
+        raise AddressUnavailable(address_problem(addr) or f"cannot listen on {addr}")
+    return server, port
+
+
+async def start_grpc(
+    engine: Engine, addr: str, admin_token: str = "", instance_id: str = ""
+) -> tuple[grpc.aio.Server, int]:
+    """bind_grpc, then serve: returns the started server and its port."""
+    server, port = bind_grpc(engine, addr, admin_token, instance_id)
     await server.start()
     return server, port

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import grpc
 import pytest
 from server_fixtures import QWEN_NORM, as_log, swap_run
@@ -10,7 +12,7 @@ from services.core import events as ev
 from services.core.pb import events_pb2 as pb
 from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as ipb_grpc
-from services.server.grpc_api import start_grpc
+from services.server.grpc_api import AddressUnavailable, address_problem, start_grpc
 from services.server.service import ServerService
 
 
@@ -61,6 +63,7 @@ async def test_health_and_module_state(engine, channel):
     admin = ipb_grpc.AdminStub(channel)
     health = await admin.Health(ipb.HealthRequest())
     assert health.ready and health.model == "tiny-qwen2" and health.device == "cpu" and health.dtype == "float32"
+    assert health.max_positions == engine.loaded.max_positions == 512 and len(health.instance_id) == 16
     state = await admin.GetModuleState(ipb.ModuleStateRequest(class_path=QWEN_NORM))
     assert state.instances == 5 and state.patched == 0 and state.active_swap_id == ""
     assert state.introspection.class_path == QWEN_NORM and state.introspection.leaf
@@ -151,3 +154,110 @@ async def test_the_profilers_client_and_the_cli_send_the_token(engine, guarded):
         await wrong.measure_decode(["hi"], 2, 1)
     await wrong.close()
     assert await list_swaps(addr, "s3cret") == engine.swaps.records()
+
+
+async def _health_of(addr: str) -> ipb.HealthReply:
+    async with grpc.aio.insecure_channel(addr) as ch:  # a new connection each time
+        return await ipb_grpc.AdminStub(ch).Health(ipb.HealthRequest(), timeout=5)
+
+
+async def test_a_second_server_cannot_share_the_port_of_a_first(engine):
+    first, port = await start_grpc(engine, "127.0.0.1:0", instance_id="first")
+    addr = f"127.0.0.1:{port}"
+    try:
+        with pytest.raises(AddressUnavailable) as err:  # with SO_REUSEPORT both would listen, taking turns
+            await start_grpc(engine, addr, instance_id="second")
+        assert str(err.value) == (
+            f"cannot listen on {addr}: another server holds that port; stop it, or set YANTRA_SERVER_ADDR to a free "
+            "address"
+        )
+        assert [(await _health_of(addr)).instance_id for _ in range(8)] == ["first"] * 8
+    finally:
+        await first.stop(0)
+
+
+async def test_a_port_held_by_any_listener_is_refused_and_a_free_one_is_not(engine):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        addr = f"127.0.0.1:{holder.getsockname()[1]}"
+        assert "another server holds that port" in address_problem(addr)
+        with pytest.raises(AddressUnavailable, match="another server holds that port"):
+            await start_grpc(engine, addr)
+    assert address_problem(addr) is None  # let go: free again
+
+
+# Serialized bodies protobuf Python refuses to build: a string field (1 in every request here) with bytes that
+# are not UTF-8, or a length that runs past the end of the body.
+NOT_UTF8 = b"\x0a\x02\xff\xfe\x10\x04"  # field 1 = b"\xff\xfe", field 2 = 4
+TRUNCATED = b"\x0a\x05ab"
+
+
+async def _raw_call(channel, method: str, body: bytes, metadata=()):
+    """`method` called with `body` as it is on the wire (no serializer), the reply left undecoded."""
+    if method.endswith("/Generate"):
+        return [chunk async for chunk in channel.unary_stream(method)(body, metadata=metadata)]
+    return await channel.unary_unary(method)(body, metadata=metadata)
+
+
+@pytest.mark.parametrize(
+    ("method", "body"),
+    [
+        ("/yantra.v1.Inference/Generate", NOT_UTF8),
+        ("/yantra.v1.Inference/Generate", TRUNCATED),
+        ("/yantra.v1.Admin/Health", TRUNCATED),
+        ("/yantra.v1.Admin/CaptureProfile", NOT_UTF8),
+        ("/yantra.v1.Admin/MeasureDecode", NOT_UTF8),
+        ("/yantra.v1.Admin/GetModuleState", NOT_UTF8),
+        ("/yantra.v1.Admin/ListSwaps", TRUNCATED),
+    ],
+    ids=lambda value: (
+        value.rsplit("/", 1)[-1] if isinstance(value, str) else "not-utf8" if value == NOT_UTF8 else "truncated"
+    ),
+)
+async def test_a_body_that_does_not_decode_is_invalid_argument_on_every_rpc(channel, method, body):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await _raw_call(channel, method, body)
+    name = method.rsplit("/", 1)[1]
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
+    assert err.value.details().startswith(f"{name}: cannot decode the request (") and "UTF-8" in err.value.details()
+    assert len(await _generate(channel, prompt="Hello", max_new_tokens=2)) == 3  # and the server serves on
+
+
+async def test_an_undecodable_admin_body_still_needs_the_token_first(guarded):
+    from services.core.admin_auth import metadata
+
+    channel, _ = guarded
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await _raw_call(channel, "/yantra.v1.Admin/MeasureDecode", NOT_UTF8)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await _raw_call(channel, "/yantra.v1.Admin/MeasureDecode", NOT_UTF8, metadata("s3cret"))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "UTF-8" in err.value.details()
+
+
+async def test_max_new_tokens_errors_name_the_models_real_bound(engine, channel):
+    prompt_tokens = len(engine.encode("hi"))
+    bound = f"max_new_tokens must be 1..{512 - prompt_tokens} for a prompt of {prompt_tokens} tokens"
+    for too_many in (0, 600, 4097):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await _generate(channel, prompt="hi", max_new_tokens=too_many)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        why = "prompt + new tokens must fit the model's 512 positions"
+        assert err.value.details() == f"{bound} ({why}), got {too_many}"
+    assert len(await _generate(channel, prompt="hi", max_new_tokens=512 - prompt_tokens)) > 1  # the bound is fine
+
+    admin = ipb_grpc.AdminStub(channel)
+    longest = len(engine.encode("a longer prompt"))
+    for rpc, request in (
+        (admin.CaptureProfile, ipb.CaptureProfileRequest(prompts=["hi", "a longer prompt"], max_new_tokens=5000)),
+        (admin.MeasureDecode, ipb.MeasureDecodeRequest(prompts=["hi", "a longer prompt"], max_new_tokens=500)),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await rpc(request)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert f"max_new_tokens must be 1..{512 - longest} for a prompt of {longest} tokens" in err.value.details()
+        assert "512 positions" in err.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await _generate(channel, token_ids=[1] * 512, max_new_tokens=1)
+    assert err.value.details() == "the prompt's 512 tokens leave no room in the model's 512 positions"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,24 @@ def test_unknown_model_exits_2_naming_it(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "no-such-model" in proc.stderr and "tiny-qwen2" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_port_another_server_holds_exits_2_naming_it(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        addr = f"127.0.0.1:{holder.getsockname()[1]}"
+        proc = subprocess.run(
+            [sys.executable, "-m", "services.server"],
+            cwd=ROOT,
+            env=_env(YANTRA_SERVER_ADDR=addr, YANTRA_DATA_DIR=str(tmp_path)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 2, proc.stderr  # a configuration error: `yantra up` stops instead of restarting it
+    assert f"server: cannot listen on {addr}: another server holds that port" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "loaded" not in proc.stderr  # refused before the model loads
 
 
 async def test_server_process_serves_and_stops_on_sigterm(tmp_path):

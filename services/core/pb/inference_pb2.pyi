@@ -35,20 +35,24 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthReply(_message.Message):
-    __slots__ = ("ready", "model", "device", "dtype", "active_swaps", "requests_served")
+    __slots__ = ("ready", "model", "device", "dtype", "active_swaps", "requests_served", "instance_id", "max_positions")
     READY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_SWAPS_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_SERVED_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     ready: bool
     model: str
     device: str
     dtype: str
     active_swaps: int
     requests_served: int
-    def __init__(self, ready: bool = ..., model: _Optional[str] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., active_swaps: _Optional[int] = ..., requests_served: _Optional[int] = ...) -> None: ...
+    instance_id: str
+    max_positions: int
+    def __init__(self, ready: bool = ..., model: _Optional[str] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., active_swaps: _Optional[int] = ..., requests_served: _Optional[int] = ..., instance_id: _Optional[str] = ..., max_positions: _Optional[int] = ...) -> None: ...
 
 class CaptureProfileRequest(_message.Message):
     __slots__ = ("prompts", "max_new_tokens", "repeats")
