@@ -14,10 +14,11 @@ class Settings(BaseModel):
     server_addr: str = Field("127.0.0.1:50551", description="gRPC address of the inference server")
     model: str = Field("tiny-qwen2", description="preset name, local path or hub id served by the server")
     device: str = Field("auto", description="auto | cpu | cuda")
-    ack_wait_s: float = Field(30.0, gt=0, description="seconds before an unacknowledged event is redelivered")
+    ack_wait_s: float = Field(5.0, gt=0, description="seconds before an unacknowledged event is redelivered")
     log_level: str = "INFO"
     restore_swaps: bool = Field(True, description="a (re)started server re-applies the log's committed swaps")
     admin_token: str = Field("", repr=False, description="bearer token for the server's Admin RPCs; empty: none")
+    instance_id: str = Field("", description="the id the server answers Health with; empty: a random one")
 
     @field_validator("data_dir")
     @classmethod
@@ -34,10 +35,11 @@ class Settings(BaseModel):
             "server_addr": env.get("YANTRA_SERVER_ADDR", "127.0.0.1:50551"),
             "model": env.get("YANTRA_MODEL", "tiny-qwen2"),
             "device": env.get("YANTRA_DEVICE", "auto"),
-            "ack_wait_s": env.get("YANTRA_ACK_WAIT_S", "30"),
+            "ack_wait_s": env.get("YANTRA_ACK_WAIT_S", "5"),
             "log_level": env.get("YANTRA_LOG_LEVEL", "INFO"),
             "restore_swaps": env.get("YANTRA_RESTORE_SWAPS", "1") not in ("0", "false", "no"),
             "admin_token": env.get("YANTRA_ADMIN_TOKEN", ""),
+            "instance_id": env.get("YANTRA_INSTANCE_ID", ""),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -57,4 +59,6 @@ class Settings(BaseModel):
             out["NATS_URL"] = self.nats_url
         if self.admin_token:
             out["YANTRA_ADMIN_TOKEN"] = self.admin_token
+        if self.instance_id:
+            out["YANTRA_INSTANCE_ID"] = self.instance_id
         return out
