@@ -9,11 +9,18 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null
+# The first install downloads hundreds of MB (torch, transformers, triton): pip's own output and
+# progress bars show that it is moving. A re-run only checks what is there: kept quiet.
 # torch first and pinned: a bare `torch` requirement on a CPU machine pulls a multi-GB CUDA build.
 if ! python -c "import torch" 2>/dev/null; then
-  echo "installing torch (CPU build)"
-  python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+  echo "installing torch (the largest download: several minutes on a slow link)"
+  python -m pip install "torch==${TORCH_VERSION:-2.13.0}"
 fi
-echo "installing gpuyantra and its dependencies"
-python -m pip install -q -e ".[dev]"
+if python -m pip show -q gpuyantra >/dev/null 2>&1; then
+  echo "checking gpuyantra and its dependencies (already installed)"
+  python -m pip install -q -e ".[dev]"
+else
+  echo "installing gpuyantra and its dependencies"
+  python -m pip install -e ".[dev]"
+fi
 echo "installed: $(python -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)')"

@@ -98,6 +98,16 @@ def test_generate_without_a_server(tmp_path):
     assert result.returncode == 2 and "yantra up" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_generate_explains_max_new_tokens_and_refuses_a_non_positive_one():
+    helped = yantra("generate", "--help")
+    assert helped.returncode == 0
+    assert "--max-new-tokens N" in helped.stdout and "prompt + new tokens must fit" in " ".join(helped.stdout.split())
+    for bad in ("0", "-3", "x"):
+        result = yantra("generate", "hi", "--max-new-tokens", bad)
+        assert result.returncode == 2, bad
+        assert "not a positive number of tokens" in result.stderr or "not an integer" in result.stderr, result.stderr
+
+
 def test_demo_with_an_unknown_model_names_it(tmp_path):
     result = yantra(
         "demo",
@@ -204,3 +214,188 @@ def test_a_run_survives_the_embedded_nats_server_dying_mid_run(up, tmp_path):
     verified = _yantra_at(data, "replay", run_id, "--verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert proc.poll() is None  # `yantra up` itself never stopped
+
+
+def test_a_second_up_on_the_same_port_is_refused_and_the_first_keeps_serving(up, tmp_path):
+    import asyncio
+
+    from services.core.server_client import health
+
+    proc, stack = up
+    addr = stack["server_addr"]
+    too_long = yantra("generate", "hi", "--max-new-tokens", "600", env={"YANTRA_SERVER_ADDR": addr})
+    assert too_long.returncode == 2 and "Traceback" not in too_long.stderr  # the model's bound, not 1..4096
+    assert "max_new_tokens must be 1..510 for a prompt of 2 tokens" in too_long.stderr, too_long.stderr
+    assert "the model's 512 positions" in too_long.stderr
+
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    second = subprocess.run(
+        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path / "d2")],
+        cwd=ROOT,
+        env={**env, "YANTRA_SERVER_ADDR": addr},
+        capture_output=True,
+        text=True,
+        timeout=120,  # before the fix it reported "ready" on the first's Health and kept running
+    )
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"yantra up: another server answers on {addr} (serving tiny-qwen2), not the one this command started; "
+        "stop it, or set YANTRA_SERVER_ADDR to a free address"
+    ), second.stderr
+    assert "Traceback" not in second.stderr and "server ready" not in second.stdout
+    assert not (tmp_path / "d2" / "stack.json").exists()  # the second stack stopped what it had started
+
+    async def answering() -> list[str]:
+        return [(await health(addr)).instance_id for _ in range(8)]  # a new connection each time
+
+    assert asyncio.run(answering()) == [stack["instance_id"]] * 8  # the first alone, as before
+    assert proc.poll() is None
+
+
+# ------------------------------------------------------------------ operations: a first week of real use
+
+
+def test_version_comes_from_the_package_metadata():
+    from importlib.metadata import version
+
+    result = yantra("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"yantra {version('gpuyantra')}"
+
+
+@pytest.mark.parametrize("command", ["up", "demo", "runs", "optimize", "events", "swaps", "tui"])
+def test_a_data_dir_that_is_a_file_is_one_line(command, tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    env = {"YANTRA_SERVER_ADDR": f"127.0.0.1:{free_port()}"}
+    for data_dir, says in ((not_a_dir, "exists and is not a directory"), (not_a_dir / "sub", "cannot be created")):
+        result = yantra(command, "--data-dir", str(data_dir), env=env)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert result.stderr.strip() == (
+            f"yantra {command}: the data dir {data_dir} {says}"
+            + (f": {not_a_dir} is not a directory" if data_dir != not_a_dir else "")
+            + "; give --data-dir (or YANTRA_DATA_DIR) a directory"
+        ), result.stderr
+    assert not_a_dir.read_text() == "x"
+
+
+def test_tui_replay_that_cannot_be_read_is_one_line(tmp_path):
+    env = {"NATS_URL": f"nats://127.0.0.1:{free_port()}"}  # nobody listens there
+    result = yantra("tui", "--replay", "no-such-run", env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"yantra tui: cannot reach NATS at {env['NATS_URL']}: timed out", result.stderr
+    not_a_log = tmp_path / "notes.txt"
+    not_a_log.write_text("these are not events\n")
+    result = yantra("tui", "--replay", str(not_a_log))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"yantra tui: {not_a_log}:1: not an exported event"), result.stderr
+    no_stack = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "tui", "--replay", "no-such-run", "--data-dir", str(tmp_path / "d")],
+        cwd=ROOT,
+        env=no_stack,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "no stream to read run no-such-run from" in result.stderr and "yantra up" in result.stderr
+
+
+def _pid_of(data: Path, name: str, other_than: int | None = None, within_s: float = 20) -> int:
+    """The pid stack.json gives `name`, once it is a live one other than `other_than`."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            pid = json.loads((data / "stack.json").read_text())["pids"][name]
+        except FileNotFoundError:
+            pid = None
+        if pid is not None and pid != other_than and _alive(pid):
+            return pid
+        time.sleep(0.1)
+    raise AssertionError(f"{name} was not (re)started within {within_s} s")
+
+
+def test_up_restarts_a_crashing_service_per_window_and_stops_when_one_window_holds_too_many(tmp_path):
+    limit, window = 2, 6.0
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    env.update(
+        YANTRA_SERVER_ADDR=f"127.0.0.1:{free_port()}",
+        YANTRA_RESTART_LIMIT=str(limit),
+        YANTRA_RESTART_WINDOW_S=str(window),
+        YANTRA_RESTART_BACKOFF_MAX_S="0.5",
+        PYTHONUNBUFFERED="1",
+    )
+    data = tmp_path / "d"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    pids: dict[str, int] = {}
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            lines.append(proc.stdout.readline())
+            if "press Ctrl-C" in lines[-1]:
+                break
+        assert "server ready" in "".join(lines), "".join(lines)
+        pids = json.loads((data / "stack.json").read_text())["pids"]
+
+        # more kills than the limit, but spread out: no window ever holds more than `limit` restarts
+        pid = pids["coder"]
+        for _ in range(limit + 2):
+            killed_at = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            pid = _pid_of(data, "coder", other_than=pid)
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(max(0.0, killed_at + 0.75 * window - time.monotonic()))
+        time.sleep(window * 0.75)  # the last restart leaves the window too
+
+        # then limit + 1 exits within one window: `yantra up` stops the stack, saying why
+        for n in range(limit + 1):
+            os.kill(pid, signal.SIGKILL)
+            if n < limit:
+                pid = _pid_of(data, "coder", other_than=pid)
+        assert proc.wait(60) == 2
+        out = proc.stdout.read()
+        assert out.count("service coder exited with -9; restarting it") == 2 * limit + 2, out
+        assert (
+            f"yantra up: service coder keeps exiting: exit -9 after {limit} restarts within {window:g} s, "
+            f"the most allowed (at most {limit} restarts of one process per {window:g} s;"
+        ) in out, out
+        assert "Traceback" not in out and not (data / "stack.json").exists()
+        pids = {**pids, "coder": pid}
+        assert not (left := _still_alive(pids, 20)), f"{left} outlived `yantra up`"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for other in pids.values():
+            if _alive(other):
+                os.kill(other, signal.SIGKILL)
+
+
+def test_every_argument_of_every_command_has_help():
+    import argparse
+
+    from services.cli import build_parser
+
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helped = {choice.dest for choice in action._choices_actions if choice.help}
+                for name, sub in action.choices.items():
+                    if name not in helped:
+                        missing.append(f"{path} {name} (the command)")
+                    walk(sub, f"{path} {name}")
+            elif not action.help or action.help == argparse.SUPPRESS:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "yantra")
+    assert not missing, f"arguments without help: {missing}"

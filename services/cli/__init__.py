@@ -11,9 +11,41 @@ import asyncio
 import logging
 import sys
 
-from services.cli import log_cmds, run_cmds, stack_cmds, swap_cmds
+from services.cli import dlq_cmds, log_cmds, run_cmds, stack_cmds, swap_cmds
 from services.cli.common import CliError, add_common, settings_of
 from services.registry import SERVICES
+
+PACKAGE = "gpuyantra"
+
+
+def version() -> str:
+    """The installed package's version; from pyproject.toml when running from a checkout that is not installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed(PACKAGE)
+    except PackageNotFoundError:
+        pass
+    import tomllib
+    from pathlib import Path
+
+    try:
+        with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as f:
+            return str(tomllib.load(f)["project"]["version"]) + " (not installed)"
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown (not installed)"
+
+
+class _Version(argparse.Action):
+    """`--version`: looked up only when asked, so other commands do not pay for reading the metadata."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog} {version()}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Make a live model faster while it serves: profile, write a Triton kernel, judge, hot-swap.",
         epilog="NATS_URL selects a NATS server; unset, `up`/`demo` start an embedded one under --data-dir.",
     )
+    p.add_argument("--version", action=_Version, help="print the installed version and exit")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (stack_cmds, run_cmds, log_cmds, swap_cmds):
+    for module in (stack_cmds, run_cmds, log_cmds, dlq_cmds, swap_cmds):
         module.register(sub)
 
     sp = sub.add_parser("tui", help="watch runs live in a terminal UI, or replay one (--replay RUN|FILE)")
@@ -32,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=None)
 
     sp = sub.add_parser("serve", help="run one service in this process (what `up` starts for each)")
-    sp.add_argument("name", choices=SERVICES)
+    sp.add_argument("name", choices=SERVICES, metavar="NAME", help="the service to run: %(choices)s")
     sp.set_defaults(fn=None)
     return p
 
@@ -49,11 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exc:
             return int(exc.code or 0)
         return 0
-    if args.command == "tui":
-        from tui.app import main as tui_main  # Textual starts its own event loop
-
-        return tui_main(args.replay, settings_of(args))
     try:
+        if args.command == "tui":
+            from tui.app import main as tui_main  # Textual starts its own event loop
+
+            return tui_main(args.replay, settings_of(args))
         return asyncio.run(args.fn(args))
     except CliError as exc:
         print(f"yantra {args.command}: {exc}", file=sys.stderr)

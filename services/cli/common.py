@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from pydantic import ValidationError
+
 from services.core import events as ev
 from services.core.bus import Bus, BusUnavailable
 from services.core.settings import Settings
-from services.core.stack import StackError, resolve_nats_url
+from services.core.stack import StackError, check_data_dir, resolve_nats_url
 
 
 class CliError(RuntimeError):
@@ -15,11 +17,22 @@ class CliError(RuntimeError):
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
-    return Settings.from_env(
-        data_dir=getattr(args, "data_dir", None),
-        model=getattr(args, "model", None),
-        device=getattr(args, "device", None),
-    )
+    """The settings a command runs with (environment, then its options); CliError when they cannot work,
+    so a data dir that is a file, say, is one line for every command rather than a traceback in each."""
+    try:
+        settings = Settings.from_env(
+            data_dir=getattr(args, "data_dir", None),
+            model=getattr(args, "model", None),
+            device=getattr(args, "device", None),
+        )
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        raise CliError(f"invalid settings: {problems}") from None
+    try:
+        check_data_dir(settings.data_dir)
+    except StackError as exc:
+        raise CliError(str(exc)) from None
+    return settings
 
 
 async def open_bus(settings: Settings) -> Bus:
@@ -52,7 +65,20 @@ def bounded(low: int, high: int):
 
 
 def add_common(sp: argparse.ArgumentParser, model: bool = False) -> None:
-    sp.add_argument("--data-dir", help="where the embedded stack keeps its state (default .yantra)")
+    sp.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="where the embedded stack keeps its state (default .yantra, or YANTRA_DATA_DIR)",
+    )
     if model:
-        sp.add_argument("--model", help="preset (tiny-qwen2, tiny-llama, qwen2.5-1.5b-shape), local path or hub id")
-        sp.add_argument("--device", choices=["auto", "cpu", "cuda"], help="serving device (default auto)")
+        sp.add_argument(
+            "--model",
+            metavar="NAME",
+            help="preset (tiny-qwen2, tiny-llama, qwen2.5-1.5b-shape; random weights), local path or hub id"
+            " (default tiny-qwen2, or YANTRA_MODEL)",
+        )
+        sp.add_argument(
+            "--device",
+            choices=["auto", "cpu", "cuda"],
+            help="serving device (default auto: cuda when a GPU is visible)",
+        )

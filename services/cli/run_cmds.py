@@ -8,8 +8,9 @@ import contextlib
 import time
 import uuid
 
-from services.cli.common import CliError, add_common, bounded, open_bus, settings_of
+from services.cli.common import CliError, add_common, bounded, open_bus, run_id_arg, settings_of
 from services.core import events as ev
+from services.core import run_end
 from services.core.bus import Bus
 from services.core.describe import describe
 from services.core.pb import events_pb2 as pb
@@ -53,7 +54,8 @@ async def request_run(
 
 
 async def follow_run(bus: Bus, run_id: str, timeout: float, out=print) -> list[ev.Recorded]:
-    """Print the run's events as they land until RunCompleted (or the timeout); returns the run's log."""
+    """Print the run's events as they land until it ends (completed, failed or cancelled) or the timeout;
+    returns the run's log."""
     try:
         async with asyncio.timeout(timeout):
             async with contextlib.aclosing(bus.tail(ev.run_filter(run_id))) as events:
@@ -86,14 +88,28 @@ def _resolve_policy(args, device: str) -> pb.SwapPolicy:
     return policy
 
 
+def check_run_request(prompts: list[str], decode_tokens: int, max_positions: int) -> None:
+    """Refuse what could never be measured before it is asked (the services refuse it too, ending the run)."""
+    empty = [str(i + 1) for i, p in enumerate(prompts) if not p]
+    if empty:
+        raise CliError(f"--prompt {', '.join(empty)} is empty: give text to profile and measure with")
+    if max_positions and decode_tokens >= max_positions:
+        raise CliError(
+            f"--decode-tokens {decode_tokens} does not fit the served model: prompt + decoded tokens must fit its "
+            f"{max_positions} positions"
+        )
+
+
 async def start_run(bus: Bus, args, health) -> str:
     policy = _resolve_policy(args, health.device)
+    prompts = args.prompt or list(DEFAULT_PROMPTS)
+    check_run_request(prompts, args.decode_tokens, getattr(health, "max_positions", 0))
     run_id = await request_run(
         bus,
         model=health.model,
         policy=policy,
         max_candidates=args.max_candidates,
-        prompts=args.prompt or list(DEFAULT_PROMPTS),
+        prompts=prompts,
         decode_tokens=args.decode_tokens,
     )
     print(f"run {run_id}: optimising {health.model} on {health.device} ({health.dtype}), policy {policy.name}")
@@ -113,11 +129,41 @@ async def cmd_optimize(args) -> int:
         if args.no_wait:
             return 0
         log = await follow_run(bus, run_id, args.timeout)
-        done = ev.last(log, "RunCompleted").msg
-        print(f"run {run_id} {done.outcome}: {done.tokens_per_s_before:.1f} -> {done.tokens_per_s_after:.1f} tok/s")
+        done = ev.last(log, "RunCompleted")
+        if done is None:  # failed or cancelled: the log says why
+            print(f"run {run_id} {run_end.state(log)}")
+            return 1
+        m = done.msg
+        print(f"run {run_id} {m.outcome}: {m.tokens_per_s_before:.1f} -> {m.tokens_per_s_after:.1f} tok/s")
         return 0
     finally:
         await bus.close()
+
+
+async def cmd_cancel(args) -> int:
+    bus = await open_bus(settings_of(args))
+    try:
+        log = await bus.read_run(args.run)
+        request = ev.first(log, "RunRequested")
+        if request is None:
+            raise CliError(f"no run {args.run!r} in the log (see `yantra runs`)")
+        end = run_end.ended(log)
+        if end is not None:
+            raise CliError(f"run {args.run} has already ended: {run_end.state(log)}")
+        msg = pb.RunCancelled(reason=args.reason, requested_by="yantra-cli")
+        env = ev.make_envelope(
+            args.run,
+            msg,
+            producer="cli",
+            time_ns=time.time_ns(),
+            causation_id=request.env.event_id,
+            event_id=str(uuid.uuid4()),
+        )
+        await bus.publish(env)
+    finally:
+        await bus.close()
+    print(f"run {args.run} cancelled ({args.reason}); the services answer nothing more of it")
+    return 0
 
 
 async def cmd_generate(args) -> int:
@@ -136,6 +182,17 @@ async def cmd_generate(args) -> int:
     return 0
 
 
+def _new_tokens(text: str) -> int:
+    """--max-new-tokens: a positive integer; the bound, which depends on the model and the prompt, is the server's."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= value < 1 << 32:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of tokens")
+    return value
+
+
 def add_run_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--policy",
@@ -143,11 +200,36 @@ def add_run_options(sp: argparse.ArgumentParser) -> None:
         default="auto",
         help="swap policy recorded in the run (auto: gpu-default; demo on CPU: cpu-untimed)",
     )
-    sp.add_argument("--min-reward", type=int, choices=[-1, 1, 2, 3], help="explicit swap threshold instead")
-    sp.add_argument("--max-candidates", type=bounded(1, 32), default=3, help="kernels to judge before concluding")
-    sp.add_argument("--prompt", action="append", help="a prompt to profile and measure with (repeatable)")
-    sp.add_argument("--decode-tokens", type=bounded(1, 4096), default=16, help="tokens per prompt when measuring")
-    sp.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the run to complete")
+    sp.add_argument(
+        "--min-reward",
+        type=int,
+        choices=[-1, 1, 2, 3],
+        help="explicit swap threshold instead of --policy: the judge's reward a kernel needs to be swapped in",
+    )
+    sp.add_argument(
+        "--max-candidates",
+        type=bounded(1, 32),
+        default=3,
+        metavar="N",
+        help="kernels to judge before concluding, 1..32 (default %(default)s)",
+    )
+    sp.add_argument(
+        "--prompt", action="append", metavar="TEXT", help="a prompt to profile and measure with (repeatable)"
+    )
+    sp.add_argument(
+        "--decode-tokens",
+        type=bounded(1, 4096),
+        default=16,
+        metavar="N",
+        help="tokens per prompt when measuring, 1..4096 (default %(default)s)",
+    )
+    sp.add_argument(
+        "--timeout",
+        type=float,
+        default=1800,
+        metavar="SECONDS",
+        help="seconds to wait for the run to complete (default %(default)s)",
+    )
 
 
 def register(sub) -> None:
@@ -155,11 +237,32 @@ def register(sub) -> None:
     add_common(sp)
     add_run_options(sp)
     sp.add_argument("--no-wait", action="store_true", help="print the run id and return")
-    sp.add_argument("--server-wait", type=float, default=60, help="seconds to wait for the server to be ready")
+    sp.add_argument(
+        "--server-wait",
+        type=float,
+        default=60,
+        metavar="SECONDS",
+        help="seconds to wait for the server to be ready (default %(default)s)",
+    )
     sp.set_defaults(fn=cmd_optimize)
+
+    sp = sub.add_parser("cancel", help="stop a run that is still running; recorded in its log (RunCancelled)")
+    add_common(sp)
+    sp.add_argument("run", type=run_id_arg, help="run id (see `yantra runs`)")
+    sp.add_argument(
+        "--reason", default="cancelled from the command line", metavar="TEXT", help="why, recorded in the run"
+    )
+    sp.set_defaults(fn=cmd_cancel)
 
     sp = sub.add_parser("generate", help="stream a completion from the live server")
     add_common(sp)
-    sp.add_argument("prompt")
-    sp.add_argument("--max-new-tokens", type=int, default=32)
+    sp.add_argument("prompt", help="the text to continue")
+    sp.add_argument(
+        "--max-new-tokens",
+        type=_new_tokens,
+        default=32,
+        metavar="N",
+        help="tokens to generate (default 32); prompt + new tokens must fit the model's maximum sequence length, "
+        "which `yantra up` prints (512 for the tiny presets); past it the server names the bound for this prompt",
+    )
     sp.set_defaults(fn=cmd_generate)

@@ -6,14 +6,18 @@ import asyncio
 import contextlib
 import signal
 import sys
+import time
 from pathlib import Path
 
 from services.cli.common import CliError, add_common, settings_of
 from services.cli.run_cmds import CANARY_PROMPT, add_run_options, follow_run, start_run
 from services.core import events as ev
+from services.core import run_end
 from services.core.bus import Bus
+from services.core.describe import decode_ratio, outside_noise
 from services.core.logfile import write_log
-from services.core.server_client import ServerUnavailable, generate_tokens, wait_ready
+from services.core.restart_budget import RestartBudget
+from services.core.server_client import ServerUnavailable, WrongServer, generate_tokens, wait_ready
 from services.core.settings import Settings
 from services.core.stack import NATS_LOG, Stack, StackError, start_stack
 from services.registry import SERVICES
@@ -22,32 +26,64 @@ from services.server.models import UnknownModel, check_model_name
 # ------------------------------------------------------------------ up / demo
 
 
-def _supervise_once(stack: Stack, restart: bool) -> None:
+def _restart_budget() -> RestartBudget:
+    try:
+        return RestartBudget.from_env()
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def _gave_up(what: str, budget: RestartBudget, in_window: int, code: int) -> str:
+    return (
+        f"{what} keeps exiting: exit {code} after {in_window} restarts within {budget.window_s:g} s, "
+        f"the most allowed ({budget.describe()}; YANTRA_RESTART_LIMIT, YANTRA_RESTART_WINDOW_S set it)"
+    )
+
+
+def _supervise_once(stack: Stack, budget: RestartBudget | None, now: float | None = None) -> None:
+    """One round of the supervisor (`yantra up` polls every 0.5 s): restart what exited, within `budget`.
+
+    A restart waiting for its backoff is deferred to a later round, not dropped. Without a budget
+    (`yantra demo`), any exit is an error.
+    """
+    now = time.monotonic() if now is None else now
     code = stack.nats_exit_code()
     if code is not None:
         log_file = stack.settings.data_dir / NATS_LOG
-        if not restart:
+        if budget is None:
             raise CliError(f"the embedded nats-server exited with {code} (see {log_file})")
-        stack.restarts["nats-server"] = stack.restarts.get("nats-server", 0) + 1
-        if stack.restarts["nats-server"] > 5:
-            raise CliError(f"the embedded nats-server keeps exiting (last exit {code}; see {log_file})")
-        print(f"nats-server exited with {code}; restarting it on {stack.nats_url} with its JetStream store kept")
-        try:
-            stack.restart_nats()
-        except RuntimeError as exc:  # the port not free yet, say: the next round tries again
-            print(f"nats-server did not start again ({exc}); retrying")
-            return
+        decision = budget.on_dead("nats-server", now)
+        if decision.action == "give_up":
+            raise CliError(
+                f"{_gave_up('the embedded nats-server', budget, decision.restarts_in_window, code)} (see {log_file})"
+            )
+        if decision.first:
+            when = "" if decision.action == "restart" else f" in {decision.due - now:.1f} s"
+            print(f"nats-server exited with {code}; restarting it{when} on {stack.nats_url} with its store kept")
+        if decision.action == "restart":
+            budget.restarted("nats-server", now)
+            try:
+                stack.restart_nats()
+            except RuntimeError as exc:  # the port not free yet, say: a later round tries again
+                print(f"nats-server did not start again ({exc}); retrying")
     for name, code in stack.dead():
         if code == 2:
             raise CliError(f"service {name} stopped with a configuration error:\n{stack.log_tail(name)}")
-        if not restart:
+        if budget is None:
             raise CliError(f"service {name} exited with {code}:\n{stack.log_tail(name)}")
-        stack.restarts[name] = stack.restarts.get(name, 0) + 1
-        if stack.restarts[name] > 5:
-            raise CliError(f"service {name} keeps crashing (exit {code}):\n{stack.log_tail(name)}")
-        print(f"service {name} exited with {code}; restarting")
-        stack.start_service(name)
-        stack.record()
+        decision = budget.on_dead(name, now)
+        if decision.action == "give_up":
+            raise CliError(
+                f"{_gave_up(f'service {name}', budget, decision.restarts_in_window, code)}; its log ends:\n"
+                f"{stack.log_tail(name)}"
+            )
+        if decision.first:
+            when = "" if decision.action == "restart" else f" in {decision.due - now:.1f} s"
+            print(f"service {name} exited with {code}; restarting it{when}")
+        if decision.action == "restart":
+            budget.restarted(name, now)
+            stack.start_service(name)
+            stack.record()
 
 
 async def _bring_up(settings: Settings, stop: asyncio.Event | None = None) -> Stack:
@@ -61,34 +97,45 @@ async def _bring_up(settings: Settings, stop: asyncio.Event | None = None) -> St
         raise CliError(str(exc)) from exc
     where = settings.nats_url or f"embedded nats-server at {stack.nats_url}"
     print(f"started {', '.join(SERVICES)} on {where}; logs in {stack.log_dir}")
-    try:
+    try:  # only our own server counts: its Health answers with the instance id start_stack gave it
         health = await wait_ready(
             settings.server_addr,
             timeout=600,
             still_starting=lambda: stack.procs["server"].poll() is None and not (stop and stop.is_set()),
+            instance_id=stack.settings.instance_id,
         )
+    except WrongServer as exc:
+        stack.stop()
+        raise CliError(str(exc)) from exc
     except ServerUnavailable as exc:
         stack.stop()
         raise CliError(f"{exc}\n{stack.log_tail('server')}") from exc
     except BaseException:
         stack.stop()
         raise
-    print(f"server ready on {settings.server_addr}: {health.model} on {health.device} ({health.dtype})")
+    print(
+        f"server ready on {settings.server_addr}: {health.model} on {health.device} ({health.dtype}), "
+        f"prompt + new tokens up to {health.max_positions}"
+    )
     return stack
 
 
 async def cmd_up(args) -> int:
     settings = settings_of(args)
+    budget = _restart_budget()  # a bad YANTRA_RESTART_* fails before anything starts
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     # SIGHUP too: a closed terminal stops the stack cleanly; SIGINT also where a background job ignores it.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     stack = await _bring_up(settings, stop)
+    started = time.monotonic()
+    for name in (*stack.procs, "nats-server"):
+        budget.started(name, started)
     print("press Ctrl-C to stop; in another terminal: yantra optimize | yantra events --follow | yantra tui")
     try:
         while not stop.is_set():
-            _supervise_once(stack, restart=True)
+            _supervise_once(stack, budget)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
         return 0
@@ -108,7 +155,7 @@ async def cmd_demo(args) -> int:
         before_ids, before_text, _ = await generate_tokens(addr, CANARY_PROMPT, 16)
         bus = await Bus.connect(stack.nats_url, name="yantra-demo")
         try:
-            health = await wait_ready(addr, timeout=60)
+            health = await wait_ready(addr, timeout=60, instance_id=stack.settings.instance_id)
             if args.policy == "auto" and args.min_reward is None:
                 args.policy = "cpu-untimed" if health.device == "cpu" else "gpu-default"
                 if health.device == "cpu":
@@ -120,7 +167,7 @@ async def cmd_demo(args) -> int:
 
             async def watch():
                 while True:
-                    _supervise_once(stack, restart=False)
+                    _supervise_once(stack, None)
                     await asyncio.sleep(0.5)
 
             watcher = asyncio.create_task(watch())
@@ -134,7 +181,9 @@ async def cmd_demo(args) -> int:
         finally:
             await bus.close()
         after_ids, after_text, _ = await generate_tokens(addr, CANARY_PROMPT, 16)
-        if args.report:
+        if args.report and ev.last(log, "RunCompleted") is None:
+            print(f"no report written to {args.report}: the run did not complete ({run_end.state(log)})")
+        elif args.report:
             _write_report(Path(args.report), run_id, log, before_ids, after_ids, health)
         if args.export:
             write_log(Path(args.export), log)
@@ -172,17 +221,35 @@ def _write_report(path: Path, run_id: str, log: list[ev.Recorded], before: list[
     print(f"report written to {path}")
 
 
+def _outcome_lines(log: list[ev.Recorded]) -> list[str]:
+    """The summary's outcome and decode lines: the before/after ratio is headlined on the outcome line only
+    when it lies outside the decode measure's noise band on the run's device (describe.DECODE_NOISE_BAND)."""
+    completed = ev.last(log, "RunCompleted")
+    if completed is None:  # it failed or was cancelled: the log says why
+        return [f"outcome: {run_end.state(log)}"]
+    done = completed.msg
+    device = done.observed.device
+    ratio = decode_ratio(done.speedup, device)
+    headline = ""
+    if outside_noise(done.speedup, device):
+        headline = f", decode x{done.speedup:.2f} {'faster' if done.speedup > 1 else 'slower'}"
+    return [
+        f"outcome: {done.outcome}{headline}, target {done.target_class or '-'}, reward {done.reward:+d}",
+        f"decode: {done.tokens_per_s_before:.1f} -> {done.tokens_per_s_after:.1f} tok/s: {ratio}",
+    ]
+
+
 def _summarise(run_id: str, log: list[ev.Recorded], before: list[int], after: list[int], data_dir: Path) -> int:
     from services.core.replay import verify
     from services.registry import rederivers
 
-    done = ev.last(log, "RunCompleted").msg
+    done = ev.last(log, "RunCompleted")
     types = [r.type for r in log]
     print()
     print(f"summary of run {run_id}")
     print(f"  events: {', '.join(dict.fromkeys(types))} ({len(types)} in all)")
-    print(f"  outcome: {done.outcome}, target {done.target_class or '-'}, reward {done.reward:+d}")
-    print(f"  decode: {done.tokens_per_s_before:.1f} -> {done.tokens_per_s_after:.1f} tok/s (x{done.speedup:.2f})")
+    for line in _outcome_lines(log):
+        print(f"  {line}")
     if "cpu-untimed" in {r.msg.policy.name for r in log if r.type == "RunRequested"}:
         print("  (on CPU the swapped kernel runs in the Triton interpreter, so it is slower: speed is a GPU claim)")
     print(f"  greedy tokens before == after the swap: {before == after} ({len(before)} tokens)")
@@ -192,7 +259,8 @@ def _summarise(run_id: str, log: list[ev.Recorded], before: list[int], after: li
     for m in mismatches:
         print(f"    {m}")
     print(f"  the log stays in {data_dir}: `yantra up --data-dir {data_dir}` then `yantra replay {run_id} --verify`")
-    return 0 if done.outcome == "swapped" and before == after and not mismatches else 1
+    swapped = done is not None and done.msg.outcome == "swapped"
+    return 0 if swapped and before == after and not mismatches else 1
 
 
 def register(sub) -> None:

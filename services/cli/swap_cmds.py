@@ -90,6 +90,12 @@ def register(sub) -> None:
     sp = sub.add_parser("rollback", help="take a swapped kernel out of the live server (recorded in its run)")
     add_common(sp)
     sp.add_argument("swap", help="swap id (see `yantra swaps`)")
-    sp.add_argument("--reason", default="asked from the command line", help="why, recorded in the run")
-    sp.add_argument("--timeout", type=float, default=60, help="seconds to wait for the server's answer")
+    sp.add_argument("--reason", default="asked from the command line", metavar="TEXT", help="why, recorded in the run")
+    sp.add_argument(
+        "--timeout",
+        type=float,
+        default=60,
+        metavar="SECONDS",
+        help="seconds to wait for the server's answer (default %(default)s)",
+    )
     sp.set_defaults(fn=cmd_rollback)

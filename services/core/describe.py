@@ -8,9 +8,78 @@ from google.protobuf.message import Message
 
 from services.core.events import Recorded
 
+# The noise band of a run's before/after decode ratio (RunCompleted.speedup): how far the ratio moves
+# with nothing changed. Both figures are the profiler's one measure: the median of MEASURE_REPEATS (5)
+# batch-1 greedy decode passes over the run's prompts, after a warm-up (services/server/engine.py), taken
+# once before and once after, minutes apart. Batch-1 decode is host- and launch-bound, so the figure moves
+# with the host. Taking that measure again and again on one loaded model, nothing swapped (2026-12-01):
+#   GPU (H200): the 1.5B-shaped preset read 59-72 tok/s, consecutive ratios 0.93-1.09, but the first
+#     measure of a process sat up to x1.16 below later ones; tiny-qwen2 read consecutive ratios 0.79-1.25;
+#     and a recorded no-swap run read x1.26 (bench/results/demo_qwen2.5-1.5b-shape_h200_wall-refused-file.json).
+#   CPU: tiny-qwen2 on an idle 16-core host 0.97-1.01; on a shared 2-core host 0.59-1.48.
+# A ratio inside the band is no speed claim either way; only one outside it is headlined.
+DECODE_NOISE_BAND = {"cuda": 0.30, "cpu": 0.50}
+# The device is not recorded (a run from before RunObservation.device): the wider band, so noise is never a claim.
+_UNKNOWN_DEVICE_BAND = max(DECODE_NOISE_BAND.values())
+_DEVICE_NAMES = {"cuda": "GPU", "cpu": "CPU"}
+
+
+def noise_band(device: str) -> float:
+    return DECODE_NOISE_BAND.get(device, _UNKNOWN_DEVICE_BAND)
+
+
+def outside_noise(speedup: float, device: str) -> bool:
+    """Whether a before/after decode ratio is a measured change rather than the measure's noise."""
+    return speedup > 0 and abs(speedup - 1.0) > noise_band(device)
+
+
+def decode_ratio(speedup: float, device: str) -> str:
+    """The ratio with what it may be read as, e.g. 'x0.72, within the ±50% noise band of a CPU decode measure:
+    no speed claim' or 'x1.62 faster, outside the ±30% noise band of a GPU decode measure'."""
+    if speedup <= 0:
+        return "no ratio (no 'before' figure)"
+    band = noise_band(device)
+    where = f"the ±{band:.0%} noise band of a {_DEVICE_NAMES.get(device, 'GPU or CPU')} decode measure"
+    if not outside_noise(speedup, device):
+        return f"x{speedup:.2f}, within {where}: no speed claim"
+    return f"x{speedup:.2f} {'faster' if speedup > 1 else 'slower'}, outside {where}"
+
 
 def _short(class_path: str) -> str:
     return class_path.rsplit(".", 1)[-1] if class_path else "-"
+
+
+def _why_not(t, target) -> str:
+    """Why a class with more of the time than the chosen target was not chosen."""
+    if not t.supported:
+        return "has no template" + (f" ({t.fingerprint.op_family})" if t.fingerprint.op_family else "")
+    if t.recoverable_us <= 0:
+        return "is already at its roofline floor"
+    if target is not None:
+        return f"has less recoverable time ({t.recoverable_us:,.0f} us against {target.recoverable_us:,.0f} us)"
+    return "was not chosen"
+
+
+def _profile_line(m: Message) -> str:
+    """The top classes by share of the time, most first, and the target; when the target is not the first
+    of them, why each class above it was passed over (the ranking itself is by recoverable time)."""
+    o = m.observed
+    by_share = sorted(m.ranking, key=lambda t: (-t.time_share, t.class_path))
+    top = ", ".join(f"{_short(t.class_path)} {100 * t.time_share:.0f}%" for t in by_share[:3])
+    line = (
+        f"{o.hardware.device_name or o.hardware.device} {o.dtype}: {o.decode_tokens_per_s:.1f} tok/s; "
+        f"top by time: {top or '-'}; target={_short(m.target_class)}"
+    )
+    target = next((t for t in by_share if t.class_path == m.target_class), None) if m.target_class else None
+    if target is None:
+        return f"{line} ({m.reason})" if m.reason else line
+    above = by_share[: by_share.index(target)]
+    if not above:
+        return line
+    why = "; ".join(f"{_short(t.class_path)} {100 * t.time_share:.0f}% {_why_not(t, target)}" for t in above[:3])
+    if len(above) > 3:
+        why += f"; {len(above) - 3} more"
+    return f"{line} {100 * target.time_share:.0f}% ({why})"
 
 
 def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of formats
@@ -18,12 +87,7 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
         policy = f"{m.policy.name or '-'}(reward>={m.policy.min_reward})"
         return f"model={m.model} policy={policy} max_candidates={m.max_candidates}"
     if type_name == "ProfileCaptured":
-        o = m.observed
-        top = ", ".join(f"{_short(t.class_path)} {100 * t.time_share:.0f}%" for t in list(m.ranking)[:3])
-        return (
-            f"{o.hardware.device_name or o.hardware.device} {o.dtype}: {o.decode_tokens_per_s:.1f} tok/s; "
-            f"top: {top}; target={_short(m.target_class)}"
-        )
+        return _profile_line(m)
     if type_name == "SkillsRetrieved":
         chosen = m.chosen_skill_id or "cold start"
         return f"{len(m.observed.neighbours)} neighbours of {m.observed.library_size} skills; pick: {chosen}"
@@ -53,9 +117,10 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
     if type_name == "SkillCredited":
         return f"{m.skill_id} reward={m.reward:+d}"
     if type_name == "RunCompleted":
+        ratio = decode_ratio(m.speedup, m.observed.device)
         return (
-            f"{m.outcome}: {m.tokens_per_s_before:.1f} -> {m.tokens_per_s_after:.1f} tok/s "
-            f"(x{m.speedup:.2f}), reward={m.reward:+d}"
+            f"{m.outcome}: {m.tokens_per_s_before:.1f} -> {m.tokens_per_s_after:.1f} tok/s ({ratio}), "
+            f"reward={m.reward:+d}"
         )
     if type_name == "RunFailed":
         return m.reason

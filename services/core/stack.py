@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -35,9 +36,24 @@ def running_stack(data_dir: Path) -> dict | None:
     path = data_dir / STACK_FILE
     try:
         info = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
         return None
     return info if _alive(int(info.get("pid", -1))) else None
+
+
+def check_data_dir(data_dir: Path) -> None:
+    """StackError, in one line, when `data_dir` cannot be a data dir: it, or the nearest of its parents
+    that exists, is not a directory. Every command that reads or writes the data dir checks this first."""
+    existing = data_dir
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if existing.is_dir():
+        return
+    if existing == data_dir:
+        problem = "exists and is not a directory"
+    else:
+        problem = f"cannot be created: {existing} is not a directory"
+    raise StackError(f"the data dir {data_dir} {problem}; give --data-dir (or YANTRA_DATA_DIR) a directory")
 
 
 def resolve_nats_url(settings: Settings) -> str:
@@ -61,7 +77,6 @@ class Stack:
     nats: LocalNats | None
     nats_url: str
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
-    restarts: dict[str, int] = field(default_factory=dict)
 
     @property
     def log_dir(self) -> Path:
@@ -113,10 +128,14 @@ class Stack:
     def record(self) -> None:
         """Write where the stack runs and its current pids (for `yantra` commands, and for a second `up`)."""
         info = {"pid": os.getpid(), "nats_url": self.nats_url, "server_addr": self.settings.server_addr}
+        info["instance_id"] = self.settings.instance_id
         info["pids"] = {name: proc.pid for name, proc in self.procs.items()}
         if self.nats:
             info["pids"]["nats-server"] = self.nats.process.pid
-        (self.settings.data_dir / STACK_FILE).write_text(json.dumps(info))
+        path = self.settings.data_dir / STACK_FILE
+        tmp = path.with_name(f".{STACK_FILE}.{os.getpid()}")
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, path)  # whole or not at all: a reader never sees half a file
 
     def log_tail(self, name: str, lines: int = 15) -> str:
         try:
@@ -142,8 +161,15 @@ class Stack:
 
 
 def start_stack(settings: Settings, services: tuple[str, ...]) -> Stack:
+    """Start nats-server (unless NATS_URL) and `services`, each a process; the server gets a fresh instance id
+    (YANTRA_INSTANCE_ID), which its Health answers with, so the caller can tell it from another on the address."""
+    settings = settings.model_copy(update={"instance_id": secrets.token_hex(8)})
     data_dir = settings.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True)
+    check_data_dir(data_dir)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StackError(f"cannot create the data dir {data_dir}: {exc.strerror or exc}") from exc
     other = running_stack(data_dir)
     if other:
         raise StackError(f"`yantra up` is already running on {data_dir} (pid {other['pid']}); use it, or stop it first")

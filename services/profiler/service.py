@@ -47,6 +47,6 @@ class ProfilerService:
         # Measured again whatever the outcome, on the same prompts as 'before': an honest after.
         reply = await self.admin.measure_decode(prompts, tokens, self.repeats)
         observed = pb.RunObservation(
-            decode_tokens_per_s_after=reply.tokens_per_s, tokens_generated=reply.tokens_generated
+            decode_tokens_per_s_after=reply.tokens_per_s, tokens_generated=reply.tokens_generated, device=reply.device
         )
         return [domain.derive_run_completed(prior, trigger, observed)]

@@ -137,7 +137,9 @@ class AdminApi(ipb_grpc.AdminServicer):
 
     async def MeasureDecode(self, request, context):
         m = await self._on_prompts(request, context, "decode measurement", self.engine.measure_decode)
-        return ipb.MeasureDecodeReply(tokens_per_s=m.tokens_per_s, tokens_generated=m.tokens, seconds=m.seconds)
+        return ipb.MeasureDecodeReply(
+            tokens_per_s=m.tokens_per_s, tokens_generated=m.tokens, seconds=m.seconds, device=self.engine.loaded.device
+        )
 
     async def GetModuleState(self, request, context):
         if not request.class_path:

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from services.core.describe import decode_ratio, outside_noise
 from tui.figures import fmt_duration, seconds, short_class
 from tui.model import RunView, Step
 
@@ -17,7 +18,7 @@ STATUS_STYLE = {
     "failed": ("✘", "bold red"),
     "skipped": ("–", "dim"),
 }
-OUTCOME_STYLE = {"swapped": "bold green", "rolled_back": "bold red", "rejected": "bold red"}
+OUTCOME_STYLE = {"swapped": "bold green", "rolled_back": "bold red", "rejected": "bold red", "failed": "bold red"}
 
 
 def outcome_text(run: RunView) -> Text:
@@ -31,7 +32,10 @@ def outcome_text(run: RunView) -> Text:
             out.append(f"  reward {run.reward:+d}")
         if run.tokens_per_s_before:
             out.append(f"  {run.tokens_per_s_before:.1f} → {run.tokens_per_s_after:.1f} tok/s")
-            out.append(f" (x{run.speedup:.2f})", style="bold green" if run.speedup > 1.05 else "bold")
+            device = run.profile.device if run.profile else ""
+            claim = outside_noise(run.speedup, device)
+            style = "bold green" if claim and run.speedup > 1 else "bold" if claim else "dim"
+            out.append(f" ({decode_ratio(run.speedup, device)})", style=style)
         return out
     out.append(run.status, style="bold yellow")
     if run.target_class:

@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
+from services.core.describe import outside_noise
 from tui.figures import short_class
 from tui.model import RunView, State
 from tui.widgets.pipeline import OUTCOME_STYLE
@@ -26,7 +27,11 @@ def _outcome(run: RunView) -> Text:
         return Text("…", style="dim")
     text = Text(run.outcome, style=OUTCOME_STYLE.get(run.outcome, "yellow"))
     if run.tokens_per_s_before:
-        text.append(f" x{run.speedup:.2f}")
+        device = run.profile.device if run.profile else ""
+        if outside_noise(run.speedup, device):
+            text.append(f" x{run.speedup:.2f}")
+        else:  # inside the decode measure's noise band: no speed claim either way
+            text.append(" ≈", style="dim")
     return text
 
 

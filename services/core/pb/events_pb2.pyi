@@ -596,12 +596,14 @@ class RollbackRequested(_message.Message):
     def __init__(self, swap_id: _Optional[str] = ..., reason: _Optional[str] = ..., failure: _Optional[str] = ...) -> None: ...
 
 class RunObservation(_message.Message):
-    __slots__ = ("decode_tokens_per_s_after", "tokens_generated")
+    __slots__ = ("decode_tokens_per_s_after", "tokens_generated", "device")
     DECODE_TOKENS_PER_S_AFTER_FIELD_NUMBER: _ClassVar[int]
     TOKENS_GENERATED_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     decode_tokens_per_s_after: float
     tokens_generated: int
-    def __init__(self, decode_tokens_per_s_after: _Optional[float] = ..., tokens_generated: _Optional[int] = ...) -> None: ...
+    device: str
+    def __init__(self, decode_tokens_per_s_after: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...
 
 class RunCompleted(_message.Message):
     __slots__ = ("observed", "tokens_per_s_before", "tokens_per_s_after", "speedup", "swapped", "outcome", "target_class", "reward")

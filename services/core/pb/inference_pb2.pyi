@@ -81,14 +81,16 @@ class MeasureDecodeRequest(_message.Message):
     def __init__(self, prompts: _Optional[_Iterable[str]] = ..., max_new_tokens: _Optional[int] = ..., repeats: _Optional[int] = ...) -> None: ...
 
 class MeasureDecodeReply(_message.Message):
-    __slots__ = ("tokens_per_s", "tokens_generated", "seconds")
+    __slots__ = ("tokens_per_s", "tokens_generated", "seconds", "device")
     TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
     TOKENS_GENERATED_FIELD_NUMBER: _ClassVar[int]
     SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     tokens_per_s: float
     tokens_generated: int
     seconds: float
-    def __init__(self, tokens_per_s: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+    device: str
+    def __init__(self, tokens_per_s: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., seconds: _Optional[float] = ..., device: _Optional[str] = ...) -> None: ...
 
 class ModuleStateRequest(_message.Message):
     __slots__ = ("class_path",)
