@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from runlog import RunLog, publish
+import asyncio
+
+from runlog import RunLog, has, publish, wait_for_log
 
 from services.core import events as ev
 from services.core import run_end
 from services.core.pb import events_pb2 as pb
-from services.core.runner import answer, give_up
+from services.core.runner import answer, give_up, run_service
 
 
 class Counting:
@@ -67,3 +69,32 @@ async def test_giving_up_on_a_trigger_ends_the_run_once(bus, run_id):
     failed = log[-1]
     assert failed.env.producer == "judge" and failed.env.causation_id == asked.env.event_id
     assert "judge could not answer RunRequested (gave up after 5 attempts): RuntimeError('boom')" == failed.msg.reason
+
+
+class Failing:
+    """A service whose handler raises on every delivery (a bug, a dependency that is down for good)."""
+
+    consumes = ("RunRequested",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    async def handle(self, trigger, prior):
+        raise RuntimeError("the model is not loaded")
+
+
+async def test_a_trigger_that_fails_every_delivery_ends_its_run_with_run_failed(bus, run_id):
+    stop = asyncio.Event()
+    service = Failing(f"failing-{run_id}")
+    task = asyncio.create_task(run_service(bus, service, stop, ack_wait=5, max_deliver=2))
+    try:
+        await publish(bus, run_id, pb.RunRequested(), "cli")
+        log = await wait_for_log(bus, run_id, has("RunFailed"), 20)
+    finally:
+        stop.set()
+        await task
+    failed = ev.last(log, "RunFailed")
+    assert failed.env.producer == service.name
+    why = "RuntimeError('the model is not loaded')"
+    assert failed.msg.reason == f"{service.name} could not answer RunRequested (gave up after 2 attempts): {why}"
+    assert run_end.state(log).startswith("failed: ")

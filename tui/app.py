@@ -9,6 +9,7 @@ exactly what the live screen showed. Screens watch `state` and draw from it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -24,7 +25,7 @@ from services.core.events import METRIC_EVENT_NAMES, Recorded
 from services.core.settings import Settings
 from services.core.stack import resolve_nats_url
 from tui.live import Link, LiveTail
-from tui.messages import EventsArrived, LinkChanged
+from tui.messages import DlqChanged, EventsArrived, LinkChanged
 from tui.model import State, fold
 from tui.player import INSTANT, Player, player_for
 from tui.screens.help import HelpScreen
@@ -71,6 +72,7 @@ class YantraApp(App[int]):
 
     state: var[State] = var(State, always_update=True)
     link: var[Link | None] = var(None)
+    dlq: var[int | None] = var(None)  # dead letters in the stream; None: not known (replay, not read yet)
     player: var[Player | None] = var(None)
 
     def __init__(self, config: ReplayConfig | LiveConfig) -> None:
@@ -98,6 +100,9 @@ class YantraApp(App[int]):
 
     def on_link_changed(self, message: LinkChanged) -> None:
         self.link = message.link
+
+    def on_dlq_changed(self, message: DlqChanged) -> None:
+        self.dlq = message.count
 
     # ------------------------------------------------------------------ screens
 
@@ -145,6 +150,7 @@ class YantraApp(App[int]):
             resolve,
             on_events=lambda batch: self.post_message(EventsArrived(batch)),
             on_link=lambda link: self.post_message(LinkChanged(link)),
+            on_dlq=lambda count: self.post_message(DlqChanged(count)),
         )
         await tail.run(self._stop)
 
@@ -222,16 +228,36 @@ def make_app(config: ReplayConfig | LiveConfig | Sequence[Recorded] | Path) -> Y
     return YantraApp(config)
 
 
+def _one_line(exc: BaseException) -> str:
+    """The error's message on one line, with its cause where the message ends without one
+    (a connection that timed out has an empty message)."""
+    text = " ".join(str(exc).split())
+    cause = exc.__cause__
+    if cause is not None and text.endswith(":"):
+        detail = " ".join(str(cause).split())
+        if not detail:
+            detail = "timed out" if isinstance(cause, TimeoutError) else type(cause).__name__
+        text = f"{text} {detail}"
+    return text
+
+
 def main(replay: str | None, settings: Settings) -> int:
     """`yantra tui [--replay RUN|FILE]`: 0 when the user quits, 2 when the replay source cannot be read."""
     if replay is None:
         config: ReplayConfig | LiveConfig = LiveConfig(settings)
     else:
+        # nats-py logs each failed connection attempt with its traceback (its default error callback):
+        # the one line below says it all.
+        nats_log = logging.getLogger("nats")
+        level = nats_log.level
+        nats_log.setLevel(logging.CRITICAL)
         try:
             log, label = resolve_replay(replay, lambda: resolve_nats_url(settings))
         except ReplayError as exc:
-            print(f"yantra tui: {exc}", file=sys.stderr)
+            print(f"yantra tui: {_one_line(exc)}", file=sys.stderr)
             return 2
+        finally:
+            nats_log.setLevel(level)
         config = ReplayConfig(log, label)
     make_app(config).run()
     return 0

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from google.protobuf.message import DecodeError
 from nats.js import JetStreamContext, api
+from nats.js.errors import NotFoundError
 
 from services.core import events as ev
 from services.core.events import Envelope, Recorded
@@ -108,6 +109,15 @@ async def metrics_start_seq(js: JetStreamContext, keep: int) -> int:
     """Where to start tailing metrics so the timeline opens with the last `keep` points."""
     info = await js.stream_info(ev.METRICS_STREAM)
     return max(info.state.first_seq, info.state.last_seq - keep + 1, 1)
+
+
+async def dlq_count(js: JetStreamContext) -> int:
+    """How many messages the dead-letter stream holds (0 while it does not exist)."""
+    try:
+        info = await js.stream_info(ev.DLQ_STREAM)
+    except NotFoundError:
+        return 0
+    return info.state.messages
 
 
 async def follow(

@@ -24,6 +24,7 @@ from tui import jetstream
 from tui.model import MAX_METRIC_POINTS
 
 CONNECT_TIMEOUT_S = 3.0
+DLQ_POLL_S = 3.0  # how often the dead-letter count is read (one stream info: cheap)
 MAX_BACKOFF_S = 5.0
 
 
@@ -52,10 +53,12 @@ class LiveTail:
         on_events: Callable[[list[Recorded]], None],
         on_link: Callable[[Link], None],
         keep_metrics: int = MAX_METRIC_POINTS,
+        on_dlq: Callable[[int], None] | None = None,
     ):
         self.resolve_url = resolve_url
         self.on_events = on_events
         self.on_link = on_link
+        self.on_dlq = on_dlq
         self.keep_metrics = keep_metrics
         # next stream sequence to read; 0 for metrics means "not started: open with the recent window"
         self.next_seq = {ev.RUNS_STREAM: 1, ev.METRICS_STREAM: 0}
@@ -122,6 +125,14 @@ class LiveTail:
 
         return on_batch
 
+    async def _poll_dlq(self, js, stop: asyncio.Event) -> None:
+        """Report the dead-letter count now and every DLQ_POLL_S; a failed read waits for the next (a lost
+        connection is noticed, and shown, by the tails)."""
+        while not stop.is_set():
+            with suppress(Exception):
+                self.on_dlq(await jetstream.dlq_count(js))
+            await _wait(stop, DLQ_POLL_S)
+
     async def _tail(self, nc: nats.NATS, url: str, stop: asyncio.Event) -> None:
         """Follow both streams until `stop`; raises when the connection goes (the caller reconnects)."""
         js = nc.jetstream()
@@ -137,6 +148,8 @@ class LiveTail:
         self.on_link(Link("connected", url))
         inner = asyncio.Event()
         tasks = [asyncio.create_task(jetstream.follow(psub, self._sink(s), inner)) for s, psub in subs]
+        if self.on_dlq is not None:
+            tasks.append(asyncio.create_task(self._poll_dlq(js, inner)))
         stopping = asyncio.create_task(stop.wait())
         try:
             done, _ = await asyncio.wait([*tasks, stopping], return_when=asyncio.FIRST_COMPLETED)

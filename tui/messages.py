@@ -16,6 +16,14 @@ class EventsArrived(Message):
         self.records = records
 
 
+class DlqChanged(Message):
+    """How many messages the dead-letter stream holds now (live only)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+
 class LinkChanged(Message):
     """The connection to NATS changed (connecting, connected, waiting for streams, lost)."""
 

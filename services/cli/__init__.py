@@ -13,6 +13,7 @@ import sys
 
 from services.cli import dlq_cmds, log_cmds, run_cmds, stack_cmds, swap_cmds
 from services.cli.common import CliError, add_common, settings_of
+from services.core.bus import EventRefused
 from services.registry import SERVICES
 
 PACKAGE = "gpuyantra"
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return tui_main(args.replay, settings_of(args))
         return asyncio.run(args.fn(args))
-    except CliError as exc:
+    except (CliError, EventRefused) as exc:  # EventRefused: the run log is full or the event too large
         print(f"yantra {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

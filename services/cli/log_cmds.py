@@ -7,6 +7,8 @@ from pathlib import Path
 
 from services.cli.common import CliError, add_common, open_bus, run_id_arg, settings_of
 from services.core import events as ev
+from services.core import run_end
+from services.core.bus import Undecodable
 from services.core.describe import describe
 from services.core.logfile import write_log
 
@@ -48,11 +50,13 @@ async def cmd_runs(args) -> int:
         run_ids = await bus.run_ids()
         for run_id in run_ids:
             log = await bus.read_run(run_id)
-            done = ev.last(log, "RunCompleted")
-            state = done.msg.outcome if done else f"running ({log[-1].type})"
+            state = run_end.state(log)
             print(f"{run_id}  {ev.first(log, 'RunRequested').msg.model:<22} {state}")
         if not run_ids:
             print("no runs yet: `yantra optimize` starts one")
+        dead = await bus.dead_letter_count()
+        if dead:
+            print(f"{dead} dead-lettered message{'s' * (dead != 1)}: see `yantra dlq`")
     finally:
         await bus.close()
     return 0
@@ -63,15 +67,23 @@ async def cmd_events(args) -> int:
     subject = ev.run_filter(args.run or "*", args.type or ">")
     try:
         if not args.follow:
-            for rec in await bus.read_all(subject):
-                print(f"{rec.env.run_id}  {describe(rec)}", flush=True)
+            for entry in await bus.read_all(subject, include_bad=True):
+                print(event_line(entry), flush=True)
             return 0
-        async with contextlib.aclosing(bus.tail(subject)) as events:
-            async for rec in events:
-                print(f"{rec.env.run_id}  {describe(rec)}", flush=True)
+        async with contextlib.aclosing(bus.tail(subject, include_bad=True)) as events:
+            async for entry in events:
+                print(event_line(entry), flush=True)
     finally:
         await bus.close()
     return 0
+
+
+def event_line(entry: ev.Recorded | Undecodable) -> str:
+    """An event as `describe` puts it, or a message on a run subject that is no event, and why."""
+    if isinstance(entry, Undecodable):
+        run_id = entry.subject.split(".")[2] if entry.subject.count(".") >= 3 else "?"
+        return f"{run_id}  seq {entry.seq} on {entry.subject}: undecodable: {entry.reason}"
+    return f"{entry.env.run_id}  {describe(entry)}"
 
 
 def register(sub) -> None:
@@ -88,7 +100,7 @@ def register(sub) -> None:
 
     sp = sub.add_parser("events", help="print events of all runs (or one); --follow keeps tailing")
     add_common(sp)
-    sp.add_argument("--run", type=run_id_arg, help="only this run")
-    sp.add_argument("--type", choices=ev.RUN_EVENT_NAMES, help="only this event type")
+    sp.add_argument("--run", type=run_id_arg, metavar="RUN", help="only this run (see `yantra runs`)")
+    sp.add_argument("--type", choices=ev.RUN_EVENT_NAMES, metavar="TYPE", help="only this event type: %(choices)s")
     sp.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     sp.set_defaults(fn=cmd_events)

@@ -6,11 +6,14 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import nats
+from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 from nats.js import api
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from services.core import events as ev
 from services.core.events import Envelope, Recorded
@@ -18,10 +21,39 @@ from services.core.events import Envelope, Recorded
 log = logging.getLogger(__name__)
 
 MAX_DELIVER = 5
-ACK_WAIT_S = 30.0
+# How long JetStream waits for an ack before it hands a message out again. Short, so the work of a killed
+# service is picked up within seconds of its restart (a service that is stopped hands its message back at
+# once, see `_dispatch`). Long work is not cut short: a handler's message is marked in progress every third
+# of this, which needs the handler to yield to the event loop (blocking work runs in threads or processes).
+ACK_WAIT_S = 5.0
 DEDUP_WINDOW_S = 600.0
 METRICS_MAX_AGE_S = 24 * 3600
 METRICS_MAX_MSGS = 100_000
+
+# YANTRA_RUNS is the event-sourced log: no old event may ever be dropped, so when a limit is reached the
+# stream refuses new events (DiscardPolicy.NEW: the publisher gets an error) instead of making room.
+# The largest legit event is a CandidateProposed: at most the judge's MAX_SOURCE_CHARS (200,000) of kernel
+# source plus its contract, about 200 KB (a ProfileCaptured is a few KB per module class). 1 MiB leaves five
+# times that, and is nats-server's default max_payload, so nothing larger could be published anyway.
+RUNS_MAX_MSG_SIZE = 1 << 20
+# A recorded run is about 25 KB (tests/tui/data/real_run.jsonl; more with many candidates), so this is
+# hundreds of thousands of runs. JetStream reserves a stream's max_bytes on its disk up front: a server with
+# less room gets the largest power-of-two fraction that fits (see `_reserving`).
+RUNS_MAX_BYTES = 16 << 30
+# YANTRA_DLQ holds copies of what no service could handle: bounded in count, age and size, oldest first out.
+# 3,000 garbage messages once made 6,000 entries here with no limit at all.
+DLQ_MAX_MSGS = 10_000
+DLQ_MAX_AGE_S = 14 * 24 * 3600
+DLQ_MAX_BYTES = 1 << 30
+# A message is dead-lettered once (its Nats-Msg-Id is derived from where it was stored, see `dlq_msg_id`);
+# the DLQ remembers ids this long, so a service that comes back after longer could add one more copy.
+DLQ_DEDUP_WINDOW_S = 24 * 3600
+# The least `_reserving` settles for (and never less than twice what a stream holds): below it, no limit.
+MIN_RESERVED_BYTES = 64 << 20
+# nats-server's error codes for "the disk cannot hold this stream's max_bytes" and "the stream is full".
+_JS_INSUFFICIENT_RESOURCES = 10047
+_JS_STREAM_FULL = (10054, 10076, 10077)  # message too big, too many messages, too many bytes
+MAX_REASON_CHARS = 4000
 # Fetch timeouts: a fetch that finds nothing raises nats' TimeoutError, or, when its deadline runs out
 # between its two pull requests (seen under load), asyncio's; both are the builtin TimeoutError, which
 # is what every fetch here catches.
@@ -31,7 +63,123 @@ class BusUnavailable(RuntimeError):
     """No NATS server answered at the given URL."""
 
 
+class EventRefused(RuntimeError):
+    """The run log refused an event: it is full, or the event is larger than any event may be."""
+
+
 Handler = Callable[[Recorded], Awaitable[None]]
+# (the event, the last error, deliveries tried): called once a consumer gives up on an event
+GiveUp = Callable[[Recorded, str, int], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """A message in the run stream that is not a valid event on its subject (what consumers dead-letter)."""
+
+    seq: int
+    subject: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """An entry of YANTRA_DLQ: the original bytes, and where they came from and why in its headers."""
+
+    seq: int
+    time: datetime
+    subject: str
+    headers: dict[str, str]
+    data: bytes
+
+    @property
+    def reason(self) -> str:
+        return self.headers.get("Yantra-Reason", "")
+
+    @property
+    def service(self) -> str:
+        return self.headers.get("Yantra-Service") or self.subject.removeprefix("yantra.dlq.")
+
+    @property
+    def original_subject(self) -> str:
+        return self.headers.get("Yantra-Subject", "")
+
+    @property
+    def original_seq(self) -> int:
+        try:
+            return int(self.headers.get("Yantra-Seq", "0"))
+        except ValueError:
+            return 0
+
+
+def dlq_msg_id(stream: str, seq: int, service: str = "") -> str:
+    """The dead letter's id: one per stored message (undecodable for everyone), or per service and message
+    (its handler failed); the DLQ drops a second copy with the same id."""
+    return f"dlq-{stream}-{seq}" + (f"-{service}" if service else "")
+
+
+def decode_on(subject: str, data: bytes) -> Envelope:
+    """The envelope of a message stored on `subject`; BadEvent if it does not decode or names another type."""
+    env = ev.decode(data)
+    if subject.rsplit(".", 1)[-1] != env.type:
+        raise ev.BadEvent(f"subject {subject} does not match event type {env.type}")
+    return env
+
+
+def stream_configs() -> list[api.StreamConfig]:
+    """The streams and their limits, the log last: on a server with little disk it takes what the others
+    leave (a stream with no byte limit cannot even be made once every byte is reserved)."""
+    return [
+        api.StreamConfig(
+            name=ev.DLQ_STREAM,
+            subjects=[ev.DLQ_SUBJECTS],
+            storage=api.StorageType.FILE,
+            max_msgs=DLQ_MAX_MSGS,
+            max_age=DLQ_MAX_AGE_S,
+            max_bytes=DLQ_MAX_BYTES,
+            discard=api.DiscardPolicy.OLD,
+            duplicate_window=DLQ_DEDUP_WINDOW_S,
+        ),
+        api.StreamConfig(
+            name=ev.METRICS_STREAM,
+            subjects=[ev.METRICS_SUBJECTS],
+            storage=api.StorageType.FILE,
+            max_age=METRICS_MAX_AGE_S,
+            max_msgs=METRICS_MAX_MSGS,
+        ),
+        api.StreamConfig(
+            name=ev.RUNS_STREAM,
+            subjects=[ev.RUN_SUBJECTS],
+            storage=api.StorageType.FILE,
+            duplicate_window=DEDUP_WINDOW_S,
+            max_msg_size=RUNS_MAX_MSG_SIZE,
+            max_bytes=RUNS_MAX_BYTES,
+            discard=api.DiscardPolicy.NEW,
+        ),
+    ]
+
+
+# What ensure_streams keeps equal to stream_configs() on a stream that exists already.
+_STREAM_LIMITS = ("max_msgs", "max_bytes", "max_age", "max_msg_size", "discard", "duplicate_window")
+
+
+def _same(have, want) -> bool:
+    if isinstance(want, float | int) and isinstance(have, float | int):
+        return abs(have - want) < 1e-3
+    return have == want
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, APIError):
+        return exc.description or type(exc).__name__
+    return text or ("timed out" if isinstance(exc, TimeoutError) else type(exc).__name__)
+
+
+def _header(value: str) -> str:
+    """A header value on one line (NATS headers are lines)."""
+    return " ".join(value.split())
 
 
 class Bus:
@@ -41,8 +189,10 @@ class Bus:
 
     @classmethod
     async def connect(cls, url: str, name: str = "yantra", timeout: float = 5.0) -> Bus:
-        async def _quiet(_exc: Exception) -> None:  # the reconnect logic reports; don't spam tracebacks
-            return None
+        errors: list[Exception] = []  # the last one only: the callback lives as long as the connection
+
+        async def _quiet(exc: Exception) -> None:  # the reconnect logic reports; don't spam tracebacks
+            errors[:] = [exc]
 
         try:
             # nats-py retries an unreachable first server forever when reconnects are allowed;
@@ -58,7 +208,11 @@ class Bus:
             )
             nc = await asyncio.wait_for(connecting, timeout + 1.0)
         except (TimeoutError, NoServersError, OSError) as exc:
-            raise BusUnavailable(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from exc
+            # The attempts' own errors say more than the timeout that ended them ("connection refused").
+            why = _why(errors[-1]) if errors else _why(exc)
+            if isinstance(exc, TimeoutError) and not errors:
+                why = f"no answer within {timeout + 1.0:g} s"
+            raise BusUnavailable(f"cannot reach NATS at {url}: {why}") from exc
         bus = cls(nc)
         await bus.ensure_streams()
         return bus
@@ -68,75 +222,128 @@ class Bus:
             await self.nc.drain()
 
     async def ensure_streams(self) -> None:
-        configs = [
-            api.StreamConfig(
-                name=ev.RUNS_STREAM,
-                subjects=[ev.RUN_SUBJECTS],
-                storage=api.StorageType.FILE,
-                duplicate_window=DEDUP_WINDOW_S,
-            ),
-            api.StreamConfig(
-                name=ev.METRICS_STREAM,
-                subjects=[ev.METRICS_SUBJECTS],
-                storage=api.StorageType.FILE,
-                max_age=METRICS_MAX_AGE_S,
-                max_msgs=METRICS_MAX_MSGS,
-            ),
-            api.StreamConfig(name=ev.DLQ_STREAM, subjects=[ev.DLQ_SUBJECTS], storage=api.StorageType.FILE),
-        ]
-        for cfg in configs:
+        """Create the streams, or bring an existing one's limits to `stream_configs()` (old data dirs)."""
+        for want in stream_configs():
+            await self._ensure_stream(want)
+
+    async def _ensure_stream(self, want: api.StreamConfig) -> None:
+        try:
+            info = await self.js.stream_info(want.name)
+        except NotFoundError:
             try:
-                await self.js.stream_info(cfg.name)
-            except NotFoundError:
-                with suppress(api.BadRequestError if hasattr(api, "BadRequestError") else Exception):
-                    await self.js.add_stream(cfg)
+                await self._reserving(self.js.add_stream, want, used=0)
+                return
+            except BadRequestError:  # made meanwhile by another process starting at the same time
+                info = await self.js.stream_info(want.name)
+        have = info.config
+        changed = {
+            f: getattr(want, f)
+            for f in _STREAM_LIMITS
+            if getattr(want, f) not in (None, 0) and not _same(getattr(have, f), getattr(want, f))  # 0, None: unset
+        }
+        if not changed:
+            return
+        log.info("stream %s: updating %s", want.name, ", ".join(f"{k}={v}" for k, v in changed.items()))
+        await self._reserving(self.js.update_stream, have.evolve(**changed), used=info.state.bytes)
+
+    async def _reserving(self, op, cfg: api.StreamConfig, used: int) -> None:
+        """`op(cfg)`, with max_bytes halved while the server cannot reserve that much disk for it.
+
+        Never below twice what the stream holds (a full log refuses every event), nor MIN_RESERVED_BYTES:
+        past that the stream keeps no byte limit rather than one that would stop it.
+        """
+        wanted = cfg.max_bytes
+        while True:
+            try:
+                await op(cfg)
+                break
+            except APIError as exc:
+                if exc.err_code != _JS_INSUFFICIENT_RESOURCES or not cfg.max_bytes or cfg.max_bytes < 0:
+                    raise
+                smaller = cfg.max_bytes // 2
+                if smaller < max(MIN_RESERVED_BYTES, 2 * used):
+                    log.warning("stream %s: no room to reserve even %d bytes; keeping no byte limit", cfg.name, wanted)
+                    cfg = cfg.evolve(max_bytes=-1)
+                else:
+                    cfg = cfg.evolve(max_bytes=smaller)
+        if wanted and cfg.max_bytes != wanted:
+            log.info("stream %s: max_bytes %d (%d would not fit on the server's disk)", cfg.name, cfg.max_bytes, wanted)
 
     # ------------------------------------------------------------------ publishing
 
     async def publish(self, env: Envelope) -> int:
         """Publish a run event; a second publish of the same event id is dropped by the server."""
-        ack = await self.js.publish(
-            ev.run_subject(env.run_id, env.type),
-            ev.encode(env),
-            headers={"Nats-Msg-Id": env.event_id},
-            timeout=10.0,
-        )
+        try:
+            ack = await self.js.publish(
+                ev.run_subject(env.run_id, env.type),
+                ev.encode(env),
+                headers={"Nats-Msg-Id": env.event_id},
+                timeout=10.0,
+            )
+        except APIError as exc:
+            if exc.err_code in _JS_STREAM_FULL:
+                raise EventRefused(
+                    f"{ev.RUNS_STREAM} refused {env.type} of run {env.run_id}: {_why(exc)} "
+                    "(the run log never drops old events to make room)"
+                ) from exc
+            raise
         return ack.seq
 
     async def publish_metrics(self, env: Envelope) -> None:
         await self.js.publish(ev.metrics_subject(env.producer), ev.encode(env), timeout=5.0)
 
-    async def dead_letter(self, service: str, data: bytes, reason: str, subject: str) -> None:
-        headers = {"Yantra-Reason": reason[:500], "Yantra-Subject": subject}
+    async def dead_letter(
+        self, service: str, data: bytes, reason: str, subject: str, *, stream: str = "", seq: int = 0, mine: bool = True
+    ) -> None:
+        """Put a copy of a message nobody can handle on the DLQ, with why and where from in its headers.
+
+        With its stream sequence, the copy gets an id (`dlq_msg_id`) so it is stored once: per service
+        (`mine`: this service's handler failed it), or once for all (it is undecodable for everyone).
+        """
+        headers = {
+            "Yantra-Reason": _header(reason)[:MAX_REASON_CHARS],
+            "Yantra-Subject": subject,
+            "Yantra-Service": service,
+            "Yantra-Time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        }
+        if seq:
+            headers |= {"Yantra-Stream": stream, "Yantra-Seq": str(seq)}
+            headers["Nats-Msg-Id"] = dlq_msg_id(stream, seq, service if mine else "")
         await self.js.publish(ev.dlq_subject(service), data, headers=headers, timeout=5.0)
 
     # ------------------------------------------------------------------ reading
 
-    async def _read(self, stream: str, subject: str) -> list[tuple[int, bytes, str]]:
-        """Every message on `subject` in stream order, as (sequence, data, subject)."""
+    async def _read_msgs(self, stream: str, subject: str) -> list:
+        """Every message on `subject` in stream order, each once."""
         cfg = api.ConsumerConfig(
             ack_policy=api.AckPolicy.NONE,
             deliver_policy=api.DeliverPolicy.ALL,
             inactive_threshold=30.0,
             filter_subject=subject,
+            mem_storage=True,  # see `tail`
         )
         psub = await self.js.pull_subscribe(subject, stream=stream, config=cfg)
         try:
             info = await psub.consumer_info()
             remaining = info.num_pending
-            out: list[tuple[int, bytes, str]] = []
+            out: list = []
             while remaining > 0:
                 try:
                     msgs = await psub.fetch(min(remaining, 256), timeout=5.0)
                 except TimeoutError:
                     break
                 for m in msgs:
-                    out.append((m.metadata.sequence.stream, m.data, m.subject))
+                    if not out or m.metadata.sequence.stream > out[-1].metadata.sequence.stream:
+                        out.append(m)
                     remaining = m.metadata.num_pending
             return out
         finally:
             with suppress(Exception):
                 await psub.unsubscribe()
+
+    async def _read(self, stream: str, subject: str) -> list[tuple[int, bytes, str]]:
+        """Every message on `subject` in stream order, as (sequence, data, subject)."""
+        return [(m.metadata.sequence.stream, m.data, m.subject) for m in await self._read_msgs(stream, subject)]
 
     async def read_run(self, run_id: str) -> list[Recorded]:
         """A run's whole log in stream order; undecodable entries are skipped (they went to the DLQ)."""
@@ -148,75 +355,107 @@ class Bus:
                 log.warning("skipping undecodable message seq=%s on %s: %s", seq, subject, exc)
         return out
 
-    async def read_all(self, subject: str = ev.RUN_SUBJECTS) -> list[Recorded]:
+    async def read_all(self, subject: str = ev.RUN_SUBJECTS, *, include_bad: bool = False) -> list:
+        """Every event on `subject` in stream order. Undecodable messages are skipped, unless `include_bad`:
+        then each is an `Undecodable` in its place (judged as consumers judge it, subject included)."""
         out = []
-        for seq, data, _subject in await self._read(ev.RUNS_STREAM, subject):
-            with suppress(ev.BadEvent):
-                out.append(Recorded(seq, ev.decode(data)))
+        for seq, data, subject_ in await self._read(ev.RUNS_STREAM, subject):
+            entry = _entry(seq, subject_, data, include_bad)
+            if entry is not None:
+                out.append(entry)
         return out
 
     async def tail(
-        self, subject: str | Sequence[str] = ev.RUN_SUBJECTS, poll_s: float = 0.5, start_seq: int = 1
-    ) -> AsyncIterator[Recorded]:
+        self,
+        subject: str | Sequence[str] = ev.RUN_SUBJECTS,
+        poll_s: float = 0.5,
+        start_seq: int = 1,
+        *,
+        include_bad: bool = False,
+    ) -> AsyncIterator:
         """Every run event on `subject` (one filter or several) from `start_seq` on, in stream order,
-        then each new one as it lands, each once.
+        then each new one as it lands, each once (`include_bad`: as `read_all`).
 
         One ephemeral consumer reads on from the last sequence seen, so following a run costs a fetch
-        per new batch instead of a re-read of the whole log. A consumer lost meanwhile (a reconnect that
-        outlasted its inactivity threshold) is replaced by one starting after the last event yielded.
+        per new batch instead of a re-read of the whole log. Where to resume is kept here, not in the
+        server: the consumer lives in the server's memory only, so a restarted server has none, and the
+        tail makes a new one after the last event yielded (a consumer on disk came back from a killed
+        server with the position it had last flushed, and handed out again what had been yielded since).
+        Nothing at or below the last sequence yielded is ever yielded again, whatever the consumer does.
         Close it with `contextlib.aclosing` (or let the loop that owns it finish) so the consumer goes.
         """
         subjects = [subject] if isinstance(subject, str) else list(subject)
-        next_seq = max(1, start_seq)
+        last = max(1, start_seq) - 1
         while True:
-            cfg = api.ConsumerConfig(
-                ack_policy=api.AckPolicy.NONE,
-                deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
-                opt_start_seq=next_seq,
-                inactive_threshold=30.0,
-                filter_subjects=subjects,
-            )
-            psub = await self.js.pull_subscribe(subjects[0], stream=ev.RUNS_STREAM, config=cfg)
+            psub = None
             try:
-                while True:
+                cfg = api.ConsumerConfig(
+                    ack_policy=api.AckPolicy.NONE,
+                    deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                    opt_start_seq=last + 1,
+                    inactive_threshold=30.0,
+                    filter_subjects=subjects,
+                    mem_storage=True,
+                )
+                psub = await self.js.pull_subscribe(subjects[0], stream=ev.RUNS_STREAM, config=cfg)
+                rewound = False
+                while not rewound:
                     try:
                         msgs = await psub.fetch(256, timeout=poll_s)
                     except TimeoutError:  # nothing new yet (see "Fetch timeouts" above)
                         continue
                     for m in msgs:
                         seq = m.metadata.sequence.stream
-                        next_seq = seq + 1
-                        with suppress(ev.BadEvent):
-                            yield Recorded(seq, ev.decode(m.data))
-            except NotFoundError:
-                log.info("tail of %s lost its consumer; resuming at seq %d", subjects, next_seq)
+                        if seq <= last:
+                            rewound = True
+                            continue
+                        last = seq
+                        entry = _entry(seq, m.subject, m.data, include_bad)
+                        if entry is not None:
+                            yield entry
+                if rewound:
+                    log.warning("tail of %s: its consumer went back before seq %d; making a new one", subjects, last)
+            except (NatsError, TimeoutError) as exc:  # the consumer is gone, the server restarts, the connection drops
+                if self.nc.is_closed:
+                    raise
+                log.info("tail of %s lost its consumer (%s); resuming at seq %d", subjects, _why(exc), last + 1)
                 await asyncio.sleep(poll_s)
             finally:
-                with suppress(Exception):
-                    await psub.unsubscribe()
+                if psub is not None:
+                    with suppress(Exception):
+                        await psub.unsubscribe()
 
     async def run_ids(self) -> list[str]:
         """Runs in the order they were requested."""
         return [r.env.run_id for r in await self.read_all(ev.run_filter("*", "RunRequested"))]
 
-    async def read_dead_letters(self, service: str = "*") -> list[tuple[bytes, dict]]:
-        cfg = api.ConsumerConfig(ack_policy=api.AckPolicy.NONE, deliver_policy=api.DeliverPolicy.ALL)
-        subject = ev.dlq_subject(service)
-        psub = await self.js.pull_subscribe(subject, stream=ev.DLQ_STREAM, config=cfg)
-        out = []
+    async def dead_letters(self, service: str = "*") -> list[DeadLetter]:
+        """Every entry of the DLQ (of one service, or all), oldest first."""
         try:
-            while True:
-                try:
-                    msgs = await psub.fetch(256, timeout=0.5)
-                except TimeoutError:
-                    break
-                out += [(m.data, dict(m.headers or {})) for m in msgs]
-                if msgs and msgs[-1].metadata.num_pending == 0:
-                    break
-        finally:
-            with suppress(Exception):
-                await psub.unsubscribe()
-        return out
+            msgs = await self._read_msgs(ev.DLQ_STREAM, ev.dlq_subject(service))
+        except NotFoundError:
+            return []
+        return [
+            DeadLetter(m.metadata.sequence.stream, m.metadata.timestamp, m.subject, dict(m.headers or {}), m.data)
+            for m in msgs
+        ]
+
+    async def read_dead_letters(self, service: str = "*") -> list[tuple[bytes, dict]]:
+        return [(d.data, d.headers) for d in await self.dead_letters(service)]
+
+    async def get_dead_letter(self, seq: int) -> DeadLetter | None:
+        """The DLQ entry with this sequence, or None when there is none (never was, or aged out)."""
+        try:
+            m = await self.js.get_msg(ev.DLQ_STREAM, seq)
+        except NotFoundError:
+            return None
+        return DeadLetter(m.seq or seq, m.time, m.subject or "", dict(m.headers or {}), m.data or b"")
+
+    async def dead_letter_count(self) -> int:
+        try:
+            return (await self.js.stream_info(ev.DLQ_STREAM)).state.messages
+        except NotFoundError:
+            return 0
 
     # ------------------------------------------------------------------ consuming
 
@@ -230,12 +469,15 @@ class Bus:
         max_deliver: int = MAX_DELIVER,
         ack_wait: float = ACK_WAIT_S,
         stream: str = ev.RUNS_STREAM,
+        on_give_up: GiveUp | None = None,
     ) -> None:
         """Pull messages for a durable consumer until `stop` is set.
 
         Undecodable messages and messages that fail `max_deliver` times go to the dead-letter
-        subject and are terminated, so a poison message never blocks the consumer. While a
-        handler works, the message is kept in progress so long work is not redelivered.
+        subject and are terminated, so a poison message never blocks the consumer; for the latter,
+        `on_give_up(event, error, attempts)` is called after (the runner ends the event's run with it). While a
+        handler works, the message is kept in progress so long work is not redelivered; when
+        `stop` is set (or this is cancelled) mid-work, the message is handed back at once.
         """
         cfg = api.ConsumerConfig(
             durable_name=durable,
@@ -246,7 +488,7 @@ class Bus:
             filter_subjects=subjects,
             max_ack_pending=64,
         )
-        await self.js.add_consumer(stream, cfg)
+        await self._ensure_durable(stream, cfg)
         psub = await self.js.pull_subscribe_bind(durable=durable, stream=stream)
         try:
             while not stop.is_set():
@@ -259,39 +501,147 @@ class Bus:
                     await asyncio.sleep(0.5)
                     continue
                 for msg in msgs:
-                    await self._dispatch(durable, msg, handler, max_deliver, ack_wait)
+                    await self._dispatch(durable, msg, handler, max_deliver, ack_wait, stop, on_give_up)
         finally:
             # An expired fetch leaves a status message queued; without this, drain() waits 30 s for it.
             with suppress(Exception):
                 await psub.unsubscribe()
 
-    async def _dispatch(self, durable: str, msg, handler: Handler, max_deliver: int, ack_wait: float) -> None:
+    async def _ensure_durable(self, stream: str, want: api.ConsumerConfig) -> None:
+        """Create the durable, or bring an existing one to `want` (one made with another ack wait, say).
+
+        nats-server (2.10 on) updates a durable in place; what it cannot update, or refuses to, is handled
+        by making the durable again at its ack floor, so nothing already acknowledged is handed out again.
+        """
+        durable = want.durable_name
         try:
-            env = ev.decode(msg.data)
-            if msg.subject.rsplit(".", 1)[-1] != env.type:
-                raise ev.BadEvent(f"subject {msg.subject} does not match event type {env.type}")
+            have = (await self.js.consumer_info(stream, durable)).config
+        except NotFoundError:
+            await self.js.add_consumer(stream, want)
+            return
+        # Where a durable starts is fixed when it is made (and refused as a change); keep it.
+        want = want.evolve(
+            deliver_policy=have.deliver_policy, opt_start_seq=have.opt_start_seq, opt_start_time=have.opt_start_time
+        )
+        if _consumer_matches(have, want):
+            return
+        try:
+            info = await self.js.add_consumer(stream, want)
+            if _consumer_matches(info.config, want):
+                log.info("%s: consumer updated (ack wait %gs)", durable, want.ack_wait)
+                return
+            why = "the server kept the old settings"
+        except APIError as exc:
+            why = _why(exc)
+        info = await self.js.consumer_info(stream, durable)
+        start = info.ack_floor.stream_seq + 1
+        log.warning("%s: consumer cannot be updated in place (%s); making it again from seq %d", durable, why, start)
+        await self.js.delete_consumer(stream, durable)
+        await self.js.add_consumer(
+            stream,
+            want.evolve(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start, opt_start_time=None),
+        )
+
+    async def _dispatch(
+        self,
+        durable: str,
+        msg,
+        handler: Handler,
+        max_deliver: int,
+        ack_wait: float,
+        stop: asyncio.Event,
+        on_give_up: GiveUp | None = None,
+    ) -> None:
+        try:
+            env = decode_on(msg.subject, msg.data)
         except ev.BadEvent as exc:
             log.error("%s: dead-lettering undecodable message on %s: %s", durable, msg.subject, exc)
-            await self.dead_letter(durable, msg.data, f"undecodable: {exc}", msg.subject)
-            await msg.term()
+            await self._dead_letter_msg(durable, msg, f"undecodable: {exc}", mine=False)
             return
         recorded = Recorded(msg.metadata.sequence.stream, env)
         keepalive = asyncio.create_task(_keep_in_progress(msg, ack_wait / 3))
+        work = asyncio.create_task(handler(recorded))
+        stopping = asyncio.create_task(stop.wait())
         try:
-            await handler(recorded)
-        except Exception as exc:
-            attempts = msg.metadata.num_delivered
-            if attempts >= max_deliver:
-                log.exception("%s: %s %s failed %d times; dead-lettering", durable, env.type, env.event_id, attempts)
-                await self.dead_letter(durable, msg.data, f"failed {attempts} times: {exc!r}", msg.subject)
-                await msg.term()
-            else:
-                log.warning("%s: %s %s failed (attempt %d): %r", durable, env.type, env.event_id, attempts, exc)
-                await msg.nak(delay=min(2.0 * attempts, 10.0))
-            return
+            await asyncio.wait([work, stopping], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the service is shutting down: hand the message back at once
+            await self._hand_back(durable, msg, work)
+            raise
         finally:
             keepalive.cancel()
-        await msg.ack()
+            stopping.cancel()
+        if not work.done():  # stopped mid-work
+            await self._hand_back(durable, msg, work)
+            return
+        exc = work.exception() if not work.cancelled() else asyncio.CancelledError("the handler was cancelled")
+        if exc is None:
+            await msg.ack()
+            return
+        attempts = msg.metadata.num_delivered
+        if attempts >= max_deliver:
+            log.error(
+                "%s: %s %s failed %d times; dead-lettering", durable, env.type, env.event_id, attempts, exc_info=exc
+            )
+            await self._dead_letter_msg(durable, msg, f"failed {attempts} times: {exc!r}", mine=True)
+            if on_give_up is not None:
+                try:
+                    await on_give_up(recorded, repr(exc), attempts)
+                except Exception as hook_exc:  # the dead letter is filed; the run stays as it was
+                    log.error("%s: could not record giving up on %s: %s", durable, env.event_id, _why(hook_exc))
+        else:
+            log.warning("%s: %s %s failed (attempt %d): %r", durable, env.type, env.event_id, attempts, exc)
+            await msg.nak(delay=min(2.0 * attempts, 10.0))
+
+    async def _hand_back(self, durable: str, msg, work: asyncio.Task) -> None:
+        """Stop the handler and NAK its message with no delay: the next consumer to ask gets it now,
+        instead of after the ack wait."""
+        work.cancel()
+        with suppress(Exception):
+            await asyncio.wait([work], timeout=1.0)
+        try:
+            await msg.nak()
+            await self.nc.flush(timeout=2)
+            log.info("%s: stopping; handed seq %d back for redelivery", durable, msg.metadata.sequence.stream)
+        except Exception as exc:  # the connection is gone: the ack wait brings it back instead
+            log.warning("%s: could not hand seq %d back (%s)", durable, msg.metadata.sequence.stream, _why(exc))
+
+    async def _dead_letter_msg(self, durable: str, msg, reason: str, *, mine: bool) -> None:
+        meta = msg.metadata
+        try:
+            await self.dead_letter(
+                durable, msg.data, reason, msg.subject, stream=meta.stream, seq=meta.sequence.stream, mine=mine
+            )
+        except Exception as exc:  # the DLQ is out of reach: keep the message; it comes back and is tried again
+            log.error("%s: could not dead-letter seq %d (%s); it will come back", durable, meta.sequence.stream, exc)
+            with suppress(Exception):
+                await msg.nak(delay=5.0)
+            return
+        await msg.term()
+
+
+def _entry(seq: int, subject: str, data: bytes, include_bad: bool) -> Recorded | Undecodable | None:
+    if not include_bad:
+        with suppress(ev.BadEvent):
+            return Recorded(seq, ev.decode(data))
+        return None
+    try:
+        return Recorded(seq, decode_on(subject, data))
+    except ev.BadEvent as exc:
+        return Undecodable(seq, subject, str(exc))
+
+
+def _subjects(cfg: api.ConsumerConfig) -> list[str]:
+    return sorted(cfg.filter_subjects or ([cfg.filter_subject] if cfg.filter_subject else []))
+
+
+def _consumer_matches(have: api.ConsumerConfig, want: api.ConsumerConfig) -> bool:
+    return (
+        have.ack_policy == want.ack_policy
+        and _same(have.ack_wait or 0, want.ack_wait or 0)
+        and have.max_deliver == want.max_deliver
+        and have.max_ack_pending == want.max_ack_pending
+        and _subjects(have) == _subjects(want)
+    )
 
 
 async def _keep_in_progress(msg, every: float) -> None:

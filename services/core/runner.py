@@ -12,7 +12,7 @@ from google.protobuf.message import Message
 
 from services.core import events as ev
 from services.core import run_end
-from services.core.bus import Bus
+from services.core.bus import ACK_WAIT_S, MAX_DELIVER, Bus
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
 
@@ -65,13 +65,21 @@ async def answer(bus: Bus, service: Service, trigger: Recorded, clock: Callable[
     return len(out)
 
 
-async def run_service(bus: Bus, service: Service, stop: asyncio.Event, ack_wait: float = 30.0) -> None:
+async def run_service(
+    bus: Bus, service: Service, stop: asyncio.Event, ack_wait: float = ACK_WAIT_S, max_deliver: int = MAX_DELIVER
+) -> None:
+    """Answer the service's triggers until `stop`; a trigger it fails `max_deliver` times ends its run (RunFailed)."""
     subjects = [ev.run_filter("*", t) for t in service.consumes]
 
     async def on_message(rec: Recorded) -> None:
         await answer(bus, service, rec)
 
-    await bus.consume(service.name, subjects, on_message, stop, ack_wait=ack_wait)
+    async def on_give_up(rec: Recorded, error: str, attempts: int) -> None:
+        await give_up(bus, service.name, rec, error, attempts)
+
+    await bus.consume(
+        service.name, subjects, on_message, stop, ack_wait=ack_wait, max_deliver=max_deliver, on_give_up=on_give_up
+    )
 
 
 async def give_up(

@@ -24,9 +24,10 @@ def _counts(state: State) -> str:
     return out + (f" · {state.unknown_events} unknown" if state.unknown_events else "")
 
 
-def status_text(state: State, source: str, link: Link | None, player: Player | None) -> Text:
-    """Replay: where it is and how fast. Live: the link first, then counts, then the link's detail
-    (long, so last: the counts stay in view at 80 columns)."""
+def status_text(state: State, source: str, link: Link | None, player: Player | None, dlq: int | None = None) -> Text:
+    """Replay: where it is and how fast. Live: the link first, then counts (and the dead letters, when
+    the stream holds any: `yantra dlq` lists them), then the link's detail (long, so last: the counts
+    stay in view at 80 columns). A replay has no dead-letter count: it is not part of a run's log."""
     out = Text(no_wrap=True, overflow="ellipsis")
     if player is not None:
         if player.finished:
@@ -44,6 +45,8 @@ def status_text(state: State, source: str, link: Link | None, player: Player | N
     icon, style = _LINK_STYLE.get(link.state if link else "connecting", ("?", "red"))
     out.append(f"{icon} live {link.state if link else 'starting'}", style=f"bold {style}")
     out.append(_counts(state), style="dim")
+    if dlq:
+        out.append(f" · DLQ {dlq}", style="bold red")
     if link is not None:
         out.append(f" │ {link.detail}")
         if link.attempt:
@@ -55,10 +58,10 @@ class StatusBar(Static):
     """Redrawn whenever the app's state, link or replay position changes."""
 
     def on_mount(self) -> None:
-        for attr in ("state", "link", "player"):
+        for attr in ("state", "link", "player", "dlq"):
             self.watch(self.app, attr, self._changed, init=False)
         self._changed()
 
     def _changed(self, *_args) -> None:
         app = self.app
-        self.update(status_text(app.state, app.source_label, app.link, app.player))
+        self.update(status_text(app.state, app.source_label, app.link, app.player, app.dlq))
