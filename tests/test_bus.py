@@ -164,7 +164,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def _start_hanging(url: str, durable: str, ack_wait_s: str | None) -> subprocess.Popen:
     """tests/hanging_service.py as its own process; returns once its handler holds a message."""
     env = {k: v for k, v in os.environ.items() if k != "YANTRA_ACK_WAIT_S"}
-    env |= {"NATS_URL": url, "HANG_DURABLE": durable, "PYTHONPATH": str(ROOT), "YANTRA_LOG_LEVEL": "WARNING"}
+    # ROOT first, the rest kept: where packages are installed beside the interpreter (a --target dir) counts too
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env |= {"NATS_URL": url, "HANG_DURABLE": durable, "PYTHONPATH": pythonpath, "YANTRA_LOG_LEVEL": "WARNING"}
     if ack_wait_s is not None:
         env["YANTRA_ACK_WAIT_S"] = ack_wait_s
     cmd = [sys.executable, str(ROOT / "tests" / "hanging_service.py")]
