@@ -124,12 +124,8 @@ def test_demo_with_an_unknown_model_names_it(tmp_path):
     assert "started" not in result.stdout and not (tmp_path / "d" / "logs").exists()  # refused before anything ran
 
 
-@pytest.fixture
-def up(tmp_path):
-    """`yantra up` on its own data dir, ready; yields (process, stack.json contents)."""
-    env = {**os.environ, "YANTRA_SERVER_ADDR": f"127.0.0.1:{free_port()}"}
-    env.pop("NATS_URL", None)
-    data = tmp_path / "d"
+def start_up(data: Path, env: dict[str, str]) -> subprocess.Popen:
+    """`yantra up --data-dir data` as a user starts it; returns once it says it is ready."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data)],
         cwd=ROOT,
@@ -145,6 +141,16 @@ def up(tmp_path):
         if "press Ctrl-C" in lines[-1]:
             break
     assert "server ready" in "".join(lines), "".join(lines)
+    return proc
+
+
+@pytest.fixture
+def up(tmp_path):
+    """`yantra up` on its own data dir, ready; yields (process, stack.json contents)."""
+    env = {**os.environ, "YANTRA_SERVER_ADDR": f"127.0.0.1:{free_port()}"}
+    env.pop("NATS_URL", None)
+    data = tmp_path / "d"
+    proc = start_up(data, env)
     stack = json.loads((data / "stack.json").read_text())
     yield proc, stack
     if proc.poll() is None:
@@ -332,23 +338,9 @@ def test_up_restarts_a_crashing_service_per_window_and_stops_when_one_window_hol
         PYTHONUNBUFFERED="1",
     )
     data = tmp_path / "d"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(data)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_up(data, env)
     pids: dict[str, int] = {}
     try:
-        lines = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            lines.append(proc.stdout.readline())
-            if "press Ctrl-C" in lines[-1]:
-                break
-        assert "server ready" in "".join(lines), "".join(lines)
         pids = json.loads((data / "stack.json").read_text())["pids"]
 
         # more kills than the limit, but spread out: no window ever holds more than `limit` restarts

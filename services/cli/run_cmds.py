@@ -101,9 +101,9 @@ def check_run_request(prompts: list[str], decode_tokens: int, max_positions: int
 
 
 async def start_run(bus: Bus, args, health) -> str:
-    policy = _resolve_policy(args, health.device)
     prompts = args.prompt or list(DEFAULT_PROMPTS)
-    check_run_request(prompts, args.decode_tokens, getattr(health, "max_positions", 0))
+    check_run_request(prompts, args.decode_tokens, health.max_positions)
+    policy = _resolve_policy(args, health.device)
     run_id = await request_run(
         bus,
         model=health.model,

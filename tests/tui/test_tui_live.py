@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import tui_fixtures as fx
-from tui_pilot_helpers import screen_text, settle
+from tui_pilot_helpers import screen_text, settle, until
 
 from services.core.bus import Bus
 from services.core.nats_launcher import free_port, start_nats
@@ -16,15 +16,6 @@ from tui.model import fold
 from tui.sources import ReplayError, load_run, resolve_replay
 
 SIZE = (80, 24)
-
-
-async def _until(pilot, check, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"not within {timeout}s; status line: {screen_text(pilot.app)[0]!r}")
 
 
 def _live(url: str):
@@ -39,16 +30,16 @@ async def test_live_tail_shows_runs_metrics_and_unknown_events_as_they_are_publi
     metric = fx.server_metrics(time.time_ns(), 1, None, 20.0, 20.0)[0]
     app = _live(nats_server.url)
     async with app.run_test(size=SIZE) as pilot:
-        await _until(pilot, lambda: app.link is not None and app.link.state == "connected")
+        await until(pilot, lambda: app.link is not None and app.link.state == "connected")
         for env in envs[:3]:
             await bus.publish(env)
-        await _until(pilot, lambda: run_id in app.state.runs and app.state.runs[run_id].status == "coding")
+        await until(pilot, lambda: run_id in app.state.runs and app.state.runs[run_id].status == "coding")
         assert "● live connected" in screen_text(app)[0]
         for env in envs[3:]:
             await bus.publish(env)
         await bus.publish(alien)
         await bus.publish_metrics(metric)
-        await _until(pilot, lambda: app.state.runs[run_id].unknown_events == 1 and app.state.metrics)
+        await until(pilot, lambda: app.state.runs[run_id].unknown_events == 1 and app.state.metrics)
         run = app.state.runs[run_id]
         assert run.outcome == "swapped" and [c.candidate_id for c in run.candidates] == [
             "c-5e1a0b",
@@ -74,18 +65,18 @@ async def test_a_lost_server_is_shown_and_retried_then_tailing_resumes_without_r
         await bus.close()
         app = _live(url)
         async with app.run_test(size=SIZE) as pilot:
-            await _until(pilot, lambda: app.state.events_seen == 4)
+            await until(pilot, lambda: app.state.events_seen == 4)
             server.stop()
-            await _until(pilot, lambda: app.link.state == "lost")
+            await until(pilot, lambda: app.link.state == "lost")
             assert "○ live lost" in screen_text(app)[0] and "retrying" in screen_text(app)[0]
             await pilot.pause(1.0)  # a few failed attempts: the app keeps running
             server = start_nats(store, port=port)  # the same store: the stream survives
-            await _until(pilot, lambda: app.link.state == "connected")
+            await until(pilot, lambda: app.link.state == "connected")
             bus = await Bus.connect(url)
             for env in envs[4:]:
                 await bus.publish(env)
             await bus.close()
-            await _until(pilot, lambda: app.state.events_seen == len(envs))
+            await until(pilot, lambda: app.state.events_seen == len(envs))
             assert [e.type for e in app.state.runs["tui-lost-1"].events] == [e.type for e in envs]
             assert app.state.runs["tui-lost-1"].outcome == "rolled_back"
     finally:
@@ -97,12 +88,12 @@ async def test_a_server_without_streams_is_waited_for(tmp_path):
     try:
         app = _live(server.url)
         async with app.run_test(size=SIZE) as pilot:
-            await _until(pilot, lambda: app.link is not None and app.link.state == "waiting")
+            await until(pilot, lambda: app.link is not None and app.link.state == "waiting")
             assert "no yantra streams yet" in screen_text(app)[0]
             bus = await Bus.connect(server.url)  # what `yantra up` does first: make the streams
             await bus.publish(fx.no_target_run(time.time_ns(), run_id="tui-fresh-1")[0])
             await bus.close()
-            await _until(pilot, lambda: "tui-fresh-1" in app.state.runs)
+            await until(pilot, lambda: "tui-fresh-1" in app.state.runs)
             assert app.link.state == "connected"
     finally:
         server.stop()
@@ -111,7 +102,7 @@ async def test_a_server_without_streams_is_waited_for(tmp_path):
 async def test_no_server_at_all_is_a_state_on_screen_not_a_crash():
     app = _live(f"nats://127.0.0.1:{free_port()}")
     async with app.run_test(size=SIZE) as pilot:
-        await _until(pilot, lambda: app.link is not None and app.link.state == "lost")
+        await until(pilot, lambda: app.link is not None and app.link.state == "lost")
         status = screen_text(app)[0]
         assert status.startswith(" ○ live lost │ 0 runs") and "no NATS server answered" in status
         await pilot.press("question_mark")

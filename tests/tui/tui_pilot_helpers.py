@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 from rich.console import Console
 
@@ -61,3 +62,13 @@ async def played(pilot) -> None:
     """Release the whole recorded log of a (paused) replay app at once."""
     pilot.app.release(pilot.app.player.total)
     await settle(pilot)
+
+
+async def until(pilot, check, timeout: float = 15.0) -> None:
+    """Pause the pilot until `check()` holds; fails after `timeout` s, showing the status line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        await pilot.pause(0.1)
+    raise AssertionError(f"not within {timeout}s; status line: {screen_text(pilot.app)[0]!r}")
