@@ -34,6 +34,8 @@ async def cmd_swaps(args) -> int:
     for v in views:
         msg = v.committed.msg
         logged = "live" if v.rolled_back is None else f"rolled back: {v.rolled_back.msg.reason}"
+        if v.dropped:  # the log says live, but the last restart could not serve it
+            logged += f" ({v.dropped} at the last restart)"
         target = msg.target_class.rsplit(".", 1)[-1]
         print(
             f"{v.swap_id}  {target:<16} {msg.modules_patched:>3} modules  run {v.run_id}  log: {logged}"

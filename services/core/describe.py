@@ -122,6 +122,8 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
             f"{m.outcome}: {m.tokens_per_s_before:.1f} -> {m.tokens_per_s_after:.1f} tok/s ({ratio}), "
             f"reward={m.reward:+d}"
         )
+    if type_name == "SwapReapplied":
+        return f"{m.swap_id}: {m.reason}"
     if type_name == "RunFailed":
         return m.reason
     if type_name == "RunCancelled":

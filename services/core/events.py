@@ -27,6 +27,7 @@ RUN_EVENT_NAMES = (
     "SwapRejected",
     "SwapRolledBack",
     "RollbackRequested",
+    "SwapReapplied",
     "SkillPublished",
     "SkillCredited",
     "RunCompleted",

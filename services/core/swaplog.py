@@ -18,6 +18,13 @@ from services.core.events import Recorded
 class SwapView:
     committed: Recorded  # the SwapCommitted (its newest, when a restart committed it again)
     rolled_back: Recorded | None  # the first SwapRolledBack naming it, None while it is live
+    reapplied: Recorded | None = None  # the newest restart's SwapReapplied, None if no restart re-applied it
+
+    @property
+    def dropped(self) -> str:
+        """Why the last restart did not re-apply this live swap ("" when it did, or none tried)."""
+        r = self.reapplied
+        return r.msg.reason if r is not None and self.rolled_back is None and not r.msg.restored else ""
 
     @property
     def swap_id(self) -> str:
@@ -34,7 +41,9 @@ def _key(rec: Recorded) -> tuple[str, str]:
     return rec.env.run_id, rec.msg.swap_id
 
 
-def swap_history(committed: list[Recorded], rolled_back: list[Recorded]) -> list[SwapView]:
+def swap_history(
+    committed: list[Recorded], rolled_back: list[Recorded], reapplied: list[Recorded] = ()
+) -> list[SwapView]:
     """Every swap the log committed, oldest first, with the rollback that ended it (if one did).
 
     A rollback is recorded in the swap's own run, so it ends only the swap of that id in that run. Any
@@ -44,14 +53,20 @@ def swap_history(committed: list[Recorded], rolled_back: list[Recorded]) -> list
     ended: dict[tuple[str, str], Recorded] = {}
     for r in rolled_back:
         ended.setdefault(_key(r), r)
+    restarts = {_key(r): r for r in sorted(reapplied, key=lambda r: r.seq)}
     newest = {_key(r): r for r in sorted(committed, key=lambda r: r.seq)}
-    views = [SwapView(rec, ended.get(key)) for key, rec in newest.items()]
+    views = [SwapView(rec, ended.get(key), restarts.get(key)) for key, rec in newest.items()]
     return sorted(views, key=lambda v: v.committed.seq)
 
 
-def live_swaps(committed: list[Recorded], rolled_back: list[Recorded]) -> list[Recorded]:
-    """Committed swaps, oldest first, one per commit, without those a rollback in their run ended."""
-    return [v.committed for v in swap_history(committed, rolled_back) if v.rolled_back is None]
+def live_swaps(
+    committed: list[Recorded], rolled_back: list[Recorded], reapplied: list[Recorded] = ()
+) -> list[Recorded]:
+    """Committed swaps, oldest first, one per commit, without those a rollback in their run ended.
+
+    A swap the last restart could not re-apply is still live in the log (nobody asked to take it out), so
+    the next restart tries again; `SwapView.dropped` says why it is not served meanwhile."""
+    return [v.committed for v in swap_history(committed, rolled_back, reapplied) if v.rolled_back is None]
 
 
 def find_swap(views: list[SwapView], swap_id: str) -> SwapView | None:
@@ -61,8 +76,9 @@ def find_swap(views: list[SwapView], swap_id: str) -> SwapView | None:
     return (live or named or [None])[-1]
 
 
-async def read_swap_events(bus) -> tuple[list[Recorded], list[Recorded]]:
-    """The I/O edge: every SwapCommitted and every SwapRolledBack of every run, in stream order."""
+async def read_swap_events(bus) -> tuple[list[Recorded], list[Recorded], list[Recorded]]:
+    """The I/O edge: every SwapCommitted, SwapRolledBack and SwapReapplied of every run, in stream order."""
     committed = await bus.read_all(ev.run_filter("*", "SwapCommitted"))
     rolled_back = await bus.read_all(ev.run_filter("*", "SwapRolledBack"))
-    return committed, rolled_back
+    reapplied = await bus.read_all(ev.run_filter("*", "SwapReapplied"))
+    return committed, rolled_back, reapplied

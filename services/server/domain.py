@@ -156,8 +156,41 @@ def rollback_outcome(prior: list[Recorded], trigger: Recorded, observed: pb.Pari
     return pb.SwapRolledBack(swap_id=request.swap_id, candidate_id=candidate, reason=reason, observed=observed)
 
 
+def reapply_outcome(prior: list[Recorded], trigger: Recorded, observed: pb.ParityObservation) -> pb.SwapReapplied:
+    """What re-applying the swap `trigger` (a SwapCommitted) came to on a restarted server: the same rules as
+    the first commit (the log still vouches for the candidate, every live check passed), or why not."""
+    committed: pb.SwapCommitted = trigger.msg
+    concluded = next((r for r in prior if r.env.event_id == trigger.env.causation_id), None)
+    if concluded is None or concluded.type != "TargetConcluded":
+        problems = ["the log no longer holds the conclusion this swap answered"]
+    else:
+        problems = log_problems(prior, concluded.msg)
+    if observed.error and observed.modules_matched == 0:  # nothing was tried (superseded, say): that is why
+        problems.append(observed.error)
+    else:
+        if concluded is not None and observed.judged_ok != judged_ok(prior, concluded.msg):
+            problems.append("the recorded judged_ok disagrees with the log")
+        problems += parity_problems(observed)
+    if problems:
+        reason = "not re-applied: " + "; ".join(problems)
+    else:
+        reason = (
+            f"re-applied on {observed.modules_matched} modules; parity {observed.activations_passed}/"
+            f"{observed.activations_checked} recorded calls (max abs err {observed.max_abs_err:.3g})"
+        )
+    return pb.SwapReapplied(
+        swap_id=committed.swap_id,
+        candidate_id=committed.candidate_id,
+        target_class=committed.target_class,
+        restored=not problems,
+        reason=reason,
+        observed=observed,
+    )
+
+
 REDERIVE: dict[str, Rederive] = {
     "SwapCommitted": from_observed(swap_outcome),
     "SwapRejected": from_observed(swap_outcome),
     "SwapRolledBack": from_observed(rollback_outcome),
+    "SwapReapplied": from_observed(reapply_outcome),
 }

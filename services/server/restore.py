@@ -4,23 +4,30 @@ A restarted server loads fresh weights with the stock forwards. Every swap the l
 committed (and not rolled back) for the model this server serves is re-applied through the same
 checks as the first time: the log must still vouch for the candidate, the static check runs again,
 and parity is re-checked on this process's live weights by the same pure rule (`swap_outcome`).
-A swap that no longer passes is left out and said so in the log of this process.
+Each outcome is a SwapReapplied in the swap's own run (re-applied with its parity, or not and why:
+superseded by a newer swap of the target, the log no longer vouching, parity failing on these weights),
+so the log, `yantra swaps` and the TUI say what this server serves.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from services.core import events as ev
 from services.core.bus import Bus
+from services.core.pb import events_pb2 as pb
+from services.core.replay import INPUT_EVENTS
 from services.core.swaplog import live_swaps, read_swap_events
+from services.server.domain import reapply_outcome
 from services.server.service import ServerService
 
 log = logging.getLogger(__name__)
 
 
-async def restore_swaps(bus: Bus, service: ServerService, model_name: str) -> list[str]:
-    """Re-apply the log's live swaps for `model_name`; returns the swap ids now served again."""
+async def restore_swaps(bus: Bus, service: ServerService, model_name: str, clock=time.time_ns) -> list[str]:
+    """Re-apply the log's live swaps for `model_name`, recording each outcome as a SwapReapplied in the swap's
+    run; returns the swap ids now served again."""
     restored = []
     for rec in reversed(live_swaps(*await read_swap_events(bus))):  # the newest swap of a target wins
         run_log = await bus.read_run(rec.env.run_id)
@@ -29,12 +36,27 @@ async def restore_swaps(bus: Bus, service: ServerService, model_name: str) -> li
             continue  # a swap made on another model
         newer = service.engine.swaps.active_for(rec.msg.target_class)
         if newer is not None:
-            log.info("swap %s superseded by the newer %s", rec.msg.swap_id, newer.swap_id)
-            continue
-        problem = await service.reapply(rec, run_log)
-        if problem:
-            log.warning("swap %s not re-applied: %s", rec.msg.swap_id, problem)
+            why = f"superseded by the newer {newer.swap_id} on {rec.msg.target_class}"
+            observed = pb.ParityObservation(dtype=service.engine.dtype, error=why)
         else:
+            observed = await service.reapply(rec, run_log)
+        outcome = reapply_outcome([r for r in run_log if r.seq <= rec.seq], rec, observed)
+        await bus.publish(_answer(rec, outcome, run_log, clock()))
+        if outcome.restored:
             log.info("swap %s re-applied from the log (%s)", rec.msg.swap_id, rec.msg.target_class)
             restored.append(rec.msg.swap_id)
+        else:
+            log.warning("swap %s %s", rec.msg.swap_id, outcome.reason)
     return restored
+
+
+def _answer(committed: ev.Recorded, outcome: pb.SwapReapplied, run_log: list[ev.Recorded], time_ns: int) -> ev.Envelope:
+    """The envelope of this restart's answer to the commit: the next ordinal after the server's earlier answers
+    to it (each restart adds one; a retried publish of the same one is dropped by the stream)."""
+    cause = committed.env.event_id
+    earlier = sum(
+        r.env.causation_id == cause and r.env.producer == "server" and r.type not in INPUT_EVENTS for r in run_log
+    )
+    return ev.make_envelope(
+        committed.env.run_id, outcome, producer="server", time_ns=time_ns, causation_id=cause, ordinal=earlier
+    )

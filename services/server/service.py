@@ -168,15 +168,18 @@ class ServerService:
 
     # ------------------------------------------------------------------ restart
 
-    async def reapply(self, committed: Recorded, run_log: list[Recorded]) -> str:
-        """Re-apply a swap the log holds as committed; returns "" on success, else why not."""
+    async def reapply(self, committed: Recorded, run_log: list[Recorded]) -> pb.ParityObservation:
+        """Re-apply a swap the log holds as committed, through the checks of its first commit; returns what
+        was observed (`domain.reapply_outcome` reads it). Whatever does not pass is reverted."""
         msg: pb.SwapCommitted = committed.msg
         trigger = next((r for r in run_log if r.env.event_id == committed.env.causation_id), None)
         proposed = domain.find_proposed(run_log, msg.candidate_id)
         if trigger is None or proposed is None or proposed.source_sha256 != msg.source_sha256:
-            return "the log no longer holds its conclusion or its candidate"
+            return pb.ParityObservation(
+                dtype=self.engine.dtype, error="the log no longer holds its conclusion or its candidate"
+            )
         outcome = await self._attempt([r for r in run_log if r.seq <= trigger.seq], trigger)
-        return "" if isinstance(outcome, pb.SwapCommitted) else outcome.reason
+        return outcome.observed
 
     # ------------------------------------------------------------------ rollback
 

@@ -104,3 +104,10 @@ async def test_two_runs_committing_the_same_kernel_get_two_swaps_and_a_restart_k
     listed = yantra("swaps").stdout
     assert next(line for line in listed.splitlines() if line.startswith(two.swap_id)).endswith("server: committed")
     assert one.swap_id not in {line.split()[0] for line in listed.splitlines() if "server: committed" in line}
+    # ...and says so in the swap's run, which still replays byte for byte
+    log = await bus.read_run(second)
+    reapplied = ev.last(log, "SwapReapplied")
+    assert reapplied is not None and reapplied.msg.restored and reapplied.msg.swap_id == two.swap_id
+    assert ev.last(await bus.read_run(first), "SwapReapplied") is None  # rolled back: not re-applied
+    replay = yantra("replay", second, "--verify")
+    assert replay.returncode == 0 and "SwapReapplied" in replay.stdout, replay.stdout + replay.stderr

@@ -585,6 +585,22 @@ class SwapRolledBack(_message.Message):
     observed: ParityObservation
     def __init__(self, swap_id: _Optional[str] = ..., candidate_id: _Optional[str] = ..., reason: _Optional[str] = ..., observed: _Optional[_Union[ParityObservation, _Mapping]] = ...) -> None: ...
 
+class SwapReapplied(_message.Message):
+    __slots__ = ("swap_id", "candidate_id", "target_class", "restored", "reason", "observed")
+    SWAP_ID_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_CLASS_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    swap_id: str
+    candidate_id: str
+    target_class: str
+    restored: bool
+    reason: str
+    observed: ParityObservation
+    def __init__(self, swap_id: _Optional[str] = ..., candidate_id: _Optional[str] = ..., target_class: _Optional[str] = ..., restored: bool = ..., reason: _Optional[str] = ..., observed: _Optional[_Union[ParityObservation, _Mapping]] = ...) -> None: ...
+
 class RollbackRequested(_message.Message):
     __slots__ = ("swap_id", "reason", "failure")
     SWAP_ID_FIELD_NUMBER: _ClassVar[int]
