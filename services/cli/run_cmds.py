@@ -10,26 +10,13 @@ import uuid
 
 from services.cli.common import CliError, add_common, bounded, open_bus, run_id_arg, settings_of
 from services.core import events as ev
-from services.core import run_end
+from services.core import policies, run_end
 from services.core.bus import Bus
 from services.core.describe import describe
 from services.core.pb import events_pb2 as pb
 from services.core.server_client import ServerUnavailable, generate, wait_ready
 from services.core.stack import resolve_server_addr
 
-POLICIES = {
-    "gpu-default": pb.SwapPolicy(
-        min_reward=2, name="gpu-default", reason="swap only kernels measured > 5% faster than eager"
-    ),
-    "cpu-untimed": pb.SwapPolicy(
-        min_reward=1,
-        name="cpu-untimed",
-        reason=(
-            "explicit: no GPU, kernels run under TRITON_INTERPRET=1 and cannot be timed; a correct (+1) kernel may swap"
-        ),
-    ),
-}
-DEFAULT_PROMPTS = ("The quick brown fox", "Once upon a time", "In a distant galaxy")
 CANARY_PROMPT = "The quick brown fox"
 
 
@@ -84,7 +71,7 @@ def _resolve_policy(args, device: str) -> pb.SwapPolicy:
             " pass --policy cpu-untimed to allow a correct untimed kernel to swap"
         )
     policy = pb.SwapPolicy()
-    policy.CopyFrom(POLICIES[name])
+    policy.CopyFrom(policies.NAMED[name])
     return policy
 
 
@@ -101,7 +88,7 @@ def check_run_request(prompts: list[str], decode_tokens: int, max_positions: int
 
 
 async def start_run(bus: Bus, args, health) -> str:
-    prompts = args.prompt or list(DEFAULT_PROMPTS)
+    prompts = args.prompt or []  # none: the profiler's own defaults (services.profiler.domain)
     check_run_request(prompts, args.decode_tokens, health.max_positions)
     policy = _resolve_policy(args, health.device)
     run_id = await request_run(
@@ -196,7 +183,7 @@ def _new_tokens(text: str) -> int:
 def add_run_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--policy",
-        choices=["auto", *POLICIES],
+        choices=["auto", *policies.NAMED],
         default="auto",
         help="swap policy recorded in the run (auto: gpu-default; demo on CPU: cpu-untimed)",
     )

@@ -13,6 +13,7 @@ from google.protobuf.message import Message
 from services.coder.contract import ContractError, derive_contract
 from services.coder.templates import BY_FAMILY, BY_TEMPLATE, rmsnorm
 from services.core import events as ev
+from services.core import policies
 from services.core.events import Recorded
 from services.core.kernels import sha256
 from services.core.pb import events_pb2 as pb
@@ -20,11 +21,7 @@ from services.core.replay import Rederive
 
 DEFAULT_MAX_CANDIDATES = 3
 TOP_REWARD = 3  # nothing beats "faster than the best baseline": stop searching
-DEFAULT_POLICY = pb.SwapPolicy(
-    min_reward=2,
-    name="gpu-default",
-    reason="the run request set no policy: swap only kernels judged > 5% faster than eager",
-)
+DEFAULT_POLICY = policies.UNREQUESTED
 
 
 @dataclass(frozen=True)
