@@ -69,3 +69,13 @@ def test_every_service_gets_the_admin_token():
     services = json.loads(_config("--format", "json").stdout)["services"]
     for name in ("server", "profiler", "skillstore", "coder", "judge"):
         assert services[name]["environment"]["YANTRA_ADMIN_TOKEN"] == "t0ken", name
+
+
+def test_no_two_services_share_a_data_volume():
+    """Each service keeps its own files (the skill index is a projection of the stream): a shared volume
+    would let two replicas write one library file."""
+    import json
+
+    services = json.loads(_config("--format", "json").stdout)["services"]
+    for name in ("server", "profiler", "skillstore", "coder", "judge"):
+        assert not services[name].get("volumes"), name
