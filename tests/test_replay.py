@@ -39,7 +39,7 @@ def test_an_answer_derived_with_another_ordinal_is_flagged():
         "r1", failed.msg, producer="profiler", time_ns=0, causation_id=asked.env.event_id, ordinal=3
     )
     problems = verify([*run.log, ev.Recorded(3, forged)], REDERIVE)
-    assert len(problems) == 1 and "another ordinal than its place (1)" in problems[0].problem
+    assert len(problems) == 1 and "at its place (ordinal 1 of its cause's answers)" in problems[0].problem
 
 
 async def test_a_copy_published_without_its_message_id_is_stored_and_flagged(bus, run_id):
