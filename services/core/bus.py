@@ -1,4 +1,7 @@
-"""The event bus: JetStream streams, publishing with dedup, run logs, durable consumers, dead letters."""
+"""The event bus: connecting, publishing with dedup, reading and following run logs, durable consumers.
+
+The streams and their limits are in `services.core.streams`, dead letters in `services.core.dead_letters`.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +10,64 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import nats
 from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 from nats.js import api
-from nats.js.errors import APIError, BadRequestError, NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
+from services.core import dead_letters as dlq
 from services.core import events as ev
+from services.core import streams
+from services.core.dead_letters import MAX_REASON_CHARS, DeadLetter, dlq_msg_id
 from services.core.events import Envelope, Recorded
+from services.core.stream_read import read_msgs
+from services.core.streams import (
+    _JS_STREAM_FULL,
+    DEDUP_WINDOW_S,
+    DLQ_DEDUP_WINDOW_S,
+    DLQ_MAX_AGE_S,
+    DLQ_MAX_BYTES,
+    DLQ_MAX_MSGS,
+    METRICS_MAX_AGE_S,
+    METRICS_MAX_MSGS,
+    MIN_RESERVED_BYTES,
+    RUNS_MAX_BYTES,
+    RUNS_MAX_MSG_SIZE,
+    _same,
+    stream_configs,
+)
 
 log = logging.getLogger(__name__)
+
+# What callers import from here; the stream limits live in services.core.streams, dead letters in
+# services.core.dead_letters.
+__all__ = [
+    "ACK_WAIT_S",
+    "DEDUP_WINDOW_S",
+    "DLQ_DEDUP_WINDOW_S",
+    "DLQ_MAX_AGE_S",
+    "DLQ_MAX_BYTES",
+    "DLQ_MAX_MSGS",
+    "MAX_DELIVER",
+    "MAX_REASON_CHARS",
+    "METRICS_MAX_AGE_S",
+    "METRICS_MAX_MSGS",
+    "MIN_RESERVED_BYTES",
+    "RUNS_MAX_BYTES",
+    "RUNS_MAX_MSG_SIZE",
+    "Bus",
+    "BusUnavailable",
+    "DeadLetter",
+    "EventRefused",
+    "GiveUp",
+    "Handler",
+    "Undecodable",
+    "decode_on",
+    "dlq_msg_id",
+    "stream_configs",
+]
 
 MAX_DELIVER = 5
 # How long JetStream waits for an ack before it hands a message out again. Short, so the work of a killed
@@ -26,37 +75,9 @@ MAX_DELIVER = 5
 # once, see `_dispatch`). Long work is not cut short: a handler's message is marked in progress every third
 # of this, which needs the handler to yield to the event loop (blocking work runs in threads or processes).
 ACK_WAIT_S = 5.0
-DEDUP_WINDOW_S = 600.0
-METRICS_MAX_AGE_S = 24 * 3600
-METRICS_MAX_MSGS = 100_000
-
-# YANTRA_RUNS is the event-sourced log: no old event may ever be dropped, so when a limit is reached the
-# stream refuses new events (DiscardPolicy.NEW: the publisher gets an error) instead of making room.
-# The largest legit event is a CandidateProposed: at most the judge's MAX_SOURCE_CHARS (200,000) of kernel
-# source plus its contract, about 200 KB (a ProfileCaptured is a few KB per module class). 1 MiB leaves five
-# times that, and is nats-server's default max_payload, so nothing larger could be published anyway.
-RUNS_MAX_MSG_SIZE = 1 << 20
-# A recorded run is about 25 KB (tests/tui/data/real_run.jsonl; more with many candidates), so this is
-# hundreds of thousands of runs. JetStream reserves a stream's max_bytes on its disk up front: a server with
-# less room gets the largest power-of-two fraction that fits (see `_reserving`).
-RUNS_MAX_BYTES = 16 << 30
-# YANTRA_DLQ holds copies of what no service could handle: bounded in count, age and size, oldest first out.
-# 3,000 garbage messages once made 6,000 entries here with no limit at all.
-DLQ_MAX_MSGS = 10_000
-DLQ_MAX_AGE_S = 14 * 24 * 3600
-DLQ_MAX_BYTES = 1 << 30
-# A message is dead-lettered once (its Nats-Msg-Id is derived from where it was stored, see `dlq_msg_id`);
-# the DLQ remembers ids this long, so a service that comes back after longer could add one more copy.
-DLQ_DEDUP_WINDOW_S = 24 * 3600
-# The least `_reserving` settles for (and never less than twice what a stream holds): below it, no limit.
-MIN_RESERVED_BYTES = 64 << 20
-# nats-server's error codes for "the disk cannot hold this stream's max_bytes" and "the stream is full".
-_JS_INSUFFICIENT_RESOURCES = 10047
-_JS_STREAM_FULL = (10054, 10076, 10077)  # message too big, too many messages, too many bytes
-MAX_REASON_CHARS = 4000
 # Fetch timeouts: a fetch that finds nothing raises nats' TimeoutError, or, when its deadline runs out
 # between its two pull requests (seen under load), asyncio's; both are the builtin TimeoutError, which
-# is what every fetch here catches.
+# is what every fetch here (and in `services.core.stream_read`) catches.
 
 
 class BusUnavailable(RuntimeError):
@@ -81,91 +102,12 @@ class Undecodable:
     reason: str
 
 
-@dataclass(frozen=True)
-class DeadLetter:
-    """An entry of YANTRA_DLQ: the original bytes, and where they came from and why in its headers."""
-
-    seq: int
-    time: datetime
-    subject: str
-    headers: dict[str, str]
-    data: bytes
-
-    @property
-    def reason(self) -> str:
-        return self.headers.get("Yantra-Reason", "")
-
-    @property
-    def service(self) -> str:
-        return self.headers.get("Yantra-Service") or self.subject.removeprefix("yantra.dlq.")
-
-    @property
-    def original_subject(self) -> str:
-        return self.headers.get("Yantra-Subject", "")
-
-    @property
-    def original_seq(self) -> int:
-        try:
-            return int(self.headers.get("Yantra-Seq", "0"))
-        except ValueError:
-            return 0
-
-
-def dlq_msg_id(stream: str, seq: int, service: str = "") -> str:
-    """The dead letter's id: one per stored message (undecodable for everyone), or per service and message
-    (its handler failed); the DLQ drops a second copy with the same id."""
-    return f"dlq-{stream}-{seq}" + (f"-{service}" if service else "")
-
-
 def decode_on(subject: str, data: bytes) -> Envelope:
     """The envelope of a message stored on `subject`; BadEvent if it does not decode or names another type."""
     env = ev.decode(data)
     if subject.rsplit(".", 1)[-1] != env.type:
         raise ev.BadEvent(f"subject {subject} does not match event type {env.type}")
     return env
-
-
-def stream_configs() -> list[api.StreamConfig]:
-    """The streams and their limits, the log last: on a server with little disk it takes what the others
-    leave (a stream with no byte limit cannot even be made once every byte is reserved)."""
-    return [
-        api.StreamConfig(
-            name=ev.DLQ_STREAM,
-            subjects=[ev.DLQ_SUBJECTS],
-            storage=api.StorageType.FILE,
-            max_msgs=DLQ_MAX_MSGS,
-            max_age=DLQ_MAX_AGE_S,
-            max_bytes=DLQ_MAX_BYTES,
-            discard=api.DiscardPolicy.OLD,
-            duplicate_window=DLQ_DEDUP_WINDOW_S,
-        ),
-        api.StreamConfig(
-            name=ev.METRICS_STREAM,
-            subjects=[ev.METRICS_SUBJECTS],
-            storage=api.StorageType.FILE,
-            max_age=METRICS_MAX_AGE_S,
-            max_msgs=METRICS_MAX_MSGS,
-        ),
-        api.StreamConfig(
-            name=ev.RUNS_STREAM,
-            subjects=[ev.RUN_SUBJECTS],
-            storage=api.StorageType.FILE,
-            duplicate_window=DEDUP_WINDOW_S,
-            max_msg_size=RUNS_MAX_MSG_SIZE,
-            max_bytes=RUNS_MAX_BYTES,
-            discard=api.DiscardPolicy.NEW,
-        ),
-    ]
-
-
-# What ensure_streams keeps equal to stream_configs() on a stream that exists already.
-_STREAM_LIMITS = ("max_msgs", "max_bytes", "max_age", "max_msg_size", "discard", "duplicate_window")
-
-
-def _same(have, want) -> bool:
-    if isinstance(want, float | int) and isinstance(have, float | int):
-        return abs(have - want) < 1e-3
-    return have == want
 
 
 def _why(exc: BaseException) -> str:
@@ -175,11 +117,6 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, APIError):
         return exc.description or type(exc).__name__
     return text or ("timed out" if isinstance(exc, TimeoutError) else type(exc).__name__)
-
-
-def _header(value: str) -> str:
-    """A header value on one line (NATS headers are lines)."""
-    return " ".join(value.split())
 
 
 class Bus:
@@ -223,51 +160,7 @@ class Bus:
 
     async def ensure_streams(self) -> None:
         """Create the streams, or bring an existing one's limits to `stream_configs()` (old data dirs)."""
-        for want in stream_configs():
-            await self._ensure_stream(want)
-
-    async def _ensure_stream(self, want: api.StreamConfig) -> None:
-        try:
-            info = await self.js.stream_info(want.name)
-        except NotFoundError:
-            try:
-                await self._reserving(self.js.add_stream, want, used=0)
-                return
-            except BadRequestError:  # made meanwhile by another process starting at the same time
-                info = await self.js.stream_info(want.name)
-        have = info.config
-        changed = {
-            f: getattr(want, f)
-            for f in _STREAM_LIMITS
-            if getattr(want, f) not in (None, 0) and not _same(getattr(have, f), getattr(want, f))  # 0, None: unset
-        }
-        if not changed:
-            return
-        log.info("stream %s: updating %s", want.name, ", ".join(f"{k}={v}" for k, v in changed.items()))
-        await self._reserving(self.js.update_stream, have.evolve(**changed), used=info.state.bytes)
-
-    async def _reserving(self, op, cfg: api.StreamConfig, used: int) -> None:
-        """`op(cfg)`, with max_bytes halved while the server cannot reserve that much disk for it.
-
-        Never below twice what the stream holds (a full log refuses every event), nor MIN_RESERVED_BYTES:
-        past that the stream keeps no byte limit rather than one that would stop it.
-        """
-        wanted = cfg.max_bytes
-        while True:
-            try:
-                await op(cfg)
-                break
-            except APIError as exc:
-                if exc.err_code != _JS_INSUFFICIENT_RESOURCES or not cfg.max_bytes or cfg.max_bytes < 0:
-                    raise
-                smaller = cfg.max_bytes // 2
-                if smaller < max(MIN_RESERVED_BYTES, 2 * used):
-                    log.warning("stream %s: no room to reserve even %d bytes; keeping no byte limit", cfg.name, wanted)
-                    cfg = cfg.evolve(max_bytes=-1)
-                else:
-                    cfg = cfg.evolve(max_bytes=smaller)
-        if wanted and cfg.max_bytes != wanted:
-            log.info("stream %s: max_bytes %d (%d would not fit on the server's disk)", cfg.name, cfg.max_bytes, wanted)
+        await streams.ensure_streams(self.js)
 
     # ------------------------------------------------------------------ publishing
 
@@ -300,46 +193,14 @@ class Bus:
         With its stream sequence, the copy gets an id (`dlq_msg_id`) so it is stored once: per service
         (`mine`: this service's handler failed it), or once for all (it is undecodable for everyone).
         """
-        headers = {
-            "Yantra-Reason": _header(reason)[:MAX_REASON_CHARS],
-            "Yantra-Subject": subject,
-            "Yantra-Service": service,
-            "Yantra-Time": datetime.now(UTC).isoformat(timespec="milliseconds"),
-        }
-        if seq:
-            headers |= {"Yantra-Stream": stream, "Yantra-Seq": str(seq)}
-            headers["Nats-Msg-Id"] = dlq_msg_id(stream, seq, service if mine else "")
+        headers = dlq.dead_letter_headers(service, reason, subject, stream=stream, seq=seq, mine=mine)
         await self.js.publish(ev.dlq_subject(service), data, headers=headers, timeout=5.0)
 
     # ------------------------------------------------------------------ reading
 
     async def _read_msgs(self, stream: str, subject: str) -> list:
         """Every message on `subject` in stream order, each once."""
-        cfg = api.ConsumerConfig(
-            ack_policy=api.AckPolicy.NONE,
-            deliver_policy=api.DeliverPolicy.ALL,
-            inactive_threshold=30.0,
-            filter_subject=subject,
-            mem_storage=True,  # see `tail`
-        )
-        psub = await self.js.pull_subscribe(subject, stream=stream, config=cfg)
-        try:
-            info = await psub.consumer_info()
-            remaining = info.num_pending
-            out: list = []
-            while remaining > 0:
-                try:
-                    msgs = await psub.fetch(min(remaining, 256), timeout=5.0)
-                except TimeoutError:
-                    break
-                for m in msgs:
-                    if not out or m.metadata.sequence.stream > out[-1].metadata.sequence.stream:
-                        out.append(m)
-                    remaining = m.metadata.num_pending
-            return out
-        finally:
-            with suppress(Exception):
-                await psub.unsubscribe()
+        return await read_msgs(self.js, stream, subject)
 
     async def _read(self, stream: str, subject: str) -> list[tuple[int, bytes, str]]:
         """Every message on `subject` in stream order, as (sequence, data, subject)."""
@@ -431,31 +292,17 @@ class Bus:
 
     async def dead_letters(self, service: str = "*") -> list[DeadLetter]:
         """Every entry of the DLQ (of one service, or all), oldest first."""
-        try:
-            msgs = await self._read_msgs(ev.DLQ_STREAM, ev.dlq_subject(service))
-        except NotFoundError:
-            return []
-        return [
-            DeadLetter(m.metadata.sequence.stream, m.metadata.timestamp, m.subject, dict(m.headers or {}), m.data)
-            for m in msgs
-        ]
+        return await dlq.list_dead_letters(self.js, service)
 
     async def read_dead_letters(self, service: str = "*") -> list[tuple[bytes, dict]]:
         return [(d.data, d.headers) for d in await self.dead_letters(service)]
 
     async def get_dead_letter(self, seq: int) -> DeadLetter | None:
         """The DLQ entry with this sequence, or None when there is none (never was, or aged out)."""
-        try:
-            m = await self.js.get_msg(ev.DLQ_STREAM, seq)
-        except NotFoundError:
-            return None
-        return DeadLetter(m.seq or seq, m.time, m.subject or "", dict(m.headers or {}), m.data or b"")
+        return await dlq.get_dead_letter(self.js, seq)
 
     async def dead_letter_count(self) -> int:
-        try:
-            return (await self.js.stream_info(ev.DLQ_STREAM)).state.messages
-        except NotFoundError:
-            return 0
+        return await dlq.count_dead_letters(self.js)
 
     # ------------------------------------------------------------------ consuming
 

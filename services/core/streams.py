@@ -1,0 +1,135 @@
+"""The JetStream streams and their limits: what each keeps, and making or updating them on a server's disk."""
+
+from __future__ import annotations
+
+import logging
+
+from nats.js import JetStreamContext, api
+from nats.js.errors import APIError, BadRequestError, NotFoundError
+
+from services.core import events as ev
+
+log = logging.getLogger(__name__)
+
+DEDUP_WINDOW_S = 600.0
+METRICS_MAX_AGE_S = 24 * 3600
+METRICS_MAX_MSGS = 100_000
+
+# YANTRA_RUNS is the event-sourced log: no old event may ever be dropped, so when a limit is reached the
+# stream refuses new events (DiscardPolicy.NEW: the publisher gets an error) instead of making room.
+# The largest legit event is a CandidateProposed: at most the judge's MAX_SOURCE_CHARS (200,000) of kernel
+# source plus its contract, about 200 KB (a ProfileCaptured is a few KB per module class). 1 MiB leaves five
+# times that, and is nats-server's default max_payload, so nothing larger could be published anyway.
+RUNS_MAX_MSG_SIZE = 1 << 20
+# A recorded run is about 25 KB (tests/tui/data/real_run.jsonl; more with many candidates), so this is
+# hundreds of thousands of runs. JetStream reserves a stream's max_bytes on its disk up front: a server with
+# less room gets the largest power-of-two fraction that fits (see `_reserving`).
+RUNS_MAX_BYTES = 16 << 30
+# YANTRA_DLQ holds copies of what no service could handle: bounded in count, age and size, oldest first out.
+# 3,000 garbage messages once made 6,000 entries here with no limit at all.
+DLQ_MAX_MSGS = 10_000
+DLQ_MAX_AGE_S = 14 * 24 * 3600
+DLQ_MAX_BYTES = 1 << 30
+# A message is dead-lettered once (its Nats-Msg-Id is derived from where it was stored, see
+# `services.core.dead_letters.dlq_msg_id`); the DLQ remembers ids this long, so a service that comes back
+# after longer could add one more copy.
+DLQ_DEDUP_WINDOW_S = 24 * 3600
+# The least `_reserving` settles for (and never less than twice what a stream holds): below it, no limit.
+MIN_RESERVED_BYTES = 64 << 20
+# nats-server's error codes for "the disk cannot hold this stream's max_bytes" and "the stream is full".
+_JS_INSUFFICIENT_RESOURCES = 10047
+_JS_STREAM_FULL = (10054, 10076, 10077)  # message too big, too many messages, too many bytes
+
+
+def stream_configs() -> list[api.StreamConfig]:
+    """The streams and their limits, the log last: on a server with little disk it takes what the others
+    leave (a stream with no byte limit cannot even be made once every byte is reserved)."""
+    return [
+        api.StreamConfig(
+            name=ev.DLQ_STREAM,
+            subjects=[ev.DLQ_SUBJECTS],
+            storage=api.StorageType.FILE,
+            max_msgs=DLQ_MAX_MSGS,
+            max_age=DLQ_MAX_AGE_S,
+            max_bytes=DLQ_MAX_BYTES,
+            discard=api.DiscardPolicy.OLD,
+            duplicate_window=DLQ_DEDUP_WINDOW_S,
+        ),
+        api.StreamConfig(
+            name=ev.METRICS_STREAM,
+            subjects=[ev.METRICS_SUBJECTS],
+            storage=api.StorageType.FILE,
+            max_age=METRICS_MAX_AGE_S,
+            max_msgs=METRICS_MAX_MSGS,
+        ),
+        api.StreamConfig(
+            name=ev.RUNS_STREAM,
+            subjects=[ev.RUN_SUBJECTS],
+            storage=api.StorageType.FILE,
+            duplicate_window=DEDUP_WINDOW_S,
+            max_msg_size=RUNS_MAX_MSG_SIZE,
+            max_bytes=RUNS_MAX_BYTES,
+            discard=api.DiscardPolicy.NEW,
+        ),
+    ]
+
+
+# What ensure_streams keeps equal to stream_configs() on a stream that exists already.
+_STREAM_LIMITS = ("max_msgs", "max_bytes", "max_age", "max_msg_size", "discard", "duplicate_window")
+
+
+def _same(have, want) -> bool:
+    if isinstance(want, float | int) and isinstance(have, float | int):
+        return abs(have - want) < 1e-3
+    return have == want
+
+
+async def ensure_streams(js: JetStreamContext) -> None:
+    """Create the streams, or bring an existing one's limits to `stream_configs()` (old data dirs)."""
+    for want in stream_configs():
+        await ensure_stream(js, want)
+
+
+async def ensure_stream(js: JetStreamContext, want: api.StreamConfig) -> None:
+    try:
+        info = await js.stream_info(want.name)
+    except NotFoundError:
+        try:
+            await _reserving(js.add_stream, want, used=0)
+            return
+        except BadRequestError:  # made meanwhile by another process starting at the same time
+            info = await js.stream_info(want.name)
+    have = info.config
+    changed = {
+        f: getattr(want, f)
+        for f in _STREAM_LIMITS
+        if getattr(want, f) not in (None, 0) and not _same(getattr(have, f), getattr(want, f))  # 0, None: unset
+    }
+    if not changed:
+        return
+    log.info("stream %s: updating %s", want.name, ", ".join(f"{k}={v}" for k, v in changed.items()))
+    await _reserving(js.update_stream, have.evolve(**changed), used=info.state.bytes)
+
+
+async def _reserving(op, cfg: api.StreamConfig, used: int) -> None:
+    """`op(cfg)`, with max_bytes halved while the server cannot reserve that much disk for it.
+
+    Never below twice what the stream holds (a full log refuses every event), nor MIN_RESERVED_BYTES:
+    past that the stream keeps no byte limit rather than one that would stop it.
+    """
+    wanted = cfg.max_bytes
+    while True:
+        try:
+            await op(cfg)
+            break
+        except APIError as exc:
+            if exc.err_code != _JS_INSUFFICIENT_RESOURCES or not cfg.max_bytes or cfg.max_bytes < 0:
+                raise
+            smaller = cfg.max_bytes // 2
+            if smaller < max(MIN_RESERVED_BYTES, 2 * used):
+                log.warning("stream %s: no room to reserve even %d bytes; keeping no byte limit", cfg.name, wanted)
+                cfg = cfg.evolve(max_bytes=-1)
+            else:
+                cfg = cfg.evolve(max_bytes=smaller)
+    if wanted and cfg.max_bytes != wanted:
+        log.info("stream %s: max_bytes %d (%d would not fit on the server's disk)", cfg.name, cfg.max_bytes, wanted)
