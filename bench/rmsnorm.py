@@ -28,7 +28,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from services.coder.templates import rmsnorm as template  # noqa: E402
-from services.core.kernels import load_entrypoint, write_source  # noqa: E402
+from services.core.kernels import candidate_wrapper  # noqa: E402
 from services.core.tolerances import within  # noqa: E402
 from services.judge.timing import GRAPH_CALLS, capture  # noqa: E402
 
@@ -81,7 +81,7 @@ def implementations(width: int, dtype: torch.dtype, eps: float):
     ours = {}
     kernel_dir = Path("/tmp/yantra-bench-kernels")
     for config in BENCH_CONFIGS:
-        entry = load_entrypoint(write_source(kernel_dir, template.render(config)), "rmsnorm_forward")
+        entry = candidate_wrapper(kernel_dir, template.render(config), template.plan(config))
         key = f"ours_w{config.num_warps}_r{config.rows_per_program}"
         ours[key] = (lambda e: lambda x: e(hidden_states=x, weight=hf.weight, eps=eps))(entry)
     return hf, impls, ours

@@ -1,8 +1,8 @@
 """How a candidate kernel plugs into a live module class: derived from the module's introspection.
 
-The contract names the entrypoint, the forward inputs passed straight through, and the module
-attributes bound to the entrypoint's other parameters (read at call time by
-`services.core.kernels.bound_forward`).
+The contract names the entrypoint (the op family's wrapper), the forward inputs passed straight
+through, and the module attributes bound to the wrapper's other parameters (read at call time by
+`services.core.kernels.bind`, the one binder of the judge and the server).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from services.coder.templates import BY_FAMILY, BY_TEMPLATE, rmsnorm
 from services.core import events as ev
 from services.core import policies
 from services.core.events import Recorded
-from services.core.kernels import sha256
+from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive
 
@@ -83,14 +83,16 @@ def propose(
     origin: str,
     skill_id: str = "",
 ) -> pb.CandidateProposed:
-    """A candidate rendered from `template` (a module of services.coder.templates) with `config`."""
-    source = template.render(config)
-    digest = sha256(source)
+    """A candidate rendered from `template` (a module of services.coder.templates) with `config`: kernel
+    source plus its launch plan, identified by both."""
+    source, plan = template.render(config), template.plan(config)
+    digest = candidate_sha256(source, plan)
     return pb.CandidateProposed(
         candidate_id=f"c{attempt}-{digest[:10]}",
         target_class=target_class,
         source=source,
         source_sha256=digest,
+        plan=plan,
         contract=contract,
         config=config,
         origin=origin,

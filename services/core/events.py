@@ -13,7 +13,9 @@ from services.core.pb import envelope_pb2, events_pb2
 Envelope = envelope_pb2.Envelope
 # 2: swap ids are unique per commit (`swap-<run>-<candidate>`); events written at 1 keep their own rule
 # on replay (services.server.domain.swap_id_for), so old runs still verify.
-SCHEMA_VERSION = 2
+# 3: candidates are data (kernel source + LaunchPlan, no host code), judged by the parent from the child's
+# outputs; a verdict written at 2 or earlier re-derives by the reward rules of its time (services.judge.reward).
+SCHEMA_VERSION = 3
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).
 RUN_EVENT_NAMES = (

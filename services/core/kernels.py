@@ -1,7 +1,9 @@
-"""Loading candidate kernel source from a real file and binding it to a live module.
+"""Loading a candidate's kernels from a real file, and the one binder from a live module to its wrapper.
 
-Shared by the judge's sandbox child (correctness, timing) and the server's hot-swap, so the
-kernel that was judged is called exactly the way it will be served.
+Shared by the judge's sandbox child (correctness, timing) and the server's hot-swap, so the kernel
+that was judged is called exactly the way it will be served. A candidate is data: its source holds
+only @triton.jit kernels (checked by services.core.kernel_schema before anything here runs), and the
+Python that calls them is its op family's wrapper (services.ops), built from the launch plan.
 """
 
 from __future__ import annotations
@@ -14,13 +16,25 @@ from pathlib import Path
 
 from services.core.pb import events_pb2 as pb
 
+_CASTS = {"float": float, "int": int}
+
 
 class KernelLoadError(RuntimeError):
-    """The candidate source could not be imported or lacks its entrypoint."""
+    """The candidate's kernels could not be imported, or its plan names one the source lacks."""
 
 
 def sha256(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
+
+
+def candidate_sha256(source: str, plan: pb.LaunchPlan) -> str:
+    """The identity of what is judged and served: the kernel source and its launch plan together.
+
+    A candidate without a plan (recorded before candidates became data) is identified by its source.
+    """
+    if plan.ByteSize() == 0:
+        return sha256(source)
+    return hashlib.sha256(source.encode() + b"\0" + plan.SerializeToString(deterministic=True)).hexdigest()
 
 
 def write_source(directory: Path, source: str) -> Path:
@@ -32,8 +46,12 @@ def write_source(directory: Path, source: str) -> Path:
     return path
 
 
-def load_entrypoint(path: Path, entrypoint: str) -> Callable:
-    """Import the file as a fresh module (importlib, never exec) and return its entrypoint."""
+def load_kernels(path: Path, names: list[str]) -> dict[str, Callable]:
+    """Import the file as a fresh module (importlib, never exec) and return the named @triton.jit kernels.
+
+    Only a source that passed the kernel schema may come here: its module level is imports of triton,
+    constants and kernel definitions, so importing it runs no host code of the candidate's author.
+    """
     name = f"yantra_kernel_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -44,29 +62,58 @@ def load_entrypoint(path: Path, entrypoint: str) -> Callable:
         spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(name, None)
-        raise KernelLoadError(f"candidate does not import: {type(exc).__name__}: {exc}") from exc
-    fn = getattr(module, entrypoint, None)
-    if not callable(fn):
-        raise KernelLoadError(f"candidate has no callable entrypoint {entrypoint!r}")
-    return fn
+        raise KernelLoadError(f"the kernels do not import: {type(exc).__name__}: {exc}") from exc
+    missing = [n for n in names if not callable(getattr(module, n, None))]
+    if missing:
+        raise KernelLoadError(f"the source defines no kernel {', '.join(missing)}")
+    return {n: getattr(module, n) for n in names}
+
+
+def candidate_wrapper(directory: Path, source: str, plan: pb.LaunchPlan, **options) -> Callable:
+    """The op family's wrapper running `plan` with the source's kernels (options: the family's make_forward's)."""
+    from services.ops import UnknownFamily, family
+
+    try:
+        ops = family(plan.family)
+    except UnknownFamily as exc:
+        raise KernelLoadError(str(exc)) from exc
+    kernels = load_kernels(write_source(directory, source), sorted({launch.kernel for launch in plan.launches}))
+    return ops.make_forward(plan, kernels, **options)
+
+
+def bind(contract: pb.Contract, entry: Callable) -> Callable:
+    """call(module, args, kwargs): `entry` with the contract's inputs and the bindings read from `module`.
+
+    Strict: an argument the contract does not name is an error, never silently dropped, so parity on
+    recorded live calls catches a contract that does not fit how the model calls the module. Bindings
+    are read on every call (not captured), so weights updated in place keep serving, and cast to
+    their kind (a float eps stays a float whatever the module holds).
+    """
+    inputs = list(contract.inputs)
+    bindings = [(b.param, b.attr, _CASTS.get(b.kind)) for b in contract.bindings]
+    target = contract.target
+
+    def call(module, args: tuple, kwargs: dict):
+        if len(args) > len(inputs):
+            raise TypeError(f"patched {target}.forward takes {len(inputs)} inputs {inputs}, got {len(args)}")
+        named = dict(zip(inputs, args, strict=False))
+        for name, value in kwargs.items():
+            if name not in inputs or name in named:
+                raise TypeError(f"patched {target}.forward got an unexpected argument {name!r}")
+            named[name] = value
+        for param, attr, cast in bindings:
+            value = getattr(module, attr)
+            named[param] = cast(value) if cast else value
+        return entry(**named)
+
+    return call
 
 
 def bound_forward(module, entry: Callable, contract: pb.Contract) -> Callable:
-    """A forward for `module` that calls the kernel with the contract's bindings, read at call time.
-
-    Attributes are read on every call (not captured), so a module whose weights are updated in
-    place keeps serving its current weights.
-    """
-    bindings = [(b.param, b.attr) for b in contract.bindings]
-    inputs = list(contract.inputs)
+    """A forward for one `module` instance through `bind` (the judge's oracle instances)."""
+    call = bind(contract, entry)
 
     def forward(*args, **kwargs):
-        call_kwargs = {param: getattr(module, attr) for param, attr in bindings}
-        for name, value in zip(inputs, args, strict=False):
-            call_kwargs[name] = value
-        for name in inputs[len(args) :]:
-            if name in kwargs:
-                call_kwargs[name] = kwargs[name]
-        return entry(**call_kwargs)
+        return call(module, args, kwargs)
 
     return forward

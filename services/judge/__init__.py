@@ -1,4 +1,4 @@
-"""The judge: the trust anchor. Static checks, contract, sandboxed correctness, honest timing, reward.
+"""The judge: the trust anchor. Candidate check, contract, sandboxed run, the parent's verdict, honest timing, reward.
 
-Import-light on purpose: the server imports services.judge.static_check before every swap.
+The candidate check it starts with (services.core.candidate_check) is shared with the server.
 """

@@ -1,13 +1,13 @@
-"""The contract layer: does the candidate's entrypoint plug into the live module class as declared?
+"""The contract layer: does the op family's wrapper plug into the live module class as declared?
 
 The live class is built on the meta device (no memory, no weights) from the recorded
-introspection; the candidate is never executed here: its entrypoint signature, and how it uses
-each parameter, are read from the AST. Each failure carries a rule id (CONTRACT_RULES).
+introspection; nothing runs. The entrypoint is the family's wrapper (services.ops), whose
+parameters and their kinds the family declares: the contract's inputs and bindings must be exactly
+those, and every binding must name real state of the live class. Each failure carries a rule id
+(CONTRACT_RULES).
 """
 
 from __future__ import annotations
-
-import ast
 
 import torch
 
@@ -26,16 +26,11 @@ CONTRACT_RULES: dict[str, str] = {
     "binding-not-state": "a binding must name instance state set in __init__ (a parameter, buffer or attribute)",
     "binding-kind": "a binding's kind must fit the attribute: a tensor where a tensor is, a float where eps is",
     "binding-shape": "a bound tensor must build with the live shape",
-    "entry-signature": "the entrypoint must take exactly the inputs and bound parameters, by name",
-    "entry-param-kind": "the entrypoint must use each parameter as the kind bound to it",
+    "entry-signature": "the entrypoint is the family's wrapper and takes exactly the inputs and bound parameters",
+    "entry-param-kind": "each parameter must be bound as the kind the family's wrapper takes it",
 }
 # Recorded introspection kinds that each binding kind may bind to.
 _RECORDED_KINDS = {"tensor": ("tensor", "parameter", "buffer"), "float": ("float",), "int": ("int",)}
-# Attributes/methods that, used on a parameter in the entrypoint, show it is taken as a tensor.
-_TENSOR_USES = frozenset(
-    {"shape", "dtype", "device", "reshape", "view", "contiguous", "stride", "dim", "numel", "size", "data_ptr",
-     "element_size", "is_contiguous", "to"}
-)  # fmt: skip
 
 
 class ContractError(ValueError):
@@ -44,49 +39,6 @@ class ContractError(ValueError):
     def __init__(self, rule: str, message: str):
         super().__init__(message)
         self.rule = rule
-
-
-def _entry_function(source: str, entrypoint: str) -> ast.FunctionDef:
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError) as exc:
-        raise ContractError("entry-signature", f"the source does not parse: {exc}") from exc
-    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entrypoint), None)
-    if fn is None:
-        raise ContractError("entry-signature", f"the source defines no top-level function {entrypoint!r}")
-    return fn
-
-
-def entry_params(source: str, entrypoint: str) -> list[str]:
-    """The parameter names of top-level `def entrypoint(...)` in `source`, read without running it."""
-    fn = _entry_function(source, entrypoint)
-    if fn.args.vararg or fn.args.kwarg:
-        raise ContractError("entry-signature", f"{entrypoint} takes *args/**kwargs; its parameters must be named")
-    if fn.args.posonlyargs:
-        raise ContractError("entry-signature", f"{entrypoint} has positional-only parameters; they are bound by name")
-    return [a.arg for a in [*fn.args.args, *fn.args.kwonlyargs]]
-
-
-def param_uses(source: str, entrypoint: str) -> dict[str, str]:
-    """param -> "tensor" | "float" where the entrypoint's annotations or use of it say which it takes."""
-    fn = _entry_function(source, entrypoint)
-    params = {a.arg: a for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}
-    out: dict[str, str] = {}
-    for name, arg in params.items():
-        note = ast.unparse(arg.annotation) if arg.annotation is not None else ""
-        if note in ("float", "int"):
-            out[name] = note
-        elif note.endswith("Tensor"):
-            out[name] = "tensor"
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in params:
-            if node.attr in _TENSOR_USES:
-                out.setdefault(node.value.id, "tensor")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("float", "int"):
-            for arg in node.args:
-                if isinstance(arg, ast.Name) and arg.id in params:
-                    out.setdefault(arg.id, node.func.id)
-    return out
 
 
 def _kind_fits(kind: str, value: object) -> bool:
@@ -212,13 +164,3 @@ def check_contract(
     except ContractError as exc:
         return pb.ContractEvidence(passed=False, checks=checks, error=str(exc), rule_id=exc.rule)
     return pb.ContractEvidence(passed=True, checks=checks)
-
-
-def check_candidate_contract(source: str, contract: pb.Contract, intro: pb.ModuleIntrospection) -> pb.ContractEvidence:
-    """check_contract with the entrypoint's parameters, and how it uses them, read from `source`."""
-    try:
-        params = entry_params(source, contract.entrypoint)
-        uses = param_uses(source, contract.entrypoint)
-    except ContractError as exc:
-        return pb.ContractEvidence(passed=False, error=str(exc), rule_id=exc.rule)
-    return check_contract(contract, intro, params, uses)

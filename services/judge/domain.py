@@ -13,7 +13,7 @@ from google.protobuf.message import Message
 
 from services.core import events as ev
 from services.core.events import Recorded
-from services.core.kernels import sha256
+from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive
 from services.judge.reward import judge_reward
@@ -45,10 +45,12 @@ def derive_judged(prior: list[Recorded], trigger: Recorded, observed: pb.JudgeOb
     proposal = trigger.msg
     if not isinstance(proposal, pb.CandidateProposed):
         raise ValueError(f"the judge answers CandidateProposed, not {trigger.type}")
-    reward, reason, vs_eager, vs_best = judge_reward(observed)
+    # Since schema 3 the parent checks the child's timing itself; a verdict of an earlier schema keeps its rules.
+    parent_checks_timing = trigger.env.schema_version >= 3
+    reward, reason, vs_eager, vs_best = judge_reward(observed, parent_checks_timing=parent_checks_timing)
     return pb.CandidateJudged(
         candidate_id=proposal.candidate_id,
-        source_sha256=sha256(proposal.source),  # the hash of what was judged, not of what was claimed
+        source_sha256=candidate_sha256(proposal.source, proposal.plan),  # what was judged, not what was claimed
         observed=observed,
         reward=reward,
         reason=reason,

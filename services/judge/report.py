@@ -52,6 +52,11 @@ def _sandbox(b: pb.SandboxEvidence) -> list[str]:
 def _correctness(c: pb.CorrectnessEvidence) -> list[str]:
     state = "passed" if c.passed else "FAILED"
     out = [f"correctness: {state}, {c.checks_passed}/{c.checks_run} checks, {c.dtype}, shapes {', '.join(c.shapes)}"]
+    if c.cases:
+        out.append(
+            f"  {c.cases} cases, regimes {', '.join(c.regimes)}; worst error {c.max_ulp_err:.2f} of the honest bound, "
+            f"largest bias {c.max_bias:.2g}"
+        )
     out += [f"  checked: {check}" for check in c.checks]
     for e in c.errors:
         out.append(f"  max error {e.dtype}: abs {e.max_abs_err:.3g}, rel {e.max_rel_err:.3g} "
@@ -88,6 +93,14 @@ def _timing(t: pb.TimingEvidence) -> list[str]:
     return out
 
 
+def _timing_check(c: pb.TimingCheck) -> list[str]:
+    state = "believed" if c.believed else f"NOT believed: {c.reason}"
+    return [
+        f"timing check (parent): {state}; its own copy ceiling {c.copy_bytes_per_s / 1e9:.0f} GB/s, "
+        f"child wall {c.child_wall_s:.1f} s, figures account for {c.timed_us / 1e6:.3f} s"
+    ]
+
+
 def describe(judged: pb.CandidateJudged) -> str:
     """Every layer's evidence, in the order the judge ran them, then the verdict."""
     obs = judged.observed
@@ -101,5 +114,7 @@ def describe(judged: pb.CandidateJudged) -> str:
         lines += _correctness(obs.correctness)
     if obs.HasField("timing"):
         lines += _timing(obs.timing)
+    if obs.HasField("timing_check"):
+        lines += _timing_check(obs.timing_check)
     lines.append(f"verdict: reward {judged.reward:+d}: {judged.reason}")
     return "\n".join(lines)

@@ -7,15 +7,17 @@ compare GPU time per call (services.judge.timing). A time the judge does not bel
 the copy ceiling after re-measurement) caps the reward at +1, and so does a candidate slower than
 eager host-inclusive at some shape (its launch costs more than eager's whole call: swapped into a
 server that launches eagerly it would slow it down); a missing torch.compile baseline caps it at
-+2. The reason names the layer and the rule.
++2. Since schema 3 the judge's parent checks the child's figures against its own copy ceiling and
+clock (services.judge.timing_check): figures it does not believe cap the reward at +1. The reason
+names the layer and the rule.
 """
 
 from __future__ import annotations
 
 import math
 
+from services.core.candidate_check import finding_summary
 from services.core.pb import events_pb2 as pb
-from services.judge.static_check import finding_summary
 
 FASTER = 1.05  # "faster" means more than 5% faster: below that is measurement noise
 SUSPICIOUS = 10.0  # a speedup this large on a memory-bound op deserves a second look
@@ -57,8 +59,11 @@ def _rejected(obs: pb.JudgeObservation) -> str:
     return ""
 
 
-def judge_reward(obs: pb.JudgeObservation) -> tuple[int, str, float, float]:
-    """(reward, reason, speedup_vs_eager, speedup_vs_best) for what the judge observed."""
+def judge_reward(obs: pb.JudgeObservation, *, parent_checks_timing: bool = True) -> tuple[int, str, float, float]:
+    """(reward, reason, speedup_vs_eager, speedup_vs_best) for what the judge observed.
+
+    `parent_checks_timing` (schema 3 on): figures the parent did not believe, or did not check, earn +1 at most.
+    """
     rejected = _rejected(obs)
     if rejected:
         return -1, rejected, 0.0, 0.0
@@ -73,6 +78,9 @@ def judge_reward(obs: pb.JudgeObservation) -> tuple[int, str, float, float]:
             why = f"untimed ({timing.reason}); reward capped at +1"
         return 1, f"{checked}; {why}", 0.0, 0.0
     figures = f"{vs_eager:.2f}x vs eager, {vs_best:.2f}x vs best baseline (geomean of {len(timing.rows)} shapes)"
+    if parent_checks_timing and not (obs.HasField("timing_check") and obs.timing_check.believed):
+        why = obs.timing_check.reason if obs.HasField("timing_check") else "the parent did not check the figures"
+        return 1, f"{checked}; {figures}; timing not believed: {why}; reward capped at +1", vs_eager, vs_best
     implausible = [row.shape for row in timing.rows if row.flag.startswith("implausible")]
     if implausible:
         why = f"timing not believed at {', '.join(implausible)}: faster than the copy ceiling after re-measuring"

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from contextlib import suppress
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from google.protobuf import json_format
@@ -38,6 +38,8 @@ PASSTHROUGH_ENV = ("PATH", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH")
 LOG_TAIL_CHARS = 2000
 MAX_RESULT_BYTES = 4 << 20
 GiB = 1 << 30
+MAX_OUTPUT_BYTES = 4 << 30  # the child's outputs file; larger is not read (and fails as missing outputs)
+CASES_FILE, OUTPUTS_FILE = "cases.pt", "outputs.pt"  # in scratch: the parent's cases in, the child's outputs out
 JUDGE_CACHE = "judge-cache"  # in scratch; written only in the child's judge phases (services.judge.sandbox_walls)
 
 SANDBOX_RULES: dict[str, str] = {
@@ -57,6 +59,7 @@ class SandboxJob:
 
     source: str
     contract: bytes  # a serialized pb.Contract
+    plan: bytes  # a serialized pb.LaunchPlan
     class_path: str
     width: int
     eps: float | None
@@ -65,14 +68,12 @@ class SandboxJob:
     input_dtype: str
     live_shape: list[int]
     device: str  # "cuda" | "cpu"
-    seeds: int = 5
-    max_rows: int = 0  # cap on the rows of the live shape (0: none); small on CPU, the interpreter is slow
-    odd_width: int = 97
-    seed_base: int = 0  # 0: drawn fresh when the job runs (recorded in the evidence)
+    seed_base: int  # the base the parent drew its cases from (the oracle instances' weights follow it)
 
     def to_json(self, nonce: str, result_fd: int, walls: dict) -> str:
         data = asdict(self)
         data["contract"] = base64.b64encode(self.contract).decode()
+        data["plan"] = base64.b64encode(self.plan).decode()
         data["nonce"] = nonce
         data["result_fd"] = result_fd
         data["walls"] = walls
@@ -106,10 +107,13 @@ class SandboxLimits:
 
 @dataclass(frozen=True)
 class SandboxOutcome:
-    correctness: pb.CorrectnessEvidence
+    """What came back: the child's facts (plain data), its timing figures, its outputs file, how it ended."""
+
+    facts: dict
     timing: pb.TimingEvidence
     sandbox: pb.SandboxEvidence = field(default_factory=pb.SandboxEvidence)
     log_tail: str = field(default="", compare=False)
+    outputs: bytes = field(default=b"", repr=False)  # outputs.pt as the child left it; loaded with weights_only
 
 
 def child_env(scratch: Path, use_gpu: bool, parent: dict[str, str] | None = None) -> dict[str, str]:
@@ -199,12 +203,7 @@ def _read_answer(fd: int) -> bytes:
 
 def _failed(rule: str, error: str, reason: str, sandbox: pb.SandboxEvidence, log_tail: str = "") -> SandboxOutcome:
     sandbox.rule_id, sandbox.error = rule, error
-    return SandboxOutcome(
-        pb.CorrectnessEvidence(passed=False, error=error),
-        pb.TimingEvidence(measured=False, reason=reason),
-        sandbox,
-        log_tail,
-    )
+    return SandboxOutcome({"child_error": error}, pb.TimingEvidence(measured=False, reason=reason), sandbox, log_tail)
 
 
 def _parse_answer(raw: bytes, nonce: str, sandbox: pb.SandboxEvidence, log_tail: str) -> SandboxOutcome:
@@ -215,8 +214,10 @@ def _parse_answer(raw: bytes, nonce: str, sandbox: pb.SandboxEvidence, log_tail:
     if not isinstance(data, dict) or data.get("nonce") != nonce:
         return _failed("untrusted-result", "the child's answer lacks the judge's nonce: not believed", "no result",
                        sandbox, log_tail)  # fmt: skip
+    facts = data.get("facts")
+    if not isinstance(facts, dict):
+        return _failed("untrusted-result", "the child's answer holds no facts", "no result", sandbox, log_tail)
     try:
-        correctness = json_format.ParseDict(data.get("correctness", {}), pb.CorrectnessEvidence())
         timing = json_format.ParseDict(data.get("timing", {}), pb.TimingEvidence())
     except json_format.ParseError as exc:
         return _failed("untrusted-result", f"the child's answer does not parse: {exc}", "no result", sandbox, log_tail)
@@ -229,9 +230,9 @@ def _parse_answer(raw: bytes, nonce: str, sandbox: pb.SandboxEvidence, log_tail:
         sandbox.rule_id, sandbox.error = "crashed", f"the sandbox could not raise its walls: {walls['failed']}"
     elif sandbox.refused:
         sandbox.rule_id, sandbox.error = "sandbox-wall", f"the walls refused: {sandbox.refused[0]}"
-    elif not correctness.passed and _MEMORY.search(correctness.error):
-        sandbox.rule_id, sandbox.error = "memory-limit", correctness.error
-    return SandboxOutcome(correctness, timing, sandbox, log_tail)
+    elif _MEMORY.search(str(facts.get("child_error", "")) + str(facts.get("problems", ""))):
+        sandbox.rule_id, sandbox.error = "memory-limit", str(facts.get("child_error") or facts.get("problems"))[:500]
+    return SandboxOutcome(facts, timing, sandbox, log_tail)
 
 
 async def run_job(
@@ -239,17 +240,18 @@ async def run_job(
     limits: SandboxLimits,
     *,
     use_gpu: bool,
+    cases: bytes = b"",
     scratch_parent: Path | None = None,
     keep_scratch: bool = False,
 ) -> SandboxOutcome:
-    """Run one job in a fresh sandbox child and return what it measured (or why it measured nothing)."""
+    """Run one job in a fresh sandbox child on `cases` (torch.save'd by the parent) and return what came back."""
     if scratch_parent is not None:
         scratch_parent.mkdir(parents=True, exist_ok=True)
-    if job.seed_base == 0:
-        job = SandboxJob(**{**asdict(job), "seed_base": secrets.randbelow(1 << 30) + 1})
     scratch = Path(tempfile.mkdtemp(prefix="yantra-judge-", dir=scratch_parent))
     for sub in ("tmp", "cache", JUDGE_CACHE):
         (scratch / sub).mkdir()
+    (scratch / CASES_FILE).write_bytes(cases)
+    (scratch / CASES_FILE).chmod(0o644)  # the child may run under a uid of its own: it reads, it cannot write
     nonce = secrets.token_hex(16)
     answer_path = scratch / ".answer"
     answer_fd = os.open(answer_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -287,11 +289,19 @@ async def run_job(
             rule = "memory-limit" if _MEMORY.search(log_tail) else "crashed"
             error = f"the sandbox child exited with {sandbox.exit} and no answer; log: {log_tail[-500:]}"
             return _failed(rule, error, "the child failed", sandbox, log_tail)
-        return _parse_answer(raw, nonce, sandbox, log_tail)
+        outcome = _parse_answer(raw, nonce, sandbox, log_tail)
+        return replace(outcome, outputs=_read_outputs(scratch / OUTPUTS_FILE))
     finally:
         os.close(answer_fd)
         if not keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _read_outputs(path: Path) -> bytes:
+    with suppress(OSError):
+        if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_OUTPUT_BYTES:
+            return path.read_bytes()
+    return b""
 
 
 async def _send(proc: asyncio.subprocess.Process, payload: bytes) -> None:

@@ -1,10 +1,12 @@
 """The sandbox child: `python -m services.judge.sandbox_child` (started by sandbox.py, job on stdin).
 
 Reads the job from stdin (there is no job file to find), raises its walls (services.judge.
-sandbox_walls), imports what the judge needs, snapshots what the candidate must not patch, then
-imports the candidate, checks correctness against the module's own forward, times it on a GPU (or
-stresses it on CPU), checks that nothing was patched, checks it again, and writes its answer to
-an inherited, already unlinked file descriptor. Whatever happens, it writes an answer.
+sandbox_walls), imports what the judge needs, snapshots what must not be patched, then loads the
+candidate's kernels behind its op family's wrapper, runs the parent's cases (services.judge.run_cases),
+times it on a GPU (or stresses it on CPU), runs the first cases again, and writes the outputs to
+`outputs.pt` and its answer (facts, timing figures, walls) to an inherited, already unlinked file
+descriptor. It decides nothing: the parent compares the outputs with references it computed itself
+(services.judge.verdict). Whatever happens, it writes an answer.
 """
 
 from __future__ import annotations
@@ -47,24 +49,6 @@ def _rows(shape: tuple[int, ...]) -> int:
     return rows
 
 
-def _shapes(job: dict, width: int) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-    """(shapes for the live-width module, shapes for the odd-width module): live, odd rows, odd width."""
-    live = tuple(int(d) for d in job["live_shape"]) or (4, width)
-    if live[-1] != width:
-        live = (4, width)
-    if job["max_rows"] and _rows(live) > job["max_rows"]:
-        live = (job["max_rows"], width)
-    odd_width = job["odd_width"]
-    if job["device"] == "cuda":
-        more = [(1, 37, width), (4099, width), (1, width)]
-        odd = [(3, odd_width), (1, 37, odd_width)]
-    else:  # the interpreter runs one program per row at ~13 ms each: few rows, still odd counts
-        more = [(1, 3, width), (5, width), (2, width)]
-        odd = [(3, odd_width), (1, 2, odd_width)]
-    main = list(dict.fromkeys([live, *more]))[:3]  # three distinct shapes, the live one first
-    return main, odd
-
-
 def _timing_shapes(job: dict, width: int) -> list[tuple[int, ...]]:
     """The live shape first, then one decode row and the GPU.md anchor sizes; one shape per row count."""
     live = tuple(int(d) for d in job["live_shape"]) or (1, width)
@@ -99,28 +83,21 @@ def _prepare(job: dict):
     import triton  # noqa: F401
     import triton.language  # noqa: F401
 
-    from services.core import kernels, tolerances  # noqa: F401
+    from services.core import kernels  # noqa: F401
     from services.core.pb import events_pb2 as pb  # noqa: F401
-    from services.judge import correctness, module_factory, poison, tamper  # noqa: F401
+    from services.judge import cases, module_factory, poison, run_cases, tamper  # noqa: F401
+    from services.ops import row_reduction  # noqa: F401
 
     if job["device"] == "cuda":
         import triton.testing  # noqa: F401
 
         from services.judge import timing  # noqa: F401
+    else:  # interpreted: bf16 casts round to nearest, as compiled kernels' do
+        from services.core import interpreter_rounding
+
+        interpreter_rounding.install()
     torch.set_grad_enabled(False)
     return module_factory.import_class(job["class_path"])
-
-
-def _checks_text(job: dict, width: int, odd_width: int, seeds: int, cls) -> list[str]:
-    return [
-        f"oracle: {cls.__qualname__}.forward (its own casting), weights 1 + 0.1*N(0,1) from seed {job['seed_base']}",
-        f"{seeds} fresh seeds from base {job['seed_base']} x 3 shapes at width {width} + 2 at odd width {odd_width}",
-        "every buffer the candidate allocates (and freed blocks of the output's size) filled with NaN first",
-        "candidate first on even seeds, reference first on odd seeds, each on its own clone",
-        "input and module parameters unmodified; output a plain tensor, own memory, module's dtype/shape/device",
-        "same input twice, fresh memory full of NaN then of a finite pattern: same answer",
-        "NaN/Inf never pass",
-    ]
 
 
 @contextmanager
@@ -138,7 +115,7 @@ def _judge_phase(wall: AuditWall | None, scratch: Path) -> Iterator[None]:
             os.environ["TRITON_CACHE_DIR"] = saved
 
 
-def _time(main, candidate, job: dict, width: int, dtype, wall: AuditWall | None, tampered, namespaces, tally):
+def _time(main, candidate, job: dict, width: int, dtype, wall: AuditWall | None, tampered, namespaces, facts):
     """Prepare the baselines in a judge phase, snapshot again, then time with the poisoning lifted."""
     from services.core.pb import events_pb2 as pb
     from services.judge import tamper
@@ -156,7 +133,7 @@ def _time(main, candidate, job: dict, width: int, dtype, wall: AuditWall | None,
         with POISON.lifted():  # timing pays nothing for the poisoning
             timing = time_candidate(main, candidate, shapes, dtype, baselines)
     except ReplayMismatch as exc:  # drifted once timing began, or fast only while captured: wrong, not slow
-        tally.fail("drift", f"right in the checks, wrong in the CUDA graph that was timed: {exc}")
+        facts["drift"] = f"right in the checks, wrong in the CUDA graph that was timed: {exc}"
         return pb.TimingEvidence(measured=False, reason="drift: the timed graph's answer was wrong")
     except Exception as exc:  # no figures, but the re-check still judges the candidate
         return pb.TimingEvidence(measured=False, reason=f"timing failed: {type(exc).__name__}: {exc}")
@@ -165,77 +142,112 @@ def _time(main, candidate, job: dict, width: int, dtype, wall: AuditWall | None,
     return timing
 
 
+AFTER_CASES = 6  # cases run again after the timing (or stress) calls: a kernel right only at first is wrong
+
+
 def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
-    """(CorrectnessEvidence, TimingEvidence) for the job's candidate."""
+    """(facts, TimingEvidence) for the job's candidate; the outputs go to `outputs.pt` in scratch."""
     import torch
 
     from services.core import kernels
     from services.core.pb import events_pb2 as pb
-    from services.judge import correctness, tamper
-    from services.judge.poison import POISON
+    from services.judge import tamper
+    from services.judge.cases import apply_layout
+    from services.judge.poison import PATTERN_BYTE, POISON
+    from services.judge.run_cases import Guard, Runs, run_case, stress, under_fill
+    from services.ops import family
 
-    contract = pb.Contract()
+    contract, plan = pb.Contract(), pb.LaunchPlan()
     contract.ParseFromString(base64.b64decode(job["contract"]))
+    plan.ParseFromString(base64.b64decode(job["plan"]))
     device = torch.device(job["device"])
     gpu = device.type == "cuda"
     dtype = _dtype(job["input_dtype"])
-    base = int(job["seed_base"])
-    seeds = [base + 2 + i for i in range(job["seeds"])]
-    width = int(job["width"])
-    odd_width = int(job["odd_width"]) if int(job["odd_width"]) != width else 2 * width + 1
-    job = {**job, "odd_width": odd_width}
-    tally = correctness.Tally(seed_base=base)
-    tally.checks.extend(_checks_text(job, width, odd_width, len(seeds), cls))
+    facts: dict = {"loaded": False, "problems": []}
+    cases = torch.load(Path.cwd() / "cases.pt", weights_only=True)  # the parent's cases: data only
 
-    POISON.install()  # before the snapshot and the import: `from torch import empty` gets the wrapper too
+    POISON.install()  # before the snapshot and the load: the wrapper's torch.empty is filled with NaN too
     namespaces = tamper.watched(cls, gpu=gpu)
     before = tamper.snapshot(namespaces)
     untimed = pb.TimingEvidence(measured=False, reason="the candidate did not load")
+    allocate = {"fn": None}  # the output allocator of the call under way: guarded, or filled with a pattern
+
+    def empty(shape, *, dtype, device):
+        return (allocate["fn"] or torch.empty)(shape, dtype=dtype, device=device)
+
     try:
-        entry = kernels.load_entrypoint(kernels.write_source(Path.cwd() / "kernel", job["source"]), contract.entrypoint)
-    except kernels.KernelLoadError as exc:
-        tally.fail("load-failed", str(exc))
-        return tally.evidence(dtype, len(seeds)), untimed
+        names = sorted({launch.kernel for launch in plan.launches})
+        loaded = kernels.load_kernels(kernels.write_source(Path.cwd() / "kernel", job["source"]), names)
+        ops = family(plan.family)
+        wrapper = ops.make_forward(plan, loaded, empty=empty)
+        ghost = ops.make_forward(plan, loaded, empty=empty, launch=False)
+    except Exception as exc:
+        facts["load_error"] = f"{type(exc).__name__}: {exc}"
+        return facts, untimed
+    facts["loaded"] = True
 
     def tampered(when: str, snapshot: dict | None = None) -> bool:
         names = tamper.changed(snapshot or before, namespaces)
-        if names:
+        if names and not facts.get("tampered"):
             shown = ", ".join(names[:5]) + (f" (+{len(names) - 5} more)" if len(names) > 5 else "")
-            tally.fail("tampered", f"{when}, the candidate had replaced {shown}")
+            facts["tampered"] = f"{when}, {shown} had been replaced"
         return bool(names)
 
     if tampered("on import"):
-        return tally.evidence(dtype, len(seeds)), pb.TimingEvidence(measured=False, reason="tampered: not timed")
-    main = _oracle(cls, job, width, device, seed=base)
-    odd = _oracle(cls, job, odd_width, device, seed=base + 1)
-    main_shapes, odd_shapes = _shapes(job, width)
-    cases = [
-        correctness.Case(main, kernels.bound_forward(main, entry, contract), main_shapes),
-        correctness.Case(odd, kernels.bound_forward(odd, entry, contract), odd_shapes),
-    ]
-    correctness.check(cases, dtype, device, seeds, tally)
-    if not tally.error:
-        tampered("during the checks")
-    if tally.error:
-        return tally.evidence(dtype, len(seeds)), pb.TimingEvidence(measured=False, reason="incorrect: not timed")
+        return facts, pb.TimingEvidence(measured=False, reason="tampered: not timed")
+    call = kernels.bind(contract, wrapper)
+    ghost_call = kernels.bind(contract, ghost)
+    weight_attr = next((b.attr for b in contract.bindings if b.kind == "tensor"), "weight")
+    modules: dict[int, torch.nn.Module] = {}
 
-    if gpu:
-        timing = _time(main, cases[0].candidate, job, width, dtype, wall, tampered, namespaces, tally)
-        tally.checks.append("re-checked after the timing calls with a fresh seed, both orders")
-    else:
-        timing = pb.TimingEvidence(measured=False, reason="no GPU: correctness only under TRITON_INTERPRET=1")
-        tally.stress_calls = correctness.stress(cases[0], (1, width), dtype, device, CPU_STRESS_CALLS, base)
-        tally.checks.append(f"re-checked after {CPU_STRESS_CALLS} further calls (CPU: no timing), fresh seed")
-        if tampered("during the further calls"):
-            return tally.evidence(dtype, len(seeds)), pb.TimingEvidence(measured=False, reason="tampered")
-    if tally.error:
-        return tally.evidence(dtype, len(seeds)), timing
-    # Checked again after timing: a kernel that is only right the first few times is wrong.
-    correctness.check(cases, dtype, device, [base + 1000], tally, twice=False)
-    if tally.error and tally.rule_id != "tampered":
-        after = "the timing calls" if gpu else f"{CPU_STRESS_CALLS} further calls"
-        tally.rule_id, tally.error = "drift", f"right at first, wrong after {after}: {tally.error} ({tally.rule_id})"
-    return tally.evidence(dtype, len(seeds)), timing
+    def module_for(width: int) -> torch.nn.Module:
+        if width not in modules:
+            modules[width] = _oracle(cls, job, width, device, seed=int(job["seed_base"]) + width)
+        return modules[width]
+
+    def run(index: int):
+        base, weight, layout = cases["bases"][index], cases["weights"][index], cases["layouts"][index]
+        width = int(weight.shape[0])
+        guard = Guard(device)
+        allocate["fn"] = guard.empty
+        try:
+            return run_case(call, module_for(width), weight_attr, base, weight,
+                            lambda t: apply_layout(t, layout, width), guard)  # fmt: skip
+        finally:
+            allocate["fn"] = None
+
+    runs = Runs([run(i) for i in range(len(cases["bases"]))])
+    facts["problems"] = runs.problems()
+    saved = {"outputs": [r.output for r in runs.outputs]}
+    tampered("during the cases")
+    first = next((i for i, r in enumerate(runs.outputs) if r.output is not None), None)
+    timing = pb.TimingEvidence(measured=False, reason="incorrect: not timed")
+    if first is not None and not facts["problems"] and not facts.get("tampered"):
+        base, weight = cases["bases"][first], cases["weights"][first]
+        width = int(weight.shape[0])
+        module = module_for(width)
+        x = apply_layout(base.to(device), cases["layouts"][first], width)
+        getattr(module, weight_attr).data = weight.to(device)
+        with torch.no_grad():
+            allocate["fn"] = under_fill(PATTERN_BYTE)  # the same input, fresh memory holding a finite pattern
+            saved["second"] = call(module, (x,), {}).detach().cpu()
+            allocate["fn"] = None
+            saved["ghost"] = ghost_call(module, (x,), {}).detach().cpu()  # the launch skipped: must differ
+        main = _oracle(cls, job, int(job["width"]), device, seed=int(job["seed_base"]))
+        candidate = kernels.bound_forward(main, wrapper, contract)
+        if gpu:
+            timing = _time(main, candidate, job, int(job["width"]), dtype, wall, tampered, namespaces, facts)
+        else:
+            timing = pb.TimingEvidence(measured=False, reason="no GPU: correctness only under TRITON_INTERPRET=1")
+            one_row = torch.randn(1, int(job["width"])).to(device=device, dtype=dtype)
+            facts["stress_calls"] = stress(candidate, one_row, CPU_STRESS_CALLS)
+            tampered("during the further calls")
+        # Run again after the timing calls: a kernel that is only right the first few times is wrong.
+        again = Runs([run(i) for i in range(min(AFTER_CASES, len(cases["bases"])))])
+        saved["after"] = [r.output for r in again.outputs]
+        facts["after_problems"] = again.problems()
+    torch.save(saved, Path.cwd() / "outputs.pt")
+    return facts, timing
 
 
 def _raise_walls(job: dict, scratch: Path, report: WallReport) -> None:
@@ -281,13 +293,13 @@ def main(argv: list[str]) -> int:
         wall = None
         if job["walls"].get("audit", True):
             wall = install_audit_wall(scratch, [scratch / JUDGE_CACHE], job["device"] == "cuda", report)
-        correctness, timing = judge(job, cls, report, wall)
-    except BaseException as exc:  # whatever the candidate raised (even SystemExit) is the verdict
-        correctness = pb.CorrectnessEvidence(passed=False, error=f"{type(exc).__name__}: {exc}", rule_id="raised")
+        facts, timing = judge(job, cls, report, wall)
+    except BaseException as exc:  # whatever went wrong (even SystemExit) is a fact for the parent
+        facts = {"loaded": False, "child_error": f"{type(exc).__name__}: {exc}"[:2000]}
         timing = pb.TimingEvidence(measured=False, reason="the sandbox child failed")
     result = {
         "nonce": nonce,
-        "correctness": json_format.MessageToDict(correctness, preserving_proto_field_name=True),
+        "facts": facts,
         "timing": json_format.MessageToDict(timing, preserving_proto_field_name=True),
         "walls": {
             "network": report.network,

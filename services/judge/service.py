@@ -10,27 +10,43 @@ message in progress meanwhile.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
+import re
+import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from google.protobuf.message import Message
 
+from services.core.candidate_check import check_candidate
 from services.core.events import Recorded
-from services.core.kernels import sha256
+from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
-from services.judge import gpu_health
-from services.judge.contract_check import check_candidate_contract
+from services.judge import gpu_health, timing_check, verdict
+from services.judge.cases import CaseSpec, draw_cases
+from services.judge.contract_check import check_contract
 from services.judge.domain import LiveTarget, derive_judged, live_target
-from services.judge.module_factory import ModuleBuildError, float_binding, width_and_eps
+from services.judge.module_factory import (
+    ModuleBuildError,
+    build,
+    float_binding,
+    import_class,
+    tensor_binding,
+    width_and_eps,
+)
 from services.judge.sandbox import SandboxJob, SandboxLimits, run_job
-from services.judge.static_check import check_source
+from services.judge.verdict import BoundError
+from services.ops import family
 
 log = logging.getLogger(__name__)
 
 GPU_TIMEOUT_S = 300.0
 CPU_TIMEOUT_S = 600.0
 CPU_MAX_ROWS = 8  # the Triton interpreter is slow: the live shape's rows are capped on CPU
+GPU_EXAMPLES, CPU_EXAMPLES = 48, 12  # hypothesis draws beyond the fixed cases (the interpreter runs ~10 ms a row)
 
 
 def resolve_gpu(device: str) -> bool:
@@ -55,14 +71,14 @@ class JudgeService:
         device: str = "auto",
         timeout_s: float | None = None,
         scratch_dir: Path | None = None,
-        seeds: int = 5,
+        examples: int | None = None,
         limits: SandboxLimits | None = None,
     ):
         self.use_gpu = resolve_gpu(device)
         self.timeout_s = timeout_s or (GPU_TIMEOUT_S if self.use_gpu else CPU_TIMEOUT_S)
         self.limits = limits or SandboxLimits.from_env(self.timeout_s)
         self.scratch_dir = scratch_dir
-        self.seeds = seeds
+        self.examples = examples if examples is not None else (GPU_EXAMPLES if self.use_gpu else CPU_EXAMPLES)
 
     async def handle(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
         started = time.monotonic()
@@ -74,12 +90,12 @@ class JudgeService:
 
     async def observe(self, prior: list[Recorded], proposal: pb.CandidateProposed) -> pb.JudgeObservation:
         obs = pb.JudgeObservation()
-        static = check_source(proposal.source, proposal.contract)
-        if sha256(proposal.source) != proposal.source_sha256:  # judged is what was hashed, or nothing
+        static = check_candidate(proposal.source, proposal.plan)
+        if candidate_sha256(proposal.source, proposal.plan) != proposal.source_sha256:  # judged is what was hashed
             static.passed = False
             static.rules_checked.append("source-hash")
             static.findings.insert(
-                0, pb.Finding(rule_id="source-hash", reason="source_sha256 is not the hash of the source")
+                0, pb.Finding(rule_id="source-hash", reason="source_sha256 is not the hash of the source and plan")
             )
         obs.static_check.CopyFrom(static)
         if not static.passed:
@@ -91,37 +107,56 @@ class JudgeService:
                 pb.ContractEvidence(passed=False, error=f"no ProfileCaptured introspection of {proposal.target_class}")
             )
             return obs
-        contract = await asyncio.to_thread(
-            check_candidate_contract, proposal.source, proposal.contract, target.introspection
-        )
+        ops = family(proposal.plan.family)
+        contract = await asyncio.to_thread(family_contract, ops, proposal.contract, target.introspection)
         obs.contract.CopyFrom(contract)
         if not contract.passed:
             return obs
 
         try:
-            job = self.job(proposal, target)
-        except ModuleBuildError as exc:  # the contract passed, so this is unexpected; still a verdict
-            obs.correctness.CopyFrom(pb.CorrectnessEvidence(passed=False, error=str(exc)))
+            prepared = await asyncio.to_thread(self.prepare, proposal, target)
+        except (ModuleBuildError, BoundError) as exc:  # the contract passed, so this is the judge's; still a verdict
+            rule = "judge-bound" if isinstance(exc, BoundError) else "raised"
+            obs.correctness.CopyFrom(pb.CorrectnessEvidence(passed=False, error=str(exc), rule_id=rule))
             return obs
-        outcome = await run_job(job, self.limits, use_gpu=self.use_gpu, scratch_parent=self.scratch_dir)
-        obs.correctness.CopyFrom(outcome.correctness)
+        outcome = await run_job(
+            prepared.job, self.limits, use_gpu=self.use_gpu, cases=prepared.blob, scratch_parent=self.scratch_dir
+        )
+        tally = await asyncio.to_thread(verdict.judge_outputs, prepared.cases, prepared.refs, outcome.facts,
+                                        outcome.outputs)  # fmt: skip
+        obs.correctness.CopyFrom(
+            verdict.evidence(
+                tally,
+                prepared.cases,
+                seed_base=prepared.job.seed_base,
+                dtype=prepared.job.input_dtype,
+                facts=outcome.facts,
+                interpreted=not self.use_gpu,
+            )  # fmt: skip
+        )
         obs.timing.CopyFrom(outcome.timing)
         obs.sandbox.CopyFrom(outcome.sandbox)
         # The GPU must still be sane after the child, or nothing it measured is believed.
         obs.sandbox.gpu_health = await gpu_health.probe() if self.use_gpu else "no GPU"
+        if self.use_gpu and outcome.timing.measured:
+            checked = await asyncio.to_thread(timing_check.check, outcome.timing, outcome.sandbox, prepared.itemsizes)
+            obs.timing_check.CopyFrom(checked)
         return obs
 
-    def job(self, proposal: pb.CandidateProposed, target: LiveTarget) -> SandboxJob:
+    def prepare(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
+        """The job, the cases drawn fresh, and their references: computed here, before the child exists."""
         intro = target.introspection
         width, eps = width_and_eps(intro, proposal.contract)
         eps_binding = float_binding(proposal.contract)
+        weight = tensor_binding(proposal.contract)
         attrs = {a.name: a for a in intro.attributes}
-        weight_attr = next((b.attr for b in proposal.contract.bindings if b.kind == "tensor"), "")
         input_dtype = target.dtype or "float32"
-        param_dtype = attrs[weight_attr].dtype if weight_attr in attrs and attrs[weight_attr].dtype else input_dtype
-        return SandboxJob(
+        param_dtype = attrs[weight.attr].dtype if weight.attr in attrs and attrs[weight.attr].dtype else input_dtype
+        seed_base = secrets.randbelow(1 << 30) + 1
+        job = SandboxJob(
             source=proposal.source,
             contract=proposal.contract.SerializeToString(deterministic=True),
+            plan=proposal.plan.SerializeToString(deterministic=True),
             class_path=intro.class_path,
             width=width,
             eps=eps,
@@ -130,6 +165,64 @@ class JudgeService:
             input_dtype=input_dtype,
             live_shape=list(target.input_shape),
             device="cuda" if self.use_gpu else "cpu",
-            seeds=self.seeds,
-            max_rows=0 if self.use_gpu else CPU_MAX_ROWS,
+            seed_base=seed_base,
         )
+        spec = CaseSpec(
+            width=width,
+            live_shape=tuple(target.input_shape) or (1, width),
+            input_dtype=torch_dtype(input_dtype),
+            param_dtype=torch_dtype(param_dtype),
+            gpu=self.use_gpu,
+            max_rows=0 if self.use_gpu else CPU_MAX_ROWS,
+            row_blocks=row_blocks(proposal.plan),
+            examples=self.examples,
+        )
+        cases = draw_cases(spec, seed_base)
+        cls = import_class(intro.class_path)
+        eps_attr = eps_binding.attr if eps_binding else None
+        refs = verdict.references(cases, lambda w: build(cls, w, eps, eps_attr, "cpu"), weight.attr)
+        blob = io.BytesIO()
+        data = {"bases": [c.base for c in cases], "weights": [c.weight for c in cases]}
+        torch.save({**data, "layouts": [c.layout for c in cases]}, blob)
+        x, w = spec.input_dtype, spec.param_dtype
+        return Prepared(job, cases, refs, blob.getvalue(), (x.itemsize, w.itemsize, torch.promote_types(x, w).itemsize))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    job: SandboxJob
+    cases: list
+    refs: list
+    blob: bytes
+    itemsizes: tuple[int, int, int]  # input, weight, output
+
+
+def row_blocks(plan: pb.LaunchPlan) -> tuple[int, ...]:
+    """Rows per program the plan's grids use, with the usual blocks: every residue of each is drawn."""
+    blocks = {1, 2, 4, 8}
+    for launch in plan.launches:
+        match = re.search(r"cdiv\(rows, (\d+)\)", launch.grid)
+        if match:
+            blocks.add(int(match.group(1)))
+    return tuple(sorted(b for b in blocks if b <= 64))
+
+
+def torch_dtype(name: str):
+    import torch
+
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ModuleBuildError(f"{name!r} is not a floating torch dtype")
+    return dtype
+
+
+def family_contract(ops, contract: pb.Contract, intro: pb.ModuleIntrospection) -> pb.ContractEvidence:
+    """The contract against the live class and its op family's wrapper (the family's signature, not an author's)."""
+    if contract.entrypoint != ops.ENTRYPOINT:
+        return pb.ContractEvidence(
+            passed=False,
+            rule_id="entry-signature",
+            error=f"the contract's entrypoint {contract.entrypoint!r} is not the {ops.FAMILY} wrapper "
+            f"{ops.ENTRYPOINT!r}",
+        )
+    return check_contract(contract, intro, list(ops.ENTRY_PARAMS), dict(ops.PARAM_KINDS))

@@ -32,7 +32,8 @@ def watched(oracle_class: type | None = None, *, gpu: bool = False) -> list[tupl
     import torch
 
     from services.core import kernels, tolerances
-    from services.judge import correctness
+    from services.judge import run_cases
+    from services.ops import row_reduction
 
     out: list[tuple[str, object]] = [
         ("time", time),
@@ -44,7 +45,8 @@ def watched(oracle_class: type | None = None, *, gpu: bool = False) -> list[tupl
         ("torch.cuda", torch.cuda),
         ("tolerances", tolerances),
         ("kernels", kernels),
-        ("correctness", correctness),
+        ("run_cases", run_cases),
+        ("row_reduction", row_reduction),
     ]
     if oracle_class is not None:
         out.append((oracle_class.__qualname__, oracle_class))

@@ -43,8 +43,6 @@ def make_setup(engine: Engine, instance_id: str) -> Setup:
         guarded = "admin RPCs need YANTRA_ADMIN_TOKEN" if token else "admin RPCs open (no YANTRA_ADMIN_TOKEN)"
         ready = f"server ready on {addr.rsplit(':', 1)[0]}:{port} ({guarded}; instance {instance_id})"
         service = ServerService(engine, settings.data_dir)
-        if service.static_check is None:
-            log.warning("static check unavailable: every swap will be rejected until services.judge is installed")
         restored = await restore_swaps(bus, service, engine.loaded.name) if settings.restore_swaps else []
         if restored:
             log.info("re-applied %d swap(s) from the log: %s", len(restored), ", ".join(restored))

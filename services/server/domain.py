@@ -8,7 +8,7 @@ and `yantra replay --verify` call the same functions, so they cannot disagree.
 from __future__ import annotations
 
 from services.core.events import Recorded, all_of, first
-from services.core.kernels import sha256
+from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive, from_observed
 
@@ -67,10 +67,10 @@ def log_problems(prior: list[Recorded], concluded: pb.TargetConcluded) -> list[s
     if proposed is None:
         return [f"no CandidateProposed {cid} in the run"]
     out = []
-    actual = sha256(proposed.source)
+    actual = candidate_sha256(proposed.source, proposed.plan)
     if not (actual == proposed.source_sha256 == concluded.source_sha256):
         out.append(
-            f"source hash mismatch: the source hashes to {actual[:12]}, the conclusion names "
+            f"candidate hash mismatch: its source and plan hash to {actual[:12]}, the conclusion names "
             f"{concluded.source_sha256[:12]}"
         )
     if not judged_ok(prior, concluded):

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
 from services.server.introspection import class_path, instances_of
 
 SUPPORTED_KINDS = ("module_class",)
-_CASTS = {"float": float, "int": int}
 _MISSING = object()
 
 
@@ -79,29 +79,11 @@ class SwapHandle:
 
 
 def kernel_forward(entry: Callable, contract: pb.Contract, handle: SwapHandle) -> Callable:
-    """forward(self, *inputs) calling `entry` with the contract's inputs and the bindings read from `self`.
+    """forward(self, *inputs) calling `entry` through the one binder the judge uses too (kernels.bind).
 
-    Like services.core.kernels.bound_forward, but unbound (one function for every instance) and strict:
-    an argument the contract does not name is an error, never silently dropped, so parity on recorded
-    live calls catches a contract that does not fit how the model calls the module. Once the swap is
-    committed (`handle.on_failure` set), an error falls back to the module's own forward.
+    Once the swap is committed (`handle.on_failure` set), an error falls back to the module's own forward.
     """
-    inputs = list(contract.inputs)
-    bindings = [(b.param, b.attr, _CASTS.get(b.kind)) for b in contract.bindings]
-    target = contract.target
-
-    def call(self, args: tuple, kwargs: dict):
-        if len(args) > len(inputs):
-            raise TypeError(f"patched {target}.forward takes {len(inputs)} inputs {inputs}, got {len(args)}")
-        named = dict(zip(inputs, args, strict=False))
-        for name, value in kwargs.items():
-            if name not in inputs or name in named:
-                raise TypeError(f"patched {target}.forward got an unexpected argument {name!r}")
-            named[name] = value
-        for param, attr, cast in bindings:
-            value = getattr(self, attr)
-            named[param] = cast(value) if cast else value
-        return entry(**named)
+    call = bind(contract, entry)
 
     def forward(self, *args, **kwargs):
         try:

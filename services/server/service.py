@@ -23,8 +23,9 @@ from google.protobuf.message import Message
 
 from services.core import events as ev
 from services.core.bus import Bus
+from services.core.candidate_check import check_candidate
 from services.core.events import Recorded, first
-from services.core.kernels import KernelLoadError, load_entrypoint, write_source
+from services.core.kernels import KernelLoadError, candidate_wrapper
 from services.core.pb import events_pb2 as pb
 from services.server import domain
 from services.server.engine import Engine
@@ -33,16 +34,7 @@ from services.server.parity import CANARY_TOKENS, swap_with_parity
 log = logging.getLogger(__name__)
 
 DEFAULT_CANARY = "The quick brown fox jumps over the lazy dog."
-StaticCheck = Callable[[str, pb.Contract], pb.StaticEvidence]
-
-
-def default_static_check() -> StaticCheck | None:
-    """The judge's static check, or None while it is not installed (every swap is then refused)."""
-    try:
-        from services.judge.static_check import check_source
-    except ImportError:
-        return None
-    return check_source
+StaticCheck = Callable[[str, pb.LaunchPlan], pb.StaticEvidence]
 
 
 @dataclass(frozen=True)
@@ -62,7 +54,7 @@ class ServerService:
     def __init__(self, engine: Engine, data_dir: Path, static_check: StaticCheck | None = None):
         self.engine = engine
         self.kernel_dir = Path(data_dir) / "kernels"
-        self.static_check = static_check if static_check is not None else default_static_check()
+        self.static_check = static_check or check_candidate
         self.live_failures: asyncio.Queue[LiveFailure] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -103,11 +95,8 @@ class ServerService:
         return await self.engine.exclusive(self._swap, prior, trigger, proposed.contract, entry, canary, observed)
 
     async def _static_check_and_load(self, proposed: pb.CandidateProposed, observed: pb.ParityObservation):
-        if self.static_check is None:
-            observed.error = "static check unavailable (services.judge.static_check is not installed)"
-            return None
         try:
-            evidence = await asyncio.to_thread(self.static_check, proposed.source, proposed.contract)
+            evidence = await asyncio.to_thread(self.static_check, proposed.source, proposed.plan)
         except Exception as exc:  # a checker that crashes is a failed check, not a crashed server
             observed.error = f"static check raised {type(exc).__name__}: {exc}"
             return None
@@ -115,8 +104,7 @@ class ServerService:
         if not evidence.passed:
             return None
         try:
-            path = write_source(self.kernel_dir, proposed.source)
-            return await asyncio.to_thread(load_entrypoint, path, proposed.contract.entrypoint)
+            return await asyncio.to_thread(candidate_wrapper, self.kernel_dir, proposed.source, proposed.plan)
         except (KernelLoadError, OSError) as exc:
             observed.error = str(exc)
             return None

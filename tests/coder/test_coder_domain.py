@@ -6,7 +6,7 @@ from coder_testkit import Log, profile_captured
 
 from services.coder import domain
 from services.coder.templates import rmsnorm
-from services.core.kernels import sha256
+from services.core.kernels import candidate_sha256, sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import verify
 
@@ -47,10 +47,10 @@ def test_cold_start_proposes_the_first_table_config():
     assert isinstance(proposed, pb.CandidateProposed)
     assert (proposed.config.num_warps, proposed.config.rows_per_program) == (4, 1)
     assert proposed.origin == "template" and proposed.skill_id == "" and proposed.attempt == 1
-    assert proposed.source == rmsnorm.render(TABLE[0])
-    assert proposed.source_sha256 == sha256(proposed.source)
+    assert proposed.source == rmsnorm.render(TABLE[0]) and proposed.plan == rmsnorm.plan(TABLE[0])
+    assert proposed.source_sha256 == candidate_sha256(proposed.source, proposed.plan) != sha256(proposed.source)
     assert proposed.candidate_id == f"c1-{proposed.source_sha256[:10]}"
-    assert proposed.contract.entrypoint == "rmsnorm_forward"
+    assert proposed.contract.entrypoint == "rmsnorm"
     assert proposed.target_class.endswith("Qwen2RMSNorm")
 
 

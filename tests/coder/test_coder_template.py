@@ -1,4 +1,5 @@
-"""The RMSNorm template, interpreted on CPU, against HF's own Qwen2RMSNorm and LlamaRMSNorm."""
+"""The RMSNorm template (kernel source + launch plan, run by the row_reduction family's wrapper), interpreted on
+CPU, against HF's own Qwen2RMSNorm and LlamaRMSNorm."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def load(tmp_path_factory):
     directory = tmp_path_factory.mktemp("kernels")
 
     def _load(config: pb.TemplateConfig):
-        return kernels.load_entrypoint(kernels.write_source(directory, rmsnorm.render(config)), rmsnorm.ENTRYPOINT)
+        return kernels.candidate_wrapper(directory, rmsnorm.render(config), rmsnorm.plan(config))
 
     return _load
 
@@ -82,16 +83,25 @@ def test_wrapper_rejects_bad_input_with_a_clear_message(load):
         fn(torch.ones(2, 64, dtype=torch.int32), torch.ones(64), 1e-6)
 
 
-def test_render_is_deterministic_and_follows_the_config():
+def test_render_is_deterministic_and_the_plan_follows_the_config():
     configs = rmsnorm.search_configs()
     assert len(configs) == 15 and (configs[0].num_warps, configs[0].rows_per_program) == (4, 1)
     assert len({(c.num_warps, c.rows_per_program) for c in configs}) == 15
-    a, b = (
-        rmsnorm.render(configs[4]),
-        rmsnorm.render(pb.TemplateConfig(template=rmsnorm.TEMPLATE, num_warps=8, rows_per_program=2)),
-    )
-    assert a == b and "NUM_WARPS = 8" in a and "ROWS_PER_PROGRAM = 2" in a
-    assert rmsnorm.render(configs[0]) != a
+    eight_two = pb.TemplateConfig(template=rmsnorm.TEMPLATE, num_warps=8, rows_per_program=2)
+    assert rmsnorm.render(configs[4]) == rmsnorm.render(eight_two) == rmsnorm.render(configs[0])  # kernels only
+    plan = rmsnorm.plan(eight_two)
+    assert plan == rmsnorm.plan(configs[4]) and plan != rmsnorm.plan(configs[0])
+    (launch,) = plan.launches
+    assert (launch.num_warps, launch.grid, launch.constexprs["ROWS"]) == (8, "cdiv(rows, 2)", "2")
+    assert rmsnorm.plan(configs[0]).launches[0].grid == "rows"
+
+
+def test_every_config_passes_the_candidate_check():
+    from services.core.candidate_check import check_candidate
+
+    for config in rmsnorm.search_configs():
+        evidence = check_candidate(rmsnorm.render(config), rmsnorm.plan(config))
+        assert evidence.passed, [(f.rule_id, f.reason) for f in evidence.findings]
 
 
 def test_render_refuses_configs_it_cannot_build():

@@ -16,7 +16,7 @@ from services.coder.contract import derive_contract
 from services.coder.templates import rmsnorm
 from services.core import events as ev
 from services.core.events import Recorded
-from services.core.kernels import sha256
+from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.server.introspection import introspect_module as introspect  # what the server records
 
@@ -43,14 +43,23 @@ def qwen_norm(width: int = WIDTH, eps: float = 1e-6, dtype=torch.float32) -> Qwe
     return Qwen2RMSNorm(width, eps=eps).to(dtype)
 
 
-def proposal(source: str, captured: pb.ProfileCaptured, attempt: int = 1) -> pb.CandidateProposed:
+def honest_plan() -> pb.LaunchPlan:
+    return rmsnorm.plan(rmsnorm.search_configs()[0])
+
+
+def proposal(
+    source: str, captured: pb.ProfileCaptured, attempt: int = 1, plan: pb.LaunchPlan | None = None
+) -> pb.CandidateProposed:
+    """The coder's proposal of `source` launched by `plan` (the template's first plan by default)."""
     intro = captured.observed.modules[0].introspection
-    digest = sha256(source)
+    plan = honest_plan() if plan is None else plan
+    digest = candidate_sha256(source, plan)
     return pb.CandidateProposed(
         candidate_id=f"c{attempt}-{digest[:10]}",
         target_class=intro.class_path,
         source=source,
         source_sha256=digest,
+        plan=plan,
         contract=derive_contract(intro),
         config=rmsnorm.search_configs()[0],
         origin="template",
@@ -73,16 +82,35 @@ def honest_source() -> str:
     return rmsnorm.render(rmsnorm.search_configs()[0])
 
 
-def sandbox_job(source: str, *, width: int = WIDTH, dtype: str = "torch.bfloat16", seeds: int = 5):
-    """The SandboxJob the judge would run on CPU for `source` against a live Qwen2RMSNorm of `width`."""
+def prepared(
+    source: str,
+    *,
+    plan: pb.LaunchPlan | None = None,
+    width: int = WIDTH,
+    dtype: str = "torch.bfloat16",
+    examples: int = 4,
+    device: str = "cpu",
+    live_shape: tuple[int, ...] | None = None,
+):
+    """What the judge prepares before a child runs `source` against a live Qwen2RMSNorm of `width`: the job,
+    the cases drawn fresh and their references (services.judge.service.Prepared)."""
     from services.judge.domain import live_target
     from services.judge.service import JudgeService
 
     captured = profile_captured(qwen_norm(width, dtype=getattr(torch, dtype.removeprefix("torch."))), dtype=dtype)
-    captured.observed.modules[0].input_shape[:] = [*LIVE_SHAPE[:-1], width]
+    captured.observed.modules[0].input_shape[:] = list(live_shape or (*LIVE_SHAPE[:-1], width))
     prior = log_of(captured)
     target = live_target(prior, captured.target_class)
-    return JudgeService(device="cpu", seeds=seeds).job(proposal(source, captured), target)
+    return JudgeService(device=device, examples=examples).prepare(proposal(source, captured, plan=plan), target)
+
+
+async def run_prepared(ready, limits, scratch, *, use_gpu: bool = False):
+    """Run the prepared job in a sandbox child; (outcome, the parent's tally of its outputs)."""
+    from services.judge import verdict
+    from services.judge.sandbox import run_job
+
+    outcome = await run_job(ready.job, limits, use_gpu=use_gpu, cases=ready.blob, scratch_parent=scratch)
+    return outcome, verdict.judge_outputs(ready.cases, ready.refs, outcome.facts, outcome.outputs)
 
 
 @contextlib.asynccontextmanager

@@ -1,4 +1,5 @@
-"""The judge on a CUDA GPU: compiled (not interpreted) correctness behind the walls, honest timing, the probe.
+"""The judge on a CUDA GPU, through JudgeService.handle: compiled kernels behind the walls, the parent's verdict,
+honest timing checked by the parent, the probe.
 
 Runs where a GPU is (the root conftest skips `gpu` tests elsewhere). Standalone on a GPU box
 without nats-py: python3 -m pytest tests/judge/test_judge_gpu.py --noconftest -s
@@ -8,45 +9,39 @@ The whole adversarial corpus on the GPU is bench/judge_corpus.py.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 
 import pytest
-from judge_testkit import honest_source, sandbox_job
+from judge_testkit import honest_source, log_of, profile_captured, proposal, qwen_norm
 
 from services.core.pb import events_pb2 as pb
 from services.judge import gpu_health
-from services.judge.reward import judge_reward
-from services.judge.sandbox import SandboxLimits, run_job
+from services.judge.service import JudgeService
 
 pytestmark = pytest.mark.gpu
 WIDTH = 1536  # Qwen2.5-1.5B's hidden size
 
 
-def _run(source: str, tmp_path, live_shape=(1, 1, WIDTH), timeout_s: float = 300):
-    job = dataclasses.replace(sandbox_job(source, width=WIDTH), device="cuda", max_rows=0, live_shape=list(live_shape))
-    limits = SandboxLimits.from_env(timeout_s)
-    return asyncio.run(run_job(job, limits, use_gpu=True, scratch_parent=tmp_path))
+def _judge(source: str, tmp_path, plan: pb.LaunchPlan | None = None, timeout_s: float = 300) -> pb.CandidateJudged:
+    import torch
 
-
-def _reward(outcome):
-    """judge_reward's (reward, reason, vs eager, vs best) for an outcome that passed static and contract checks."""
-    obs = pb.JudgeObservation(
-        static_check=pb.StaticEvidence(passed=True),
-        contract=pb.ContractEvidence(passed=True),
-        correctness=outcome.correctness,
-        timing=outcome.timing,
-        sandbox=outcome.sandbox,
-    )
-    return judge_reward(obs)
+    module = qwen_norm(WIDTH, dtype=torch.bfloat16)
+    captured = profile_captured(module, input_shape=(1, 1, WIDTH), dtype="torch.bfloat16")
+    prior = log_of(captured, proposal(source, captured, plan=plan))
+    service = JudgeService(device="cuda", timeout_s=timeout_s, scratch_dir=tmp_path)
+    [judged] = asyncio.run(service.handle(prior[-1], prior))
+    return judged
 
 
 def test_the_honest_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
-    outcome = _run(honest_source(), tmp_path)
-    cor, timing, box = outcome.correctness, outcome.timing, outcome.sandbox
-    assert cor.passed and not cor.interpreted, (cor.error, box, outcome.log_tail)
-    assert not box.rule_id and not box.refused, (box, outcome.log_tail)
-    assert timing.measured, (timing.reason, outcome.log_tail)
+    judged = _judge(honest_source(), tmp_path)
+    obs = judged.observed
+    cor, timing, box = obs.correctness, obs.timing, obs.sandbox
+    assert cor.passed and not cor.interpreted, (cor.error, box)
+    assert not box.rule_id and not box.refused, box
+    assert cor.cases > 40 and set(cor.regimes) >= {"huge", "zeros", "nonfinite"} and cor.max_ulp_err <= 1
+    assert timing.measured, timing.reason
+    assert obs.timing_check.believed and obs.timing_check.copy_bytes_per_s > 1e12, obs.timing_check
     assert timing.copy_bytes_per_s > 1e12 and timing.settings
     shapes = [row.shape for row in timing.rows]
     assert shapes[0] == f"1x1x{WIDTH}" and f"32768x{WIDTH}" in shapes
@@ -59,7 +54,7 @@ def test_the_honest_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
         # memory system: at 32768 rows the graph keeps 20 distinct 100 MB outputs where back-to-back calls
         # reuse one, and read ~6% slower on the H200 (54.7 against 51.5 us host-inclusive).
         assert row.candidate_us <= row.candidate_host_us * 1.15 and row.eager_us <= row.eager_host_us * 1.15
-    reward, reason, vs_eager, vs_best = _reward(outcome)
+    reward, reason, vs_eager, vs_best = judged.reward, judged.reason, judged.speedup_vs_eager, judged.speedup_vs_best
     print(f"\n{timing.device_name}: reward {reward:+d}: {reason}\n  walls: {list(box.walls)}")
     for row in timing.rows:
         print(
@@ -76,7 +71,6 @@ def test_the_honest_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
 # replays of a 20-call graph) that shape alone would take ~50 s of timing, and a kernel a few times
 # slower would outlast the sandbox's limit. Sampled to a budget, the whole judging took 37 s.
 SERIAL_SOURCE = """
-import torch
 import triton
 import triton.language as tl
 
@@ -97,34 +91,40 @@ def _rms_serial_kernel(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, CHUNK: tl.const
             w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
             normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
             tl.store(y_ptr + row * n_cols + cols, (w * normed).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-def rmsnorm_forward(hidden_states, weight, eps):
-    n_cols = weight.shape[0]
-    x2d = hidden_states.reshape(-1, n_cols).contiguous()
-    y2d = torch.empty(x2d.shape, dtype=torch.promote_types(weight.dtype, x2d.dtype), device=x2d.device)
-    _rms_serial_kernel[(1,)](x2d, weight, y2d, x2d.shape[0], n_cols, float(eps), CHUNK=512)
-    return y2d.reshape(hidden_states.shape)
 """
+
+
+SERIAL_PLAN = pb.LaunchPlan(
+    family="row_reduction",
+    launches=[
+        pb.KernelLaunch(
+            kernel="_rms_serial_kernel",
+            args=["x", "w", "y", "rows", "cols", "eps"],
+            constexprs={"CHUNK": "512"},
+            grid="cdiv(rows, 65536)",
+            num_warps=4,
+        )  # fmt: skip
+    ],
+)
 
 
 def test_a_correct_but_very_slow_kernel_is_judged_not_timed_out(tmp_path):
     started = time.monotonic()
-    outcome = _run(SERIAL_SOURCE, tmp_path, timeout_s=240)
+    judged = _judge(SERIAL_SOURCE, tmp_path, plan=SERIAL_PLAN, timeout_s=240)
     wall = time.monotonic() - started
-    cor, timing, box = outcome.correctness, outcome.timing, outcome.sandbox
-    assert not box.rule_id, (box, outcome.log_tail)  # no timeout: sampled less, not killed
-    assert cor.passed and timing.measured, (cor.error, timing.reason, outcome.log_tail)
+    cor, timing, box = judged.observed.correctness, judged.observed.timing, judged.observed.sandbox
+    assert not box.rule_id, box  # no timeout: sampled less, not killed
+    assert cor.passed and timing.measured, (cor.error, timing.reason)
     slowest = max(timing.rows, key=lambda row: row.candidate_us)
     print(f"\nserial kernel judged in {wall:.0f} s; {slowest.shape}: {slowest.candidate_us / 1e3:.1f} ms a call")
     assert slowest.candidate_us > 20 * slowest.eager_us  # it is that slow, and still timed
-    assert _reward(outcome)[0] == 1  # correct, slower than eager: never swapped
+    assert judged.reward == 1  # correct, slower than eager: never swapped
 
 
 def test_a_wrong_kernel_fails_on_the_gpu(tmp_path):
-    outcome = _run(honest_source().replace("y = w * normed", "y = normed"), tmp_path)
-    assert not outcome.correctness.passed and outcome.correctness.rule_id == "outside-tolerance"
-    assert not outcome.timing.measured
+    judged = _judge(honest_source().replace("y = w * normed", "y = normed"), tmp_path)
+    assert judged.reward == -1 and judged.observed.correctness.rule_id == "outside-tolerance"
+    assert not judged.observed.timing.measured
 
 
 def test_the_gpu_is_healthy_after_a_child():

@@ -21,6 +21,7 @@ def _obs(rows=(), *, interpreted=False, measured=True) -> pb.JudgeObservation:
         contract=PASSED_CONTRACT,
         correctness=correctness,
         timing=pb.TimingEvidence(measured=measured, rows=list(rows), reason="" if measured else "no GPU"),
+        timing_check=pb.TimingCheck(believed=True, copy_bytes_per_s=4e12),  # the parent believed the figures
     )
 
 
@@ -114,3 +115,32 @@ def test_a_kernel_slower_than_eager_for_an_eager_caller_is_capped_at_plus_one():
     assert "slower than eager host-inclusive at 8x64 (90.0 vs 75.0 us)" in reason and "capped at +1" in reason
     row.candidate_host_us = 40.0  # a launch cheaper than eager's: the GPU figures decide again
     assert judge_reward(_obs([row, _row(10.0, 20.0, 12.0, 12.0)]))[0] == 3
+
+
+def test_figures_the_parent_does_not_believe_or_did_not_check_never_reach_plus_two():
+    obs = _obs([_row(10.0, 20.0, compile_=12.0, native=11.0)])
+    assert judge_reward(obs)[0] == 3
+    obs.timing_check.believed, obs.timing_check.reason = False, "8x64: 0.01 us beats the copy floor 0.20 us"
+    reward, reason, *_ = judge_reward(obs)
+    assert reward == 1 and "timing not believed: 8x64: 0.01 us beats the copy floor" in reason
+    obs.ClearField("timing_check")
+    reward, reason, *_ = judge_reward(obs)
+    assert reward == 1 and "the parent did not check the figures" in reason
+    assert judge_reward(obs, parent_checks_timing=False)[0] == 3  # a verdict recorded before schema 3 keeps its rules
+
+
+def test_the_parent_disbelieves_figures_under_its_own_copy_floor_or_beyond_the_childs_wall_time():
+    from services.judge.timing_check import judge_timing
+
+    timing = pb.TimingEvidence(measured=True, copy_bytes_per_s=4.0e12)
+    row = timing.rows.add(shape="4096x1536", candidate_us=11.4, eager_us=60.0, compile_us=13.5, native_us=13.9)
+    sizes = (2, 2, 2)  # bf16 in, weight, out: 25.2 MB a call, 6.3 us at 4 TB/s
+    assert judge_timing(timing, 4.0e12, 30.0, sizes).believed
+    row.candidate_us = 2.0  # faster than the bytes allow at the parent's ceiling
+    check = judge_timing(timing, 4.0e12, 30.0, sizes)
+    assert not check.believed and "beats the copy floor" in check.reason
+    row.candidate_us = 11.4
+    timing.copy_bytes_per_s = 1.0e12  # the child's clock ran 4x slow, or its ceiling was faked
+    assert "far under the parent's" in judge_timing(timing, 4.0e12, 30.0, sizes).reason
+    timing.copy_bytes_per_s = 4.0e12
+    assert "more than the child ran" in judge_timing(timing, 4.0e12, 1e-5, sizes).reason

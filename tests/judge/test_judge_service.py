@@ -19,13 +19,27 @@ REDERIVE = {**coder_domain.REDERIVE, **judge_domain.REDERIVE}
 
 async def test_a_static_failure_stops_before_the_contract_and_the_sandbox():
     captured = profile_captured(qwen_norm())
-    hostile = honest_source().replace("import torch\n", "import torch\nimport os\n")
+    hostile = honest_source().replace("import triton\n", "import triton\nimport os\n")
     prior = log_of(captured, proposal(hostile, captured))
     [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
-    assert judged.reward == -1 and judged.reason.startswith("static check failed: import-not-allowed")
-    assert verdict_layer(judged.observed) == ("static", ["import-not-allowed"])
+    assert judged.reward == -1 and judged.reason.startswith("static check failed: kernel-import")
+    assert verdict_layer(judged.observed) == ("static", ["kernel-import"])
     assert not judged.observed.HasField("contract") and not judged.observed.HasField("correctness")
     assert judge_domain.REDERIVE["CandidateJudged"](prior, prior[-1], judged) == judged
+
+
+async def test_a_candidate_with_host_code_is_refused_by_the_schema_and_nothing_runs(tmp_path):
+    captured = profile_captured(qwen_norm())
+    marker = tmp_path / "ran"
+    host = honest_source() + f"\n\ndef rmsnorm_forward(hidden_states, weight, eps):\n    open({str(marker)!r}, 'w')\n"
+    for source, plan in ((host, None), (honest_source(), pb.LaunchPlan())):  # host code; a plan-less candidate
+        prior = log_of(captured, proposal(source, captured, plan=plan))
+        [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+        layer, rules = verdict_layer(judged.observed)
+        assert judged.reward == -1 and layer == "static", judged.reason
+        assert rules[0] in ("host-code", "candidate-format"), rules
+        assert not judged.observed.HasField("correctness")
+    assert not marker.exists()
 
 
 async def test_a_source_that_does_not_match_its_hash_is_refused():
@@ -73,7 +87,7 @@ async def test_coder_and_judge_search_conclude_and_replay_over_nats(bus, nats_se
         "static: passed",
         "contract: passed",
         "sandbox: exit code 0",
-        "correctness: passed, 30/30 checks",
+        "correctness: passed",
         "max error bfloat16" if "bfloat16" in text else "max error float32",
         "timing: not measured",
     ):

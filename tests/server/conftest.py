@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from server_fixtures import HERE, SHORT_ROWS_ANCHOR, SHORT_ROWS_BUG, rmsnorm_contract
+from server_fixtures import HERE, rmsnorm_contract
 
 from services.core.pb import events_pb2 as pb
 from services.server.engine import Engine
@@ -36,9 +36,9 @@ def wrong_source() -> str:
 
 
 @pytest.fixture
-def short_rows_source(good_source) -> str:
-    """The honest kernel with a bug that parity's short canary never meets: more than 16 rows raise."""
-    return good_source.replace(SHORT_ROWS_ANCHOR, SHORT_ROWS_ANCHOR + SHORT_ROWS_BUG)
+def short_rows_source() -> str:
+    """The honest kernel with a bug that parity's short canary never meets: more than 16 rows fail."""
+    return (HERE / "rmsnorm_kernel_short_rows.py").read_text()
 
 
 @pytest.fixture

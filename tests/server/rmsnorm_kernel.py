@@ -1,10 +1,12 @@
 """An honest Triton RMSNorm, the candidate the server tests hot-swap into Qwen2RMSNorm / LlamaRMSNorm.
 
 Same arithmetic as the eager module: normalise in float32, cast the normalised row to the input
-dtype, then multiply by the weight (the product in the promoted dtype). One row per program.
+dtype, then multiply by the weight (the product in the promoted dtype). One row per program; the
+row_reduction family's wrapper allocates, launches and returns (the plan below).
 """
 
-import torch
+# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "x_row_stride", "y_row_stride", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rmsnorm_fwd_kernel", "num_warps": 4}]}
+
 import triton
 import triton.language as tl
 
@@ -20,16 +22,3 @@ def _rmsnorm_fwd_kernel(x_ptr, w_ptr, y_ptr, stride_x, stride_y, n_cols, eps, BL
     w = tl.load(w_ptr + cols, mask=mask, other=0.0)
     y = w.to(tl.float32) * normed.to(tl.float32)
     tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-def rmsnorm_forward(hidden_states: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    if hidden_states.shape[-1] != weight.shape[0]:
-        raise ValueError(f"width {hidden_states.shape[-1]} does not match weight {tuple(weight.shape)}")
-    shape = hidden_states.shape
-    x = hidden_states.reshape(-1, shape[-1]).contiguous()
-    y = torch.empty(x.shape, dtype=torch.promote_types(weight.dtype, x.dtype), device=x.device)
-    if x.shape[0]:
-        _rmsnorm_fwd_kernel[(x.shape[0],)](
-            x, weight, y, x.stride(0), y.stride(0), x.shape[1], eps, BLOCK=triton.next_power_of_2(x.shape[1])
-        )
-    return y.reshape(shape)

@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
+from candidate_files import plan_of
+
 from services.core import events as ev
-from services.core.kernels import sha256
+from services.core.kernels import candidate_sha256, candidate_wrapper
 from services.core.pb import events_pb2 as pb
 
 HERE = Path(__file__).resolve().parent
 QWEN_NORM = "transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm"
 LLAMA_NORM = "transformers.models.llama.modeling_llama.LlamaRMSNorm"
-SHORT_ROWS_ANCHOR = "    x = hidden_states.reshape(-1, shape[-1]).contiguous()\n"
-SHORT_ROWS_BUG = (
-    '    if x.shape[0] > 16:\n        raise ValueError(f"{x.shape[0]} rows: more than this kernel was written for")\n'
-)
+
+
+def load_candidate(candidate: Path | str, directory: Path | None = None):
+    """The family wrapper running a candidate file's kernels (or a source's) by its plan: what the server serves."""
+    source = candidate.read_text() if isinstance(candidate, Path) else candidate
+    directory = directory or Path(tempfile.mkdtemp(prefix="yantra-test-kernels-"))
+    return candidate_wrapper(directory, source, plan_of(source))
 
 
 def rmsnorm_contract(target: str = QWEN_NORM) -> pb.Contract:
     return pb.Contract(
         kind="module_class",
         target=target,
-        entrypoint="rmsnorm_forward",
+        entrypoint="rmsnorm",  # the row_reduction family's wrapper
         inputs=["hidden_states"],
         bindings=[
             pb.Binding(param="weight", attr="weight", kind="tensor"),
@@ -44,7 +50,8 @@ def swap_run(
 
     Each answers the one before it (causation ids), as the coder and judge would publish them.
     """
-    sha = sha256(source)
+    plan = plan_of(source)
+    sha = candidate_sha256(source, plan)
     cid = f"cand-{sha[:10]}"
     policy = pb.SwapPolicy(min_reward=1, name="cpu-untimed", reason="test: no GPU, correct kernels may swap")
     run_policy = pb.SwapPolicy(min_reward=run_min_reward, name="test", reason="the run's own policy")
@@ -54,6 +61,7 @@ def swap_run(
         target_class=QWEN_NORM,
         source=source,
         source_sha256=sha,
+        plan=plan,
         contract=contract or rmsnorm_contract(),
         origin="template",
         attempt=1,

@@ -25,7 +25,7 @@ from services.server.service import ServerService, request_rollbacks
 async def serving(nats_server, engine, run_id, tmp_path):
     """The server's handler behind a durable consumer of this run's subjects, as run_service wires it."""
     service = ServerService(engine, tmp_path)
-    assert service.static_check is not None, "the judge's static check should be importable"
+    assert service.static_check is not None, "the shared candidate check should be wired in"
     # A connection of its own, closed without drain: the core consumer leaves its pull subscription
     # open when stopped, and draining that would wait out the 30 s drain timeout.
     consumer_bus = await Bus.connect(nats_server.url, name=f"server-{run_id}")
@@ -105,8 +105,8 @@ async def test_a_kernel_that_raises_while_serving_is_rolled_back_through_the_log
     asked, rolled = ev.last(log, "RollbackRequested"), ev.last(log, "SwapRolledBack")
     assert asked.env.producer == "server" and asked.env.causation_id == committed.env.event_id
     assert asked.msg.swap_id == committed.msg.swap_id
-    assert asked.msg.reason.startswith("the kernel raised while serving: ValueError: ")
-    assert asked.msg.failure.startswith("ValueError: ") and "more than this kernel" in asked.msg.failure
+    assert asked.msg.reason.startswith("the kernel raised while serving: ") and "more rows than" in asked.msg.reason
+    assert "more rows than this kernel" in asked.msg.failure
     assert rolled.env.causation_id == asked.env.event_id and rolled.msg.observed.modules_matched == 5
     assert rolled.msg.reason.startswith("rolled back 5 modules: the kernel raised while serving")
     assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
@@ -131,6 +131,20 @@ async def test_unjudged_candidate_is_rejected_without_importing_it(bus, run_id, 
     rejected = ev.last(log, "SwapRejected").msg
     assert "reward >= 2" in rejected.reason and not rejected.observed.judged_ok
     assert not (serving.kernel_dir).exists()  # the source was never written, let alone imported
+    assert _mine(verify(log, REDERIVE)) == []
+
+
+async def test_a_judged_candidate_with_host_code_is_refused_by_the_server_itself(
+    bus, run_id, serving, good_source, tmp_path
+):
+    # Suppose the judge were fooled: the server re-runs the candidate check and imports nothing that fails it.
+    marker = tmp_path / "imported"
+    host = good_source + f"\n\nopen({str(marker)!r}, 'w')\n"
+    await _publish(bus, swap_run(run_id, host))
+    log = await wait_for_log(bus, run_id, has("SwapRejected"))
+    rejected = ev.last(log, "SwapRejected").msg
+    assert not rejected.observed.static_ok and not marker.exists()
+    assert not (serving.kernel_dir).exists()
     assert _mine(verify(log, REDERIVE)) == []
 
 

@@ -10,10 +10,9 @@ import statistics
 from pathlib import Path
 
 import pytest
-from server_fixtures import HERE, QWEN_NORM, as_log, rmsnorm_contract, swap_run
+from server_fixtures import HERE, QWEN_NORM, as_log, load_candidate, rmsnorm_contract, swap_run
 
 from services.core import events as ev
-from services.core.kernels import load_entrypoint
 from services.core.pb import events_pb2 as pb
 from services.server.engine import Engine
 from services.server.hotswap import apply_swap, is_patched
@@ -75,7 +74,7 @@ async def test_1p5b_shape_profile_swap_and_decode_speed(good_source, wrong_sourc
         rolled = await _rollback(service, log, outcome.swap_id)
         # A/B interleaved in one process: the swapped and the eager model take turns, so drift on the host
         # (batch-1 decode is host-bound) lands on both sides; the ratio of medians is the figure.
-        entry = load_entrypoint(HERE / "rmsnorm_kernel.py", "rmsnorm_forward")
+        entry = load_candidate(HERE / "rmsnorm_kernel.py")
         swapped, eager = [], []
         for _ in range(3):
             handle = await engine.exclusive(apply_swap, engine.model, rmsnorm_contract(), entry)

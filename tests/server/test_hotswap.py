@@ -6,9 +6,8 @@ import types
 
 import pytest
 import torch
-from server_fixtures import HERE, LLAMA_NORM, QWEN_NORM, rmsnorm_contract
+from server_fixtures import HERE, LLAMA_NORM, QWEN_NORM, load_candidate, rmsnorm_contract
 
-from services.core.kernels import load_entrypoint
 from services.core.pb import events_pb2 as pb
 from services.server.engine import Engine
 from services.server.hotswap import SwapRefused, apply_swap, is_patched
@@ -22,7 +21,7 @@ def _norms(engine, target=QWEN_NORM):
 
 
 def test_honest_kernel_keeps_greedy_tokens_and_revert_restores_the_exact_forward(engine, contract, kernel_path):
-    entry = load_entrypoint(kernel_path, contract.entrypoint)
+    entry = load_candidate(kernel_path)
     ids = engine.encode("The quick brown fox")
     before, before_logits = engine.decode(ids, 8, keep_logits=True)
     handle = apply_swap(engine.model, contract, entry)
@@ -43,7 +42,7 @@ def test_honest_kernel_keeps_greedy_tokens_and_revert_restores_the_exact_forward
 
 
 def test_revert_restores_an_instance_forward_that_was_already_there(engine, contract, kernel_path):
-    entry = load_entrypoint(kernel_path, contract.entrypoint)
+    entry = load_candidate(kernel_path)
     norm = _norms(engine)[1]
     own = types.MethodType(type(norm).forward, norm)
     norm.__dict__["forward"] = own
@@ -69,7 +68,7 @@ def test_refusals_patch_nothing(engine, kernel_path, change, why):
     contract = rmsnorm_contract()
     for key, value in change.items():
         setattr(contract, key, value)
-    entry = load_entrypoint(kernel_path, "rmsnorm_forward")
+    entry = load_candidate(kernel_path)
     with pytest.raises(SwapRefused, match=why):
         apply_swap(engine.model, contract, entry)
     assert not any(is_patched(m) for m in engine.model.modules())
@@ -79,12 +78,12 @@ def test_binding_to_a_missing_attribute_is_refused(engine, kernel_path):
     contract = rmsnorm_contract()
     contract.bindings[1].attr = "eps_that_does_not_exist"
     with pytest.raises(SwapRefused, match="eps_that_does_not_exist"):
-        apply_swap(engine.model, contract, load_entrypoint(kernel_path, "rmsnorm_forward"))
+        apply_swap(engine.model, contract, load_candidate(kernel_path))
 
 
 def test_parity_passes_an_honest_kernel_on_live_activations(engine, contract, kernel_path):
     observed = pb.ParityObservation()
-    handle = swap_with_parity(engine, contract, load_entrypoint(kernel_path, "rmsnorm_forward"), [72, 105], observed)
+    handle = swap_with_parity(engine, contract, load_candidate(kernel_path), [72, 105], observed)
     try:
         assert handle is not None and observed.modules_matched == 5 and not observed.error
         assert observed.activations_checked == observed.activations_passed == 5 * 4
@@ -99,7 +98,7 @@ def test_parity_passes_an_honest_kernel_on_live_activations(engine, contract, ke
 
 def test_parity_catches_a_kernel_that_forgets_the_weight(engine, contract, wrong_kernel_path):
     observed = pb.ParityObservation()
-    handle = swap_with_parity(engine, contract, load_entrypoint(wrong_kernel_path, "rmsnorm_forward"), [72], observed)
+    handle = swap_with_parity(engine, contract, load_candidate(wrong_kernel_path), [72], observed)
     assert handle is not None  # patched: the caller decides, and reverts on reject
     handle.revert()
     assert observed.activations_passed == 0 < observed.activations_checked
@@ -108,9 +107,14 @@ def test_parity_catches_a_kernel_that_forgets_the_weight(engine, contract, wrong
 
 def test_a_kernel_that_raises_on_live_inputs_is_reverted(engine, contract, tmp_path):
     path = tmp_path / "k_raises.py"
-    path.write_text("def rmsnorm_forward(hidden_states, weight, eps):\n    raise RuntimeError('boom')\n")
+    path.write_text(
+        '# plan: {"family": "row_reduction", "launches": [{"kernel": "_boom", "args": ["x", "y"], '
+        '"constexprs": {"N": "1"}, "grid": "rows", "num_warps": 4}]}\n'
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef _boom(x_ptr, y_ptr, N: tl.constexpr):\n"
+        '    tl.static_assert(N < 0, "boom")\n'
+    )
     observed = pb.ParityObservation()
-    handle = swap_with_parity(engine, contract, load_entrypoint(path, "rmsnorm_forward"), [72], observed)
+    handle = swap_with_parity(engine, contract, load_candidate(path), [72], observed)
     assert handle is None and "boom" in observed.error
     assert not any(is_patched(m) for m in engine.model.modules())
 
@@ -119,7 +123,7 @@ def test_the_swap_is_not_qwen_specific():
     engine = Engine(load_model("tiny-llama", "cpu"))
     try:
         observed = pb.ParityObservation()
-        entry = load_entrypoint(HERE / "rmsnorm_kernel.py", "rmsnorm_forward")
+        entry = load_candidate(HERE / "rmsnorm_kernel.py")
         handle = swap_with_parity(engine, rmsnorm_contract(LLAMA_NORM), entry, [72, 105], observed)
         assert handle is not None and observed.modules_matched == 5
         assert observed.activations_passed == observed.activations_checked > 0
@@ -129,9 +133,7 @@ def test_the_swap_is_not_qwen_specific():
 
 
 def _short_rows_swap(engine, contract, short_rows_source, tmp_path, failures):
-    from services.core.kernels import write_source
-
-    entry = load_entrypoint(write_source(tmp_path, short_rows_source), contract.entrypoint)
+    entry = load_candidate(short_rows_source, tmp_path)
     handle = apply_swap(engine.model, contract, entry)
     handle.on_failure = failures.append  # what the server sets at commit
     return handle
@@ -151,7 +153,7 @@ def test_a_committed_kernel_that_raises_live_falls_back_and_is_reverted_once(
         assert torch.allclose(norm(x), type(norm).forward(norm, x), atol=1e-5)  # short inputs: the kernel serves
         assert not failures and all(is_patched(m) for m in _norms(engine))
         assert engine.decode(long_ids, 4)[0] == before  # the long prompt is answered, by the eager forward
-        assert len(failures) == 1 and failures[0].startswith("ValueError: ") and "more than this kernel" in failures[0]
+        assert len(failures) == 1 and "more rows than this kernel" in failures[0]
         assert handle.reverted and not any(is_patched(m) for m in _norms(engine))
         engine.decode(long_ids, 4)
         assert len(failures) == 1  # reported once

@@ -1,19 +1,22 @@
-"""The RMSNorm template (op family "row_reduction"): one pass over each row, kernel → launcher → wrapper.
+"""The RMSNorm template (op family "row_reduction"): one pass over each row.
 
-`render(config)` returns the complete source of a candidate module. The source is what gets
-judged, hashed, recorded and hot-swapped, so it must be a pure function of the config: same
-config, same bytes.
+A candidate is data: `render(config)` is the kernel source (only @triton.jit code) and
+`plan(config)` how to launch it (warps, rows per program, grid) in the family's vocabulary
+(services.ops.row_reduction, whose wrapper allocates, launches and returns). Both are pure
+functions of the config: same config, same bytes.
 """
 
 from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
+from services.ops import row_reduction
 
 TEMPLATE = "row_reduction_onepass"
-OP_FAMILY = "row_reduction"
-ENTRYPOINT = "rmsnorm_forward"
-# The forward inputs the entrypoint takes; the rest of its parameters (weight, eps) are bound.
-ENTRY_INPUTS = ("hidden_states",)
+OP_FAMILY = row_reduction.FAMILY
+ENTRYPOINT = row_reduction.ENTRYPOINT
+# The forward inputs the wrapper takes; the rest of its parameters (weight, eps) are bound.
+ENTRY_INPUTS = row_reduction.ENTRY_INPUTS
+KERNEL = "_rmsnorm_fwd_kernel"
 
 # The search space, tried in this order. One row per program with 4 warps comes first: judged on
 # the H200 (bf16, 2026-11-29, tests/judge/test_judge_gpu.py) it took 53.0 us at 32768x1536 (~89% of
@@ -36,38 +39,43 @@ def valid(config: pb.TemplateConfig) -> bool:
     return config.template == TEMPLATE and pow2(config.num_warps, 32) and pow2(config.rows_per_program, 64)
 
 
-def render(config: pb.TemplateConfig) -> str:
+def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
     if not valid(config):
         raise ValueError(
             f"not a {TEMPLATE} config: template={config.template!r} num_warps={config.num_warps} "
             f"rows_per_program={config.rows_per_program} (both must be powers of two)"
         )
-    return (
-        _SOURCE.replace("@NUM_WARPS@", str(config.num_warps))
-        .replace("@ROWS@", str(config.rows_per_program))
-        .replace("@TEMPLATE@", TEMPLATE)
+    return config
+
+
+def render(config: pb.TemplateConfig) -> str:
+    """The kernel source: the same for every config (the config lives in the plan)."""
+    _checked(config)
+    return _SOURCE.replace("@TEMPLATE@", TEMPLATE)
+
+
+def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
+    rows = _checked(config).rows_per_program
+    launch = pb.KernelLaunch(
+        kernel=KERNEL,
+        args=["x", "w", "y", "rows", "eps"],
+        constexprs={"N_COLS": "cols", "BLOCK": "block_cols", "ROWS": str(rows)},
+        grid="rows" if rows == 1 else f"cdiv(rows, {rows})",
+        num_warps=config.num_warps,
     )
+    return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
 
 
 _SOURCE = '''\
 """RMSNorm forward as in HF Qwen2RMSNorm/LlamaRMSNorm (gpuyantra template @TEMPLATE@).
 
-Config: num_warps=@NUM_WARPS@, rows per program=@ROWS@.
-
 Casting follows the HF module exactly: x is upcast to fp32, variance = mean(x^2),
 x * rsqrt(variance + eps) is cast back to the input dtype, then multiplied by the weight in
-the promoted dtype of (weight, input).
+the promoted dtype of (weight, input). The launch plan sets ROWS (rows per program) and the warps.
 """
 
-from __future__ import annotations
-
-import torch
 import triton
 import triton.language as tl
-
-NUM_WARPS = @NUM_WARPS@
-ROWS_PER_PROGRAM = @ROWS@
-MAX_BLOCK = 65536  # one row must fit one program's registers/shared memory
 
 
 @triton.jit
@@ -81,7 +89,7 @@ def _rmsnorm_fwd_kernel(
     BLOCK: tl.constexpr,
     ROWS: tl.constexpr,
 ):
-    # N_COLS is also the row stride of both x and y (contiguous, made so by the wrapper). As a
+    # N_COLS is also the row stride of both x and y (the wrapper makes them contiguous). As a
     # constant the compiler sees that a 1000-wide bf16 row starts 16-byte aligned and loads it 8
     # elements at a time; as a runtime int it would only know divisibility by 16 (1000 is not).
     first_row = tl.program_id(0) * ROWS
@@ -100,43 +108,4 @@ def _rmsnorm_fwd_kernel(
         normed = normed.to(x_ptr.dtype.element_ty).to(tl.float32)
         y = w * normed
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-def _launch(x2d, weight, y2d, eps):
-    n_rows, n_cols = x2d.shape
-    block = triton.next_power_of_2(n_cols)
-    grid = (triton.cdiv(n_rows, ROWS_PER_PROGRAM),)
-    _rmsnorm_fwd_kernel[grid](
-        x2d,
-        weight,
-        y2d,
-        n_rows,
-        eps,
-        N_COLS=n_cols,
-        BLOCK=block,
-        ROWS=ROWS_PER_PROGRAM,
-        num_warps=NUM_WARPS,
-    )
-
-
-def rmsnorm_forward(hidden_states, weight, eps):
-    if not isinstance(hidden_states, torch.Tensor) or not isinstance(weight, torch.Tensor):
-        raise TypeError("rmsnorm_forward takes tensors for hidden_states and weight")
-    if weight.dim() != 1 or hidden_states.dim() < 1 or hidden_states.shape[-1] != weight.shape[0]:
-        raise ValueError(
-            f"hidden_states {tuple(hidden_states.shape)} does not end in the weight width {tuple(weight.shape)}"
-        )
-    if not hidden_states.dtype.is_floating_point or not weight.dtype.is_floating_point:
-        raise TypeError(f"rmsnorm_forward needs floating tensors, got {hidden_states.dtype} and {weight.dtype}")
-    if hidden_states.device != weight.device:
-        raise ValueError(f"hidden_states on {hidden_states.device} but weight on {weight.device}")
-    n_cols = weight.shape[0]
-    if triton.next_power_of_2(n_cols) > MAX_BLOCK:
-        raise ValueError(f"width {n_cols} is too wide for a one-pass row kernel (at most {MAX_BLOCK})")
-    out_dtype = torch.promote_types(weight.dtype, hidden_states.dtype)
-    x2d = hidden_states.reshape(-1, n_cols).contiguous()
-    y2d = torch.empty(x2d.shape, dtype=out_dtype, device=x2d.device)
-    if x2d.shape[0] > 0:
-        _launch(x2d, weight.contiguous(), y2d, float(eps))
-    return y2d.reshape(hidden_states.shape)
 '''

@@ -266,7 +266,7 @@ class Contract(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., target: _Optional[str] = ..., entrypoint: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., bindings: _Optional[_Iterable[_Union[Binding, _Mapping]]] = ...) -> None: ...
 
 class CandidateProposed(_message.Message):
-    __slots__ = ("candidate_id", "target_class", "source", "source_sha256", "contract", "config", "origin", "skill_id", "attempt")
+    __slots__ = ("candidate_id", "target_class", "source", "source_sha256", "contract", "config", "origin", "skill_id", "attempt", "plan")
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_CLASS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -276,6 +276,7 @@ class CandidateProposed(_message.Message):
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     SKILL_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
     candidate_id: str
     target_class: str
     source: str
@@ -285,7 +286,41 @@ class CandidateProposed(_message.Message):
     origin: str
     skill_id: str
     attempt: int
-    def __init__(self, candidate_id: _Optional[str] = ..., target_class: _Optional[str] = ..., source: _Optional[str] = ..., source_sha256: _Optional[str] = ..., contract: _Optional[_Union[Contract, _Mapping]] = ..., config: _Optional[_Union[TemplateConfig, _Mapping]] = ..., origin: _Optional[str] = ..., skill_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
+    plan: LaunchPlan
+    def __init__(self, candidate_id: _Optional[str] = ..., target_class: _Optional[str] = ..., source: _Optional[str] = ..., source_sha256: _Optional[str] = ..., contract: _Optional[_Union[Contract, _Mapping]] = ..., config: _Optional[_Union[TemplateConfig, _Mapping]] = ..., origin: _Optional[str] = ..., skill_id: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[LaunchPlan, _Mapping]] = ...) -> None: ...
+
+class LaunchPlan(_message.Message):
+    __slots__ = ("family", "launches")
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHES_FIELD_NUMBER: _ClassVar[int]
+    family: str
+    launches: _containers.RepeatedCompositeFieldContainer[KernelLaunch]
+    def __init__(self, family: _Optional[str] = ..., launches: _Optional[_Iterable[_Union[KernelLaunch, _Mapping]]] = ...) -> None: ...
+
+class KernelLaunch(_message.Message):
+    __slots__ = ("kernel", "args", "constexprs", "grid", "num_warps", "num_stages", "max_rows")
+    class ConstexprsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    CONSTEXPRS_FIELD_NUMBER: _ClassVar[int]
+    GRID_FIELD_NUMBER: _ClassVar[int]
+    NUM_WARPS_FIELD_NUMBER: _ClassVar[int]
+    NUM_STAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
+    kernel: str
+    args: _containers.RepeatedScalarFieldContainer[str]
+    constexprs: _containers.ScalarMap[str, str]
+    grid: str
+    num_warps: int
+    num_stages: int
+    max_rows: int
+    def __init__(self, kernel: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., constexprs: _Optional[_Mapping[str, str]] = ..., grid: _Optional[str] = ..., num_warps: _Optional[int] = ..., num_stages: _Optional[int] = ..., max_rows: _Optional[int] = ...) -> None: ...
 
 class TargetConcluded(_message.Message):
     __slots__ = ("target_class", "candidate_id", "source_sha256", "reward", "policy", "swap", "candidates_judged", "reason")
@@ -340,7 +375,7 @@ class ContractEvidence(_message.Message):
     def __init__(self, passed: bool = ..., checks: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., rule_id: _Optional[str] = ...) -> None: ...
 
 class CorrectnessEvidence(_message.Message):
-    __slots__ = ("passed", "checks_run", "checks_passed", "max_abs_err", "max_rel_err", "dtype", "shapes", "seeds", "error", "interpreted", "rule_id", "checks", "seed_base", "errors", "stress_calls")
+    __slots__ = ("passed", "checks_run", "checks_passed", "max_abs_err", "max_rel_err", "dtype", "shapes", "seeds", "error", "interpreted", "rule_id", "checks", "seed_base", "errors", "stress_calls", "regimes", "max_ulp_err", "max_bias", "cases")
     PASSED_FIELD_NUMBER: _ClassVar[int]
     CHECKS_RUN_FIELD_NUMBER: _ClassVar[int]
     CHECKS_PASSED_FIELD_NUMBER: _ClassVar[int]
@@ -356,6 +391,10 @@ class CorrectnessEvidence(_message.Message):
     SEED_BASE_FIELD_NUMBER: _ClassVar[int]
     ERRORS_FIELD_NUMBER: _ClassVar[int]
     STRESS_CALLS_FIELD_NUMBER: _ClassVar[int]
+    REGIMES_FIELD_NUMBER: _ClassVar[int]
+    MAX_ULP_ERR_FIELD_NUMBER: _ClassVar[int]
+    MAX_BIAS_FIELD_NUMBER: _ClassVar[int]
+    CASES_FIELD_NUMBER: _ClassVar[int]
     passed: bool
     checks_run: int
     checks_passed: int
@@ -371,7 +410,11 @@ class CorrectnessEvidence(_message.Message):
     seed_base: int
     errors: _containers.RepeatedCompositeFieldContainer[DtypeError]
     stress_calls: int
-    def __init__(self, passed: bool = ..., checks_run: _Optional[int] = ..., checks_passed: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., max_rel_err: _Optional[float] = ..., dtype: _Optional[str] = ..., shapes: _Optional[_Iterable[str]] = ..., seeds: _Optional[int] = ..., error: _Optional[str] = ..., interpreted: bool = ..., rule_id: _Optional[str] = ..., checks: _Optional[_Iterable[str]] = ..., seed_base: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[DtypeError, _Mapping]]] = ..., stress_calls: _Optional[int] = ...) -> None: ...
+    regimes: _containers.RepeatedScalarFieldContainer[str]
+    max_ulp_err: float
+    max_bias: float
+    cases: int
+    def __init__(self, passed: bool = ..., checks_run: _Optional[int] = ..., checks_passed: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., max_rel_err: _Optional[float] = ..., dtype: _Optional[str] = ..., shapes: _Optional[_Iterable[str]] = ..., seeds: _Optional[int] = ..., error: _Optional[str] = ..., interpreted: bool = ..., rule_id: _Optional[str] = ..., checks: _Optional[_Iterable[str]] = ..., seed_base: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[DtypeError, _Mapping]]] = ..., stress_calls: _Optional[int] = ..., regimes: _Optional[_Iterable[str]] = ..., max_ulp_err: _Optional[float] = ..., max_bias: _Optional[float] = ..., cases: _Optional[int] = ...) -> None: ...
 
 class DtypeError(_message.Message):
     __slots__ = ("dtype", "checks", "max_abs_err", "max_rel_err", "atol", "rtol")
@@ -454,20 +497,36 @@ class TimingEvidence(_message.Message):
     def __init__(self, measured: bool = ..., reason: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[TimingRow, _Mapping]]] = ..., device_name: _Optional[str] = ..., copy_bytes_per_s: _Optional[float] = ..., settings: _Optional[_Iterable[str]] = ..., missing: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JudgeObservation(_message.Message):
-    __slots__ = ("static_check", "contract", "correctness", "timing", "wall_s", "sandbox")
+    __slots__ = ("static_check", "contract", "correctness", "timing", "wall_s", "sandbox", "timing_check")
     STATIC_CHECK_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_FIELD_NUMBER: _ClassVar[int]
     CORRECTNESS_FIELD_NUMBER: _ClassVar[int]
     TIMING_FIELD_NUMBER: _ClassVar[int]
     WALL_S_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    TIMING_CHECK_FIELD_NUMBER: _ClassVar[int]
     static_check: StaticEvidence
     contract: ContractEvidence
     correctness: CorrectnessEvidence
     timing: TimingEvidence
     wall_s: float
     sandbox: SandboxEvidence
-    def __init__(self, static_check: _Optional[_Union[StaticEvidence, _Mapping]] = ..., contract: _Optional[_Union[ContractEvidence, _Mapping]] = ..., correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., timing: _Optional[_Union[TimingEvidence, _Mapping]] = ..., wall_s: _Optional[float] = ..., sandbox: _Optional[_Union[SandboxEvidence, _Mapping]] = ...) -> None: ...
+    timing_check: TimingCheck
+    def __init__(self, static_check: _Optional[_Union[StaticEvidence, _Mapping]] = ..., contract: _Optional[_Union[ContractEvidence, _Mapping]] = ..., correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., timing: _Optional[_Union[TimingEvidence, _Mapping]] = ..., wall_s: _Optional[float] = ..., sandbox: _Optional[_Union[SandboxEvidence, _Mapping]] = ..., timing_check: _Optional[_Union[TimingCheck, _Mapping]] = ...) -> None: ...
+
+class TimingCheck(_message.Message):
+    __slots__ = ("believed", "reason", "copy_bytes_per_s", "child_wall_s", "timed_us")
+    BELIEVED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    COPY_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    CHILD_WALL_S_FIELD_NUMBER: _ClassVar[int]
+    TIMED_US_FIELD_NUMBER: _ClassVar[int]
+    believed: bool
+    reason: str
+    copy_bytes_per_s: float
+    child_wall_s: float
+    timed_us: float
+    def __init__(self, believed: bool = ..., reason: _Optional[str] = ..., copy_bytes_per_s: _Optional[float] = ..., child_wall_s: _Optional[float] = ..., timed_us: _Optional[float] = ...) -> None: ...
 
 class SandboxEvidence(_message.Message):
     __slots__ = ("ran", "network", "walls", "env_keys", "exit", "wall_s", "gpu_health", "rule_id", "error", "refused", "user")

@@ -1,0 +1,298 @@
+"""The inputs the judge draws for a candidate: fixed adversarial cases, then property-based draws.
+
+Hostile kernels used to pass by being wrong only on inputs never drawn (5 seeds x 3 normal-ish
+scales). The cases here cover what an LLM's norm layers really see and what a hand-written kernel
+gets wrong: large-magnitude rows and outlier channels (massive activations are normal in LLMs),
+all-zero rows, tiny rows (eps dominates), NaN/Inf entries, batched decode shapes (B>=2, 1, H),
+every residue of the row count modulo the rows-per-program blocks, more rows than the largest
+live shape, an odd width, non-contiguous views, and weights far from the module's init of ones.
+
+`draw_cases` is deterministic in (spec, seed): the fixed cases come first (the live shape first of
+all), then `spec.examples` cases drawn with hypothesis from a seeded run (hypothesis draws only
+small choices; the tensors come from a seeded torch.Generator). Each case carries a contiguous CPU
+`base` and the layout that views it (`apply_layout`), so the sandbox child and the parent build
+the same input from plain data. The CPU budget (the Triton interpreter runs ~10 ms per row program)
+is a total of rows; the GPU's a total of elements.
+
+hypothesis is imported only inside `draw_cases`: the sandbox child imports this module for
+`apply_layout` alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import torch
+
+LAYOUTS = ("contiguous", "row-strided", "every-other-row")
+REGIMES = ("normal", "huge", "outlier-channels", "zeros", "tiny", "nonfinite")
+WEIGHTS = ("around-one", "signed-normal", "near-zero", "large", "with-zeros")
+
+CPU_ROW_BUDGET = 200  # rows over all cases on CPU: the interpreter runs ~10 ms per row program
+GPU_ELEMENT_BUDGET = 64 * 2**20  # elements over all cases' bases on a GPU (and their CPU references)
+SMALL_ROWS = 3  # the regime and odd-width cases
+PAD = 3  # row-strided: extra columns per row, odd so rows start misaligned
+BEYOND_GPU_ROWS = 4099  # more rows than any grid of <= 4096 programs covers, and odd
+MAX_DRAWN_ROWS = 1024  # per drawn case on a GPU
+NORMAL_SCALES = (0.5, 1.0, 4.0)
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    width: int
+    live_shape: tuple[int, ...]  # the profiler's live input shape (..., width)
+    input_dtype: torch.dtype
+    param_dtype: torch.dtype
+    gpu: bool
+    max_rows: int = 0  # 0: none (GPU); on CPU the Triton interpreter runs ~10 ms per row program: cap
+    row_blocks: tuple[int, ...] = (1, 2, 4, 8)  # rows per program kernels may use: every residue is covered
+    odd_width: int = 97
+    examples: int = 24  # hypothesis draws beyond the fixed cases
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # one line: "rows-residue 7x64 huge/signed-normal row-strided"
+    shape: tuple[int, ...]
+    regime: str
+    weights: str
+    layout: str
+    base: torch.Tensor  # CPU, input dtype, contiguous; the input is apply_layout(base, layout, width)
+    weight: torch.Tensor  # CPU, param dtype, 1-D of the case's width
+
+    @property
+    def width(self) -> int:
+        return int(self.weight.shape[0])
+
+
+def apply_layout(base: torch.Tensor, layout: str, width: int) -> torch.Tensor:
+    """The case's input as a view of `base` (no copy): the same values whatever the layout."""
+    if layout == "contiguous":
+        return base
+    if layout == "row-strided":  # base's rows are wider: a kernel must use the row stride, not the width
+        return base[..., :width]
+    if layout == "every-other-row":  # base has twice the rows on its first dim
+        return base[::2]
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def _generator(seed: int, *salt) -> torch.Generator:
+    """A generator seeded from (seed, salt): stable across processes (no Python hash randomization)."""
+    digest = hashlib.blake2b(repr((seed, *salt)).encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+
+
+def _pick(g: torch.Generator, options):
+    return options[int(torch.randint(len(options), (1,), generator=g))]
+
+
+def _values(shape: tuple[int, ...], regime: str, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    width = shape[-1]
+    fp16 = dtype == torch.float16
+    if regime == "huge":
+        # fp16: inside its range (max 65504), but x*x overflows it: a kernel squaring in fp16 breaks.
+        scale = 300.0 if fp16 else 10 ** (4 + 2 * float(torch.rand((), generator=g)))
+    elif regime == "tiny":
+        # eps dominates the variance. fp16 at 1e-6 would be subnormal with ~5 significant bits, where
+        # an honest module's own rounding is systematic (services.judge.rounding): 1e-4 keeps most
+        # values normal and eps still dominant (x*x ~ 1e-8).
+        scale = 1e-4 if fp16 else 1e-6
+    else:
+        scale = _pick(g, NORMAL_SCALES)
+    x = torch.randn(shape, generator=g) * scale
+    rows = x.view(-1, width)  # a view: writes land in x
+    if regime == "outlier-channels":  # a few channels far larger in every row, as in LLM activations
+        channels = torch.randperm(width, generator=g)[: 1 + int(torch.randint(3, (1,), generator=g))]
+        rows[:, channels] *= 200.0 if fp16 else 1e3
+    elif regime == "zeros":  # some rows exactly zero: rsqrt(eps) times 0, the others normal
+        rows[torch.randperm(len(rows), generator=g)[: max(1, len(rows) // 3)]] = 0.0
+    elif regime == "nonfinite":  # NaN/+Inf/-Inf in some rows; with 2+ rows at least one stays finite
+        picked = torch.randperm(len(rows), generator=g)[: max(1, len(rows) // 2)]
+        for row in picked.tolist():
+            for _ in range(1 + int(torch.randint(3, (1,), generator=g))):
+                col = int(torch.randint(width, (1,), generator=g))
+                rows[row, col] = _pick(g, (math.nan, math.inf, -math.inf))
+    elif regime not in REGIMES:
+        raise ValueError(f"unknown regime {regime!r}")
+    return x.to(dtype)
+
+
+def _weight(kind: str, width: int, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    n = torch.randn(width, generator=g)
+    if kind == "around-one":  # the module's init plus a little: what the old judge drew
+        w = 1 + 0.1 * n
+    elif kind == "signed-normal":
+        w = n
+    elif kind == "near-zero":
+        w = 1e-3 * n
+    elif kind == "large":
+        w = 10 + n
+    elif kind == "with-zeros":  # ~1/8 exactly zero (at least one)
+        w = 1 + 0.1 * n
+        zeros = torch.rand(width, generator=g) < 1 / 8
+        zeros[int(torch.randint(width, (1,), generator=g))] = True
+        w[zeros] = 0.0
+    else:
+        raise ValueError(f"unknown weights {kind!r}")
+    return w.to(dtype)
+
+
+def _base(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """The contiguous tensor whose `layout` view holds x; the rest is NaN, so reading it shows."""
+    if layout == "contiguous":
+        return x.contiguous()
+    if layout == "row-strided":
+        base = torch.full((*x.shape[:-1], x.shape[-1] + PAD), math.nan, dtype=x.dtype)
+        base[..., : x.shape[-1]] = x
+    elif layout == "every-other-row":
+        base = torch.full((2 * x.shape[0], *x.shape[1:]), math.nan, dtype=x.dtype)
+        base[::2] = x
+    else:
+        raise ValueError(f"unknown layout {layout!r}")
+    return base
+
+
+def _case(kind: str, shape, regime: str, weights: str, layout: str, spec: CaseSpec, g: torch.Generator) -> Case:
+    shape = tuple(int(d) for d in shape)
+    x = _values(shape, regime, spec.input_dtype, g)
+    name = f"{kind} {'x'.join(map(str, shape))} {regime}/{weights} {layout}"
+    weight = _weight(weights, shape[-1], spec.param_dtype, g)
+    return Case(name, shape, regime, weights, layout, _base(x, layout), weight)
+
+
+def _rows(shape) -> int:
+    return math.prod(shape[:-1])
+
+
+def residue_rows(blocks, cap: int = 0) -> list[int]:
+    """Row counts covering every residue r of every block R with at least one full block (count >= R).
+
+    R + r for each, largest R first, skipping a residue a count already chosen covers (8..15 covers
+    every residue of 1, 2, 4 and 8). cap > 0 (CPU) keeps r <= cap.
+    """
+    counts: list[int] = []
+    for block in sorted({b for b in blocks if b >= 1}, reverse=True):
+        for r in range(min(block, cap + 1) if cap > 0 else block):
+            if not any(n >= block and n % block == r for n in counts):
+                counts.append(block + r)
+    return sorted(counts)
+
+
+def _live_shape(spec: CaseSpec) -> tuple[int, ...]:
+    shape = tuple(spec.live_shape) or (1, spec.width)
+    if spec.max_rows and _rows(shape) > spec.max_rows:  # CPU: cap the rows, keep the last dim and the rank
+        shape = (1,) * (len(shape) - 2) + (spec.max_rows, shape[-1])
+    return shape
+
+
+def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
+    w = spec.width
+    live = _live_shape(spec)
+    live_rows = _rows(live)
+    plan: list[tuple[str, tuple[int, ...], str, str]] = [("live", live, "normal", "contiguous")]
+    plan += [("regime", (SMALL_ROWS, w), regime, "contiguous") for regime in REGIMES]
+    plan += [("decode", (batch, 1, w), "normal", "contiguous") for batch in ((2, 4) if spec.gpu else (2,))]
+    cap = 0 if spec.gpu else spec.max_rows
+    plan += [("rows-residue", (rows, w), "normal", "contiguous") for rows in residue_rows(spec.row_blocks, cap)]
+    if spec.gpu:  # beyond the live rows and any 4096-program grid, within half the element budget
+        beyond = max(2 * live_rows + 1, BEYOND_GPU_ROWS)
+        beyond = min(beyond, max(live_rows + 1, GPU_ELEMENT_BUDGET // 2 // w - live_rows))
+    else:
+        beyond = max(spec.max_rows, live_rows) + 1
+    plan.append(("rows-beyond", (beyond, w), "normal", "contiguous"))
+    plan.append(("odd-width", (SMALL_ROWS, spec.odd_width), "normal", "contiguous"))
+    plan += [("layout", (2, 2, w), "normal", layout) for layout in LAYOUTS]
+    cases = []
+    for i, (kind, shape, regime, layout) in enumerate(plan):
+        weights = "around-one" if kind == "live" else WEIGHTS[i % len(WEIGHTS)]  # every kind among the fixed
+        cases.append(_case(kind, shape, regime, weights, layout, spec, _generator(seed, "fixed", i)))
+    return cases
+
+
+@dataclass(frozen=True)
+class _Draw:
+    regime: str
+    weights: str
+    layout: str
+    shape: tuple[int, ...]
+    seed: int
+
+
+def _hypothesis_draws(spec: CaseSpec, seed: int, max_rows: int) -> list[_Draw]:
+    """`spec.examples` small choices from a hypothesis run seeded with `seed` (reproducible).
+
+    Every choice is built from booleans: hypothesis mixes into its integer draws (st.integers,
+    st.sampled_from) constants it collects from whichever project modules happen to be loaded, so
+    such draws would depend on the process, not only on (spec, seed). Boolean draws take none.
+    """
+    import hypothesis
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+
+    widths = sorted({spec.width, spec.odd_width})
+    layouts = LAYOUTS if max_rows >= 2 else ("contiguous",)  # a non-contiguous view needs 2+ rows
+    draws: list[_Draw] = []
+
+    @settings(
+        max_examples=spec.examples,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        derandomize=False,
+    )
+    @hypothesis.seed(seed)
+    @given(st.data())
+    def collect(data):
+        def below(n: int) -> int:  # an int in [0, n), bit by bit; all False (hypothesis' simplest) is 0
+            value = 0
+            for _ in range((n - 1).bit_length()):
+                value = 2 * value + int(data.draw(st.booleans()))
+            return value % n
+
+        layout = layouts[below(len(layouts))]
+        least = 1 if layout == "contiguous" else 2  # the leading dim must be 2+ to make a view non-contiguous
+        lead = least + below(max(least, max_rows) - least + 1)
+        inner = 1 + below(max(1, max_rows // lead)) if data.draw(st.booleans()) else 0
+        width = widths[below(len(widths))]
+        regime, weights = REGIMES[below(len(REGIMES))], WEIGHTS[below(len(WEIGHTS))]
+        shape = (lead, inner, width) if inner else (lead, width)
+        draw = _Draw(regime, weights, layout, shape, seed=below(2**31))
+        if draw not in draws:  # distinct choice sequences can map to the same draw
+            draws.append(draw)
+
+    collect()
+    g = _generator(seed, "fill")
+    while len(draws) < spec.examples:  # hypothesis ran fewer (it may stop early): fill from the generator
+        layout = _pick(g, layouts)
+        rows = max(2 if layout != "contiguous" else 1, int(torch.randint(1, max_rows + 1, (1,), generator=g)))
+        shape = (rows, _pick(g, widths))
+        tensor_seed = int(torch.randint(2**31, (1,), generator=g))
+        draws.append(_Draw(_pick(g, REGIMES), _pick(g, WEIGHTS), layout, shape, tensor_seed))
+    return draws[: spec.examples]
+
+
+def draw_cases(spec: CaseSpec, seed: int) -> list[Case]:
+    """The fixed cases (the live shape first), then `spec.examples` drawn ones: deterministic in (spec, seed)."""
+    cases = _fixed(spec, seed)
+    if spec.examples <= 0:
+        return cases
+    widest = max(spec.width, spec.odd_width)
+    if spec.gpu:
+        used = sum(c.base.numel() for c in cases)
+        per_case = (GPU_ELEMENT_BUDGET - used) // (spec.examples * 2 * (widest + PAD))  # bases up to 2x the input
+        max_rows = max(1, min(MAX_DRAWN_ROWS, per_case))
+    else:
+        used = sum(_rows(c.shape) for c in cases)
+        max_rows = max(1, (CPU_ROW_BUDGET - used) // spec.examples)
+    names = {c.name for c in cases}
+    for d in _hypothesis_draws(spec, seed, max_rows):
+        case = _case("drawn", d.shape, d.regime, d.weights, d.layout, spec, _generator(seed, "drawn", d.seed))
+        name, k = case.name, 2
+        while name in names:
+            name, k = f"{case.name} #{k}", k + 1
+        names.add(name)
+        cases.append(Case(name, case.shape, case.regime, case.weights, case.layout, case.base, case.weight))
+    return cases

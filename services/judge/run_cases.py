@@ -1,0 +1,134 @@
+"""The child's side of correctness: run the candidate on the parent's cases, report what happened, judge nothing.
+
+The parent (services.judge.verdict) drew the cases and computed the references in its own process;
+here the candidate's wrapper runs each case and the outputs go back as plain tensors. What only
+this process can see is recorded as facts per case, by code of ours (a candidate's source is
+kernels only, so no author's Python runs here): the call raised, the output is not a plain tensor or
+shares memory with an input, an input or weight changed (compared with a CPU copy the kernel cannot
+reach), or guard bytes around a tensor the kernel touched were overwritten (an out-of-bounds write,
+a counter kept past a tensor's end).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from services.judge.poison import NAN_BYTE, PATTERN_BYTE
+
+GUARD_BYTES = 512  # canaries each side: keeps the interior 512-byte aligned, as the caching allocator does
+CANARY = 0xA5
+
+
+class Guard:
+    """Allocations surrounded by canary bytes, checked after every call."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.raw: list[torch.Tensor] = []
+
+    def empty(self, shape, *, dtype: torch.dtype, device=None, fill: int = NAN_BYTE) -> torch.Tensor:
+        nbytes = math.prod(shape) * dtype.itemsize
+        raw = torch.full((GUARD_BYTES + nbytes + GUARD_BYTES,), CANARY, dtype=torch.uint8, device=self.device)
+        inner = raw[GUARD_BYTES : GUARD_BYTES + nbytes]
+        inner.fill_(fill)
+        self.raw.append(raw)
+        return inner.view(dtype).view(tuple(shape))
+
+    def place(self, tensor: torch.Tensor) -> torch.Tensor:
+        out = self.empty(tensor.shape, dtype=tensor.dtype)
+        out.copy_(tensor.to(self.device))
+        return out
+
+    def broken(self) -> int:
+        """How many guarded allocations had a canary overwritten."""
+        count = 0
+        for raw in self.raw:
+            ends = torch.cat([raw[:GUARD_BYTES], raw[-GUARD_BYTES:]]).cpu()
+            count += int(not bool((ends == CANARY).all()))
+        return count
+
+
+@dataclass
+class CaseRun:
+    output: torch.Tensor | None = None  # on the CPU; None when there is no tensor to return
+    problem: tuple[str, str] | None = None  # (rule, what happened)
+
+
+@dataclass
+class Runs:
+    outputs: list[CaseRun] = field(default_factory=list)
+
+    def problems(self) -> list[dict]:
+        runs = enumerate(self.outputs)
+        return [{"case": i, "rule": r.problem[0], "detail": r.problem[1]} for i, r in runs if r.problem]
+
+
+def _storages(*tensors: torch.Tensor) -> set[int]:
+    return {t.untyped_storage().data_ptr() for t in tensors if t.untyped_storage().nbytes() > 0}
+
+
+def run_case(
+    forward: Callable[[torch.nn.Module, tuple, dict], object],  # services.core.kernels.bind's call
+    module: torch.nn.Module,
+    weight_attr: str,
+    base: torch.Tensor,
+    weight: torch.Tensor,
+    layout: Callable[[torch.Tensor], torch.Tensor],
+    guard: Guard,
+) -> CaseRun:
+    """One call of the candidate on one case: its output (CPU) or the first problem seen."""
+    x = layout(guard.place(base))
+    live_weight = guard.place(weight)
+    with torch.no_grad():
+        getattr(module, weight_attr).data = live_weight
+    x_before, w_before = x.cpu().clone(), weight.clone()
+    try:
+        with torch.no_grad():
+            out = forward(module, (x,), {})
+    except Exception as exc:  # the candidate raising is a fact for the parent, not a crash of the child
+        return CaseRun(problem=("raised", f"{type(exc).__name__}: {exc}"[:500]))
+    if type(out) is not torch.Tensor:
+        return CaseRun(problem=("not-a-tensor", f"the wrapper returned a {type(out).__name__}"))
+    if _storages(out) & _storages(x, live_weight):
+        return CaseRun(problem=("aliases-input", "the output shares memory with the input or the weight"))
+    if not _same_bits(x.cpu(), x_before):
+        return CaseRun(problem=("modified-input", "the kernel wrote to its input"))
+    if not _same_bits(live_weight.cpu(), w_before):
+        return CaseRun(problem=("modified-weights", "the kernel wrote to the module's weight"))
+    broken = guard.broken()
+    if broken:
+        return CaseRun(problem=("guard-bytes", f"{broken} guard region(s) around the call's tensors were overwritten"))
+    return CaseRun(output=out.detach().cpu())
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit (NaN inputs included, which == would call changed)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def under_fill(byte: int) -> Callable:
+    """An `empty` for the wrapper that leaves `byte` in the output's fresh memory (NaN or a finite pattern)."""
+
+    def allocate(shape, *, dtype, device):
+        out = torch.empty(shape, dtype=dtype, device=device)
+        out.view(torch.uint8).fill_(byte)
+        return out
+
+    return allocate
+
+
+FILLS = {"nan": NAN_BYTE, "pattern": PATTERN_BYTE}
+
+
+def stress(forward: Callable[[torch.Tensor], object], x: torch.Tensor, calls: int) -> int:
+    """Call the candidate `calls` times without looking (CPU stands in for the timing calls). Returns calls made."""
+    with torch.no_grad():
+        for _ in range(calls):
+            forward(x)
+    return calls

@@ -1,0 +1,79 @@
+"""The parent's own check of the timing figures the sandbox child reported (GPU only).
+
+The child measures (it must: the candidate runs there), but its numbers are data: the parent
+measures the copy ceiling itself, in a process the candidate never touched, recomputes the bytes
+each timed shape must move from the shape and the dtypes, and believes no figure faster than those
+bytes at that ceiling allow. The child's own ceiling must agree with the parent's, and the GPU time
+the figures account for must fit in the child's wall time. A timing that is not believed caps the
+reward at +1 (services.judge.reward).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from services.core.pb import events_pb2 as pb
+
+SLACK = 0.9  # a figure may beat the floor by 10% (the ceiling is a median; caches help small shapes)
+CEILING_AGREEMENT = 0.75  # the child's ceiling within 25% of the parent's, or the child's clock is suspect
+
+
+@lru_cache(maxsize=1)
+def parent_copy_ceiling() -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second), measured in the judge's process."""
+    import torch
+
+    src = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(10):
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    ms = sorted(times)[len(times) // 2]
+    return 2 * src.numel() / (ms * 1e-3)
+
+
+def bytes_for(shape: str, x_bytes: int, w_bytes: int, y_bytes: int) -> float:
+    """Bytes a row-norm call on `shape` ("AxBxC") must move: input read, weight read, output written."""
+    dims = [int(d) for d in shape.split("x") if d]
+    cols = dims[-1]
+    rows = 1
+    for d in dims[:-1]:
+        rows *= d
+    return float(rows * cols * (x_bytes + y_bytes) + cols * w_bytes)
+
+
+def judge_timing(
+    timing: pb.TimingEvidence, ceiling: float, child_wall_s: float, itemsizes: tuple[int, int, int]
+) -> pb.TimingCheck:
+    """Pure: whether the child's figures are believed against the parent's ceiling and wall clock."""
+    out = pb.TimingCheck(believed=True, copy_bytes_per_s=ceiling, child_wall_s=child_wall_s)
+    reasons = []
+    if timing.copy_bytes_per_s > 0 and timing.copy_bytes_per_s < CEILING_AGREEMENT * ceiling:
+        reasons.append(
+            f"the child's copy ceiling {timing.copy_bytes_per_s / 1e9:.0f} GB/s is far under the parent's "
+            f"{ceiling / 1e9:.0f} GB/s"
+        )
+    timed = 0.0
+    for row in timing.rows:
+        floor_us = bytes_for(row.shape, *itemsizes) / ceiling * 1e6
+        timed += row.candidate_us + row.eager_us + row.compile_us + row.native_us
+        if row.candidate_us < SLACK * floor_us:
+            reasons.append(f"{row.shape}: {row.candidate_us:.2f} us beats the copy floor {floor_us:.2f} us")
+    out.timed_us = timed
+    if child_wall_s > 0 and timed * 1e-6 > child_wall_s:
+        reasons.append(f"the figures account for {timed * 1e-6:.3f} s of GPU time, more than the child ran")
+    if reasons:
+        out.believed = False
+        out.reason = "; ".join(reasons)
+    return out
+
+
+def check(timing: pb.TimingEvidence, sandbox: pb.SandboxEvidence, itemsizes: tuple[int, int, int]) -> pb.TimingCheck:
+    return judge_timing(timing, parent_copy_ceiling(), sandbox.wall_s, itemsizes)

@@ -1,0 +1,230 @@
+"""Correctness, decided in the judge's own process from what the sandbox child returned.
+
+The child only ran the candidate on the cases and wrote the outputs; this module computed the
+references itself, before the child started, in a process the candidate never touched: the live
+module's own forward on each case in its dtype (`own`) and in fp32 (`hi`). The candidate's output
+is compared with `hi` under the bound an honest kernel in the dtypes involved can reach
+(services.judge.rounding); `own` must pass the same bound, or the bound is wrong and nothing is
+believed. Passes and failures are counted here; the child's facts (a raise, a changed input, broken
+guard bytes) are read as data, never as a verdict.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from dataclasses import dataclass, field
+
+import torch
+
+from services.core.pb import events_pb2 as pb
+from services.judge.cases import Case, apply_layout
+from services.judge.rounding import Bound, compare, honest_bound
+
+RULES: dict[str, str] = {
+    "load-failed": "the candidate's kernels must load behind its op family's wrapper",
+    "raised": "the candidate must not raise on a valid input",
+    "not-a-tensor": "the output must be a plain torch.Tensor (no subclass, no lazy wrapper)",
+    "wrong-dtype-or-shape": "the output must have the module's own dtype and shape",
+    "aliases-input": "the output must not share memory with the input or the module's weights",
+    "modified-input": "the candidate must leave its input unmodified",
+    "modified-weights": "the candidate must leave the module's parameters unmodified",
+    "guard-bytes": "nothing may be written outside the call's tensors (canary bytes around each, checked per call)",
+    "nan-output": "NaN/Inf only where the module's own output has them (unwritten output reads as NaN poison)",
+    "missing-nonfinite": "where the module's own output is NaN/Inf the candidate's must be too",
+    "outside-tolerance": "as close to a higher-precision reference as an honest kernel in its dtypes can be",
+    "biased-output": "the mean signed error must stay within what rounding explains: a systematic bias is wrong",
+    "nondeterministic": "the output must not depend on what the allocator left in memory",
+    "ghost": "the output must come from the kernel: skipping its launch must change the answer",
+    "drift": "the candidate must still be correct after the timing calls, and in the CUDA graph that was timed",
+    "tampered": "nothing the judge measures with may be replaced (timers, torch, the oracle)",
+    "missing-outputs": "the child must return one readable output per case",
+    "judge-bound": "the module's own output must pass the bound the judge derived (else the bound is wrong)",
+}
+
+
+class BoundError(RuntimeError):
+    """The module's own output does not pass the honest bound: the judge's derivation is wrong here."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    hi: torch.Tensor  # the module on fp32 copies: the reference the candidate is held to
+    own: torch.Tensor  # the module in its own dtypes: what the model computes today
+    bound: Bound
+
+
+def references(cases: list[Case], build_module, weight_attr: str) -> list[Reference]:
+    """One Reference per case. `build_module(width)` returns a fresh CPU instance of the live class."""
+    out = []
+    for case in cases:
+        module = build_module(case.width).to(dtype=case.weight.dtype).eval()
+        with torch.no_grad():
+            getattr(module, weight_attr).copy_(case.weight)
+            x = apply_layout(case.base, case.layout, case.width)
+            own = module(x)
+            hi = copy.deepcopy(module).float()(x.float()).double()
+        bound = honest_bound([x.dtype, case.weight.dtype, own.dtype], reduce_len=case.width, numel=own.numel())
+        check = compare(own, hi, bound)
+        if not check.ok:
+            raise BoundError(
+                f"{case.name}: the module's own output fails the honest bound ({check.rule}: {check.detail})"
+            )
+        out.append(Reference(hi=hi, own=own, bound=bound))
+    return out
+
+
+@dataclass
+class _Tally:
+    run: int = 0
+    passed: int = 0
+    rule: str = ""
+    error: str = ""
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    max_ratio: float = 0.0
+    max_bias: float = 0.0
+    errors: dict[str, list] = field(default_factory=dict)  # dtype -> [checks, max abs, max rel, bound]
+
+    def fail(self, rule: str, error: str) -> None:
+        if not self.error:
+            self.rule, self.error = rule, error
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def _load(blob: bytes) -> dict | None:
+    try:
+        data = torch.load(io.BytesIO(blob), weights_only=True)  # tensors and plain containers only: no code
+    except Exception:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _check_output(tally: _Tally, case: Case, ref: Reference, out, when: str = "") -> bool:
+    tally.run += 1
+    where = f"{when}{case.name}"
+    if type(out) is not torch.Tensor:
+        tally.fail("missing-outputs" if out is None else "not-a-tensor", f"{where}: no output tensor came back")
+        return False
+    if out.dtype != ref.own.dtype or tuple(out.shape) != tuple(ref.own.shape):
+        tally.fail(
+            "wrong-dtype-or-shape",
+            f"{where}: the candidate returned {out.dtype} {tuple(out.shape)}, the module {ref.own.dtype} "
+            f"{tuple(ref.own.shape)}",
+        )
+        return False
+    result = compare(out, ref.hi, ref.bound)
+    if not result.ok:
+        tally.fail(result.rule, f"{where}: {result.detail}")
+        return False
+    name = str(out.dtype).removeprefix("torch.")
+    row = tally.errors.setdefault(name, [0, 0.0, 0.0, ref.bound])
+    row[0] += 1
+    row[1], row[2] = max(row[1], result.max_abs), max(row[2], result.max_rel)
+    tally.max_abs, tally.max_rel = max(tally.max_abs, result.max_abs), max(tally.max_rel, result.max_rel)
+    tally.max_ratio = max(tally.max_ratio, result.max_ratio)
+    tally.max_bias = max(tally.max_bias, abs(result.bias))
+    tally.passed += 1
+    return True
+
+
+def _child_problem(tally: _Tally, cases: list[Case], problems, when: str = "") -> bool:
+    if not problems:
+        return False
+    first = min(problems, key=lambda p: int(p.get("case", 0)))
+    index = int(first.get("case", 0))
+    name = cases[index].name if 0 <= index < len(cases) else f"case {index}"
+    tally.fail(str(first.get("rule", "raised")), f"{when}{name}: {first.get('detail', '')}")
+    return True
+
+
+def judge_outputs(cases: list[Case], refs: list[Reference], facts: dict, blob: bytes) -> _Tally:
+    """Count passes and failures of the child's outputs against the parent's references (first failure kept)."""
+    tally = _Tally()
+    if not facts.get("loaded"):
+        tally.fail("load-failed", str(facts.get("load_error") or facts.get("child_error") or "did not load"))
+        return tally
+    if facts.get("tampered"):
+        tally.fail("tampered", str(facts["tampered"]))
+        return tally
+    if _child_problem(tally, cases, facts.get("problems")):
+        return tally
+    data = _load(blob)
+    outputs = data.get("outputs") if data else None
+    if not isinstance(outputs, list) or len(outputs) != len(cases):
+        tally.fail("missing-outputs", f"the child returned no readable output list for the {len(cases)} cases")
+        return tally
+    for case, ref, out in zip(cases, refs, outputs, strict=True):
+        if not _check_output(tally, case, ref, out):
+            return tally
+    second, ghost = data.get("second"), data.get("ghost")
+    if type(second) is not torch.Tensor or not _same_bits(second, outputs[0]):
+        tally.fail("nondeterministic", f"{cases[0].name}: the same input in fresh memory of another content differs")
+        return tally
+    if type(ghost) is not torch.Tensor or _same_bits(ghost, outputs[0]):
+        tally.fail("ghost", f"{cases[0].name}: with the kernel launch skipped the wrapper returns the same answer")
+        return tally
+    if facts.get("drift"):
+        tally.fail("drift", str(facts["drift"]))
+        return tally
+    if _child_problem(tally, cases, facts.get("after_problems"), "after the timing calls, "):
+        tally.rule = "drift"
+        return tally
+    after = data.get("after")
+    if not isinstance(after, list) or not after:
+        tally.fail("missing-outputs", "the child returned no outputs for the re-check after the timing calls")
+        return tally
+    for case, ref, out in zip(cases, refs, after, strict=False):
+        if not _check_output(tally, case, ref, out, "after the timing calls, "):
+            tally.rule = "drift"
+            return tally
+    return tally
+
+
+def evidence(
+    tally: _Tally, cases: list[Case], *, seed_base: int, dtype: str, facts: dict, interpreted: bool
+) -> pb.CorrectnessEvidence:
+    errors = [
+        pb.DtypeError(dtype=name, checks=int(n), max_abs_err=a, max_rel_err=r, atol=bound.abs, rtol=bound.rel)
+        for name, (n, a, r, bound) in tally.errors.items()
+    ]
+    return pb.CorrectnessEvidence(
+        passed=tally.run > 0 and tally.passed == tally.run and not tally.error,
+        checks_run=tally.run,
+        checks_passed=tally.passed,
+        max_abs_err=tally.max_abs,
+        max_rel_err=tally.max_rel,
+        dtype=dtype,
+        shapes=list(dict.fromkeys("x".join(str(d) for d in c.shape) for c in cases)),
+        seeds=len(cases),
+        error=tally.error,
+        interpreted=interpreted,
+        rule_id=tally.rule,
+        checks=CHECKS,
+        seed_base=seed_base,
+        errors=errors,
+        stress_calls=int(facts.get("stress_calls", 0)),
+        regimes=sorted({c.regime for c in cases}),
+        max_ulp_err=tally.max_ratio,
+        max_bias=tally.max_bias,
+        cases=len(cases),
+    )
+
+
+CHECKS = [
+    "cases drawn by the parent (services.judge.cases): the live shape, batched decode, every row-count residue, "
+    "more rows than live, an odd width, value regimes (normal, huge, outlier channels, zero rows, tiny, "
+    "non-finite), weights drawn apart from the module's init, non-contiguous layouts",
+    "references computed by the parent before the child started: the module's own forward in fp32 (held to) "
+    "and in its dtypes (must pass the same bound)",
+    "bound from the dtypes' rounding and the reduction length; a mean signed error beyond rounding is a bias",
+    "child facts read as data: raised, output not a plain tensor or aliasing, input or weight changed (bit for bit "
+    "against a CPU copy), guard bytes around every tensor of the call",
+    "the same input in fresh memory holding a finite pattern: the same bits; the launch skipped: a different answer",
+    "the first cases again after the timing calls (GPU) or 48 further calls (CPU)",
+]

@@ -1,0 +1,26 @@
+"""Op families: everything specific to one op, behind one seam every service dispatches through.
+
+A family owns the vocabulary its candidates' launch plans are written in, the host wrapper that
+runs a plan (the same code in the judge's child and the server: no candidate-authored host Python
+runs anywhere), the signature that wrapper offers a contract, and the bytes a call moves.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from services.ops import row_reduction
+
+FAMILIES: dict[str, ModuleType] = {row_reduction.FAMILY: row_reduction}
+
+
+class UnknownFamily(ValueError):
+    """A launch plan names an op family this system has no wrapper for."""
+
+
+def family(name: str) -> ModuleType:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        known = ", ".join(sorted(FAMILIES))
+        raise UnknownFamily(f"no op family {name!r} (known: {known})") from None

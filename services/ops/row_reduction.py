@@ -1,0 +1,225 @@
+"""The row-reduction op family (RMSNorm): its launch vocabulary and the wrapper that runs a plan.
+
+A candidate of this family is kernel source plus a `LaunchPlan`. The plan picks a kernel, the
+runtime arguments it takes (from `ARGS`, in order), its constexpr values (integer literals or
+`CONSTEXPR_EXPRS`), a grid from `GRIDS`, warps and stages, and optionally a dispatch by row count.
+`check_plan` is pure (the judge and the server run it before anything loads); `make_forward` turns a
+checked plan and the loaded kernels into the Python that validates, allocates, launches and returns:
+this module's code, identical in the judge's child and the server.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+from services.core.pb import events_pb2 as pb
+
+FAMILY = "row_reduction"
+ENTRYPOINT = "rmsnorm"  # the wrapper's name in a contract
+ENTRY_INPUTS = ("hidden_states",)  # forward inputs passed through
+ENTRY_PARAMS = ("hidden_states", "weight", "eps")  # the wrapper's signature: inputs, then bound module state
+PARAM_KINDS = {"hidden_states": "tensor", "weight": "tensor", "eps": "float"}
+
+# Runtime arguments a kernel may take, by the name a plan uses. x and y are 2-D (rows, cols) and
+# row-major; the wrapper makes x so (a copy only when the caller's view is not).
+ARGS = ("x", "w", "y", "rows", "cols", "eps", "x_row_stride", "y_row_stride")
+CONSTEXPR_EXPRS = ("cols", "block_cols")  # block_cols: the next power of two >= cols
+MAX_BLOCK = 65536  # one row must fit one program's registers/shared memory
+MAX_LAUNCHES = 4
+MAX_CONSTEXPR = 1 << 31
+NUM_WARPS = (1, 2, 4, 8, 16, 32)
+MAX_STAGES = 8
+CPU_SMS = 4  # what "sms" means under the interpreter: a persistent grid still walks several rows per program
+
+# Grids, as text a plan holds: every program count a row kernel needs, none that computes anything else.
+GRIDS = ("rows", "sms", "cdiv(rows, N)", "min(sms, cdiv(rows, N))")
+_GRID = re.compile(r"^(?:(?P<rows>rows)|(?P<sms>sms)|cdiv\(rows, (?P<n>\d+)\)|min\(sms, cdiv\(rows, (?P<m>\d+)\)\))$")
+
+
+class PlanError(ValueError):
+    """A launch plan does not fit this family's vocabulary (rule `launch-plan`)."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    per_program: int  # rows each program covers (0: one program per SM, a persistent grid)
+    capped: bool  # at most one program per SM
+
+    def programs(self, rows: int, sms: int) -> int:
+        if self.per_program == 0:
+            return sms
+        count = -(-rows // self.per_program)
+        return min(sms, count) if self.capped else count
+
+
+def parse_grid(text: str) -> Grid:
+    match = _GRID.match(text)
+    if match is None:
+        raise PlanError(f"grid {text!r} is not one of {', '.join(GRIDS)} (N a positive integer)")
+    if match["rows"]:
+        return Grid(1, False)
+    if match["sms"]:
+        return Grid(0, True)
+    n = int(match["n"] or match["m"])
+    if not 1 <= n <= MAX_BLOCK:
+        raise PlanError(f"grid {text!r}: N must be 1..{MAX_BLOCK}")
+    return Grid(n, match["m"] is not None)
+
+
+def _constexpr_value(name: str, text: str) -> int | str:
+    if text in CONSTEXPR_EXPRS:
+        return text
+    if re.fullmatch(r"-?\d{1,10}", text) and abs(int(text)) < MAX_CONSTEXPR:
+        return int(text)
+    raise PlanError(f"constexpr {name}={text!r} is neither an integer literal nor one of {', '.join(CONSTEXPR_EXPRS)}")
+
+
+def _check_launch(launch: pb.KernelLaunch, kernels: Mapping) -> None:
+    sig = kernels.get(launch.kernel)
+    if sig is None:
+        raise PlanError(f"launches {launch.kernel!r}, which is not a @triton.jit kernel of the source")
+    unknown = [a for a in launch.args if a not in ARGS]
+    if unknown:
+        raise PlanError(f"{launch.kernel}: runtime arguments {unknown} are not in the vocabulary ({', '.join(ARGS)})")
+    if len(set(launch.args)) != len(launch.args):
+        raise PlanError(f"{launch.kernel}: a runtime argument is passed twice: {list(launch.args)}")
+    runtime = [p for p in sig.params if p not in sig.constexprs]
+    if list(sig.params[: len(runtime)]) != runtime:
+        raise PlanError(f"{launch.kernel}: its runtime parameters must come before its constexprs")
+    if len(launch.args) != len(runtime):
+        raise PlanError(
+            f"{launch.kernel} takes {len(runtime)} runtime arguments ({', '.join(runtime)}); "
+            f"the plan passes {len(launch.args)} ({', '.join(launch.args)})"
+        )
+    for name, text in launch.constexprs.items():
+        if name not in sig.constexprs:
+            raise PlanError(f"{launch.kernel} has no constexpr parameter {name!r}")
+        _constexpr_value(name, text)
+    missing = sorted(sig.constexprs - set(launch.constexprs) - sig.defaults)
+    if missing:
+        raise PlanError(f"{launch.kernel}: constexprs {missing} have no value in the plan and no default")
+    parse_grid(launch.grid)
+    if launch.num_warps not in NUM_WARPS:
+        raise PlanError(f"{launch.kernel}: num_warps={launch.num_warps} is not one of {NUM_WARPS}")
+    if launch.num_stages > MAX_STAGES:
+        raise PlanError(f"{launch.kernel}: num_stages={launch.num_stages} is over {MAX_STAGES}")
+
+
+def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
+    """Findings (rule `launch-plan`) for a plan against the source's kernel signatures; [] when it fits.
+
+    `kernels` maps a kernel name to its signature (services.core.kernel_schema.KernelSignature).
+    """
+    try:
+        if plan.family != FAMILY:
+            raise PlanError(f"the plan is for family {plan.family!r}, this wrapper is {FAMILY!r}")
+        if not 1 <= len(plan.launches) <= MAX_LAUNCHES:
+            raise PlanError(f"a plan holds 1..{MAX_LAUNCHES} launches, this one {len(plan.launches)}")
+        limits = [launch.max_rows for launch in plan.launches]
+        if limits[-1] != 0:
+            raise PlanError("the last launch must serve any row count (max_rows 0), or some calls have no kernel")
+        if any(m == 0 for m in limits[:-1]) or limits[:-1] != sorted(set(limits[:-1])):
+            raise PlanError(f"row dispatch limits must rise strictly before the last, catch-all launch: {limits}")
+        for launch in plan.launches:
+            _check_launch(launch, kernels)
+    except PlanError as exc:
+        return [pb.Finding(rule_id="launch-plan", reason=str(exc))]
+    return []
+
+
+@dataclass(frozen=True)
+class _Launch:
+    kernel: Callable
+    args: tuple[str, ...]
+    constexprs: tuple[tuple[str, int | str], ...]
+    grid: Grid
+    options: tuple[tuple[str, int], ...]
+    max_rows: int
+
+
+def _compile(plan: pb.LaunchPlan, kernels: Mapping[str, Callable]) -> list[_Launch]:
+    out = []
+    for launch in plan.launches:
+        options = [("num_warps", launch.num_warps)] + ([("num_stages", launch.num_stages)] if launch.num_stages else [])
+        out.append(
+            _Launch(
+                kernel=kernels[launch.kernel],
+                args=tuple(launch.args),
+                constexprs=tuple((k, _constexpr_value(k, v)) for k, v in sorted(launch.constexprs.items())),
+                grid=parse_grid(launch.grid),
+                options=tuple(options),
+                max_rows=launch.max_rows,
+            )
+        )
+    return out
+
+
+@lru_cache(maxsize=16)
+def _sms(device: str) -> int:
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return CPU_SMS
+    return torch.cuda.get_device_properties(dev).multi_processor_count
+
+
+def _check_inputs(hidden_states, weight) -> None:
+    import torch
+
+    if not isinstance(hidden_states, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        raise TypeError("rmsnorm takes tensors for hidden_states and weight")
+    if weight.dim() != 1 or hidden_states.dim() < 1 or hidden_states.shape[-1] != weight.shape[0]:
+        raise ValueError(
+            f"hidden_states {tuple(hidden_states.shape)} does not end in the weight width {tuple(weight.shape)}"
+        )
+    if not hidden_states.dtype.is_floating_point or not weight.dtype.is_floating_point:
+        raise TypeError(f"rmsnorm needs floating tensors, got {hidden_states.dtype} and {weight.dtype}")
+    if hidden_states.device != weight.device:
+        raise ValueError(f"hidden_states on {hidden_states.device} but weight on {weight.device}")
+
+
+def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
+    """rmsnorm(hidden_states, weight, eps) running `plan` (checked by `check_plan`) with the loaded kernels.
+
+    `empty` allocates the output (torch.empty's signature; the judge passes one that surrounds it with
+    guard bytes). `launch=False` skips the kernel launch and returns the unwritten output: the judge's
+    ghost replay, which must differ from a real call's answer.
+    """
+    import torch
+
+    launches = _compile(plan, kernels)
+    allocate = empty or torch.empty
+
+    def rmsnorm(hidden_states, weight, eps):
+        _check_inputs(hidden_states, weight)
+        n_cols = weight.shape[0]
+        block = 1 << max(0, n_cols - 1).bit_length()
+        if block > MAX_BLOCK:
+            raise ValueError(f"width {n_cols} is too wide for a one-pass row kernel (at most {MAX_BLOCK})")
+        out_dtype = torch.promote_types(weight.dtype, hidden_states.dtype)
+        x2d = hidden_states.reshape(-1, n_cols).contiguous()
+        y2d = allocate(x2d.shape, dtype=out_dtype, device=x2d.device)
+        rows = x2d.shape[0]
+        if rows == 0 or not launch:
+            return y2d.reshape(hidden_states.shape)
+        chosen = next(item for item in launches if item.max_rows == 0 or rows <= item.max_rows)
+        values = {
+            "x": x2d, "w": weight.contiguous(), "y": y2d, "rows": rows, "cols": n_cols, "eps": float(eps),
+            "x_row_stride": x2d.stride(0), "y_row_stride": y2d.stride(0),
+        }  # fmt: skip
+        exprs = {"cols": n_cols, "block_cols": block}
+        constexprs = {k: exprs[v] if isinstance(v, str) else v for k, v in chosen.constexprs}
+        grid = (chosen.grid.programs(rows, _sms(str(x2d.device))),)
+        chosen.kernel[grid](*(values[a] for a in chosen.args), **constexprs, **dict(chosen.options))
+        return y2d.reshape(hidden_states.shape)
+
+    return rmsnorm
+
+
+def bytes_moved(rows: int, cols: int, x_bytes: int, w_bytes: int, y_bytes: int) -> int:
+    """Bytes one call must move at least: the input read, the weight read once, the output written."""
+    return rows * cols * (x_bytes + y_bytes) + cols * w_bytes

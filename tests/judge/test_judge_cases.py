@@ -1,0 +1,212 @@
+"""The cases the judge draws (services.judge.cases): deterministic, covering, within budget."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
+from services.judge.cases import (
+    CPU_ROW_BUDGET,
+    GPU_ELEMENT_BUDGET,
+    LAYOUTS,
+    REGIMES,
+    WEIGHTS,
+    CaseSpec,
+    apply_layout,
+    draw_cases,
+    residue_rows,
+)
+from services.judge.rounding import compare, honest_bound
+
+BF16, FP16 = torch.bfloat16, torch.float16
+CPU = CaseSpec(width=64, live_shape=(2, 3, 64), input_dtype=BF16, param_dtype=BF16, gpu=False, max_rows=8)
+GPU = CaseSpec(width=1536, live_shape=(1, 1, 1536), input_dtype=BF16, param_dtype=BF16, gpu=True)
+
+
+def rows(shape) -> int:
+    n = 1
+    for d in shape[:-1]:
+        n *= d
+    return n
+
+
+def bits(t: torch.Tensor) -> bytes:
+    return t.contiguous().view(torch.uint8).numpy().tobytes()  # NaN == NaN, bit for bit
+
+
+@pytest.fixture(scope="module")
+def cpu_cases():
+    return draw_cases(CPU, seed=11)
+
+
+@pytest.fixture(scope="module")
+def gpu_cases():
+    return draw_cases(GPU, seed=11)
+
+
+def test_drawing_is_deterministic_in_spec_and_seed():
+    spec = dataclasses.replace(CPU, examples=10)
+    a, b = draw_cases(spec, seed=5), draw_cases(spec, seed=5)
+    assert [c.name for c in a] == [c.name for c in b]
+    for x, y in zip(a, b, strict=True):
+        assert x.shape == y.shape and x.layout == y.layout
+        assert bits(x.base) == bits(y.base) and bits(x.weight) == bits(y.weight)
+    other = draw_cases(spec, seed=6)
+    assert [bits(c.base) for c in other] != [bits(c.base) for c in a]
+
+
+def test_drawing_does_not_depend_on_the_modules_loaded(tmp_path, monkeypatch):
+    """hypothesis mixes integer constants from every loaded project module into integer draws: none may reach ours."""
+    spec = dataclasses.replace(GPU, width=64, live_shape=(1, 1, 64), examples=48)  # up to 1024 rows a case
+    before = [[bits(c.base) for c in draw_cases(spec, seed)] for seed in range(4)]
+    # hypothesis keeps up to 1024 constants a module, integers from 100 up
+    values = sorted({(i * 2654435761) % 2**31 for i in range(400)} | set(range(100, 1100, 2)))
+    (tmp_path / "judge_constants_probe.py").write_text(f"VALUES = {values!r}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("judge_constants_probe")  # a local module full of integers in every range we draw from
+    assert [[bits(c.base) for c in draw_cases(spec, seed)] for seed in range(4)] == before
+
+
+def test_fixed_cases_then_exactly_the_examples(cpu_cases, gpu_cases):
+    for spec, cases in ((CPU, cpu_cases), (GPU, gpu_cases)):
+        drawn = [c for c in cases if c.name.startswith("drawn ")]
+        assert len(drawn) == spec.examples
+        assert all(not c.name.startswith("drawn ") for c in cases[: len(cases) - len(drawn)])  # fixed first
+        assert len({c.name for c in cases}) == len(cases)  # duplicates got a suffix
+        assert all("\n" not in c.name for c in cases)
+    assert len(draw_cases(dataclasses.replace(CPU, examples=3), seed=1)) == len(cpu_cases) - CPU.examples + 3
+
+
+def test_every_regime_weights_kind_and_layout_appears_among_the_fixed_cases(cpu_cases, gpu_cases):
+    for cases in (cpu_cases, gpu_cases):
+        fixed = [c for c in cases if not c.name.startswith("drawn ")]
+        assert {c.regime for c in fixed} == set(REGIMES)
+        assert {c.weights for c in fixed} == set(WEIGHTS)
+        assert {c.layout for c in fixed} == set(LAYOUTS)
+
+
+def test_the_live_shape_is_first(cpu_cases, gpu_cases):
+    assert cpu_cases[0].shape == (2, 3, 64) and gpu_cases[0].shape == (1, 1, 1536)
+    first = gpu_cases[0]
+    assert (first.regime, first.weights, first.layout) == ("normal", "around-one", "contiguous")
+    capped = draw_cases(dataclasses.replace(CPU, live_shape=(1, 20, 64), examples=0), seed=1)
+    assert capped[0].shape == (1, 8, 64)  # CPU: the rows capped, the last dim and rank kept
+
+
+@pytest.mark.parametrize("spec", [CPU, GPU, dataclasses.replace(GPU, row_blocks=(1, 2, 4, 8, 16, 64))], ids=str)
+def test_every_residue_of_every_row_block_is_covered(spec):
+    counts = {rows(c.shape) for c in draw_cases(dataclasses.replace(spec, examples=0), seed=2)}
+    for block in spec.row_blocks:
+        for r in range(block):
+            assert any(n >= block and n % block == r for n in counts), (block, r)
+
+
+def test_residue_rows_cover_blocks_with_few_counts():
+    assert residue_rows((1, 2, 4, 8)) == list(range(8, 16))
+    assert residue_rows((64,), cap=8) == list(range(64, 73))  # CPU: r <= max_rows
+    assert residue_rows((3, 4)) == [4, 5, 6, 7]  # 6, 4 and 5 already cover the residues 0, 1, 2 of 3
+
+
+def test_more_rows_than_the_live_shape_are_drawn(cpu_cases, gpu_cases):
+    assert max(rows(c.shape) for c in gpu_cases) >= 4099
+    assert max(rows(c.shape) for c in cpu_cases) > CPU.max_rows
+    prefill = dataclasses.replace(GPU, live_shape=(4, 1024, 1536), examples=0)
+    assert max(rows(c.shape) for c in draw_cases(prefill, seed=3)) >= 2 * 4 * 1024 + 1
+    larger = dataclasses.replace(GPU, live_shape=(4, 2048, 1536), examples=0)  # 2x+1 would pass half the budget
+    assert max(rows(c.shape) for c in draw_cases(larger, seed=3)) > 4 * 2048
+
+
+def test_decode_batches_and_the_odd_width(cpu_cases, gpu_cases):
+    assert {(2, 1, 1536), (4, 1, 1536)} <= {c.shape for c in gpu_cases}
+    assert (2, 1, 64) in {c.shape for c in cpu_cases}
+    odd = [c for c in cpu_cases if c.name.startswith("odd-width")]
+    assert odd and odd[0].shape == (3, 97) and odd[0].width == 97 and odd[0].weight.shape == (97,)
+
+
+def test_layouts_are_views_and_really_non_contiguous(cpu_cases, gpu_cases):
+    for case in cpu_cases + gpu_cases:
+        assert case.base.is_contiguous() and case.base.dtype == BF16 and case.weight.dtype == BF16
+        x = apply_layout(case.base, case.layout, case.width)
+        assert tuple(x.shape) == case.shape and x.data_ptr() == case.base.data_ptr()
+        if case.layout == "contiguous":
+            assert x is case.base
+        else:
+            assert not x.is_contiguous(), case.name
+            assert bool(torch.isnan(case.base).any())  # what lies around the view reads as NaN
+    strided = torch.arange(2 * 5, dtype=torch.float32).view(2, 5)
+    assert apply_layout(strided, "row-strided", 3).tolist() == [[0, 1, 2], [5, 6, 7]]
+    assert apply_layout(strided, "every-other-row", 5).shape == (1, 5)
+    with pytest.raises(ValueError):
+        apply_layout(strided, "diagonal", 5)
+
+
+def test_the_cpu_row_budget_holds():
+    for spec in (CPU, dataclasses.replace(CPU, width=1536, live_shape=(1, 1, 1536), examples=12)):
+        cases = draw_cases(spec, seed=4)
+        assert sum(rows(c.shape) for c in cases) <= CPU_ROW_BUDGET
+
+
+def test_the_gpu_element_budget_holds(gpu_cases):
+    assert sum(c.base.numel() for c in gpu_cases) <= GPU_ELEMENT_BUDGET
+    prefill = draw_cases(dataclasses.replace(GPU, live_shape=(1, 8192, 1536)), seed=4)
+    assert sum(c.base.numel() for c in prefill) <= GPU_ELEMENT_BUDGET
+
+
+def test_nonfinite_and_zeros_cases_hold_what_they_say(cpu_cases, gpu_cases):
+    seen = set()
+    for case in cpu_cases + gpu_cases:
+        x = apply_layout(case.base, case.layout, case.width).reshape(-1, case.width)
+        if case.regime == "nonfinite":
+            assert not bool(torch.isfinite(x).all()), case.name
+            if len(x) >= 2:
+                assert bool(torch.isfinite(x).all(-1).any()), case.name  # some rows stay finite
+            seen |= {"nan"} if bool(x.isnan().any()) else set()
+            seen |= {v for v in ("inf", "-inf") if bool((x == float(v)).any())}
+        else:
+            assert bool(torch.isfinite(x).all()), case.name
+        if case.regime == "zeros":
+            assert bool((x == 0).all(-1).any()), case.name
+    assert seen == {"nan", "inf", "-inf"}
+
+
+def test_weights_are_drawn_apart_from_the_init(cpu_cases, gpu_cases):
+    for case in cpu_cases + gpu_cases:
+        w = case.weight.float()
+        assert w.shape == (case.width,)
+        if case.weights == "signed-normal":
+            assert (w - 1).abs().max() > 0.5 and bool((w < 0).any())
+        elif case.weights == "with-zeros":
+            assert bool((w == 0).any())
+        elif case.weights == "near-zero":
+            assert w.abs().max() < 0.01
+        elif case.weights == "large":
+            assert w.mean() > 5
+
+
+def test_fp16_huge_is_finite_but_its_square_overflows():
+    spec = dataclasses.replace(GPU, input_dtype=FP16, param_dtype=FP16)
+    huge = [c for c in draw_cases(spec, seed=9) if c.regime == "huge"]
+    assert huge
+    for case in huge:
+        x = apply_layout(case.base, case.layout, case.width)
+        assert x.dtype == FP16 and bool(torch.isfinite(x).all())
+        assert bool(torch.isinf(x * x).any()), case.name
+
+
+@pytest.mark.parametrize("dtypes", [(BF16, BF16), (FP16, FP16), (torch.float32, torch.float32), (BF16, torch.float32)])
+def test_the_modules_own_output_passes_the_honest_bound_on_every_case(dtypes):
+    """What services.judge.verdict checks before it believes any bound: no case may break it."""
+    spec = dataclasses.replace(CPU, input_dtype=dtypes[0], param_dtype=dtypes[1], live_shape=(1, 5, 64))
+    for case in draw_cases(spec, seed=3):
+        module = Qwen2RMSNorm(case.width, eps=1e-6).to(case.weight.dtype)
+        with torch.no_grad():
+            module.weight.copy_(case.weight)
+            x = apply_layout(case.base, case.layout, case.width)
+            own = module(x)
+            hi = copy.deepcopy(module).float()(x.float())
+        result = compare(own, hi, honest_bound([x.dtype, case.weight.dtype, own.dtype], case.width, own.numel()))
+        assert result.ok, f"{case.name}: {result.rule}: {result.detail}"
