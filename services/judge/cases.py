@@ -284,7 +284,7 @@ def draw_cases(spec: CaseSpec, seed: int) -> list[Case]:
         used = sum(c.base.numel() for c in cases)
         per_case = (GPU_ELEMENT_BUDGET - used) // (spec.examples * 2 * (widest + PAD))  # bases up to 2x the input
         max_rows = max(1, min(MAX_DRAWN_ROWS, per_case))
-    else:
+    else:  # row blocks beyond max_rows can leave no room: the drawn cases then take 1 row each
         used = sum(_rows(c.shape) for c in cases)
         max_rows = max(1, (CPU_ROW_BUDGET - used) // spec.examples)
     names = {c.name for c in cases}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -28,10 +29,7 @@ GPU = CaseSpec(width=1536, live_shape=(1, 1, 1536), input_dtype=BF16, param_dtyp
 
 
 def rows(shape) -> int:
-    n = 1
-    for d in shape[:-1]:
-        n *= d
-    return n
+    return math.prod(shape[:-1])
 
 
 def bits(t: torch.Tensor) -> bytes:
@@ -49,7 +47,7 @@ def gpu_cases():
 
 
 def test_drawing_is_deterministic_in_spec_and_seed():
-    spec = dataclasses.replace(CPU, examples=10)
+    spec = dataclasses.replace(CPU, examples=6)
     a, b = draw_cases(spec, seed=5), draw_cases(spec, seed=5)
     assert [c.name for c in a] == [c.name for c in b]
     for x, y in zip(a, b, strict=True):
@@ -61,14 +59,14 @@ def test_drawing_is_deterministic_in_spec_and_seed():
 
 def test_drawing_does_not_depend_on_the_modules_loaded(tmp_path, monkeypatch):
     """hypothesis mixes integer constants from every loaded project module into integer draws: none may reach ours."""
-    spec = dataclasses.replace(GPU, width=64, live_shape=(1, 1, 64), examples=48)  # up to 1024 rows a case
-    before = [[bits(c.base) for c in draw_cases(spec, seed)] for seed in range(4)]
+    spec = dataclasses.replace(GPU, width=16, live_shape=(1, 1, 16), odd_width=5, examples=32)  # up to 1024 rows
+    before = [[bits(c.base) for c in draw_cases(spec, seed)] for seed in range(2)]
     # hypothesis keeps up to 1024 constants a module, integers from 100 up
     values = sorted({(i * 2654435761) % 2**31 for i in range(400)} | set(range(100, 1100, 2)))
     (tmp_path / "judge_constants_probe.py").write_text(f"VALUES = {values!r}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     __import__("judge_constants_probe")  # a local module full of integers in every range we draw from
-    assert [[bits(c.base) for c in draw_cases(spec, seed)] for seed in range(4)] == before
+    assert [[bits(c.base) for c in draw_cases(spec, seed)] for seed in range(2)] == before
 
 
 def test_fixed_cases_then_exactly_the_examples(cpu_cases, gpu_cases):
@@ -99,7 +97,8 @@ def test_the_live_shape_is_first(cpu_cases, gpu_cases):
 
 @pytest.mark.parametrize("spec", [CPU, GPU, dataclasses.replace(GPU, row_blocks=(1, 2, 4, 8, 16, 64))], ids=str)
 def test_every_residue_of_every_row_block_is_covered(spec):
-    counts = {rows(c.shape) for c in draw_cases(dataclasses.replace(spec, examples=0), seed=2)}
+    narrow = dataclasses.replace(spec, width=64, live_shape=(*spec.live_shape[:-1], 64), examples=0)
+    counts = {rows(c.shape) for c in draw_cases(narrow, seed=2)}
     for block in spec.row_blocks:
         for r in range(block):
             assert any(n >= block and n % block == r for n in counts), (block, r)
@@ -114,7 +113,7 @@ def test_residue_rows_cover_blocks_with_few_counts():
 def test_more_rows_than_the_live_shape_are_drawn(cpu_cases, gpu_cases):
     assert max(rows(c.shape) for c in gpu_cases) >= 4099
     assert max(rows(c.shape) for c in cpu_cases) > CPU.max_rows
-    prefill = dataclasses.replace(GPU, live_shape=(4, 1024, 1536), examples=0)
+    prefill = dataclasses.replace(GPU, width=64, live_shape=(4, 1024, 64), examples=0)
     assert max(rows(c.shape) for c in draw_cases(prefill, seed=3)) >= 2 * 4 * 1024 + 1
     larger = dataclasses.replace(GPU, live_shape=(4, 2048, 1536), examples=0)  # 2x+1 would pass half the budget
     assert max(rows(c.shape) for c in draw_cases(larger, seed=3)) > 4 * 2048
@@ -188,7 +187,7 @@ def test_weights_are_drawn_apart_from_the_init(cpu_cases, gpu_cases):
 
 
 def test_fp16_huge_is_finite_but_its_square_overflows():
-    spec = dataclasses.replace(GPU, input_dtype=FP16, param_dtype=FP16)
+    spec = dataclasses.replace(CPU, input_dtype=FP16, param_dtype=FP16, examples=12)
     huge = [c for c in draw_cases(spec, seed=9) if c.regime == "huge"]
     assert huge
     for case in huge:
