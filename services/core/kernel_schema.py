@@ -62,7 +62,7 @@ _KERNEL_NODES = (
     ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Pass, ast.Break, ast.Continue,
     ast.If, ast.For, ast.While,
     ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.Call, ast.keyword, ast.Constant,
-    ast.Attribute, ast.Subscript, ast.Slice, ast.Name, ast.Tuple,
+    ast.Attribute, ast.Subscript, ast.Slice, ast.Name, ast.Tuple, ast.List,  # lists: shapes, tl.zeros([B], ...)
     ast.expr_context, ast.operator, ast.boolop, ast.cmpop, ast.unaryop,
 )  # fmt: skip
 # Refused nodes whose insides are a scope (or a string) of their own: reported once, not walked into.
@@ -78,7 +78,7 @@ _CONSTRUCTS = {
     "ListComp": "a comprehension", "SetComp": "a comprehension", "DictComp": "a comprehension",
     "GeneratorExp": "a generator expression", "JoinedStr": "an f-string", "Starred": "a starred expression",
     "NamedExpr": "an assignment expression (:=)", "Match": "a match statement",
-    "List": "a list literal", "Set": "a set literal", "Dict": "a dict literal",
+    "Set": "a set literal", "Dict": "a dict literal",
 }  # fmt: skip
 
 

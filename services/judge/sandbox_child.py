@@ -153,7 +153,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     from services.core.pb import events_pb2 as pb
     from services.judge import tamper
     from services.judge.cases import apply_layout
-    from services.judge.poison import PATTERN_BYTE, POISON
+    from services.judge.poison import NAN_BYTE, PATTERN_BYTE, POISON
     from services.judge.run_cases import Guard, Runs, run_case, stress, under_fill
     from services.ops import family
 
@@ -231,8 +231,11 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
         with torch.no_grad():
             allocate["fn"] = under_fill(PATTERN_BYTE)  # the same input, fresh memory holding a finite pattern
             saved["second"] = call(module, (x,), {}).detach().cpu()
+            # The launch skipped, into memory full of NaN (not the block the last answer was just freed from,
+            # which the CUDA caching allocator would hand back): the answer must differ.
+            allocate["fn"] = under_fill(NAN_BYTE)
+            saved["ghost"] = ghost_call(module, (x,), {}).detach().cpu()
             allocate["fn"] = None
-            saved["ghost"] = ghost_call(module, (x,), {}).detach().cpu()  # the launch skipped: must differ
         main = _oracle(cls, job, int(job["width"]), device, seed=int(job["seed_base"]))
         candidate = kernels.bound_forward(main, wrapper, contract)
         if gpu:

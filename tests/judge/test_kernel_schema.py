@@ -245,3 +245,18 @@ def test_syntax_error_is_reported():
     report = check_kernel_source("def f(:\n    pass\n")
     assert [f.rule_id for f in report.findings] == ["syntax"]
     assert report.findings[0].line == 1
+
+
+def test_list_literals_for_shapes_pass():
+    source = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, y_ptr, N: tl.constexpr):
+    acc = tl.zeros([N], dtype=tl.float32)
+    tl.store(y_ptr + tl.arange(0, N), acc + tl.load(x_ptr + tl.arange(0, N)))
+"""
+    report = check_kernel_source(source)
+    assert report.passed, summary(report)
