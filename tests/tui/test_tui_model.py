@@ -225,3 +225,21 @@ def test_a_failed_and_a_cancelled_run_say_so_and_stop_their_pipeline():
     assert (run.status, run.outcome) == ("cancelled", "cancelled")
     assert run.step("profile").reason == "cancelled: wrong model"
     assert run.events[-1].summary == "by yantra-cli: wrong model"
+
+
+def test_a_candidates_launch_plan_is_shown_with_its_contract():
+    from services.coder.templates import rmsnorm
+
+    run = fx.RunLog("20261201-000000-91a4ed", fx.T0)
+    asked = run.add(pb.RunRequested(model="tiny-qwen2"), "cli", 0)
+    config = pb.TemplateConfig(template=rmsnorm.TEMPLATE, num_warps=8, rows_per_program=2)
+    proposed = pb.CandidateProposed(
+        candidate_id="c1-abc", target_class="Qwen2RMSNorm", source=rmsnorm.render(config), plan=rmsnorm.plan(config)
+    )
+    run.add(proposed, "coder", 1, asked)
+    [view] = fold(fx._recorded(run.envs)).runs[run.run_id].candidates
+    console = Console(file=io.StringIO(), width=160)
+    console.print(contract_renderable(view))
+    text = console.file.getvalue()
+    assert "_rmsnorm_fwd_kernel(x, w, y, rows, eps; BLOCK=block_cols, N_COLS=cols, ROWS=2)" in text
+    assert "grid cdiv(rows, 2), 8 warps (row_reduction, any rows)" in text

@@ -1,4 +1,4 @@
-"""A candidate in full: its Triton source, its contract, and the judge's evidence layer by layer."""
+"""A candidate in full: its Triton source, its launch plan and contract, and the judge's evidence layer by layer."""
 
 from __future__ import annotations
 
@@ -37,6 +37,14 @@ def contract_renderable(c: CandidateView) -> RenderableType:
     facts.add_row("origin", f"{m.origin} {m.skill_id}".strip() + f" (attempt {m.attempt})")
     c_ = m.config
     facts.add_row("config", f"{c_.template} num_warps={c_.num_warps} rows_per_program={c_.rows_per_program}")
+    for i, launch in enumerate(m.plan.launches):  # a candidate is kernels + this plan (schema 3)
+        when = f"rows <= {launch.max_rows}" if launch.max_rows else "any rows"
+        exprs = ", ".join(f"{k}={v}" for k, v in sorted(launch.constexprs.items()))
+        facts.add_row(
+            "launch" if i == 0 else "",
+            f"{launch.kernel}({', '.join(launch.args)}; {exprs}) grid {launch.grid}, "
+            f"{launch.num_warps} warps ({m.plan.family}, {when})",
+        )
     facts.add_row("sha256", m.source_sha256)
     binds = Table(box=None, header_style="dim", pad_edge=False)
     for col in ("kernel parameter", "module attribute", "kind"):
