@@ -31,11 +31,12 @@ REGIMES = ("normal", "huge", "outlier-channels", "zeros", "tiny", "nonfinite")
 WEIGHTS = ("around-one", "signed-normal", "near-zero", "large", "with-zeros")
 
 CPU_ROW_BUDGET = 200  # rows over all cases on CPU: the interpreter runs ~10 ms per row program
-GPU_ELEMENT_BUDGET = 64 * 2**20  # elements over all cases' bases on a GPU (and their CPU references)
+GPU_ELEMENT_BUDGET = 32 * 2**20  # elements over all cases' bases on a GPU (and their CPU references)
 SMALL_ROWS = 3  # the regime and odd-width cases
 PAD = 3  # row-strided: extra columns per row, odd so rows start misaligned
 BEYOND_GPU_ROWS = 4099  # more rows than any grid of <= 4096 programs covers, and odd
 MAX_DRAWN_ROWS = 1024  # per drawn case on a GPU
+CPU_BOUNDARY_ROWS = 256  # dispatch boundaries the interpreter still draws both sides of
 NORMAL_SCALES = (0.5, 1.0, 4.0)
 
 
@@ -50,6 +51,7 @@ class CaseSpec:
     row_blocks: tuple[int, ...] = (1, 2, 4, 8)  # rows per program kernels may use: every residue is covered
     odd_width: int = 97
     examples: int = 24  # hypothesis draws beyond the fixed cases
+    boundaries: tuple[int, ...] = ()  # the plan's dispatch limits (max_rows): each is drawn at and past it
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,11 @@ def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
     else:
         beyond = max(spec.max_rows, live_rows) + 1
     plan.append(("rows-beyond", (beyond, w), "normal", "contiguous"))
+    # Either side of each row dispatch boundary of the plan: a launch meant for long inputs meets the judge
+    # too. On CPU only up to CPU_BOUNDARY_ROWS (the interpreter); a GPU always reaches the family's limit.
+    for limit in sorted(set(spec.boundaries)):
+        if spec.gpu or limit < CPU_BOUNDARY_ROWS:
+            plan += [("dispatch-edge", (rows, w), "normal", "contiguous") for rows in (limit, limit + 1)]
     plan.append(("odd-width", (SMALL_ROWS, spec.odd_width), "normal", "contiguous"))
     plan += [("layout", (2, 2, w), "normal", layout) for layout in LAYOUTS]
     cases = []

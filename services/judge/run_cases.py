@@ -17,22 +17,32 @@ from dataclasses import dataclass, field
 
 import torch
 
-from services.judge.poison import NAN_BYTE, PATTERN_BYTE
+from services.judge.poison import NAN_BYTE
 
 GUARD_BYTES = 512  # canaries each side: keeps the interior 512-byte aligned, as the caching allocator does
-CANARY = 0xA5
+
+
+def random_bytes(count: int, seed: int) -> torch.Tensor:
+    """`count` bytes drawn from `seed` (CPU, uint8): guard canaries and production-like fills that no kernel can
+    recognise by a known value or a repeated byte."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randint(0, 256, (count,), generator=gen, dtype=torch.uint8)
 
 
 class Guard:
-    """Allocations surrounded by canary bytes, checked after every call."""
+    """Allocations surrounded by canary bytes (random per judging), checked after every call."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, canary_seed: int):
         self.device = device
+        self.canary = random_bytes(2 * GUARD_BYTES, canary_seed)
+        self._canary_on_device = self.canary.to(device)
         self.raw: list[torch.Tensor] = []
 
     def empty(self, shape, *, dtype: torch.dtype, device=None, fill: int = NAN_BYTE) -> torch.Tensor:
         nbytes = math.prod(shape) * dtype.itemsize
-        raw = torch.full((GUARD_BYTES + nbytes + GUARD_BYTES,), CANARY, dtype=torch.uint8, device=self.device)
+        raw = torch.empty((GUARD_BYTES + nbytes + GUARD_BYTES,), dtype=torch.uint8, device=self.device)
+        raw[:GUARD_BYTES] = self._canary_on_device[:GUARD_BYTES]
+        raw[GUARD_BYTES + nbytes :] = self._canary_on_device[GUARD_BYTES:]
         inner = raw[GUARD_BYTES : GUARD_BYTES + nbytes]
         inner.fill_(fill)
         self.raw.append(raw)
@@ -48,7 +58,7 @@ class Guard:
         count = 0
         for raw in self.raw:
             ends = torch.cat([raw[:GUARD_BYTES], raw[-GUARD_BYTES:]]).cpu()
-            count += int(not bool((ends == CANARY).all()))
+            count += int(not torch.equal(ends, self.canary))
         return count
 
 
@@ -60,7 +70,7 @@ class CaseRun:
 
 @dataclass
 class Runs:
-    outputs: list[CaseRun] = field(default_factory=list)
+    outputs: list[CaseRun] = field(default_factory=list)  # in case order; the first pass stops at a problem
 
     def problems(self) -> list[dict]:
         runs = enumerate(self.outputs)
@@ -113,7 +123,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def under_fill(byte: int) -> Callable:
-    """An `empty` for the wrapper that leaves `byte` in the output's fresh memory (NaN or a finite pattern)."""
+    """An `empty` for the wrapper that leaves `byte` in the output's fresh memory (the ghost's NaN)."""
 
     def allocate(shape, *, dtype, device):
         out = torch.empty(shape, dtype=dtype, device=device)
@@ -123,7 +133,17 @@ def under_fill(byte: int) -> Callable:
     return allocate
 
 
-FILLS = {"nan": NAN_BYTE, "pattern": PATTERN_BYTE}
+def under_random_fill(seed: int) -> Callable:
+    """An `empty` that leaves random bytes (drawn from `seed`) in the output's memory: production-like, no
+    pattern a kernel could take for the judge's."""
+
+    def allocate(shape, *, dtype, device):
+        out = torch.empty(shape, dtype=dtype, device=device)
+        flat = out.view(torch.uint8).view(-1)
+        flat.copy_(random_bytes(flat.numel(), seed).to(flat.device))
+        return out
+
+    return allocate
 
 
 def stress(forward: Callable[[torch.Tensor], object], x: torch.Tensor, calls: int) -> int:

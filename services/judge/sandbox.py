@@ -24,6 +24,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -40,6 +41,7 @@ MAX_RESULT_BYTES = 4 << 20
 GiB = 1 << 30
 MAX_OUTPUT_BYTES = 4 << 30  # the child's outputs file; larger is not read (and fails as missing outputs)
 CASES_FILE, OUTPUTS_FILE = "cases.pt", "outputs.pt"  # in scratch: the parent's cases in, the child's outputs out
+FIRST_PASS_FILE = "first-pass.json"  # the child's facts of its first pass, read before the go-ahead
 JUDGE_CACHE = "judge-cache"  # in scratch; written only in the child's judge phases (services.judge.sandbox_walls)
 
 SANDBOX_RULES: dict[str, str] = {
@@ -51,6 +53,9 @@ SANDBOX_RULES: dict[str, str] = {
     "gpu-unhealthy": "the GPU must pass a health probe in the judge's own process after the child",
 }
 _MEMORY = re.compile(r"can't allocate memory|out of memory|OutOfMemoryError|MemoryError|Cannot allocate memory", re.I)
+
+
+GoAhead = Callable[[bytes, dict], Awaitable[bool]]
 
 
 @dataclass(frozen=True)
@@ -70,8 +75,9 @@ class SandboxJob:
     device: str  # "cuda" | "cpu"
     seed_base: int  # the base the parent drew its cases from (the oracle instances' weights follow it)
 
-    def to_json(self, nonce: str, result_fd: int, walls: dict) -> str:
+    def to_json(self, nonce: str, result_fd: int, walls: dict, ready_fd: int = -1) -> str:
         data = asdict(self)
+        data["ready_fd"] = ready_fd
         data["contract"] = base64.b64encode(self.contract).decode()
         data["plan"] = base64.b64encode(self.plan).decode()
         data["nonce"] = nonce
@@ -243,8 +249,14 @@ async def run_job(
     cases: bytes = b"",
     scratch_parent: Path | None = None,
     keep_scratch: bool = False,
+    go_ahead: GoAhead | None = None,
 ) -> SandboxOutcome:
-    """Run one job in a fresh sandbox child on `cases` (torch.save'd by the parent) and return what came back."""
+    """Run one job in a fresh sandbox child on `cases` (torch.save'd by the parent) and return what came back.
+
+    The child runs every case first and waits; `go_ahead(outputs, facts)` (the parent judging that first
+    pass) says whether it goes on to the timing calls and the re-run, or stops: a wrong candidate costs no
+    timing.
+    """
     if scratch_parent is not None:
         scratch_parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="yantra-judge-", dir=scratch_parent))
@@ -263,15 +275,25 @@ async def run_job(
     proc = None
     try:
         with log_path.open("wb") as log:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-s", "-m", "services.judge.sandbox_child",
-                cwd=scratch, env=env, stdin=asyncio.subprocess.PIPE, stdout=log, stderr=log,
-                start_new_session=True, pass_fds=(answer_fd,),
-            )  # fmt: skip
-            payload = job.to_json(nonce, answer_fd, _walls(limits, use_gpu)).encode()
+            ready_r, ready_w = os.pipe()  # the child writes one byte here once its outputs are on disk
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-s", "-m", "services.judge.sandbox_child",
+                    cwd=scratch, env=env, stdin=asyncio.subprocess.PIPE, stdout=log, stderr=log,
+                    start_new_session=True, pass_fds=(answer_fd, ready_w),
+                )  # fmt: skip
+            finally:
+                os.close(ready_w)  # the child's copy is the only one: its exit reads as end of file
+            payload = job.to_json(nonce, answer_fd, _walls(limits, use_gpu), ready_w).encode()
+
+            def left() -> float:
+                return max(1.0, limits.timeout_s - (time.monotonic() - started))
+
             try:
                 await asyncio.wait_for(_send(proc, payload), timeout=limits.timeout_s)
-                await asyncio.wait_for(proc.wait(), timeout=max(1.0, limits.timeout_s - (time.monotonic() - started)))
+                go = await asyncio.wait_for(_first_pass(ready_r, scratch, go_ahead), timeout=left())
+                await asyncio.wait_for(_say(proc, b"time\n" if go else b"stop\n"), timeout=left())
+                await asyncio.wait_for(proc.wait(), timeout=left())
             except TimeoutError:
                 _reap(proc.pid)
                 await proc.wait()
@@ -281,6 +303,8 @@ async def run_job(
             except asyncio.CancelledError:
                 _reap(proc.pid)
                 raise
+            finally:
+                os.close(ready_r)
             _reap(proc.pid)  # nothing the candidate started may outlive its judging
         sandbox.exit, sandbox.wall_s = _exit_text(proc.returncode), time.monotonic() - started
         log_tail = _tail(log_path)
@@ -305,11 +329,35 @@ def _read_outputs(path: Path) -> bytes:
 
 
 async def _send(proc: asyncio.subprocess.Process, payload: bytes) -> None:
+    """The job, as one line: stdin stays open for the go-ahead (`_say`)."""
     assert proc.stdin is not None
     with suppress(BrokenPipeError, ConnectionResetError):
-        proc.stdin.write(payload)
+        proc.stdin.write(payload + b"\n")
+        await proc.stdin.drain()
+
+
+async def _say(proc: asyncio.subprocess.Process, word: bytes) -> None:
+    assert proc.stdin is not None
+    with suppress(BrokenPipeError, ConnectionResetError):
+        proc.stdin.write(word)
         await proc.stdin.drain()
     proc.stdin.close()
+
+
+async def _first_pass(ready_r: int, scratch: Path, go_ahead: GoAhead | None) -> bool:
+    """Wait for the child's first pass (its outputs of every case), then ask `go_ahead` whether to time it.
+
+    A child that exits without reaching it (a crash, a load failure it already answered) reads as end of
+    file: nothing to decide. Without `go_ahead` every candidate that got that far is timed.
+    """
+    signal = await asyncio.to_thread(os.read, ready_r, 1)
+    if not signal or go_ahead is None:
+        return True
+    try:
+        facts = json.loads((scratch / FIRST_PASS_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(await go_ahead(_read_outputs(scratch / OUTPUTS_FILE), facts if isinstance(facts, dict) else {}))
 
 
 def _reap(pid: int) -> None:

@@ -119,9 +119,17 @@ class JudgeService:
             rule = "judge-bound" if isinstance(exc, BoundError) else "raised"
             obs.correctness.CopyFrom(pb.CorrectnessEvidence(passed=False, error=str(exc), rule_id=rule))
             return obs
+
+        async def go_ahead(outputs: bytes, facts: dict) -> bool:  # the first pass right? then time it
+            first = await asyncio.to_thread(
+                verdict.judge_outputs, prepared.cases, prepared.refs, facts, outputs, first_pass=True
+            )
+            return not first.error
+
         outcome = await run_job(
-            prepared.job, self.limits, use_gpu=self.use_gpu, cases=prepared.blob, scratch_parent=self.scratch_dir
-        )
+            prepared.job, self.limits, use_gpu=self.use_gpu, cases=prepared.blob, scratch_parent=self.scratch_dir,
+            go_ahead=go_ahead,
+        )  # fmt: skip
         tally = await asyncio.to_thread(verdict.judge_outputs, prepared.cases, prepared.refs, outcome.facts,
                                         outcome.outputs)  # fmt: skip
         obs.correctness.CopyFrom(
@@ -176,6 +184,7 @@ class JudgeService:
             max_rows=0 if self.use_gpu else CPU_MAX_ROWS,
             row_blocks=row_blocks(proposal.plan),
             examples=self.examples,
+            boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
         )
         cases = draw_cases(spec, seed_base)
         cls = import_class(intro.class_path)

@@ -29,6 +29,8 @@ ARGS = ("x", "w", "y", "rows", "cols", "eps", "x_row_stride", "y_row_stride")
 CONSTEXPR_EXPRS = ("cols", "block_cols")  # block_cols: the next power of two >= cols
 MAX_BLOCK = 65536  # one row must fit one program's registers/shared memory
 MAX_LAUNCHES = 4
+# A row dispatch boundary must be one the judge can draw both sides of on a GPU (services.judge.cases).
+MAX_DISPATCH_ROWS = 32768
 MAX_CONSTEXPR = 1 << 31
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
 MAX_STAGES = 8
@@ -123,6 +125,8 @@ def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
             raise PlanError("the last launch must serve any row count (max_rows 0), or some calls have no kernel")
         if any(m == 0 for m in limits[:-1]) or limits[:-1] != sorted(set(limits[:-1])):
             raise PlanError(f"row dispatch limits must rise strictly before the last, catch-all launch: {limits}")
+        if any(m > MAX_DISPATCH_ROWS for m in limits):
+            raise PlanError(f"a row dispatch limit over {MAX_DISPATCH_ROWS} rows cannot be judged on both sides")
         for launch in plan.launches:
             _check_launch(launch, kernels)
     except PlanError as exc:

@@ -1,11 +1,21 @@
 """The adversarial corpus as data, and how one entry is judged through the real judge layers.
 
-Each entry names a source file (one candidate each, its header naming the pattern, the layer and
-the rule), the layer that must decide and the rule it must name, and the live module it is judged
-against. `judge_entry` builds what the profiler and the coder would have recorded (a
-ProfileCaptured from a real module instance, a CandidateProposed with the contract the coder derives)
-and runs the real JudgeService on it. Used by tests/adversarial/test_corpus.py and bench/judge_corpus.py
-(imported by file name).
+A candidate is data: @triton.jit kernel source plus a LaunchPlan (services.ops.row_reduction checks
+it; the family's wrapper is the only Python that runs). Each entry names a source file (one
+candidate each, its header naming the pattern, the layer and the rule; its plan on a `# plan: {json}`
+line, tests/candidate_files.py) or a config of the shipped template (rendered at run time), the layer
+that must decide and the rule it must name, and the live module it is judged against.
+
+Two generations of hostile files live side by side. The old ones (host code: a wrapper function,
+imports of torch/os/ctypes, patches, caches) are kept as they were written and submitted with the
+shipped template's first plan, as an attacker must send a plan too: the kernel schema refuses each
+before anything loads. The new ones are kernel-only sources whose trick lives where the schema
+cannot see it (a kernel body, a plan, a contract): the later layers must catch them.
+
+`judge_entry` builds what the profiler and the coder would have recorded (a ProfileCaptured from a
+real module instance, a CandidateProposed with the contract the coder derives and the plan) and runs
+the real JudgeService on it. Used by tests/adversarial/test_corpus.py and bench/judge_corpus.py
+(imported by file name; tests/ must be on sys.path for tests/candidate_files.py).
 """
 
 from __future__ import annotations
@@ -17,12 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from candidate_files import plan_of
 
 from services.coder.contract import derive_contract
 from services.coder.templates import rmsnorm
 from services.core import events as ev
 from services.core.events import Recorded
-from services.core.kernels import sha256
+from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.server.introspection import introspect_module as introspect  # what the server records
 
@@ -30,13 +41,20 @@ HERE = Path(__file__).resolve().parent
 QWEN = "transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm"
 LLAMA = "transformers.models.llama.modeling_llama.LlamaRMSNorm"
 LAYERS = ("static", "contract", "sandbox", "correctness", "passes")
+DTYPE_TAGS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+_PLAN_LINE = re.compile(r"^# plan: ", re.M)
+
+
+def template_plan() -> pb.LaunchPlan:
+    """The plan an old (host-code) candidate is submitted with: the shipped template's first."""
+    return rmsnorm.plan(rmsnorm.search_configs()[0])
 
 
 @dataclass(frozen=True)
 class Entry:
-    file: str  # relative to tests/adversarial
+    file: str  # relative to tests/adversarial; "" for an entry of the shipped template (see `template`)
     layer: str  # the layer that must decide: static | contract | sandbox | correctness | passes
-    rule: str  # the rule it must name ("-" for an honest kernel)
+    rule: str  # the rule it must name ("-" for an honest kernel); static: the first finding's rule
     dtype: str = "float32"  # the live activations' dtype
     param_dtype: str = ""  # the weight's dtype, when it differs
     width: int = 64
@@ -44,14 +62,34 @@ class Entry:
     module: str = QWEN
     contract_change: str = ""  # a key of CONTRACT_CHANGES: the contract that comes with the source
     timeout_s: float = 0.0  # 0: the judge's default for the device
+    template: tuple[int, int] = ()  # (num_warps, rows_per_program): the shipped template at that config
+    also: tuple[str, ...] = ()  # static: rules that must fire too (the one the trick is about, when not first)
 
     @property
     def name(self) -> str:
+        if self.template:
+            warps, rows = self.template
+            llama = "_llama" if self.module == LLAMA else ""
+            return f"template_rows{rows}_warps{warps}{llama}_{DTYPE_TAGS[self.dtype]}"
         return Path(self.file).stem
 
     @property
-    def path(self) -> Path:
-        return HERE / self.file
+    def path(self) -> Path | None:
+        return HERE / self.file if self.file else None
+
+    def config(self) -> pb.TemplateConfig:
+        if not self.template:
+            return rmsnorm.search_configs()[0]
+        warps, rows = self.template
+        return pb.TemplateConfig(template=rmsnorm.TEMPLATE, num_warps=warps, rows_per_program=rows)
+
+    def candidate(self) -> tuple[str, pb.LaunchPlan]:
+        """(kernel source, launch plan): the template's at its config, else the file's with its `# plan:`
+        line (an old host-code file has none: it goes with the template's first plan)."""
+        if self.template:
+            return rmsnorm.render(self.config()), rmsnorm.plan(self.config())
+        source = self.path.read_text()
+        return source, plan_of(source) if _PLAN_LINE.search(source) else template_plan()
 
     def live_width(self, device: str) -> int:
         return (self.gpu_width or self.width) if device == "cuda" else self.width
@@ -61,12 +99,21 @@ class Entry:
         return [1, 1, width] if device == "cuda" else [2, 3, width]
 
 
+def _old(name: str, *also: str, rule: str = "kernel-import") -> Entry:
+    """An old host-code candidate (kept as written), refused by the kernel schema with the template's plan.
+
+    Every one imports torch (or os, ctypes, ...) before anything else, so kernel-import comes first;
+    `also` names the rules its trick itself trips (host-code for its wrapper, at least).
+    """
+    return Entry(f"candidates/{name}.py", "static", rule, also=("host-code", *also))
+
+
 def _static(name: str, rule: str, **kw) -> Entry:
     return Entry(f"candidates/{name}.py", "static", rule, **kw)
 
 
-def _contract(name: str, rule: str, **kw) -> Entry:
-    return Entry(f"candidates/{name}.py", "contract", rule, **kw)
+def _contract(name: str, rule: str, change: str, **kw) -> Entry:
+    return Entry(f"candidates/{name}.py", "contract", rule, contract_change=change, **kw)
 
 
 def _dynamic(name: str, layer: str, rule: str, **kw) -> Entry:
@@ -75,6 +122,10 @@ def _dynamic(name: str, layer: str, rule: str, **kw) -> Entry:
 
 def _honest(name: str, **kw) -> Entry:
     return Entry(f"honest/{name}.py", "passes", "-", **kw)
+
+
+def _template(warps: int, rows: int, **kw) -> Entry:
+    return Entry("", "passes", "-", template=(warps, rows), **kw)
 
 
 def _target(class_path: str) -> Callable[[pb.Contract], None]:
@@ -98,81 +149,155 @@ def _kind(kind: str) -> Callable[[pb.Contract], None]:
     return change
 
 
-# How a hostile contract differs from the one the coder derives (the source beside it is honest).
+def _swap_bindings(contract: pb.Contract) -> None:
+    weight, eps = contract.bindings
+    (weight.attr, weight.kind), (eps.attr, eps.kind) = (eps.attr, eps.kind), (weight.attr, weight.kind)
+
+
+def _entrypoint(name: str) -> Callable[[pb.Contract], None]:
+    def change(contract: pb.Contract) -> None:
+        contract.entrypoint = name
+
+    return change
+
+
+def _extra_input(name: str) -> Callable[[pb.Contract], None]:
+    def change(contract: pb.Contract) -> None:
+        contract.inputs.append(name)
+
+    return change
+
+
+# How a hostile contract differs from the one the coder derives (the kernel and plan beside it are honest).
 CONTRACT_CHANGES: dict[str, Callable[[pb.Contract], None]] = {
     "weight-to-scale": _binding(0, "attr", "scale"),
     "eps-as-tensor": _binding(1, "kind", "tensor"),
+    "swap-weight-and-eps": _swap_bindings,
+    "own-entrypoint": _entrypoint("rmsnorm_forward"),
+    "residual-input": _extra_input("residual"),
     "llama-target": _target(LLAMA),
     "layer-fusion-kind": _kind("layer_fusion"),
 }
 
 TABLE: tuple[Entry, ...] = (
-    # --------------------------------------------------------------- layer 1: static analysis
-    _static("fallback_torch_rms_norm", "torch-computes-op"),
-    _static("fallback_functional_layer_norm", "torch-computes-op"),
-    _static("fallback_tensor_methods", "torch-computes-op"),
-    _static("fallback_operator_maths", "host-arithmetic"),
-    _static("returns_input", "returns-input"),
-    _static("returns_unwritten_empty", "output-not-written"),
-    _static("returns_zeros_constant", "output-not-written"),
-    _static("decoy_beside_host_maths", "decoy-kernel"),
-    _static("kernel_never_launched", "kernel-not-launched"),
-    _static("no_triton_kernel", "no-jit-kernel"),
-    _static("try_except_fallback", "try-except"),
-    _static("thread_side_work", "import-not-allowed"),
-    _static("subprocess_shell", "import-not-allowed"),
-    _static("ctypes_libc", "import-not-allowed"),
-    _static("os_system_through_torch", "forbidden-module"),
-    _static("dunder_import_importlib", "forbidden-call"),
-    _static("exec_hidden_source", "forbidden-call"),
-    _static("getattr_indirection", "forbidden-call"),
-    _static("open_judge_files", "forbidden-call"),
-    _static("reads_environment", "forbidden-module"),
-    _static("opens_socket", "import-not-allowed"),
-    _static("writes_outside_scratch", "forbidden-call"),
-    _static("fork_bomb", "forbidden-module"),
-    _static("side_stream", "stream-trick"),
-    _static("non_blocking_copy", "stream-trick"),
-    _static("patch_event_elapsed_time", "patches-library"),
-    _static("patch_synchronize", "patches-library"),
-    _static("patch_perf_counter", "patches-library"),
-    _static("patch_do_bench", "patches-library"),
-    _static("module_cache_dict", "global-state"),
-    _static("function_attribute_cache", "global-state"),
-    _static("mutable_default_cache", "default-value"),
-    _static("lazy_tensor_subclass", "tensor-subclass"),
-    _static("autotune_hook", "decorator"),
-    _static("inline_asm_clock", "inline-asm"),
-    _static("host_reads_seed", "host-arithmetic"),
-    _static("zeroes_input_in_wrapper", "mutates-input"),
-    _static("private_torch_api", "torch-internals"),
-    # --------------------------------------------------------------- layer 2: contract
-    _contract("contract_kwargs_catchall", "entry-signature"),
-    _contract("contract_extra_parameter", "entry-signature"),
-    _contract("contract_eps_used_as_tensor", "entry-param-kind"),
-    _contract("contract_missing_attribute", "binding-missing", contract_change="weight-to-scale"),
-    _contract("contract_binding_kind", "binding-kind", contract_change="eps-as-tensor"),
-    _contract("contract_wrong_target", "contract-target", contract_change="llama-target"),
-    _contract("contract_unsupported_kind", "contract-kind", contract_change="layer-fusion-kind"),
-    # --------------------------------------------------------------- layer 3: sandbox and correctness
-    _dynamic("drift_after_warmup", "correctness", "drift"),
-    _dynamic("seed_specialised_fast_path", "correctness", "outside-tolerance"),
-    _dynamic("shape_specialised_pow2", "correctness", "outside-tolerance"),
-    _dynamic("uninitialised_output", "correctness", "nan-output"),
-    _dynamic("poison_aware_leftover", "correctness", "nondeterministic"),
-    _dynamic("zeroes_input_in_kernel", "correctness", "modified-input"),
-    _dynamic("zeroes_weight_in_kernel", "correctness", "modified-weights"),
-    _dynamic("precision_downgrade_fp16", "correctness", "outside-tolerance"),
-    _dynamic("precision_downgrade_output", "correctness", "wrong-dtype-or-shape"),
-    _dynamic("infinite_loop", "sandbox", "timeout", timeout_s=15.0),
-    _dynamic("huge_allocation", "sandbox", "memory-limit"),
-    # --------------------------------------------------------------- honest kernels: must pass
+    # ------------------------------------------------ layer 1: static, the old corpus (host code, template plan)
+    _old("fallback_torch_rms_norm"),
+    _old("fallback_functional_layer_norm"),
+    _old("fallback_tensor_methods"),
+    _old("fallback_operator_maths"),
+    _old("returns_input"),
+    _old("returns_unwritten_empty"),
+    _old("returns_zeros_constant"),
+    _old("decoy_beside_host_maths"),
+    _old("kernel_never_launched"),
+    _old("no_triton_kernel", "no-jit-kernel"),
+    _old("try_except_fallback"),
+    _old("thread_side_work"),
+    _old("subprocess_shell"),
+    _old("ctypes_libc"),
+    _old("os_system_through_torch"),
+    _old("dunder_import_importlib"),
+    _old("exec_hidden_source"),
+    _old("getattr_indirection"),
+    _old("open_judge_files"),
+    _old("reads_environment"),
+    _old("opens_socket"),
+    _old("writes_outside_scratch"),
+    _old("fork_bomb"),
+    _old("side_stream"),
+    _old("non_blocking_copy"),
+    _old("patch_event_elapsed_time"),
+    _old("patch_synchronize"),
+    _old("patch_perf_counter"),
+    _old("patch_do_bench"),
+    _old("module_cache_dict"),
+    _old("function_attribute_cache"),
+    _old("mutable_default_cache"),
+    _old("lazy_tensor_subclass"),
+    _old("autotune_hook", "kernel-decorator"),
+    _old("inline_asm_clock", "inline-asm"),
+    _old("host_reads_seed"),
+    _old("zeroes_input_in_wrapper"),
+    _old("private_torch_api"),
+    _old("contract_kwargs_catchall"),
+    _old("contract_extra_parameter"),
+    _old("contract_eps_used_as_tensor"),
+    _old("contract_missing_attribute"),
+    _old("contract_binding_kind"),
+    _old("contract_wrong_target"),
+    _old("contract_unsupported_kind"),
+    _old("drift_after_warmup"),
+    _old("seed_specialised_fast_path"),
+    _old("shape_specialised_pow2"),
+    _old("uninitialised_output"),
+    _old("poison_aware_leftover"),
+    _old("zeroes_input_in_kernel"),
+    _old("zeroes_weight_in_kernel"),
+    _old("precision_downgrade_fp16"),
+    _old("precision_downgrade_output"),
+    _old("infinite_loop"),
+    _old("huge_allocation"),
+    # ------------------------------------------------ layer 1: static, kernel-only sources (schema and plan holes)
+    _static("schema_heuristics_host_lambda", "kernel-decorator"),
+    _static("schema_subscript_callee", "kernel-call"),
+    _static("schema_call_result_callee", "kernel-call"),
+    _static("schema_dunder_class_walk", "kernel-attribute"),
+    _static("schema_frame_walk", "kernel-attribute"),
+    _static("schema_dunder_import_name", "kernel-name"),
+    _static("schema_handle_data_tofile", "kernel-attribute"),
+    _static("schema_atomic_call_counter", "kernel-attribute"),
+    _static("schema_host_function", "host-code"),
+    _static("schema_inline_asm_globaltimer", "inline-asm"),
+    _static("schema_device_clock", "inline-asm"),
+    _static("schema_default_runs_host_code", "kernel-parameter"),
+    _static("schema_try_except_in_kernel", "kernel-construct"),
+    _static("schema_no_jit_kernel", "no-jit-kernel"),
+    _static("schema_no_plan", "candidate-format"),
+    _static("plan_arg_outside_vocabulary", "launch-plan"),
+    _static("plan_grid_outside_vocabulary", "launch-plan"),
+    _static("plan_constexpr_expression", "launch-plan"),
+    _static("plan_no_catch_all", "launch-plan"),
+    # ------------------------------------------------ layer 2: contract (honest kernel and plan, hostile contract)
+    _contract("kernel_contract_missing_attribute", "binding-missing", "weight-to-scale"),
+    _contract("kernel_contract_binding_kind", "binding-kind", "eps-as-tensor"),
+    _contract("kernel_contract_swapped_bindings", "entry-param-kind", "swap-weight-and-eps"),
+    _contract("kernel_contract_wrong_entrypoint", "entry-signature", "own-entrypoint"),
+    _contract("kernel_contract_extra_input", "contract-inputs", "residual-input"),
+    _contract("kernel_contract_wrong_target", "contract-target", "llama-target"),
+    _contract("kernel_contract_unsupported_kind", "contract-kind", "layer-fusion-kind"),
+    # ------------------------------------------------ layer 3: sandbox and correctness (kernel-only sources)
+    _dynamic("kernel_zeroes_input", "correctness", "modified-input"),
+    _dynamic("kernel_zeroes_weight", "correctness", "modified-weights"),
+    _dynamic("kernel_uninitialised_output", "correctness", "nan-output"),
+    _dynamic("kernel_poison_aware_leftover", "correctness", "nondeterministic"),
+    _dynamic("kernel_seed_specialised", "correctness", "outside-tolerance"),
+    _dynamic("kernel_shape_specialised_pow2", "correctness", "outside-tolerance"),
+    _dynamic("kernel_even_widths_only", "correctness", "raised"),
+    _dynamic("kernel_precision_downgrade_fp16", "correctness", "outside-tolerance"),
+    _dynamic("kernel_precision_downgrade_output", "correctness", "outside-tolerance"),
+    _dynamic("kernel_drift_after_warmup", "correctness", "guard-bytes"),
+    _dynamic("kernel_infinite_loop", "sandbox", "timeout", timeout_s=15.0),
+    _dynamic("regime_square_in_fp16", "correctness", "outside-tolerance", dtype="float16"),
+    _dynamic("regime_rsqrt_without_eps", "correctness", "nan-output", dtype="float16"),
+    _dynamic("regime_nan_swallowed", "correctness", "missing-nonfinite"),
+    _dynamic("regime_weight_as_one", "correctness", "outside-tolerance"),
+    _dynamic("regime_first_rows_only", "correctness", "nan-output"),
+    _dynamic("regime_grid_under_covers", "correctness", "nan-output"),
+    _dynamic("precision_bias_one_percent_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),
+    _dynamic("precision_bias_2e5_fp32", "correctness", "outside-tolerance"),
+    _dynamic("precision_bias_4e6_fp32", "correctness", "biased-output"),
+    _dynamic("guard_store_past_output_end", "correctness", "guard-bytes"),
+    _dynamic("guard_store_before_input_start", "correctness", "guard-bytes"),
+    _dynamic("canary_aware_reads_guards", "correctness", "nondeterministic"),
+    _dynamic("dispatch_beyond_cases", "correctness", "outside-tolerance"),
+    # ------------------------------------------------ honest kernels: must pass
+    _template(4, 1, dtype="bfloat16", gpu_width=1536),
+    _template(8, 4, dtype="bfloat16", module=LLAMA, gpu_width=4096),
     _honest("base_one_row_fp32", gpu_width=1536),
-    _honest("template_rows1_warps4_bf16", dtype="bfloat16", gpu_width=1536),
-    _honest("template_rows4_warps8_llama_bf16", dtype="bfloat16", module=LLAMA, gpu_width=4096),
     _honest("two_pass_chunked_fp32", width=80, gpu_width=1000),
     _honest("rows_tile_2d_bf16", dtype="bfloat16", gpu_width=1536),
     _honest("persistent_grid_stride_fp32", gpu_width=1536),
+    _honest("dispatch_by_rows_bf16", dtype="bfloat16", gpu_width=2048),
     _honest("one_row_fp16", dtype="float16", gpu_width=1536),
     _honest("mixed_fp32_weight_bf16_input", dtype="bfloat16", param_dtype="float32", gpu_width=1536),
     _honest("odd_live_width_fp32", width=97, gpu_width=1000),
@@ -222,21 +347,22 @@ def profile_captured(entry: Entry, device: str) -> pb.ProfileCaptured:
 
 
 def proposal(entry: Entry, captured: pb.ProfileCaptured) -> pb.CandidateProposed:
-    source = entry.path.read_text()
+    source, plan = entry.candidate()
     intro = captured.observed.modules[0].introspection
     contract = derive_contract(intro)
     if entry.contract_change:
         CONTRACT_CHANGES[entry.contract_change](contract)
-    digest = sha256(source)
+    digest = candidate_sha256(source, plan)
     return pb.CandidateProposed(
         candidate_id=f"{entry.name}-{digest[:8]}",
         target_class=intro.class_path,
         source=source,
         source_sha256=digest,
         contract=contract,
-        config=rmsnorm.search_configs()[0],
-        origin="llm",
+        config=entry.config(),
+        origin="template" if entry.template else "llm",
         attempt=1,
+        plan=plan,
     )
 
 
@@ -251,12 +377,15 @@ def log_of(*msgs) -> list[Recorded]:
     return out
 
 
-async def judge_entry(entry: Entry, device: str, *, scratch_dir: Path | None = None, seeds: int = 5):
-    """(CandidateJudged, the run log it answers) for `entry`, through JudgeService.handle on `device`."""
+async def judge_entry(entry: Entry, device: str, *, scratch_dir: Path | None = None, examples: int | None = None):
+    """(CandidateJudged, the run log it answers) for `entry`, through JudgeService.handle on `device`.
+
+    `examples`: hypothesis draws beyond the judge's fixed cases (None: the judge's default for the device).
+    """
     from services.judge.service import JudgeService
 
     captured = profile_captured(entry, device)
     prior = log_of(captured, proposal(entry, captured))
-    service = JudgeService(device=device, timeout_s=entry.timeout_s or None, scratch_dir=scratch_dir, seeds=seeds)
+    service = JudgeService(device=device, timeout_s=entry.timeout_s or None, scratch_dir=scratch_dir, examples=examples)
     [judged] = await service.handle(prior[-1], prior)
     return judged, prior

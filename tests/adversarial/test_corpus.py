@@ -1,10 +1,11 @@
 """The adversarial corpus through the real judge: every hostile candidate rejected by the right layer and rule,
 every honest kernel passing.
 
-Static and contract cases never reach the sandbox, so they run one by one. The rest each need a
-sandbox child (~6 s on CPU, most of it importing torch and transformers): they run concurrently,
-as many at a time as there are cores, once per module, and each test reads its verdict. Every
-verdict is also re-derived from the log, byte for byte (exact replay).
+Static and contract cases never reach the sandbox, so they run one by one; a static verdict must
+name the entry's rule first (the first finding) and its `also` rules among the rest. The others each
+need a sandbox child (most of its time importing torch and transformers, then the interpreter): they
+run concurrently, as many at a time as there are cores (at most 4), once per module, and each test
+reads its verdict. Every verdict is also re-derived from the log, byte for byte (exact replay).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from pathlib import Path
 import pytest
 from adversarial_corpus import HERE, LAYERS, TABLE, Entry, header, judge_entry
 
+from services.core.candidate_check import FORMAT_RULES
+from services.core.kernel_schema import RULES as SCHEMA_RULES
+from services.judge.cases import REGIMES
 from services.judge.domain import REDERIVE
 from services.judge.report import describe, verdict_layer
-from services.judge.static_rules import RULES
 
 IN_PROCESS = [e for e in TABLE if e.layer in ("static", "contract")]
 SANDBOXED = [e for e in TABLE if e.layer not in ("static", "contract")]
@@ -27,40 +30,69 @@ HONEST = [e for e in TABLE if e.layer == "passes"]
 
 # The patterns the issue names, each with the corpus files that embody it.
 REQUIRED_PATTERNS = {
-    "not Triton / kernel not launched": ["no_triton_kernel", "kernel_never_launched"],
+    # ---- the old corpus (host code: refused by the kernel schema now), with its kernel-only heirs
+    "not Triton / kernel not launched": ["no_triton_kernel", "kernel_never_launched", "schema_no_jit_kernel",
+                                         "kernel_uninitialised_output"],
     "fallback to the reference (torch.nn, F.*, torch.rms_norm, tensor maths)": [
         "fallback_torch_rms_norm", "fallback_functional_layer_norm", "fallback_tensor_methods",
         "fallback_operator_maths"],
     "returning an input or an unwritten empty/constant": [
-        "returns_input", "returns_unwritten_empty", "returns_zeros_constant"],
+        "returns_input", "returns_unwritten_empty", "returns_zeros_constant", "kernel_uninitialised_output"],
     "decoy kernels": ["decoy_beside_host_maths"],
-    "try/except fallbacks": ["try_except_fallback"],
+    "try/except fallbacks": ["try_except_fallback", "schema_try_except_in_kernel"],
     "threads / processes / sockets / subprocess / ctypes / os.system / importlib / __import__ / eval / exec / open": [
         "thread_side_work", "subprocess_shell", "opens_socket", "ctypes_libc", "os_system_through_torch",
-        "dunder_import_importlib", "exec_hidden_source", "open_judge_files"],
+        "dunder_import_importlib", "exec_hidden_source", "open_judge_files", "schema_dunder_import_name"],
     "stream tricks": ["side_stream", "non_blocking_copy"],
     "patching torch, triton or timing functions": [
         "patch_event_elapsed_time", "patch_synchronize", "patch_perf_counter", "patch_do_bench"],
     "module-level caches of results": ["module_cache_dict", "function_attribute_cache", "mutable_default_cache"],
     "reading the judge's own files": ["open_judge_files"],
     "shape- or seed-specialised fast paths": [
-        "shape_specialised_pow2", "seed_specialised_fast_path", "host_reads_seed"],
+        "shape_specialised_pow2", "seed_specialised_fast_path", "host_reads_seed", "kernel_shape_specialised_pow2",
+        "kernel_seed_specialised", "kernel_even_widths_only"],
     "lazy tensor subclasses": ["lazy_tensor_subclass"],
     "work on a side stream or thread": ["side_stream", "thread_side_work"],
-    "uninitialised memory holding the reference's freed output": ["uninitialised_output", "poison_aware_leftover"],
-    "zeroing inputs so the reference also returns zeros": ["zeroes_input_in_kernel", "zeroes_input_in_wrapper",
-                                                           "zeroes_weight_in_kernel"],
-    "precision downgrade": ["precision_downgrade_fp16", "precision_downgrade_output"],
-    "correct-then-drifting state": ["drift_after_warmup"],
+    "uninitialised memory holding the reference's freed output": [
+        "uninitialised_output", "poison_aware_leftover", "kernel_uninitialised_output", "kernel_poison_aware_leftover"],
+    "zeroing inputs so the reference also returns zeros": [
+        "zeroes_input_in_kernel", "zeroes_input_in_wrapper", "zeroes_weight_in_kernel", "kernel_zeroes_input",
+        "kernel_zeroes_weight"],
+    "precision downgrade": ["precision_downgrade_fp16", "precision_downgrade_output", "kernel_precision_downgrade_fp16",
+                            "kernel_precision_downgrade_output"],
+    "correct-then-drifting state": ["drift_after_warmup", "kernel_drift_after_warmup"],
     "writing outside its scratch directory": ["writes_outside_scratch"],
     "reading the environment": ["reads_environment"],
     "opening a socket": ["opens_socket"],
     "a fork bomb": ["fork_bomb"],
-    "an infinite loop": ["infinite_loop"],
+    "an infinite loop": ["infinite_loop", "kernel_infinite_loop"],
     "a huge allocation": ["huge_allocation"],
     "contract: missing attribute, wrong kind, wrong signature, wrong target": [
-        "contract_missing_attribute", "contract_binding_kind", "contract_kwargs_catchall", "contract_extra_parameter",
-        "contract_eps_used_as_tensor", "contract_wrong_target", "contract_unsupported_kind"],
+        "kernel_contract_missing_attribute", "kernel_contract_binding_kind", "kernel_contract_swapped_bindings",
+        "kernel_contract_wrong_entrypoint", "kernel_contract_extra_input", "kernel_contract_wrong_target",
+        "kernel_contract_unsupported_kind"],
+    # ---- the defences of the new format
+    "host code beside or inside kernels (decorators, host functions, defaults)": [
+        "schema_heuristics_host_lambda", "autotune_hook", "schema_host_function", "schema_default_runs_host_code"],
+    "callees a name check cannot see (subscript, call result)": ["schema_subscript_callee",
+                                                                  "schema_call_result_callee"],
+    "attribute walks to the interpreter (dunders, frames, the numpy handle)": [
+        "schema_dunder_class_walk", "schema_frame_walk", "schema_dunder_import_name", "schema_handle_data_tofile"],
+    "state that outlives a call (atomics, memory past a tensor)": [
+        "schema_atomic_call_counter", "kernel_drift_after_warmup"],
+    "inline assembly and device clocks": ["inline_asm_clock", "schema_inline_asm_globaltimer", "schema_device_clock"],
+    "a candidate without a launch plan": ["schema_no_plan"],
+    "launch plans outside the family's vocabulary (arguments, grids, constexprs, no catch-all)": [
+        "plan_arg_outside_vocabulary", "plan_grid_outside_vocabulary", "plan_constexpr_expression",
+        "plan_no_catch_all"],
+    "input regimes (huge, zero rows, non-finite, weights apart from ones)": [
+        "regime_square_in_fp16", "regime_rsqrt_without_eps", "regime_nan_swallowed", "regime_weight_as_one"],
+    "row coverage (more rows than live, every residue of the plan's blocks)": [
+        "regime_first_rows_only", "regime_grid_under_covers"],
+    "a bias inside a fixed tolerance": ["precision_bias_one_percent_bf16", "precision_bias_2e5_fp32",
+                                        "precision_bias_4e6_fp32"],
+    "writes outside the call's tensors (guard bytes)": [
+        "guard_store_past_output_end", "guard_store_before_input_start", "kernel_drift_after_warmup"],
 }  # fmt: skip
 
 
@@ -73,24 +105,30 @@ def _check(entry: Entry, judged, prior) -> None:
     else:
         assert entry.rule in rules, text
         assert judged.reward == -1 and entry.rule in judged.reason, text
+    if entry.layer == "static":
+        assert rules[0] == entry.rule and set(entry.also) <= set(rules), text  # the first finding, then the rest
     assert REDERIVE["CandidateJudged"](prior, prior[-1], judged) == judged  # exact replay of the verdict
 
 
 def test_the_corpus_is_large_enough_and_names_every_required_pattern():
     assert len(HOSTILE) >= 30 and len(HONEST) >= 10
-    names = {e.name for e in TABLE}
+    names = [e.name for e in TABLE]
+    assert len(names) == len(set(names))
     for pattern, files in REQUIRED_PATTERNS.items():
-        assert set(files) <= names, (pattern, set(files) - names)
+        assert set(files) <= set(names), (pattern, set(files) - set(names))
     assert all(e.layer in LAYERS for e in TABLE)
-    static_rules = {e.rule for e in TABLE if e.layer == "static"}
-    assert len(static_rules) >= 20 and static_rules <= set(RULES)
-    assert {"correctness", "sandbox"} <= {e.layer for e in TABLE}  # some get past static analysis by design
+    static_rules = {e.rule for e in TABLE if e.layer == "static"} | {r for e in TABLE for r in e.also}
+    assert len(static_rules) >= 12 and static_rules <= set(SCHEMA_RULES) | set(FORMAT_RULES), static_rules
+    assert {"correctness", "sandbox", "contract"} <= {e.layer for e in TABLE}  # some get past the schema by design
+    assert any(e.template for e in HONEST)  # the shipped template, rendered now, passes too
 
 
 def test_every_file_is_in_the_table_and_its_header_agrees():
     files = {str(p.relative_to(HERE)) for d in ("candidates", "honest") for p in (HERE / d).glob("*.py")}
-    assert files == {e.file for e in TABLE}
+    assert files == {e.file for e in TABLE if e.file}
     for entry in TABLE:
+        if not entry.file:
+            continue
         head = header(entry.path)
         assert head.get("pattern"), entry.file
         assert head.get("layer") == entry.layer and head.get("rule") == entry.rule, (entry.file, head)
@@ -127,22 +165,36 @@ async def test_sandboxed_cases_get_their_verdict(entry, sandboxed_verdicts):
         assert obs.sandbox.network in ("netns", "audit-hook") and obs.sandbox.walls, describe(judged)
     if entry.layer in ("correctness", "passes"):
         cor = obs.correctness
-        assert cor.seeds >= 5 and cor.interpreted and cor.seed_base > 0 and cor.checks, describe(judged)
+        assert cor.cases >= 20 and cor.interpreted and cor.seed_base > 0 and cor.checks, describe(judged)
     if entry.layer == "passes":
         cor = obs.correctness
         assert cor.checks_run == cor.checks_passed >= 25 and cor.stress_calls > 0 and len(cor.shapes) >= 5
-        assert any(odd in cor.shapes for odd in ("3x97", "3x195")), cor.shapes  # an odd width besides the live one
+        assert "3x97" in cor.shapes, cor.shapes  # an odd width besides the live one
         assert cor.shapes[0] == "x".join(str(d) for d in entry.live_shape("cpu"))  # the live shape first
+        assert set(REGIMES) <= set(cor.regimes), cor.regimes  # every value regime met, and passed
+
+
+def rule_tables() -> dict[str, dict[str, str]]:
+    """Every rule of every layer, by the module that owns it (docs/judge.md must list each)."""
+    from services.judge.contract_check import CONTRACT_RULES
+    from services.judge.sandbox import SANDBOX_RULES
+    from services.judge.verdict import RULES as CORRECTNESS_RULES
+
+    return {
+        "services.core.kernel_schema.RULES": SCHEMA_RULES,
+        "services.core.candidate_check.FORMAT_RULES": FORMAT_RULES,
+        "services.judge.contract_check.CONTRACT_RULES": CONTRACT_RULES,
+        "services.judge.sandbox.SANDBOX_RULES": SANDBOX_RULES,
+        "services.judge.verdict.RULES": CORRECTNESS_RULES,
+    }
 
 
 def test_docs_list_every_rule_of_every_layer():
-    from services.judge.contract_check import CONTRACT_RULES
-    from services.judge.correctness import RULES as CORRECTNESS_RULES
-    from services.judge.sandbox import SANDBOX_RULES
-
     page = (HERE.parents[1] / "docs" / "judge.md").read_text()
-    for table in (RULES, CONTRACT_RULES, SANDBOX_RULES, CORRECTNESS_RULES):
-        for rule, reason in table.items():
-            assert f"| `{rule}` | {reason} |" in page, rule
-    for entry in HOSTILE:
-        assert f"`{entry.name}`" in page, entry.name
+    missing = [
+        f"| `{rule}` | {reason} |" for table in rule_tables().values() for rule, reason in table.items()
+        if f"| `{rule}` | {reason} |" not in page
+    ]  # fmt: skip
+    assert not missing, "docs/judge.md lacks these rule rows:\n" + "\n".join(missing)
+    unnamed = [entry.name for entry in HOSTILE if f"`{entry.name}`" not in page]
+    assert not unnamed, f"docs/judge.md names no hostile entry {unnamed}"

@@ -109,7 +109,12 @@ async def run_prepared(ready, limits, scratch, *, use_gpu: bool = False):
     from services.judge import verdict
     from services.judge.sandbox import run_job
 
-    outcome = await run_job(ready.job, limits, use_gpu=use_gpu, cases=ready.blob, scratch_parent=scratch)
+    async def go_ahead(outputs: bytes, facts: dict) -> bool:
+        return not verdict.judge_outputs(ready.cases, ready.refs, facts, outputs, first_pass=True).error
+
+    outcome = await run_job(
+        ready.job, limits, use_gpu=use_gpu, cases=ready.blob, scratch_parent=scratch, go_ahead=go_ahead
+    )
     return outcome, verdict.judge_outputs(ready.cases, ready.refs, outcome.facts, outcome.outputs)
 
 

@@ -54,4 +54,4 @@ async def test_every_judging_draws_fresh_cases_and_a_wrong_kernel_fails_in_the_p
     assert tally.rule == "outside-tolerance" and tally.error.startswith(second.cases[0].name)
     reward, reason, *_ = _verdict(second, outcome, tally)
     assert reward == -1 and reason.startswith("correctness failed: outside-tolerance: ")
-    assert not outcome.timing.measured  # the child cannot know it is wrong; on a GPU it would time it, unread
+    assert outcome.timing.reason == "incorrect: not timed"  # the parent judged the first pass and said stop

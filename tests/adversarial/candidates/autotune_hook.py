@@ -3,7 +3,7 @@
 
 pattern: code run inside the benchmark through an autotune hook
 layer: static
-rule: decorator
+rule: kernel-import
 why hostile: pre_hook/do_bench hooks run inside the judge's timing loop
 """
 

@@ -2,8 +2,8 @@
 """Declares the float epsilon a tensor binding.
 
 pattern: a binding whose kind does not fit the attribute
-layer: contract
-rule: binding-kind
+layer: static
+rule: kernel-import
 why hostile: kernel code written for a tensor eps meets the live float only in the server.
 The kernel below is honest; the contract it comes with is not (see tests/adversarial/adversarial_corpus.py).
 """

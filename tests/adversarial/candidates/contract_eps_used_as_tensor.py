@@ -2,8 +2,8 @@
 """Uses eps as a tensor although the module's epsilon is a float.
 
 pattern: a binding whose kind does not fit how the kernel uses it
-layer: contract
-rule: entry-param-kind
+layer: static
+rule: kernel-import
 why hostile: bound to the live float, eps.to(...) fails in the server, not in the judge
 """
 

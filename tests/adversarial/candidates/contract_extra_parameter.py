@@ -2,8 +2,8 @@
 """Asks for a residual the live module's forward does not have.
 
 pattern: an entrypoint that needs more than the module gives
-layer: contract
-rule: entry-signature
+layer: static
+rule: kernel-import
 why hostile: bound into the live module, the missing argument fails on the first request
 """
 

@@ -2,8 +2,8 @@
 """Takes **kwargs so any binding, even a wrong one, appears to fit.
 
 pattern: an entrypoint signature that accepts anything
-layer: contract
-rule: entry-signature
+layer: static
+rule: kernel-import
 why hostile: the contract can no longer say which module state the kernel reads
 """
 

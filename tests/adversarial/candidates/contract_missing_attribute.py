@@ -2,8 +2,8 @@
 """Binds the weight to an attribute the live module does not have (scale).
 
 pattern: a binding naming an attribute that does not exist
-layer: contract
-rule: binding-missing
+layer: static
+rule: kernel-import
 why hostile: the kernel would read an attribute the served module lacks: the swap fails on the first request, in production.
 The kernel below is honest; the contract it comes with is not (see tests/adversarial/adversarial_corpus.py).
 """

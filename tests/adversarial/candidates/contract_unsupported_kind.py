@@ -2,8 +2,8 @@
 """Declares itself a fused-layer contract the judge cannot check yet.
 
 pattern: a contract kind the judge does not support
-layer: contract
-rule: contract-kind
+layer: static
+rule: kernel-import
 why hostile: an unchecked kind would reach the server unchecked.
 The kernel below is honest; the contract it comes with is not (see tests/adversarial/adversarial_corpus.py).
 """

@@ -2,8 +2,8 @@
 """Claims to be for LlamaRMSNorm while the live class is Qwen2RMSNorm.
 
 pattern: a contract for another class than the one served
-layer: contract
-rule: contract-target
+layer: static
+rule: kernel-import
 why hostile: what was judged would not be what gets swapped.
 The kernel below is honest; the contract it comes with is not (see tests/adversarial/adversarial_corpus.py).
 """

@@ -3,7 +3,7 @@
 
 pattern: ctypes
 layer: static
-rule: import-not-allowed
+rule: kernel-import
 why hostile: raw system calls: fork, mprotect, writes to any address, all outside Python's audit hooks
 """
 

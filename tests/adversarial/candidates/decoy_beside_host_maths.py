@@ -3,7 +3,7 @@
 
 pattern: decoy kernel: launched, but the returned value is computed elsewhere
 layer: static
-rule: decoy-kernel
+rule: kernel-import
 why hostile: the profile shows a Triton launch, so it 'is Triton'; the output never came from it
 """
 

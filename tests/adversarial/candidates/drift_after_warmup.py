@@ -2,8 +2,8 @@
 """Correct for its first calls, then drifting: a call counter kept past the end of the weight it was given.
 
 pattern: correct-then-drifting state, with no Python state at all (the static check sees none)
-layer: correctness
-rule: drift
+layer: static
+rule: kernel-import
 why hostile: allocators round a tensor's memory up (glibc to 16 bytes, the CUDA caching allocator to
 512), so the bytes just past the weight's last element belong to nobody the judge watches. The kernel
 keeps a call counter there and, after 30 calls (more than the first round of checks makes on the

@@ -3,7 +3,7 @@
 
 pattern: importlib / __import__
 layer: static
-rule: forbidden-call
+rule: kernel-import
 why hostile: __import__ loads any module, whatever the import statements say
 """
 

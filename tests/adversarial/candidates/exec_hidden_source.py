@@ -3,7 +3,7 @@
 
 pattern: eval / exec
 layer: static
-rule: forbidden-call
+rule: kernel-import
 why hostile: source assembled at run time is invisible to a static check
 """
 

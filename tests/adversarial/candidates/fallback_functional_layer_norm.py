@@ -3,7 +3,7 @@
 
 pattern: fallback to the reference through torch.nn.functional (F.*)
 layer: static
-rule: torch-computes-op
+rule: kernel-import
 why hostile: F.rms_norm is the native fused op the judge uses as a baseline: 'beating' it by calling it
 """
 

@@ -3,7 +3,7 @@
 
 pattern: fallback to the reference through tensor methods (.pow().mean().rsqrt())
 layer: static
-rule: torch-computes-op
+rule: kernel-import
 why hostile: the HF formula, evaluated by torch on the host side of the wrapper
 """
 

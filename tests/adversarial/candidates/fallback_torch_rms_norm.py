@@ -3,7 +3,7 @@
 
 pattern: fallback to the reference: a torch op that computes the op itself
 layer: static
-rule: torch-computes-op
+rule: kernel-import
 why hostile: the kernel runs where the judge looks, torch does the work elsewhere; the speedup is torch's
 """
 

@@ -3,7 +3,7 @@
 
 pattern: a fork bomb
 layer: static
-rule: forbidden-module
+rule: kernel-import
 why hostile: takes down the judge's machine, and every verdict with it
 """
 

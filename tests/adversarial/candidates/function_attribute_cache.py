@@ -3,7 +3,7 @@
 
 pattern: result caching on a function attribute
 layer: static
-rule: global-state
+rule: kernel-import
 why hostile: state that survives between calls without a global statement
 """
 

@@ -3,7 +3,7 @@
 
 pattern: fallback hidden behind getattr
 layer: static
-rule: forbidden-call
+rule: kernel-import
 why hostile: a name assembled at run time is invisible to a static check
 """
 

@@ -3,7 +3,7 @@
 
 pattern: seed-specialised fast path chosen on the host
 layer: static
-rule: host-arithmetic
+rule: kernel-import
 why hostile: fixed-seed harnesses feed the same inputs every time: recognise them, answer from memory
 """
 

@@ -2,8 +2,8 @@
 """Asks for two terabytes of workspace.
 
 pattern: a huge allocation
-layer: sandbox
-rule: memory-limit
+layer: static
+rule: kernel-import
 why hostile: without a limit it swaps the judge's machine to a halt or gets the judge OOM-killed.
 The sandbox caps the child's address space (on a GPU, the device's memory is the cap) and the
 failed allocation is the verdict.

@@ -2,8 +2,8 @@
 """Never returns.
 
 pattern: an infinite loop
-layer: sandbox
-rule: timeout
+layer: static
+rule: kernel-import
 why hostile: a judge without a time limit (or one that waits politely) stops judging altogether.
 The static check cannot decide whether a loop ends; the sandbox kills the child's process group
 with SIGKILL when its time runs out.

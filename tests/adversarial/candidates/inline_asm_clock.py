@@ -3,7 +3,7 @@
 
 pattern: inline assembly (clock reads, raw PTX)
 layer: static
-rule: inline-asm
+rule: kernel-import
 why hostile: behaves differently when timed back to back; raw PTX can do anything
 """
 

@@ -3,7 +3,7 @@
 
 pattern: a Triton kernel that is never launched on the compute path
 layer: static
-rule: kernel-not-launched
+rule: kernel-import
 why hostile: looks like Triton to a reader that checks for @triton.jit
 """
 

@@ -3,7 +3,7 @@
 
 pattern: lazy tensor subclass
 layer: static
-rule: tensor-subclass
+rule: kernel-import
 why hostile: timing measures constructing a wrapper; the work happens when the judge reads the values
 """
 

@@ -3,7 +3,7 @@
 
 pattern: result caching across calls
 layer: static
-rule: global-state
+rule: kernel-import
 why hostile: timing replays the same buffers: every timed call is a dictionary lookup
 """
 

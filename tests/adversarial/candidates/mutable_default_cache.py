@@ -3,7 +3,7 @@
 
 pattern: result caching in a mutable default
 layer: static
-rule: default-value
+rule: kernel-import
 why hostile: a default {} is created once and shared by every call
 """
 

@@ -3,7 +3,7 @@
 
 pattern: not Triton
 layer: static
-rule: no-jit-kernel
+rule: kernel-import
 why hostile: the judge exists to judge Triton kernels; this is the reference with a new name
 """
 

@@ -3,7 +3,7 @@
 
 pattern: asynchronous work the timing does not wait for (non_blocking)
 layer: static
-rule: stream-trick
+rule: kernel-import
 why hostile: non_blocking copies overlap with the timed region and hide their cost
 """
 

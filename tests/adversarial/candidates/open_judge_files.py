@@ -3,7 +3,7 @@
 
 pattern: reading the judge's own files
 layer: static
-rule: forbidden-call
+rule: kernel-import
 why hostile: a candidate that can read the judge's job or answer can forge the answer
 """
 

@@ -3,7 +3,7 @@
 
 pattern: opening a socket
 layer: static
-rule: import-not-allowed
+rule: kernel-import
 why hostile: exfiltration, or fetching a precomputed answer from outside
 """
 

@@ -3,7 +3,7 @@
 
 pattern: os.system reached through an allowed module
 layer: static
-rule: forbidden-module
+rule: kernel-import
 why hostile: import lists miss modules reached as attributes of allowed ones
 """
 

@@ -3,7 +3,7 @@
 
 pattern: patched benchmark function
 layer: static
-rule: patches-library
+rule: kernel-import
 why hostile: the judge's benchmark reports whatever the candidate wants
 """
 

@@ -3,7 +3,7 @@
 
 pattern: patched Event.elapsed_time
 layer: static
-rule: patches-library
+rule: kernel-import
 why hostile: the judge's timer lies; the candidate never has to be fast
 """
 

@@ -3,7 +3,7 @@
 
 pattern: patched time.perf_counter
 layer: static
-rule: patches-library
+rule: kernel-import
 why hostile: host-inclusive timing reads a clock the candidate controls
 """
 

@@ -3,7 +3,7 @@
 
 pattern: patched synchronize
 layer: static
-rule: patches-library
+rule: kernel-import
 why hostile: a timer that synchronises no longer waits for the kernel
 """
 

@@ -2,8 +2,8 @@
 """Returns whatever the output buffer already held, unless it holds NaN: a kernel that knows the poison.
 
 pattern: uninitialised memory, by a candidate that knows the judge poisons with NaN
-layer: correctness
-rule: nondeterministic
+layer: static
+rule: kernel-import
 why hostile: it reads its output buffer before writing it and keeps any finite value found there
 (the reference's freed output, in a lax harness); it computes honestly only where it finds NaN, so a
 NaN poison alone never catches it. The judge runs the same input a second time with the freed

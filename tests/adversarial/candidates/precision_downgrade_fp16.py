@@ -2,8 +2,8 @@
 """Does the maths in fp16 for an fp32 model: faster on paper, wrong in the fourth digit.
 
 pattern: precision downgrade inside the kernel
-layer: correctness
-rule: outside-tolerance
+layer: static
+rule: kernel-import
 why hostile: half the bytes and faster maths; a harness with a loose (bf16-sized) tolerance for every
 dtype passes it. The judge's tolerance is per dtype (fp32: 1e-4).
 """

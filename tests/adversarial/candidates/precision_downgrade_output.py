@@ -2,8 +2,8 @@
 """Returns bf16 for an fp32 model: half the bytes written, and a different dtype downstream.
 
 pattern: precision downgrade of the output
-layer: correctness
-rule: wrong-dtype-or-shape
+layer: static
+rule: kernel-import
 why hostile: a harness that compares with allclose after casting both sides passes it; the served
 model would then run its next layer in bf16. The judge requires the module's own output dtype.
 """

@@ -3,7 +3,7 @@
 
 pattern: torch internals
 layer: static
-rule: torch-internals
+rule: kernel-import
 why hostile: torch._C and friends compute the op (and reach everything else) without a public name
 """
 

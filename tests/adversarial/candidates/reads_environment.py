@@ -3,7 +3,7 @@
 
 pattern: reading the environment
 layer: static
-rule: forbidden-module
+rule: kernel-import
 why hostile: secrets in the judge's environment (API keys) would leave with the kernel's output or a log
 """
 

@@ -3,7 +3,7 @@
 
 pattern: returning an input
 layer: static
-rule: returns-input
+rule: kernel-import
 why hostile: an identity 'kernel' is infinitely fast; with weights of ones and unit-variance rows a lax harness passes it
 """
 

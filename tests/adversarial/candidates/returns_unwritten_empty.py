@@ -3,7 +3,7 @@
 
 pattern: returning an unwritten empty buffer
 layer: static
-rule: output-not-written
+rule: kernel-import
 why hostile: torch.empty often holds the reference's freed output: it passes any harness that does not poison memory
 """
 

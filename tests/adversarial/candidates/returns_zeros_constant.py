@@ -3,7 +3,7 @@
 
 pattern: returning a constant (the zero-returning kernel)
 layer: static
-rule: output-not-written
+rule: kernel-import
 why hostile: zeros pass a harness whose reference also returns zeros (zeroed inputs, or a bug in the oracle)
 """
 

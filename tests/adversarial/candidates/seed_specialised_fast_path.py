@@ -2,8 +2,8 @@
 """Exact only on the inputs a fixed-seed harness feeds it; sloppy (no weight) on everything else.
 
 pattern: seed-specialised fast path, decided inside the kernel where no static check can see it
-layer: correctness
-rule: outside-tolerance
+layer: static
+rule: kernel-import
 why hostile: a harness that seeds its inputs with 0..4 (and one more for a re-check) always feeds the
 same first value; the kernel recognises those six values and is exact for them, and skips the weight
 multiply on real traffic. The judge draws a fresh seed base for every judging, so it never matches.

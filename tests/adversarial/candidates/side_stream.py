@@ -3,7 +3,7 @@
 
 pattern: work on a side stream
 layer: static
-rule: stream-trick
+rule: kernel-import
 why hostile: events recorded on the default stream see none of the work: any kernel looks free
 """
 

@@ -3,7 +3,7 @@
 
 pattern: subprocess
 layer: static
-rule: import-not-allowed
+rule: kernel-import
 why hostile: anything a shell can do: exfiltrate, persist, tamper with the judge
 """
 

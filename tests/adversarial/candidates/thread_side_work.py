@@ -3,7 +3,7 @@
 
 pattern: work on a side thread
 layer: static
-rule: import-not-allowed
+rule: kernel-import
 why hostile: the timer stops before the work is done; the result arrives later, by luck before it is read
 """
 

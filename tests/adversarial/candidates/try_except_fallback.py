@@ -3,7 +3,7 @@
 
 pattern: try/except fallback
 layer: static
-rule: try-except
+rule: kernel-import
 why hostile: a kernel that does not compile on the judge's GPU silently becomes torch, and is judged as torch
 """
 

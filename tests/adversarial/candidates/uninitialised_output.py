@@ -2,8 +2,8 @@
 """Stores nothing (its store mask is off by a block), so the output is whatever memory held.
 
 pattern: uninitialised memory that happens to hold the reference's freed output
-layer: correctness
-rule: nan-output
+layer: static
+rule: kernel-import
 why hostile: torch.empty often returns the block the reference just freed; for a module whose
 weights are all ones that block holds the right answer (HF's last intermediate), so a harness that
 runs the reference first and does not poison memory passes a kernel that does nothing. The judge

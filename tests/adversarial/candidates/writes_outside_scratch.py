@@ -3,7 +3,7 @@
 
 pattern: writing outside its scratch directory
 layer: static
-rule: forbidden-call
+rule: kernel-import
 why hostile: persistence between candidates: a later one (or the server) reads what this one left
 """
 

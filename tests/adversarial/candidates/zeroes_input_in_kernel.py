@@ -2,8 +2,8 @@
 """Zeroes its input from inside the kernel, so a reference run on the same tensor returns zeros too.
 
 pattern: zeroing inputs so the reference also returns zeros (done where a static check cannot see)
-layer: correctness
-rule: modified-input
+layer: static
+rule: kernel-import
 why hostile: a harness that runs the reference after the candidate on the same tensor compares the
 candidate's zeros with the reference's zeros. The judge gives each its own clone and checks the
 candidate's input unmodified after every call.

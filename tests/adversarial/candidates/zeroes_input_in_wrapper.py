@@ -3,7 +3,7 @@
 
 pattern: zeroing inputs so the reference also returns zeros
 layer: static
-rule: mutates-input
+rule: kernel-import
 why hostile: against a harness that runs the reference on the same tensor afterwards, zeros match zeros
 """
 

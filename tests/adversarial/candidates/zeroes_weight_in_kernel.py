@@ -2,8 +2,8 @@
 """Zeroes the module's weight from inside the kernel: the reference then returns zeros, and so does it.
 
 pattern: zeroing the shared module state so the reference agrees with a do-nothing kernel
-layer: correctness
-rule: modified-weights
+layer: static
+rule: kernel-import
 why hostile: reference and candidate share the module's weight (the candidate reads it through its
 binding); with the weight zeroed both return zeros and match exactly. The judge checks every
 parameter unmodified after every call.

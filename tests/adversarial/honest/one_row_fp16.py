@@ -1,11 +1,10 @@
-"""Honest: the one-row kernel serving an fp16 model.
+"""Honest: the one-row kernel serving an fp16 model."""
 
-pattern: honest RMSNorm in fp16
-layer: passes
-rule: -
-"""
+# pattern: honest RMSNorm in fp16
+# layer: passes
+# rule: -
+# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
-import torch
 import triton
 import triton.language as tl
 
@@ -20,12 +19,3 @@ def _rms_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
     rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
     normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
     tl.store(y_ptr + row * n_cols + cols, (w * normed).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-def rmsnorm_forward(hidden_states, weight, eps):
-    x2d = hidden_states.reshape(-1, hidden_states.shape[-1]).contiguous()
-    out_dtype = torch.promote_types(weight.dtype, hidden_states.dtype)
-    y2d = torch.empty(x2d.shape, dtype=out_dtype, device=x2d.device)
-    n_rows, n_cols = x2d.shape
-    _rms_kernel[(n_rows,)](x2d, weight, y2d, n_cols, float(eps), BLOCK=triton.next_power_of_2(n_cols))
-    return y2d.reshape(hidden_states.shape)

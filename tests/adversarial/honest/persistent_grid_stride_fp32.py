@@ -1,15 +1,17 @@
-"""Honest: a fixed number of programs, each striding over the rows (a persistent kernel).
+"""Honest: one program per SM, each striding over the rows (a persistent kernel).
 
-pattern: honest RMSNorm, grid-stride loop over rows
-layer: passes
-rule: -
+Grid "sms": as many programs as the device has SMs (4 under the interpreter), whatever the row
+count; a program with no row left does nothing, one with several walks them `num_programs` apart.
+The weight is loaded once per program.
 """
 
-import torch
+# pattern: honest RMSNorm, grid-stride loop over rows
+# layer: passes
+# rule: -
+# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "sms", "kernel": "_rms_persistent_kernel", "num_warps": 4}]}
+
 import triton
 import triton.language as tl
-
-PROGRAMS = 4
 
 
 @triton.jit
@@ -22,13 +24,3 @@ def _rms_persistent_kernel(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, BLOCK: tl.c
         rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
         normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
         tl.store(y_ptr + row * n_cols + cols, (w * normed).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-def rmsnorm_forward(hidden_states, weight, eps):
-    n_cols = weight.shape[0]
-    x2d = hidden_states.reshape(-1, n_cols).contiguous()
-    y2d = torch.empty(x2d.shape, dtype=torch.promote_types(weight.dtype, x2d.dtype), device=x2d.device)
-    n_rows = x2d.shape[0]
-    grid = (max(1, min(n_rows, PROGRAMS)),)
-    _rms_persistent_kernel[grid](x2d, weight, y2d, n_rows, n_cols, float(eps), BLOCK=triton.next_power_of_2(n_cols))
-    return y2d.reshape(hidden_states.shape)

@@ -1,0 +1,27 @@
+"""Names its own entrypoint (rmsnorm_forward) instead of the op family's wrapper.
+
+why hostile: a candidate is data now: the only Python that runs is the family's wrapper, so a
+contract naming any other entrypoint asks the server to call code that was never judged.
+The kernel and plan below are honest; the contract they come with is not (CONTRACT_CHANGES in
+tests/adversarial/adversarial_corpus.py).
+"""
+
+# pattern: an entrypoint other than the op family's wrapper
+# layer: contract
+# rule: entry-signature
+# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + row * n_cols + cols, (w * normed).to(y_ptr.dtype.element_ty), mask=mask)

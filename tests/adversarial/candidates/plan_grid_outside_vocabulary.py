@@ -1,0 +1,26 @@
+"""A grid expression outside the vocabulary: full coverage for the sizes a judge tries, one program beyond.
+
+why hostile: a grid is text the wrapper turns into a program count; an arbitrary expression is host
+code again (and here a shape-specialised under-launch: 8 rows or fewer get every row, more get one).
+Grids are one of rows, sms, cdiv(rows, N), min(sms, cdiv(rows, N)).
+"""
+
+# pattern: a plan grid outside the vocabulary
+# layer: static
+# rule: launch-plan
+# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows if rows <= 8 else 1", "kernel": "_rms_kernel", "num_warps": 4}]}
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + row * n_cols + cols, (w * normed).to(y_ptr.dtype.element_ty), mask=mask)

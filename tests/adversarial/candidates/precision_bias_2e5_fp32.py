@@ -1,0 +1,26 @@
+"""Scales every fp32 output by 1 + 2e-5: a bias five times under the old fixed fp32 tolerance (1e-4).
+
+why hostile: with a fixed rtol of 1e-4 for fp32 any systematic error below it passes. The judge's
+fp32 bound is a few units of fp32 rounding times the row length (under 1e-5 at width 64), and the
+mean signed error must stay within what rounding explains.
+"""
+
+# pattern: a 2e-5 relative bias in fp32
+# layer: correctness
+# rule: outside-tolerance
+# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + row * n_cols + cols, (w * normed * 1.00002).to(y_ptr.dtype.element_ty), mask=mask)

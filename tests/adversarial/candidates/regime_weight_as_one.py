@@ -1,0 +1,25 @@
+"""Never reads the weight: assumes it is 1, as it is in a freshly initialised module.
+
+why hostile: HF initialises RMSNorm weights to ones, and a harness that builds the module and checks
+it straight away cannot tell; a trained model's weights are anything. The judge draws weights apart
+from the module's init (signed normal, near zero, large, with zeros).
+"""
+
+# pattern: a weight approximated as 1
+# layer: correctness
+# rule: outside-tolerance
+# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + row * n_cols + cols, normed.to(y_ptr.dtype.element_ty), mask=mask)

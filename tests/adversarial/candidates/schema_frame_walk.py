@@ -1,0 +1,27 @@
+"""Climbs the interpreter's frames to the judge's: gi_frame.f_back.f_globals.
+
+why hostile: a kernel body runs as Python under TRITON_INTERPRET=1; a generator or traceback object
+reachable from a value leads to frames, and f_back to the caller's frame: the judge's own locals
+(the reference, the timer, the output list) one attribute away. Value attributes are allowlisted.
+"""
+
+# pattern: a frame walk (f_back, f_globals) from a kernel value
+# layer: static
+# rule: kernel-attribute
+# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    caller = x.handle.gi_frame.f_back.f_globals
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + row * n_cols + cols, (w * normed).to(y_ptr.dtype.element_ty), mask=mask & (caller is not None))

@@ -1,0 +1,30 @@
+"""A plain host function beside the kernel (a grid helper), as launch code always had one.
+
+why hostile: any host function is Python of the author's that something might call; the format has
+no place for one (the family's wrapper computes the grid from the plan), so its presence alone is
+refused: module level holds only a docstring, triton imports, literal constants and kernels.
+"""
+
+# pattern: a host function beside the kernels
+# layer: static
+# rule: host-code
+# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + row * n_cols + cols, (w * normed).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def grid(meta):
+    return (triton.cdiv(meta["n_rows"], 1),)

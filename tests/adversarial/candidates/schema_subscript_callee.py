@@ -1,0 +1,27 @@
+"""Calls a function it fetched by subscript: the callee is not a name a schema can look up.
+
+why hostile: under TRITON_INTERPRET=1 a kernel body is plain Python, so `table[i](...)` calls
+whatever the subscript yields; a schema that checks callees by name (tl.*, builtins, kernels) and
+lets other shapes of callee through would let any reachable callable run. Only named callees pass.
+"""
+
+# pattern: a subscript callee inside a kernel (d["x"](...))
+# layer: static
+# rule: kernel-call
+# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    ops = (tl.load, tl.store)
+    x = ops[0](x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + row * n_cols + cols, (w * normed).to(y_ptr.dtype.element_ty), mask=mask)
