@@ -106,7 +106,7 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
         p = m.observed
         return (
             f"{m.swap_id} patched {m.modules_patched} modules, parity max err {p.max_abs_err:.2e}, "
-            f"tokens equal={m.tokens_equal}"
+            f"tokens equal={m.tokens_equal}" + (f", held the model {p.hold_s:.2f} s" if p.hold_s else "")
         )
     if type_name in ("SwapRejected", "SwapRolledBack"):
         return f"{m.candidate_id}: {m.reason}"

@@ -19,6 +19,7 @@ class Settings(BaseModel):
     restore_swaps: bool = Field(True, description="a (re)started server re-applies the log's committed swaps")
     admin_token: str = Field("", repr=False, description="bearer token for the server's Admin RPCs; empty: none")
     instance_id: str = Field("", description="the id the server answers Health with; empty: a random one")
+    metrics_addr: str = Field("", description="host:port of the server's Prometheus endpoint; empty: none")
 
     @field_validator("data_dir")
     @classmethod
@@ -40,6 +41,7 @@ class Settings(BaseModel):
             "restore_swaps": env.get("YANTRA_RESTORE_SWAPS", "1") not in ("0", "false", "no"),
             "admin_token": env.get("YANTRA_ADMIN_TOKEN", ""),
             "instance_id": env.get("YANTRA_INSTANCE_ID", ""),
+            "metrics_addr": env.get("YANTRA_METRICS_ADDR", ""),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -61,4 +63,6 @@ class Settings(BaseModel):
             out["YANTRA_ADMIN_TOKEN"] = self.admin_token
         if self.instance_id:
             out["YANTRA_INSTANCE_ID"] = self.instance_id
+        if self.metrics_addr:
+            out["YANTRA_METRICS_ADDR"] = self.metrics_addr
         return out

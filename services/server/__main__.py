@@ -15,6 +15,7 @@ from services.server.engine import Engine
 from services.server.grpc_api import AddressUnavailable, address_problem, bind_grpc
 from services.server.metrics import default_server_id, metrics_loop
 from services.server.models import UnknownModel, load_model
+from services.server.prometheus import Exporter
 from services.server.restore import restore_swaps
 from services.server.service import ServerService, request_rollbacks
 
@@ -40,6 +41,13 @@ def make_setup(engine: Engine, instance_id: str) -> Setup:
         except AddressUnavailable:
             await bus.close()
             raise
+        if settings.metrics_addr:
+            try:
+                Exporter(engine).serve(settings.metrics_addr)
+            except (OSError, ValueError) as exc:
+                await bus.close()
+                raise AddressUnavailable(f"cannot serve Prometheus metrics on {settings.metrics_addr}: {exc}") from exc
+            log.info("Prometheus metrics on http://%s/metrics", settings.metrics_addr)
         guarded = "admin RPCs need YANTRA_ADMIN_TOKEN" if token else "admin RPCs open (no YANTRA_ADMIN_TOKEN)"
         ready = f"server ready on {addr.rsplit(':', 1)[0]}:{port} ({guarded}; instance {instance_id})"
         service = ServerService(engine, settings.data_dir)

@@ -59,6 +59,8 @@ class Engine:
         self.swaps = SwapRegistry()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._lock = asyncio.Lock()
+        self.waiting = 0  # callers waiting for the model
+        self.active = 0  # requests being generated
         params = inspect.signature(self.model.forward).parameters
         # transformers 5.24 renamed past_key_values to cache; the GPU machine runs 5.17.
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -71,9 +73,16 @@ class Engine:
 
     async def exclusive(self, fn: Callable, *args):
         """Run fn(*args) on the engine thread with the model to itself (swaps, profiles, canaries)."""
-        async with self._lock:
+        self.waiting += 1  # the queue depth: callers waiting for the model (one event loop: no lock needed)
+        try:
+            await self._lock.acquire()
+        finally:
+            self.waiting -= 1
+        try:
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+        finally:
+            self._lock.release()
 
     # ------------------------------------------------------------------ requests
 
@@ -97,21 +106,36 @@ class Engine:
 
     async def generate(self, ids: list[int], max_new: int, stop_at_eos: bool = True) -> AsyncIterator[list[int]]:
         """Greedy tokens as they are produced, one per chunk; the lock is released between steps."""
-        self.check(ids, max_new)
+        try:
+            self.check(ids, max_new)
+        except BadRequest:
+            self.stats.finished("bad_request")
+            raise
         eos = self.tokenizer.eos_token_id if stop_at_eos else None
         t0 = time.perf_counter()
+        outcome = "cancelled"  # a consumer that stops iterating (a client gone) ends the generator here
+        self.active += 1
         try:
             state, token = await self.exclusive(self._start, ids, False)
-            produced = 1
+            produced, last = 1, time.perf_counter()
             self.stats.tokens(1)
+            self.stats.first_token(last - t0)
             yield [token]
             while produced < max_new and token != eos:
                 token = await self.exclusive(self._advance, state, token)
-                produced += 1
+                now = time.perf_counter()
                 self.stats.tokens(1)
+                self.stats.next_token(now - last)
+                produced, last = produced + 1, now
                 yield [token]
+            outcome = "ok"
+        except Exception:
+            outcome = "error"
+            raise
         finally:
+            self.active -= 1
             self.stats.request_done(time.perf_counter() - t0)
+            self.stats.finished(outcome)
 
     # ------------------------------------------------------------------ the decode path (engine thread only)
 

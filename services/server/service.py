@@ -115,7 +115,10 @@ class ServerService:
         if active is not None:
             observed.error = f"{contract.target} is already served by {active.swap_id}; roll it back first"
             return domain.swap_outcome(prior, trigger, observed)
+        started = time.perf_counter()
         handle = swap_with_parity(self.engine, contract, entry, canary, observed)
+        observed.hold_s = time.perf_counter() - started  # apply + parity; a revert is dropping one attribute each
+        self.engine.stats.swap_held(observed.hold_s)
         outcome = domain.swap_outcome(prior, trigger, observed)
         if isinstance(outcome, pb.SwapCommitted) and handle is not None:
             self.engine.swaps.add(outcome, handle)

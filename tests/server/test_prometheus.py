@@ -1,0 +1,81 @@
+"""The server's Prometheus endpoint, scraped over HTTP while the tiny model serves and a kernel is swapped in."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+from server_fixtures import HERE, load_candidate, rmsnorm_contract
+
+from services.core.pb import events_pb2 as pb
+from services.server.engine import BadRequest
+from services.server.hotswap import apply_swap
+from services.server.prometheus import Exporter
+
+
+def _scrape(port: int) -> dict[str, dict]:
+    """{metric family: {(sample name, labels): value}} from the live endpoint."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, dict] = {}
+    for family in text_string_to_metric_families(text):
+        out[family.name] = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in family.samples}
+    return out
+
+
+async def _drain(engine, ids, max_new, stop_after=None) -> int:
+    produced = 0
+    agen = engine.generate(ids, max_new, stop_at_eos=False)
+    async for _ in agen:
+        produced += 1
+        if produced == stop_after:
+            await agen.aclose()  # the client went away
+            break
+    return produced
+
+
+async def test_traffic_queue_and_live_kernels_are_scraped(engine):
+    exporter = Exporter(engine)
+    server, thread = exporter.serve("127.0.0.1:0")
+    try:
+        port = server.server_port
+        before = _scrape(port)
+        assert before["yantra_queue_depth"][("yantra_queue_depth", ())] == 0
+        assert before["yantra_requests"][("yantra_requests_total", (("outcome", "ok"),))] == 0
+
+        ids = engine.encode("Hello there")
+        produced = sum(await asyncio.gather(_drain(engine, ids, 6), _drain(engine, ids, 4)))
+        assert await _drain(engine, ids, 6, stop_after=2) == 2
+        try:
+            await _drain(engine, [], 3)
+        except BadRequest:
+            pass
+        got = _scrape(port)
+        assert got["yantra_generated_tokens"][("yantra_generated_tokens_total", ())] == produced + 2
+        assert got["yantra_requests"][("yantra_requests_total", (("outcome", "ok"),))] == 2
+        assert got["yantra_requests"][("yantra_requests_total", (("outcome", "cancelled"),))] == 1
+        assert got["yantra_requests"][("yantra_requests_total", (("outcome", "bad_request"),))] == 1
+        ttft = got["yantra_time_to_first_token_seconds"]
+        itl = got["yantra_inter_token_latency_seconds"]
+        assert ttft[("yantra_time_to_first_token_seconds_count", ())] == 3
+        assert itl[("yantra_inter_token_latency_seconds_count", ())] == produced + 2 - 3
+        assert got["yantra_active_requests"][("yantra_active_requests", ())] == 0
+
+        handle = await engine.exclusive(
+            apply_swap, engine.model, rmsnorm_contract(), load_candidate(HERE / "rmsnorm_kernel.py")
+        )
+        committed = pb.SwapCommitted(swap_id="swap-r1-c1", target_class=rmsnorm_contract().target)
+        engine.swaps.add(committed, handle)
+        engine.stats.swap_held(0.3)
+        try:
+            got = _scrape(port)
+            live = got["yantra_live_kernel"]
+            assert live == {("yantra_live_kernel", (("swap_id", "swap-r1-c1"), ("target", committed.target_class))): 1}
+            assert got["yantra_swap_hold_seconds"][("yantra_swap_hold_seconds_count", ())] == 1
+            engine.swaps.mark_rolled_back("swap-r1-c1")
+            assert _scrape(port)["yantra_live_kernel"] == {}
+        finally:
+            handle.revert()
+    finally:
+        server.shutdown()
+        engine.stats.observers.remove(exporter)
