@@ -20,6 +20,7 @@ class Settings(BaseModel):
     admin_token: str = Field("", repr=False, description="bearer token for the server's Admin RPCs; empty: none")
     instance_id: str = Field("", description="the id the server answers Health with; empty: a random one")
     metrics_addr: str = Field("", description="host:port of the server's Prometheus endpoint; empty: none")
+    max_requests: int = Field(64, ge=1, description="requests the server generates at once; more: RESOURCE_EXHAUSTED")
 
     @field_validator("data_dir")
     @classmethod
@@ -42,6 +43,7 @@ class Settings(BaseModel):
             "admin_token": env.get("YANTRA_ADMIN_TOKEN", ""),
             "instance_id": env.get("YANTRA_INSTANCE_ID", ""),
             "metrics_addr": env.get("YANTRA_METRICS_ADDR", ""),
+            "max_requests": env.get("YANTRA_MAX_REQUESTS", "64"),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -65,4 +67,5 @@ class Settings(BaseModel):
             out["YANTRA_INSTANCE_ID"] = self.instance_id
         if self.metrics_addr:
             out["YANTRA_METRICS_ADDR"] = self.metrics_addr
+        out["YANTRA_MAX_REQUESTS"] = str(self.max_requests)
         return out

@@ -80,7 +80,10 @@ def run() -> int:
         return 2
     log.info("loaded %s on %s (%s)", loaded.name, loaded.device, loaded.dtype)
     try:
-        return main("server", make_setup(Engine(loaded), settings.instance_id or secrets.token_hex(8)))
+        return main(
+            "server",
+            make_setup(Engine(loaded, max_active=settings.max_requests), settings.instance_id or secrets.token_hex(8)),
+        )
     except AddressUnavailable as exc:
         log.error("server: %s", exc)
         return 2

@@ -27,6 +27,7 @@ from services.server.stats import RequestStats
 from services.server.swaps import SwapRegistry
 
 MAX_NEW_TOKENS = 4096
+MAX_ACTIVE = 64  # requests generated at once; more are refused (RESOURCE_EXHAUSTED) rather than queued unbounded
 
 
 class BadRequest(ValueError):
@@ -48,7 +49,9 @@ class DecodeMeasurement:
 
 
 class Engine:
-    def __init__(self, loaded: LoadedModel, *, hardware: pb.HardwareFigures | None = None):
+    def __init__(
+        self, loaded: LoadedModel, *, hardware: pb.HardwareFigures | None = None, max_active: int = MAX_ACTIVE
+    ):
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -61,6 +64,7 @@ class Engine:
         self._lock = asyncio.Lock()
         self.waiting = 0  # callers waiting for the model
         self.active = 0  # requests being generated
+        self.max_active = max_active
         params = inspect.signature(self.model.forward).parameters
         # transformers 5.24 renamed past_key_values to cache; the GPU machine runs 5.17.
         self._cache_kw = "cache" if "cache" in params else "past_key_values"

@@ -87,6 +87,12 @@ class InferenceApi(ipb_grpc.InferenceServicer):
             ids = request_ids(self.engine, request)
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if self.engine.active >= self.engine.max_active:  # checked and counted with no await between: exact
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self.engine.active} requests are being generated, the most this server takes at once "
+                f"(YANTRA_MAX_REQUESTS); retry later",
+            )
         text = IncrementalText(self.engine.tokenizer)
         produced = 0
         t0 = time.perf_counter()

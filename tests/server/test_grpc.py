@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import grpc
@@ -261,3 +262,37 @@ async def test_max_new_tokens_errors_name_the_models_real_bound(engine, channel)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await _generate(channel, token_ids=[1] * 512, max_new_tokens=1)
     assert err.value.details() == "the prompt's 512 tokens leave no room in the model's 512 positions"
+
+
+async def test_a_full_server_answers_resource_exhausted_and_takes_requests_again_after(engine, channel):
+    stub = ipb_grpc.InferenceStub(channel)
+    engine.max_active = 1
+    try:
+        long = stub.Generate(ipb.GenerateRequest(prompt="Hello", max_new_tokens=64))
+        first = await long.read()  # the first request is being generated
+        assert first.token_ids and engine.active == 1
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await _generate(channel, prompt="Hi", max_new_tokens=2)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "retry later" in err.value.details()
+        long.cancel()  # the client goes away: its slot is freed
+        for _ in range(100):
+            if engine.active == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert engine.active == 0
+        assert [c.done for c in await _generate(channel, prompt="Hi", max_new_tokens=2)] == [False, False, True]
+    finally:
+        engine.max_active = 64
+
+
+async def test_a_deadline_ends_the_generation_on_the_server_too(engine, channel):
+    stub = ipb_grpc.InferenceStub(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        async for _ in stub.Generate(ipb.GenerateRequest(prompt="Hello", max_new_tokens=400), timeout=0.5):
+            pass
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    for _ in range(100):  # the server stops generating for a caller that gave up
+        if engine.active == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert engine.active == 0
