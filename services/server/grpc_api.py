@@ -10,6 +10,7 @@ start with AddressUnavailable instead of sharing the port and answering every ot
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import secrets
@@ -18,6 +19,9 @@ import time
 
 import grpc
 from google.protobuf.message import DecodeError
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
 
 from services.core.admin_auth import authorized, needs_token
 from services.core.pb import inference_pb2 as ipb
@@ -266,6 +270,23 @@ def address_problem(addr: str) -> str | None:
     return None
 
 
+_background: set = set()  # tasks kept alive until done
+
+
+def add_health_and_reflection(server: grpc.aio.Server) -> None:
+    """The standard gRPC health service (load balancers, `grpc_health_probe`) and server reflection (grpcurl)."""
+    services = [ipb.DESCRIPTOR.services_by_name[name].full_name for name in ("Inference", "Admin")]
+    health = health_aio.HealthServicer()  # "" (the server as a whole) starts SERVING
+    for name in services:  # set before the server starts taking calls (this runs inside the event loop)
+        _background.add(
+            asyncio.get_running_loop().create_task(health.set(name, health_pb2.HealthCheckResponse.SERVING))
+        )
+    _background.difference_update({t for t in _background if t.done()})
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection([*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                                         reflection.SERVICE_NAME], server)  # fmt: skip
+
+
 def bind_grpc(engine: Engine, addr: str, admin_token: str = "", instance_id: str = "") -> tuple[grpc.aio.Server, int]:
     """Both services bound to `addr` ("host:port", port 0 picks one), not serving until `await server.start()`;
     returns the server and its port. Call it with an event loop running.
@@ -278,6 +299,7 @@ def bind_grpc(engine: Engine, addr: str, admin_token: str = "", instance_id: str
     server = grpc.aio.server(interceptors=[*interceptors, UndecodableRequest()], options=[("grpc.so_reuseport", 0)])
     ipb_grpc.add_InferenceServicer_to_server(InferenceApi(engine), server)
     ipb_grpc.add_AdminServicer_to_server(AdminApi(engine, instance_id or secrets.token_hex(8)), server)
+    add_health_and_reflection(server)
     try:
         port = server.add_insecure_port(addr)
     except RuntimeError:

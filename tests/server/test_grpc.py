@@ -296,3 +296,21 @@ async def test_a_deadline_ends_the_generation_on_the_server_too(engine, channel)
             break
         await asyncio.sleep(0.05)
     assert engine.active == 0
+
+
+async def test_standard_health_and_reflection_answer(channel):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    health = health_pb2_grpc.HealthStub(channel)
+    for name in ("", "yantra.v1.Inference", "yantra.v1.Admin"):
+        reply = await health.Check(health_pb2.HealthCheckRequest(service=name))
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING, name
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await health.Check(health_pb2.HealthCheckRequest(service="nope"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    [answer] = [r async for r in stub.ServerReflectionInfo(iter([request]))]
+    names = {s.name for s in answer.list_services_response.service}
+    assert {"yantra.v1.Inference", "yantra.v1.Admin", "grpc.health.v1.Health"} <= names
