@@ -17,7 +17,7 @@ from services.server.metrics import default_server_id, metrics_loop
 from services.server.models import UnknownModel, load_model
 from services.server.prometheus import Exporter
 from services.server.restore import restore_swaps
-from services.server.service import ServerService, request_rollbacks
+from services.server.service import ServerService, request_rollbacks, shadow_loop
 
 log = logging.getLogger("services.server")
 GRACE_S = 2.0
@@ -58,6 +58,7 @@ def make_setup(engine: Engine, instance_id: str) -> Setup:
             serve_grpc(engine, server, stop, ready),
             run_service(bus, service, stop, settings.ack_wait_s),
             request_rollbacks(bus, service, stop),
+            shadow_loop(service, stop),
             metrics_loop(bus, engine, stop, default_server_id(settings.server_addr)),
         ]
 

@@ -12,6 +12,7 @@ by the module's own forward, every instance goes back to it at once, and the fai
 from __future__ import annotations
 
 import types
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,6 +36,10 @@ class _Patched:
     previous: object  # the instance's own `forward` before the swap, or _MISSING when it had none
 
 
+SAMPLES_KEPT = 8  # live inputs a committed swap keeps for the shadow check (services.server.shadow)
+SAMPLE_EVERY = 64  # beyond the first call of each new size: one call in this many is kept
+
+
 @dataclass
 class SwapHandle:
     target: str
@@ -42,12 +47,38 @@ class SwapHandle:
     reverted: bool = False
     on_failure: Callable[[str], None] | None = None  # set at commit: a live error then falls back, reported here
     failure: str = ""  # the first error the kernel raised while serving; "" while it never has
+    # Real inputs of live calls (module, args, kwargs), cloned: the shadow check replays them against the
+    # module's own forward. The first call of each size (rows rounded up to a power of two) is always kept.
+    samples: deque = field(default_factory=lambda: deque(maxlen=SAMPLES_KEPT))
+    calls: int = 0
+    sizes_seen: set = field(default_factory=set)
+
+    def sample(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        self.calls += 1
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        rows = first.numel() // max(1, first.shape[-1]) if isinstance(first, torch.Tensor) and first.dim() else 0
+        size = 1 << max(0, rows - 1).bit_length()
+        if size in self.sizes_seen and self.calls % SAMPLE_EVERY:
+            return
+        self.sizes_seen.add(size)
+        clone = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v  # noqa: E731
+        self.samples.append((module, tuple(clone(a) for a in args), {k: clone(v) for k, v in kwargs.items()}))
+
+    def drifted(self, problem: str) -> None:
+        """The shadow check found the committed kernel off the module's own forward: every instance goes back
+        to it now, and the failure is reported once (as a live error is)."""
+        if self.failure or self.reverted:
+            return
+        self.failure = problem[:500]
+        self.revert()
+        if self.on_failure is not None:
+            self.on_failure(self.failure)
 
     @property
     def modules(self) -> list[torch.nn.Module]:
         return [p.module for p in self.patched]
 
-    def _own_forward(self, module: torch.nn.Module) -> Callable:
+    def own_forward(self, module: torch.nn.Module) -> Callable:
         previous = next((p.previous for p in self.patched if p.module is module), _MISSING)
         return type(module).forward.__get__(module) if previous is _MISSING else previous
 
@@ -58,7 +89,7 @@ class SwapHandle:
         stays. Otherwise every instance is reverted now (the rest of this pass included) and the failure
         is reported once.
         """
-        out = self._own_forward(module)(*args, **kwargs)
+        out = self.own_forward(module)(*args, **kwargs)
         if not self.failure:
             self.failure = f"{type(error).__name__}: {error}"[:500]
             self.revert()
@@ -87,11 +118,14 @@ def kernel_forward(entry: Callable, contract: pb.Contract, handle: SwapHandle) -
 
     def forward(self, *args, **kwargs):
         try:
-            return call(self, args, kwargs)
+            out = call(self, args, kwargs)
         except Exception as exc:
             if handle.on_failure is None:  # not committed: the error is parity's verdict
                 raise
             return handle.fall_back(self, exc, args, kwargs)
+        if handle.on_failure is not None:  # committed: keep some real inputs for the shadow check
+            handle.sample(self, args, kwargs)
+        return out
 
     forward.__name__ = f"kernel_forward[{getattr(entry, '__name__', 'entry')}]"
     return forward

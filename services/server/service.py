@@ -27,7 +27,7 @@ from services.core.candidate_check import check_candidate
 from services.core.events import Recorded, first
 from services.core.kernels import KernelLoadError, candidate_wrapper
 from services.core.pb import events_pb2 as pb
-from services.server import domain
+from services.server import domain, shadow
 from services.server.engine import Engine
 from services.server.parity import CANARY_TOKENS, swap_with_parity
 
@@ -134,7 +134,7 @@ class ServerService:
         committed_id = ev.derived_event_id(trigger.env.run_id, trigger.env.event_id, "SwapCommitted", 0)
 
         def report(error: str) -> None:
-            log.error("swap %s: the kernel raised while serving, eager forward restored: %s", committed.swap_id, error)
+            log.error("swap %s: eager forward restored: %s", committed.swap_id, error)
             failure = LiveFailure(trigger.env.run_id, committed.swap_id, committed_id, error)
             try:
                 if loop is not None:
@@ -156,6 +156,11 @@ class ServerService:
             except ValueError:
                 continue
         return [0]
+
+    async def shadow_check(self) -> list[str]:
+        """Replay every committed kernel on live inputs it served against the module's own forward (services.server
+        .shadow); a kernel found off is reverted and reported, as a live error is."""
+        return await self.engine.exclusive(shadow.shadow_pass, self.engine)
 
     # ------------------------------------------------------------------ restart
 
@@ -198,12 +203,25 @@ class ServerService:
 
 def rollback_request(failure: LiveFailure, time_ns: int) -> ev.Envelope:
     """The RollbackRequested that records a live failure, caused by the swap's SwapCommitted (one per swap)."""
-    request = pb.RollbackRequested(
-        swap_id=failure.swap_id, reason=f"the kernel raised while serving: {failure.error}", failure=failure.error
+    reason = (
+        failure.error
+        if failure.error.startswith(shadow.PREFIX)
+        else f"the kernel raised while serving: {failure.error}"
     )
+    request = pb.RollbackRequested(swap_id=failure.swap_id, reason=reason, failure=failure.error)
     return ev.make_envelope(
         failure.run_id, request, producer="server", time_ns=time_ns, causation_id=failure.committed_event_id
     )
+
+
+async def shadow_loop(service: ServerService, stop: asyncio.Event, every_s: float = shadow.SHADOW_EVERY_S) -> None:
+    """The shadow check every `every_s` seconds while the server runs."""
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=every_s)
+        except TimeoutError:
+            for problem in await service.shadow_check():
+                log.error("shadow check: %s", problem)
 
 
 async def request_rollbacks(bus: Bus, service: ServerService, stop: asyncio.Event, retry_s: float = 1.0) -> None:

@@ -55,6 +55,10 @@ class SwapRegistry:
         with self._lock:
             self._entries[swap_id].state = "rolled_back"
 
+    def serving_entries(self) -> list[SwapEntry]:
+        with self._lock:
+            return [e for e in self._entries.values() if e.serving]
+
     def active_count(self) -> int:
         with self._lock:
             return sum(e.serving for e in self._entries.values())

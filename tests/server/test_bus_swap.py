@@ -8,7 +8,7 @@ import time
 
 import pytest
 from runlog import has, wait_for_log
-from server_fixtures import QWEN_NORM, swap_run
+from server_fixtures import HERE, QWEN_NORM, swap_run
 
 from services.core import events as ev
 from services.core.bus import Bus
@@ -163,4 +163,30 @@ async def test_rollback_of_an_unknown_swap_says_nothing_was_rolled_back(bus, run
     log = await wait_for_log(bus, run_id, has("SwapRolledBack"))
     rolled = ev.last(log, "SwapRolledBack").msg
     assert rolled.reason.startswith("nothing rolled back (just in case)") and "unknown" in rolled.reason
+    assert _mine(verify(log, REDERIVE)) == []
+
+
+async def test_a_kernel_silently_wrong_on_long_inputs_is_found_by_the_shadow_check_and_rolled_back(
+    bus, run_id, engine, serving
+):
+    source = (HERE / "rmsnorm_kernel_wrong_long.py").read_text()
+    await _publish(bus, swap_run(run_id, source))
+    log = await wait_for_log(bus, run_id, has("SwapCommitted"))  # parity's canary is short: the wrong launch is not met
+    committed = ev.last(log, "SwapCommitted")
+    assert committed.msg.observed.hold_s > 0
+    assert await serving.shadow_check() == []  # the canary's own short inputs: right
+
+    long_ids = engine.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen")
+    assert len(long_ids) > 16
+    await engine.exclusive(engine.decode, long_ids, 2)  # real traffic: the prefill meets the wrong launch, silently
+    [problem] = await serving.shadow_check()
+    assert problem.startswith(committed.msg.swap_id) and "off the module's own forward" in problem
+    assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))  # out at once
+
+    log = await wait_for_log(bus, run_id, has("SwapRolledBack"))
+    asked, rolled = ev.last(log, "RollbackRequested"), ev.last(log, "SwapRolledBack")
+    assert asked.env.producer == "server" and asked.env.causation_id == committed.env.event_id
+    assert asked.msg.reason.startswith("the shadow check found the kernel off the module's own forward on ")
+    assert rolled.env.causation_id == asked.env.event_id
+    assert [(r.swap_id, r.state) for r in engine.swaps.records()][-1] == (committed.msg.swap_id, "rolled_back")
     assert _mine(verify(log, REDERIVE)) == []

@@ -185,3 +185,20 @@ def test_a_swap_that_failed_live_is_shown_so_and_no_longer_counts_as_serving():
     assert [(r.swap_id, r.state) for r in registry.records()] == [("swap-1", "failed_live")]
     registry.mark_rolled_back("swap-1")
     assert [r.state for r in registry.records()] == ["rolled_back"]
+
+
+def test_a_committed_swap_keeps_the_first_input_of_each_size_then_one_in_64():
+    from services.server.hotswap import SAMPLE_EVERY, SAMPLES_KEPT, SwapHandle
+
+    handle = SwapHandle(QWEN_NORM)
+    module = torch.nn.Identity()
+    for rows in (1, 1, 1, 3, 4, 17):  # sizes 1, 4, 4, 32: three new sizes
+        handle.sample(module, (torch.randn(rows, 8),), {})
+    assert [a[0].shape[0] for _, a, _ in handle.samples] == [1, 3, 17]
+    for _ in range(SAMPLE_EVERY * 3):
+        handle.sample(module, (torch.randn(1, 8),), {})
+    assert len(handle.samples) == 6 and len(handle.samples) <= SAMPLES_KEPT
+    x = torch.randn(2, 8)
+    handle.sample(module, (x,), {})
+    x.zero_()  # a kept input is a copy: the caller's buffer may be reused
+    assert handle.samples[-1][1][0].abs().sum() > 0  # rows 2: a new size, kept

@@ -1,0 +1,47 @@
+"""The shadow check: committed kernels replayed on real inputs they served, against the module's own forward.
+
+Parity before a commit runs on a short canary; live traffic brings inputs the canary never had (long
+prompts, other batch sizes). Every committed swap keeps a few of the inputs it really served
+(`hotswap.SwapHandle.sample`: the first call of each size, then one in 64); this replays them,
+periodically and on the engine thread, with the recorded-call check parity uses. A kernel found off
+the module's own forward is taken out at once and the server records a RollbackRequested saying why.
+It holds once decode runs in CUDA graphs too, where a wrong kernel cannot raise.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from services.server.parity import RecordedCall, replay_calls
+
+SHADOW_EVERY_S = 30.0
+PREFIX = "the shadow check found the kernel off the module's own forward"
+
+
+def check_swap(handle) -> str:
+    """Why the swap's kept live inputs show its kernel wrong; "" when they agree (or there were none)."""
+    samples = list(handle.samples)
+    handle.samples.clear()
+    calls = []
+    with torch.inference_mode():
+        for module, args, kwargs in samples:
+            calls.append(RecordedCall(module, args, kwargs, handle.own_forward(module)(*args, **kwargs)))
+    try:
+        checked, passed, max_abs = replay_calls(calls)
+    except RuntimeError as exc:  # the kernel wrote its input
+        return f"{PREFIX}: {exc}"
+    if passed < checked:
+        shapes = sorted({tuple(args[0].shape) for _, args, _ in samples if args and hasattr(args[0], "shape")})
+        return f"{PREFIX} on {checked - passed} of {checked} live inputs (shapes {shapes}; max abs err {max_abs:.3g})"
+    return ""
+
+
+def shadow_pass(engine) -> list[str]:
+    """Check every swap serving now (engine thread, model held); returns the problems found, each already acted on."""
+    problems = []
+    for entry in engine.swaps.serving_entries():
+        problem = check_swap(entry.handle)
+        if problem:
+            entry.handle.drifted(problem)
+            problems.append(f"{entry.swap_id}: {problem}")
+    return problems
