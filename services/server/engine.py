@@ -65,6 +65,7 @@ class Engine:
         self.waiting = 0  # callers waiting for the model
         self.active = 0  # requests being generated
         self.max_active = max_active
+        self.live_inputs: dict = {}  # class path -> real calls recorded at the last profile (parity replays them)
         params = inspect.signature(self.model.forward).parameters
         # transformers 5.24 renamed past_key_values to cache; the GPU machine runs 5.17.
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -248,6 +249,11 @@ class Engine:
         self._sync()
         captured_us = (time.perf_counter() - t0) * 1e6
         modules = prof.results()
+        # Real inputs of every class, taken apart from the timed pass (cloning them there would cost time):
+        # parity replays a target's kernel on them (services.server.parity).
+        from services.server.parity import record_live_inputs
+
+        self.live_inputs = record_live_inputs(self, id_lists[0], max_new)
         speed = self._measure(id_lists, max_new, repeats=repeats)
         return pb.ProfileObservation(
             model=self.loaded.name,

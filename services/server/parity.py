@@ -20,8 +20,8 @@ import torch
 from services.core.pb import events_pb2 as pb
 from services.core.tolerances import tolerance, within
 from services.server.engine import Engine
-from services.server.hotswap import SwapHandle, SwapRefused, apply_swap
-from services.server.introspection import instances_of
+from services.server.hotswap import SwapHandle, SwapRefused, apply_swap, is_patched
+from services.server.introspection import class_path, instances_of
 
 CANARY_TOKENS = 8
 CALLS_PER_INSTANCE = 4  # prefill and a few decode steps: the live shapes, without hoarding memory
@@ -111,6 +111,37 @@ def record_calls(engine: Engine, modules: list[torch.nn.Module], ids: list[int],
     return calls, tokens, logits
 
 
+def record_live_inputs(engine: Engine, ids: list[int], max_new: int) -> dict[str, list[RecordedCall]]:
+    """Real calls of every leaf module class during one request (their inputs and eager outputs, cloned): the
+    first call of each input shape per class, up to CALLS_PER_INSTANCE. Taken when a profile is captured,
+    so parity later replays a target's kernel on inputs the model really fed it, prefill and decode alike."""
+    recorded: dict[str, list[RecordedCall]] = {}
+    shapes: dict[str, set] = {}
+
+    def hook(module, args, kwargs, output):
+        if is_patched(module):  # a kernel answered: its output is no reference for the next candidate
+            return
+        name = class_path(module)
+        key = tuple(tuple(a.shape) for a in _tensors(args))
+        if key in shapes.setdefault(name, set()) or len(recorded.get(name, [])) >= CALLS_PER_INSTANCE:
+            return
+        try:
+            call = RecordedCall(module, _clone(args), _clone(kwargs), _clone(output))
+        except TypeError:
+            return  # a call parity cannot replay (a cache object among its arguments): not kept
+        shapes[name].add(key)
+        recorded.setdefault(name, []).append(call)
+
+    leaves = [m for m in engine.model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(hook, with_kwargs=True) for m in leaves]
+    try:
+        engine.decode(ids, max_new)
+    finally:
+        for h in handles:
+            h.remove()
+    return recorded
+
+
 def replay_calls(calls: list[RecordedCall]) -> tuple[int, int, float]:
     """(checked, passed, max abs error) of the patched modules on their recorded live inputs."""
     checked = passed = 0
@@ -151,8 +182,10 @@ def swap_with_parity(
     observed.modules_matched = len(handle.patched)
     observed.canary_tokens_before.extend(before)
     observed.canary_logit_tolerance = canary_tolerance(engine.loaded.dtype, before_logits)
+    live = [c for c in engine.live_inputs.get(contract.target, []) if c.module in handle.modules]
+    observed.profile_inputs_checked = len(live)
     try:
-        checked, passed, max_abs = replay_calls(calls)
+        checked, passed, max_abs = replay_calls(calls + live)
         observed.activations_checked, observed.activations_passed = checked, passed
         observed.max_abs_err = max_abs
         after, after_logits = engine.decode(canary_ids, CANARY_TOKENS, forced=before, keep_logits=True)

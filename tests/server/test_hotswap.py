@@ -202,3 +202,22 @@ def test_a_committed_swap_keeps_the_first_input_of_each_size_then_one_in_64():
     handle.sample(module, (x,), {})
     x.zero_()  # a kept input is a copy: the caller's buffer may be reused
     assert handle.samples[-1][1][0].abs().sum() > 0  # rows 2: a new size, kept
+
+
+async def test_parity_replays_the_real_inputs_of_the_last_profile(engine, contract):
+    long_prompt = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen"
+    await engine.capture_profile([long_prompt], 2)
+    recorded = engine.live_inputs[QWEN_NORM]
+    rows = {call.args[0].numel() // call.args[0].shape[-1] for call in recorded}
+    assert max(rows) > 16 and 1 in rows  # the prefill and a decode step, as the model fed them
+    observed = pb.ParityObservation()
+    wrong_long = load_candidate(HERE / "rmsnorm_kernel_wrong_long.py")  # right up to 16 rows, silently wrong beyond
+    handle = swap_with_parity(engine, contract, wrong_long, [72, 105], observed)  # a canary of 2 tokens
+    handle.revert()
+    assert observed.profile_inputs_checked == len(recorded) > 0
+    assert observed.activations_passed < observed.activations_checked  # the long prefill input caught it
+    observed = pb.ParityObservation()
+    handle = swap_with_parity(engine, contract, load_candidate(HERE / "rmsnorm_kernel.py"), [72, 105], observed)
+    handle.revert()
+    assert observed.activations_passed == observed.activations_checked > observed.profile_inputs_checked > 0
+    engine.live_inputs.clear()
