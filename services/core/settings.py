@@ -21,6 +21,7 @@ class Settings(BaseModel):
     instance_id: str = Field("", description="the id the server answers Health with; empty: a random one")
     metrics_addr: str = Field("", description="host:port of the server's Prometheus endpoint; empty: none")
     max_requests: int = Field(64, ge=1, description="requests the server generates at once; more: RESOURCE_EXHAUSTED")
+    graphs: bool = Field(True, description="on a GPU, decode through CUDA graphs over a static cache (0: eager)")
 
     @field_validator("data_dir")
     @classmethod
@@ -44,6 +45,7 @@ class Settings(BaseModel):
             "instance_id": env.get("YANTRA_INSTANCE_ID", ""),
             "metrics_addr": env.get("YANTRA_METRICS_ADDR", ""),
             "max_requests": env.get("YANTRA_MAX_REQUESTS", "64"),
+            "graphs": env.get("YANTRA_GRAPHS", "1") not in ("0", "false", "no"),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -68,4 +70,5 @@ class Settings(BaseModel):
         if self.metrics_addr:
             out["YANTRA_METRICS_ADDR"] = self.metrics_addr
         out["YANTRA_MAX_REQUESTS"] = str(self.max_requests)
+        out["YANTRA_GRAPHS"] = "1" if self.graphs else "0"
         return out

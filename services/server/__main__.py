@@ -83,7 +83,10 @@ def run() -> int:
     try:
         return main(
             "server",
-            make_setup(Engine(loaded, max_active=settings.max_requests), settings.instance_id or secrets.token_hex(8)),
+            make_setup(
+                Engine(loaded, max_active=settings.max_requests, graphs=None if settings.graphs else False),
+                settings.instance_id or secrets.token_hex(8),
+            ),
         )
     except AddressUnavailable as exc:
         log.error("server: %s", exc)

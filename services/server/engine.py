@@ -3,6 +3,10 @@ worker thread, so a swap always lands between forward passes, never inside one.
 
 Requests decode greedily, step by step over a KV cache, releasing the lock between steps: concurrent
 requests interleave at step granularity, and a waiting swap gets the model at the next step boundary.
+On a GPU a request that fits a static cache decodes through a CUDA graph (services.server.graph_decode:
+one launch per token instead of hundreds), leased from a small pool per cache size; a swap makes the
+next step capture again. Profiling, parity and canaries use the eager lane (`decode`), where module
+hooks fire and forwards can be compared; what is served, and measured as served, is the graph lane.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import asyncio
 import functools
 import inspect
 import statistics
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +25,7 @@ import torch
 
 from services.core.pb import events_pb2 as pb
 from services.server.calibrate import calibrate
+from services.server.graph_decode import GraphDecoder
 from services.server.introspection import dtype_name, instances_of, introspect_module
 from services.server.models import LoadedModel
 from services.server.profiling import ModuleProfiler
@@ -28,6 +34,11 @@ from services.server.swaps import SwapRegistry
 
 MAX_NEW_TOKENS = 4096
 MAX_ACTIVE = 64  # requests generated at once; more are refused (RESOURCE_EXHAUSTED) rather than queued unbounded
+# Static-cache lengths a graph decoder is built for (attention reads the whole cache every step, so a short
+# request should not pay for a long one), and decoders per length: concurrent requests beyond the pool, or
+# longer than the largest length, decode eagerly.
+GRAPH_CACHE_LENGTHS = (512, 2048)
+GRAPH_POOL = 2
 
 
 class BadRequest(ValueError):
@@ -39,6 +50,8 @@ class DecodeState:
     cache: object
     keep_logits: bool = False
     logits: list[torch.Tensor] = field(default_factory=list)
+    graph: GraphDecoder | None = None  # the leased static-cache decoder, when this request decodes in a graph
+    position: int = 0  # the next token's position (graph lane)
 
 
 @dataclass(frozen=True)
@@ -50,7 +63,12 @@ class DecodeMeasurement:
 
 class Engine:
     def __init__(
-        self, loaded: LoadedModel, *, hardware: pb.HardwareFigures | None = None, max_active: int = MAX_ACTIVE
+        self,
+        loaded: LoadedModel,
+        *,
+        hardware: pb.HardwareFigures | None = None,
+        max_active: int = MAX_ACTIVE,
+        graphs: bool | None = None,
     ):
         self.loaded = loaded
         self.model = loaded.model
@@ -66,6 +84,10 @@ class Engine:
         self.active = 0  # requests being generated
         self.max_active = max_active
         self.live_inputs: dict = {}  # class path -> real calls recorded at the last profile (parity replays them)
+        self.graphs = self.cuda if graphs is None else graphs  # on a CPU the graph lane is an eager static cache
+        self._decoders: dict[int, list[GraphDecoder]] = {}
+        self._leased: set[int] = set()
+        self._lease_lock = threading.Lock()
         params = inspect.signature(self.model.forward).parameters
         # transformers 5.24 renamed past_key_values to cache; the GPU machine runs 5.17.
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
@@ -120,8 +142,9 @@ class Engine:
         t0 = time.perf_counter()
         outcome = "cancelled"  # a consumer that stops iterating (a client gone) ends the generator here
         self.active += 1
+        state = None
         try:
-            state, token = await self.exclusive(self._start, ids, False)
+            state, token = await self.exclusive(self._start, ids, False, max_new)
             produced, last = 1, time.perf_counter()
             self.stats.tokens(1)
             self.stats.first_token(last - t0)
@@ -139,6 +162,8 @@ class Engine:
             raise
         finally:
             self.active -= 1
+            if state is not None:
+                self._release(state.graph)
             self.stats.request_done(time.perf_counter() - t0)
             self.stats.finished(outcome)
 
@@ -163,12 +188,59 @@ class Engine:
                 state.logits.append(logits.float().cpu())
             return int(logits.argmax())
 
-    def _start(self, ids: list[int], keep_logits: bool) -> tuple[DecodeState, int]:
+    def _lease(self, length: int) -> GraphDecoder | None:
+        """A free static-cache decoder of the shortest length that fits, or None (eager lane)."""
+        if not self.graphs:
+            return None
+        size = next((n for n in GRAPH_CACHE_LENGTHS if length <= n), None)
+        if size is None:
+            return None
+        with self._lease_lock:
+            pool = self._decoders.setdefault(size, [])
+            free = next((d for d in pool if id(d) not in self._leased), None)
+            if free is None and len(pool) < GRAPH_POOL:
+                free = GraphDecoder(self.model, self.loaded.device, self.loaded.dtype, size, self._cache_kw)
+                pool.append(free)
+            if free is not None:
+                self._leased.add(id(free))
+            return free
+
+    def _release(self, decoder: GraphDecoder | None) -> None:
+        if decoder is not None:
+            with self._lease_lock:
+                self._leased.discard(id(decoder))
+
+    def _start(self, ids: list[int], keep_logits: bool, max_new: int = 0) -> tuple[DecodeState, int]:
+        """The first token of a request: on the graph lane when one is asked for (max_new > 0) and free."""
+        decoder = self._lease(len(ids) + max_new) if max_new and not keep_logits else None
+        if decoder is not None:
+            try:
+                return DecodeState(None, graph=decoder, position=len(ids)), decoder.prefill(ids)
+            except BaseException:
+                self._release(decoder)
+                raise
         state = DecodeState(self._new_cache(), keep_logits)
         return state, self._forward(state, ids)
 
     def _advance(self, state: DecodeState, feed: int) -> int:
+        if state.graph is not None:
+            token = state.graph.step(feed, state.position)
+            state.position += 1
+            return token
         return self._forward(state, [feed])
+
+    def serve_decode(self, ids: list[int], max_new: int) -> list[int]:
+        """Greedy tokens of one request the way `generate` serves them (the graph lane where it can), on the
+        calling thread: use inside `exclusive`. What decode speed is measured on."""
+        state, token = self._start(ids, False, max_new)
+        try:
+            tokens = [token]
+            while len(tokens) < max_new:
+                token = self._advance(state, token)
+                tokens.append(token)
+            return tokens
+        finally:
+            self._release(state.graph)
 
     def decode(
         self, ids: list[int], max_new: int, *, forced: list[int] | None = None, keep_logits: bool = False
@@ -192,16 +264,17 @@ class Engine:
 
     # ------------------------------------------------------------------ measurement
 
-    def _warm_up(self, id_lists: list[list[int]], max_new: int) -> None:
+    def _warm_up(self, id_lists: list[list[int]], max_new: int, lane: str = "served") -> None:
         # The longest prompt for the full length, every other prompt's prefill once: each KV-cache length
         # and prefill shape meets its first-call costs (allocator growth, cuBLAS heuristics) here, not in
         # the timing. Measured on the H200 with the 1.5B shape: without it the first measurement after
         # loading read 16 tok/s against 40-58 for the next ones.
+        run = self.serve_decode if lane == "served" else (lambda ids, n: self.decode(ids, n)[0])
         longest = max(id_lists, key=len)
-        self.decode(longest, max_new)
+        run(longest, max_new)
         for ids in id_lists:
             if ids is not longest:
-                self.decode(ids, 1)
+                run(ids, 1)
 
     def _measure(self, id_lists: list[list[int]], max_new: int, repeats: int) -> DecodeMeasurement:
         """Median over repeats of each repeat's tokens/s: batch-1 decode is host-bound, and one host hiccup
@@ -211,7 +284,7 @@ class Engine:
         for _ in range(repeats):
             self._sync()
             t0 = time.perf_counter()
-            n = sum(len(self.decode(ids, max_new)[0]) for ids in id_lists)
+            n = sum(len(self.serve_decode(ids, max_new)) for ids in id_lists)
             self._sync()
             dt = time.perf_counter() - t0
             rates.append(n / dt if dt > 0 else 0.0)
@@ -241,7 +314,7 @@ class Engine:
         return await self.exclusive(self._capture_profile, id_lists, max_new, repeats)
 
     def _capture_profile(self, id_lists: list[list[int]], max_new: int, repeats: int) -> pb.ProfileObservation:
-        self._warm_up(id_lists, max_new)
+        self._warm_up(id_lists, max_new, lane="eager")  # the profile hooks the eager lane: warm that one
         self._sync()
         t0 = time.perf_counter()
         with ModuleProfiler(self.model, self.cuda) as prof:

@@ -3,9 +3,9 @@
 Eager decode of an HF model at batch 1 is launch-bound: hundreds of small kernels per step, each paying
 the host's launch cost. A static cache keeps every tensor of a step at a fixed address, so one step can
 be captured once as a CUDA graph and replayed: the host pays one launch per token. Prefill runs eager.
-The graph holds whatever forward each module had when it was captured, so after a swap (or a
-rollback) `invalidate()` must run before the next step: the next step captures again, with the kernel
-now serving (services.server.engine does it between steps, under its lock).
+The graph holds whatever forward each module had when it was captured: when a swap patches or
+restores forwards (`hotswap.forwards_version` changes), the next step captures again, with the kernel
+now serving — between steps, under the engine's lock, like every swap.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import inspect
 
 import torch
+
+from services.server.hotswap import forwards_version
 
 WARMUP_STEPS = 2  # eager steps on a side stream before capture (lazy inits, cuBLAS handles, allocator)
 
@@ -44,6 +46,7 @@ class GraphDecoder:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.logits: torch.Tensor | None = None
         self.captures = 0
+        self.captured_version = -1
         self.last_logits: torch.Tensor | None = None  # the last step's (or prefill's) logits, for parity checks
 
     def invalidate(self) -> None:
@@ -67,6 +70,7 @@ class GraphDecoder:
         return int(logits[0].argmax())
 
     def _capture(self) -> None:
+        version = forwards_version()  # before: a kernel that fails while captured reverts, and bumps it again
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # the same token at the same position: the cache writes are idempotent
@@ -77,6 +81,7 @@ class GraphDecoder:
         with torch.cuda.graph(graph):
             self.logits = self._run(self.ids, self.position)
         self.graph = graph
+        self.captured_version = version
         self.captures += 1
 
     def step(self, token: int, position: int) -> int:
@@ -89,7 +94,7 @@ class GraphDecoder:
             if not self.graphs:
                 self.last_logits = self._run(self.ids, self.position)[0]
                 return int(self.last_logits.argmax())
-            if self.graph is None:
+            if self.graph is None or self.captured_version != forwards_version():
                 self._capture()
             self.graph.replay()
             self.last_logits = self.logits[0]

@@ -36,6 +36,19 @@ class _Patched:
     previous: object  # the instance's own `forward` before the swap, or _MISSING when it had none
 
 
+_forwards_version = 0  # bumped whenever a swap patches or restores forwards: captured CUDA graphs go stale
+
+
+def forwards_version() -> int:
+    """Changes whenever any module's forward is patched or restored (services.server.graph_decode re-captures)."""
+    return _forwards_version
+
+
+def _forwards_changed() -> None:
+    global _forwards_version
+    _forwards_version += 1
+
+
 SAMPLES_KEPT = 8  # live inputs a committed swap keeps for the shadow check (services.server.shadow)
 SAMPLE_EVERY = 64  # beyond the first call of each new size: one call in this many is kept
 
@@ -107,6 +120,7 @@ class SwapHandle:
             else:
                 p.module.__dict__["forward"] = p.previous
         self.reverted = True
+        _forwards_changed()
 
 
 def kernel_forward(entry: Callable, contract: pb.Contract, handle: SwapHandle) -> Callable:
@@ -156,6 +170,7 @@ def apply_swap(model: torch.nn.Module, contract: pb.Contract, entry: Callable) -
     except BaseException:
         handle.revert()
         raise
+    _forwards_changed()
     return handle
 
 
