@@ -21,7 +21,7 @@ class Settings(BaseModel):
     instance_id: str = Field("", description="the id the server answers Health with; empty: a random one")
     metrics_addr: str = Field("", description="host:port of the server's Prometheus endpoint; empty: none")
     max_requests: int = Field(64, ge=1, description="requests the server generates at once; more: RESOURCE_EXHAUSTED")
-    graphs: bool = Field(True, description="on a GPU, decode through CUDA graphs over a static cache (0: eager)")
+    graphs: bool = Field(False, description="on a GPU, serve decode through CUDA graphs over a static cache (opt-in)")
 
     @field_validator("data_dir")
     @classmethod
@@ -45,7 +45,7 @@ class Settings(BaseModel):
             "instance_id": env.get("YANTRA_INSTANCE_ID", ""),
             "metrics_addr": env.get("YANTRA_METRICS_ADDR", ""),
             "max_requests": env.get("YANTRA_MAX_REQUESTS", "64"),
-            "graphs": env.get("YANTRA_GRAPHS", "1") not in ("0", "false", "no"),
+            "graphs": env.get("YANTRA_GRAPHS", "0") in ("1", "true", "yes"),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

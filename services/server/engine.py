@@ -68,7 +68,7 @@ class Engine:
         *,
         hardware: pb.HardwareFigures | None = None,
         max_active: int = MAX_ACTIVE,
-        graphs: bool | None = None,
+        graphs: bool | None = False,
     ):
         self.loaded = loaded
         self.model = loaded.model
@@ -84,7 +84,9 @@ class Engine:
         self.active = 0  # requests being generated
         self.max_active = max_active
         self.live_inputs: dict = {}  # class path -> real calls recorded at the last profile (parity replays them)
-        self.graphs = self.cuda if graphs is None else graphs  # on a CPU the graph lane is an eager static cache
+        # None: the graph lane on a GPU. Opt-in (YANTRA_GRAPHS=1) until the swapped lane's tokens are explained
+        # (bench/README.md). On a CPU the lane is a static cache stepped eagerly.
+        self.graphs = self.cuda if graphs is None else graphs
         self._decoders: dict[int, list[GraphDecoder]] = {}
         self._leased: set[int] = set()
         self._lease_lock = threading.Lock()
