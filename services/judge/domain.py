@@ -16,7 +16,7 @@ from services.core.events import Recorded
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive
-from services.judge.reward import judge_reward
+from services.judge.reward import capabilities, judge_reward
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ def derive_judged(prior: list[Recorded], trigger: Recorded, observed: pb.JudgeOb
     # Since schema 3 the parent checks the child's timing itself; a verdict of an earlier schema keeps its rules.
     parent_checks_timing = trigger.env.schema_version >= 3
     reward, reason, vs_eager, vs_best = judge_reward(observed, parent_checks_timing=parent_checks_timing)
+    able = capabilities(observed) if parent_checks_timing and reward >= 1 else []
     return pb.CandidateJudged(
+        capabilities=able,
         candidate_id=proposal.candidate_id,
         source_sha256=candidate_sha256(proposal.source, proposal.plan),  # what was judged, not what was claimed
         observed=observed,

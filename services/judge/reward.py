@@ -102,3 +102,17 @@ def judge_reward(obs: pb.JudgeObservation, *, parent_checks_timing: bool = True)
         cap = f" (torch.compile did not run at {', '.join(no_compile)}: +3 needs it)" if no_compile else ""
         return 2, f"{checked}; {figures}: > 5% faster than eager{cap}", vs_eager, vs_best
     return 1, f"{checked}; {figures}: not > 5% faster than eager", vs_eager, vs_best
+
+
+CUDA_GRAPH = "cuda-graph"
+
+
+def capabilities(obs: pb.JudgeObservation) -> list[str]:
+    """What the evidence shows the kernel can do (pure). "cuda-graph": timing captured the candidate in a CUDA graph
+    at every timed shape and replayed it with its outputs checked (services.judge.timing) — the server may then
+    capture it in its own decode graphs."""
+    timing = obs.timing
+    if obs.correctness.passed and timing.measured and timing.rows:
+        if not any(m.startswith("candidate graph at") for m in timing.missing):
+            return [CUDA_GRAPH]
+    return []

@@ -53,6 +53,27 @@ def judged_ok(prior: list[Recorded], concluded: pb.TargetConcluded) -> bool:
     )
 
 
+CUDA_GRAPH = "cuda-graph"  # the judge's capability (services.judge.reward.capabilities)
+
+
+def graph_problem(prior: list[Recorded], concluded: pb.TargetConcluded, observed: pb.ParityObservation) -> str:
+    """Why a server serving through CUDA graphs must refuse this kernel: the judge never saw it run in one; ""
+    when it did, or when the server serves eagerly (YANTRA_GRAPHS=0 is the explicit way to serve such a kernel)."""
+    if not observed.graphs:
+        return ""
+    judged = [
+        j
+        for j in (r.msg for r in all_of(prior, "CandidateJudged"))
+        if j.candidate_id == concluded.candidate_id and j.source_sha256 == concluded.source_sha256
+    ]
+    if any(CUDA_GRAPH in j.capabilities for j in judged):
+        return ""
+    return (
+        "this server decodes through CUDA graphs and the judge never captured this kernel in one (judged on a CPU, "
+        "untimed, or its capture failed); serve it eagerly with YANTRA_GRAPHS=0, or judge it on a GPU"
+    )
+
+
 def find_proposed(prior: list[Recorded], candidate_id: str) -> pb.CandidateProposed | None:
     found = [r.msg for r in all_of(prior, "CandidateProposed")]
     return next((p for p in reversed(found) if p.candidate_id == candidate_id), None)
@@ -121,6 +142,11 @@ def swap_outcome(
     problems = log_problems(prior, concluded)
     if observed.judged_ok != judged_ok(prior, concluded):
         problems.append("the recorded judged_ok disagrees with the log")
+    graphs = graph_problem(prior, concluded, observed)
+    if graphs:
+        return pb.SwapRejected(
+            candidate_id=concluded.candidate_id, target_class=concluded.target_class, reason=graphs, observed=observed
+        )
     problems += parity_problems(observed)
     proposed = find_proposed(prior, concluded.candidate_id)
     target = concluded.target_class or (proposed.contract.target if proposed else "")

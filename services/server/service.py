@@ -83,8 +83,11 @@ class ServerService:
         """Answer a TargetConcluded: the log vouches, the static check passes, parity holds live, or no swap."""
         concluded: pb.TargetConcluded = trigger.msg
         self._loop = asyncio.get_running_loop()  # where the engine thread reports a live failure
-        observed = pb.ParityObservation(dtype=self.engine.dtype, judged_ok=domain.judged_ok(prior, concluded))
-        if domain.log_problems(prior, concluded):  # never import code the log does not vouch for
+        observed = pb.ParityObservation(
+            dtype=self.engine.dtype, judged_ok=domain.judged_ok(prior, concluded), graphs=self.engine.graphs
+        )
+        # never import code the log does not vouch for, nor capture in a graph one never shown to run in one
+        if domain.log_problems(prior, concluded) or domain.graph_problem(prior, concluded, observed):
             return domain.swap_outcome(prior, trigger, observed)
         proposed = domain.find_proposed(prior, concluded.candidate_id)
         assert proposed is not None  # log_problems checked it

@@ -144,3 +144,16 @@ def test_the_parent_disbelieves_figures_under_its_own_copy_floor_or_beyond_the_c
     assert "far under the parent's" in judge_timing(timing, 4.0e12, 30.0, sizes).reason
     timing.copy_bytes_per_s = 4.0e12
     assert "more than the child ran" in judge_timing(timing, 4.0e12, 1e-5, sizes).reason
+
+
+def test_a_kernel_captured_in_a_graph_at_every_shape_is_graph_safe():
+    from services.judge.reward import CUDA_GRAPH, capabilities
+
+    obs = _obs([_row(10.0, 20.0, compile_=12.0, native=11.0)])
+    assert capabilities(obs) == [CUDA_GRAPH]
+    obs.timing.missing.append("candidate graph at 4096x1536: RuntimeError: operation not permitted when capturing")
+    assert capabilities(obs) == []  # a baseline that could not be captured is the baseline's business, not this
+    assert capabilities(_obs(interpreted=True, measured=False)) == []  # never captured: untimed on a CPU
+    obs = _obs([_row(10.0, 20.0)])
+    obs.timing.missing.append("compile graph at 8x64: RuntimeError: no")
+    assert capabilities(obs) == [CUDA_GRAPH]

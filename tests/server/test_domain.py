@@ -123,3 +123,25 @@ def test_rollback_outcome_finds_the_candidate_or_says_nothing_was_restored():
     assert done.candidate_id == committed.candidate_id and "rolled back 5 modules: operator" in done.reason
     missing = domain.rollback_outcome(log + [req], req, pb.ParityObservation(error="swap 'x' is unknown"))
     assert missing.reason.startswith("nothing rolled back (operator)")
+
+
+def test_a_server_serving_through_graphs_refuses_a_kernel_never_captured_in_one():
+    from server_fixtures import as_log, swap_run
+
+    envelopes = swap_run("graphs-run", SOURCE)
+    log = as_log(envelopes)
+    trigger = log[-1]
+    observed = good_observation()
+    assert domain.graph_problem(log[:-1], trigger.msg, observed) == ""  # eager serving: no rule
+    observed.graphs = True
+    problem = domain.graph_problem(log[:-1], trigger.msg, observed)
+    assert "never captured this kernel in one" in problem and "YANTRA_GRAPHS=0" in problem
+    out = domain.swap_outcome(log[:-1], trigger, observed)
+    assert isinstance(out, pb.SwapRejected) and out.reason == problem
+    env = next(e for e in envelopes if e.type == "CandidateJudged")
+    judged = pb.CandidateJudged.FromString(env.payload)
+    judged.capabilities.append(domain.CUDA_GRAPH)  # the judge captured it on a GPU
+    env.payload = judged.SerializeToString()
+    log = as_log(envelopes)
+    assert domain.graph_problem(log[:-1], trigger.msg, observed) == ""
+    assert isinstance(domain.swap_outcome(log[:-1], trigger, observed), pb.SwapCommitted)

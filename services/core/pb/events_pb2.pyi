@@ -555,7 +555,7 @@ class SandboxEvidence(_message.Message):
     def __init__(self, ran: bool = ..., network: _Optional[str] = ..., walls: _Optional[_Iterable[str]] = ..., env_keys: _Optional[_Iterable[str]] = ..., exit: _Optional[str] = ..., wall_s: _Optional[float] = ..., gpu_health: _Optional[str] = ..., rule_id: _Optional[str] = ..., error: _Optional[str] = ..., refused: _Optional[_Iterable[str]] = ..., user: _Optional[str] = ...) -> None: ...
 
 class CandidateJudged(_message.Message):
-    __slots__ = ("candidate_id", "source_sha256", "observed", "reward", "reason", "speedup_vs_eager", "speedup_vs_best")
+    __slots__ = ("candidate_id", "source_sha256", "observed", "reward", "reason", "speedup_vs_eager", "speedup_vs_best", "capabilities")
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_SHA256_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
@@ -563,6 +563,7 @@ class CandidateJudged(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     SPEEDUP_VS_EAGER_FIELD_NUMBER: _ClassVar[int]
     SPEEDUP_VS_BEST_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     candidate_id: str
     source_sha256: str
     observed: JudgeObservation
@@ -570,10 +571,11 @@ class CandidateJudged(_message.Message):
     reason: str
     speedup_vs_eager: float
     speedup_vs_best: float
-    def __init__(self, candidate_id: _Optional[str] = ..., source_sha256: _Optional[str] = ..., observed: _Optional[_Union[JudgeObservation, _Mapping]] = ..., reward: _Optional[int] = ..., reason: _Optional[str] = ..., speedup_vs_eager: _Optional[float] = ..., speedup_vs_best: _Optional[float] = ...) -> None: ...
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, candidate_id: _Optional[str] = ..., source_sha256: _Optional[str] = ..., observed: _Optional[_Union[JudgeObservation, _Mapping]] = ..., reward: _Optional[int] = ..., reason: _Optional[str] = ..., speedup_vs_eager: _Optional[float] = ..., speedup_vs_best: _Optional[float] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ParityObservation(_message.Message):
-    __slots__ = ("modules_matched", "activations_checked", "max_abs_err", "tolerance", "static_ok", "judged_ok", "error", "canary_tokens_before", "canary_tokens_after", "canary_logit_max_diff", "canary_logit_tolerance", "activations_passed", "dtype", "hold_s", "profile_inputs_checked")
+    __slots__ = ("modules_matched", "activations_checked", "max_abs_err", "tolerance", "static_ok", "judged_ok", "error", "canary_tokens_before", "canary_tokens_after", "canary_logit_max_diff", "canary_logit_tolerance", "activations_passed", "dtype", "hold_s", "profile_inputs_checked", "graphs")
     MODULES_MATCHED_FIELD_NUMBER: _ClassVar[int]
     ACTIVATIONS_CHECKED_FIELD_NUMBER: _ClassVar[int]
     MAX_ABS_ERR_FIELD_NUMBER: _ClassVar[int]
@@ -589,6 +591,7 @@ class ParityObservation(_message.Message):
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     HOLD_S_FIELD_NUMBER: _ClassVar[int]
     PROFILE_INPUTS_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_FIELD_NUMBER: _ClassVar[int]
     modules_matched: int
     activations_checked: int
     max_abs_err: float
@@ -604,7 +607,8 @@ class ParityObservation(_message.Message):
     dtype: str
     hold_s: float
     profile_inputs_checked: int
-    def __init__(self, modules_matched: _Optional[int] = ..., activations_checked: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., tolerance: _Optional[float] = ..., static_ok: bool = ..., judged_ok: bool = ..., error: _Optional[str] = ..., canary_tokens_before: _Optional[_Iterable[int]] = ..., canary_tokens_after: _Optional[_Iterable[int]] = ..., canary_logit_max_diff: _Optional[float] = ..., canary_logit_tolerance: _Optional[float] = ..., activations_passed: _Optional[int] = ..., dtype: _Optional[str] = ..., hold_s: _Optional[float] = ..., profile_inputs_checked: _Optional[int] = ...) -> None: ...
+    graphs: bool
+    def __init__(self, modules_matched: _Optional[int] = ..., activations_checked: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., tolerance: _Optional[float] = ..., static_ok: bool = ..., judged_ok: bool = ..., error: _Optional[str] = ..., canary_tokens_before: _Optional[_Iterable[int]] = ..., canary_tokens_after: _Optional[_Iterable[int]] = ..., canary_logit_max_diff: _Optional[float] = ..., canary_logit_tolerance: _Optional[float] = ..., activations_passed: _Optional[int] = ..., dtype: _Optional[str] = ..., hold_s: _Optional[float] = ..., profile_inputs_checked: _Optional[int] = ..., graphs: bool = ...) -> None: ...
 
 class SwapCommitted(_message.Message):
     __slots__ = ("swap_id", "candidate_id", "target_class", "modules_patched", "source_sha256", "observed", "tokens_equal")
