@@ -15,7 +15,8 @@ Envelope = envelope_pb2.Envelope
 # on replay (services.server.domain.swap_id_for), so old runs still verify.
 # 3: candidates are data (kernel source + LaunchPlan, no host code), judged by the parent from the child's
 # outputs; a verdict written at 2 or earlier re-derives by the reward rules of its time (services.judge.reward).
-SCHEMA_VERSION = 3
+# 4: CandidateJudged.capabilities ("cuda-graph"), re-derived from the evidence of verdicts written at 4 on.
+SCHEMA_VERSION = 4
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).
 RUN_EVENT_NAMES = (

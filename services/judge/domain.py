@@ -48,7 +48,7 @@ def derive_judged(prior: list[Recorded], trigger: Recorded, observed: pb.JudgeOb
     # Since schema 3 the parent checks the child's timing itself; a verdict of an earlier schema keeps its rules.
     parent_checks_timing = trigger.env.schema_version >= 3
     reward, reason, vs_eager, vs_best = judge_reward(observed, parent_checks_timing=parent_checks_timing)
-    able = capabilities(observed) if parent_checks_timing and reward >= 1 else []
+    able = capabilities(observed) if trigger.env.schema_version >= 4 and reward >= 1 else []
     return pb.CandidateJudged(
         capabilities=able,
         candidate_id=proposal.candidate_id,
