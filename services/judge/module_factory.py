@@ -22,6 +22,14 @@ class ModuleBuildError(ValueError):
     """The live module class cannot be imported or constructed from what the introspection recorded."""
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """The floating torch dtype named "bfloat16" or "torch.bfloat16"; ModuleBuildError for anything else."""
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ModuleBuildError(f"{name!r} is not a floating torch dtype")
+    return dtype
+
+
 def import_class(class_path: str) -> type[torch.nn.Module]:
     module_name, _, class_name = class_path.rpartition(".")
     if not module_name:

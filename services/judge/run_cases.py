@@ -105,9 +105,9 @@ def run_case(
         return CaseRun(problem=("not-a-tensor", f"the wrapper returned a {type(out).__name__}"))
     if _storages(out) & _storages(x, live_weight):
         return CaseRun(problem=("aliases-input", "the output shares memory with the input or the weight"))
-    if not _same_bits(x.cpu(), x_before):
+    if not same_bits(x.cpu(), x_before):
         return CaseRun(problem=("modified-input", "the kernel wrote to its input"))
-    if not _same_bits(live_weight.cpu(), w_before):
+    if not same_bits(live_weight.cpu(), w_before):
         return CaseRun(problem=("modified-weights", "the kernel wrote to the module's weight"))
     broken = guard.broken()
     if broken:
@@ -115,7 +115,7 @@ def run_case(
     return CaseRun(output=out.detach().cpu())
 
 
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bit for bit (NaN inputs included, which == would call changed)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False

@@ -33,15 +33,6 @@ from services.judge.sandbox_walls import (
 CPU_STRESS_CALLS = 48  # CPU stands in for the GPU's timing calls with this many calls before the re-check
 
 
-def _dtype(name: str):
-    import torch
-
-    dtype = getattr(torch, name.removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"{name!r} is not a floating torch dtype")
-    return dtype
-
-
 def _rows(shape: tuple[int, ...]) -> int:
     rows = 1
     for d in shape[:-1]:
@@ -64,10 +55,10 @@ def _oracle(cls, job: dict, width: int, device, seed: int):
     """A real instance of the live class: live dtype, live eps, random weights around 1 (not all ones)."""
     import torch
 
-    from services.judge.module_factory import build
+    from services.judge.module_factory import build, torch_dtype
 
     module = build(cls, width, job["eps"], job["eps_attr"], device)
-    module = module.to(dtype=_dtype(job["param_dtype"])).eval()
+    module = module.to(dtype=torch_dtype(job["param_dtype"])).eval()
     gen = torch.Generator(device="cpu").manual_seed(seed)
     with torch.no_grad():
         for param in module.parameters():
@@ -153,6 +144,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     from services.core.pb import events_pb2 as pb
     from services.judge import tamper
     from services.judge.cases import apply_layout
+    from services.judge.module_factory import torch_dtype
     from services.judge.poison import NAN_BYTE, POISON
     from services.judge.run_cases import Guard, Runs, run_case, stress, under_fill, under_random_fill
     from services.ops import family
@@ -162,7 +154,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     plan.ParseFromString(base64.b64decode(job["plan"]))
     device = torch.device(job["device"])
     gpu = device.type == "cuda"
-    dtype = _dtype(job["input_dtype"])
+    dtype = torch_dtype(job["input_dtype"])
     facts: dict = {"loaded": False, "problems": []}
     cases = torch.load(Path.cwd() / "cases.pt", weights_only=True)  # the parent's cases: data only
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from services.judge.module_factory import (
     float_binding,
     import_class,
     tensor_binding,
+    torch_dtype,
     width_and_eps,
 )
 from services.judge.sandbox import SandboxJob, SandboxLimits, run_job
@@ -208,21 +208,8 @@ class Prepared:
 
 def row_blocks(plan: pb.LaunchPlan) -> tuple[int, ...]:
     """Rows per program the plan's grids use, with the usual blocks: every residue of each is drawn."""
-    blocks = {1, 2, 4, 8}
-    for launch in plan.launches:
-        match = re.search(r"cdiv\(rows, (\d+)\)", launch.grid)
-        if match:
-            blocks.add(int(match.group(1)))
+    blocks = {1, 2, 4, 8} | family(plan.family).rows_per_program(plan)
     return tuple(sorted(b for b in blocks if b <= 64))
-
-
-def torch_dtype(name: str):
-    import torch
-
-    dtype = getattr(torch, name.removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ModuleBuildError(f"{name!r} is not a floating torch dtype")
-    return dtype
 
 
 def family_contract(ops, contract: pb.Contract, intro: pb.ModuleIntrospection) -> pb.ContractEvidence:

@@ -10,9 +10,11 @@ reward at +1 (services.judge.reward).
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 from services.core.pb import events_pb2 as pb
+from services.ops import row_reduction
 
 SLACK = 0.9  # a figure may beat the floor by 10% (the ceiling is a median; caches help small shapes)
 CEILING_AGREEMENT = 0.75  # the child's ceiling within 25% of the parent's, or the child's clock is suspect
@@ -40,13 +42,9 @@ def parent_copy_ceiling() -> float:
 
 
 def bytes_for(shape: str, x_bytes: int, w_bytes: int, y_bytes: int) -> float:
-    """Bytes a row-norm call on `shape` ("AxBxC") must move: input read, weight read, output written."""
+    """Bytes a row-norm call on `shape` ("AxBxC") must move (the op family's count)."""
     dims = [int(d) for d in shape.split("x") if d]
-    cols = dims[-1]
-    rows = 1
-    for d in dims[:-1]:
-        rows *= d
-    return float(rows * cols * (x_bytes + y_bytes) + cols * w_bytes)
+    return float(row_reduction.bytes_moved(math.prod(dims[:-1]), dims[-1], x_bytes, w_bytes, y_bytes))
 
 
 def judge_timing(

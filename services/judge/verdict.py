@@ -20,6 +20,7 @@ import torch
 from services.core.pb import events_pb2 as pb
 from services.judge.cases import Case, apply_layout
 from services.judge.rounding import Bound, compare, honest_bound
+from services.judge.run_cases import same_bits
 
 RULES: dict[str, str] = {
     "load-failed": "the candidate's kernels must load behind its op family's wrapper",
@@ -89,12 +90,6 @@ class _Tally:
     def fail(self, rule: str, error: str) -> None:
         if not self.error:
             self.rule, self.error = rule, error
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 def _load(blob: bytes) -> dict | None:
@@ -169,10 +164,10 @@ def judge_outputs(
         if not _check_output(tally, case, ref, out):
             return tally
     second, ghost = data.get("second"), data.get("ghost")
-    if type(second) is not torch.Tensor or not _same_bits(second, outputs[0]):
+    if type(second) is not torch.Tensor or not same_bits(second, outputs[0]):
         tally.fail("nondeterministic", f"{cases[0].name}: the same input, called as production calls it, differs")
         return tally
-    if type(ghost) is not torch.Tensor or _same_bits(ghost, outputs[0]):
+    if type(ghost) is not torch.Tensor or same_bits(ghost, outputs[0]):
         tally.fail("ghost", f"{cases[0].name}: with the kernel launch skipped the wrapper returns the same answer")
         return tally
     if first_pass:
@@ -233,6 +228,7 @@ CHECKS = [
     "bound from the dtypes' rounding and the reduction length; a mean signed error beyond rounding is a bias",
     "child facts read as data: raised, output not a plain tensor or aliasing, input or weight changed (bit for bit "
     "against a CPU copy), guard bytes around every tensor of the call",
-    "the same input in fresh memory holding a finite pattern: the same bits; the launch skipped: a different answer",
+    "the first case again as production calls it (plain memory, random bytes in the output): the same bits; "
+    "the launch skipped: a different answer",
     "the first cases again after the timing calls (GPU) or 48 further calls (CPU)",
 ]

@@ -57,6 +57,11 @@ class Grid:
         return min(sms, count) if self.capped else count
 
 
+def rows_per_program(plan: pb.LaunchPlan) -> set[int]:
+    """The rows one program covers in each of a checked plan's grids (a persistent grid's are not fixed)."""
+    return {parse_grid(launch.grid).per_program for launch in plan.launches} - {0}
+
+
 def parse_grid(text: str) -> Grid:
     match = _GRID.match(text)
     if match is None:
