@@ -21,7 +21,10 @@ class Settings(BaseModel):
     instance_id: str = Field("", description="the id the server answers Health with; empty: a random one")
     metrics_addr: str = Field("", description="host:port of the server's Prometheus endpoint; empty: none")
     max_requests: int = Field(64, ge=1, description="requests the server generates at once; more: RESOURCE_EXHAUSTED")
-    graphs: bool = Field(False, description="on a GPU, serve decode through CUDA graphs over a static cache (opt-in)")
+    graphs: bool = Field(True, description="on a GPU, each batched decode step is a CUDA graph (0: eager steps)")
+    batch: int | None = Field(
+        None, ge=0, description="requests decoded together (slots); unset: 64 on a GPU, 8 on a CPU; 0: one at a time"
+    )
 
     @field_validator("data_dir")
     @classmethod
@@ -45,7 +48,8 @@ class Settings(BaseModel):
             "instance_id": env.get("YANTRA_INSTANCE_ID", ""),
             "metrics_addr": env.get("YANTRA_METRICS_ADDR", ""),
             "max_requests": env.get("YANTRA_MAX_REQUESTS", "64"),
-            "graphs": env.get("YANTRA_GRAPHS", "0") in ("1", "true", "yes"),
+            "graphs": env.get("YANTRA_GRAPHS", "1") not in ("0", "false", "no"),
+            "batch": env.get("YANTRA_BATCH") or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -71,4 +75,6 @@ class Settings(BaseModel):
             out["YANTRA_METRICS_ADDR"] = self.metrics_addr
         out["YANTRA_MAX_REQUESTS"] = str(self.max_requests)
         out["YANTRA_GRAPHS"] = "1" if self.graphs else "0"
+        if self.batch is not None:
+            out["YANTRA_BATCH"] = str(self.batch)
         return out

@@ -84,7 +84,7 @@ def run() -> int:
         return main(
             "server",
             make_setup(
-                Engine(loaded, max_active=settings.max_requests, graphs=None if settings.graphs else False),
+                Engine(loaded, max_active=settings.max_requests, graphs=settings.graphs, slots=settings.batch),
                 settings.instance_id or secrets.token_hex(8),
             ),
         )

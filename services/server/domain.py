@@ -129,6 +129,11 @@ def parity_problems(observed: pb.ParityObservation) -> list[str]:
                 f"canary logits moved by {observed.canary_logit_max_diff:.3g} "
                 f"> tolerance {observed.canary_logit_tolerance:.3g}"
             )
+        if observed.served_lane and not observed.served_logit_max_diff <= observed.canary_logit_tolerance:
+            out.append(
+                f"canary logits on the served lane ({observed.served_lane}) moved by "
+                f"{observed.served_logit_max_diff:.3g} > tolerance {observed.canary_logit_tolerance:.3g}"
+            )
         if observed.dtype in EXACT_TOKEN_DTYPES and observed.canary_tokens_before and not _tokens_equal(observed):
             out.append(f"canary greedy tokens changed in {observed.dtype}")
     return out

@@ -1,12 +1,13 @@
 """The engine: the one place the model runs. Every forward pass and every swap goes through one lock and one
 worker thread, so a swap always lands between forward passes, never inside one.
 
-Requests decode greedily, step by step over a KV cache, releasing the lock between steps: concurrent
-requests interleave at step granularity, and a waiting swap gets the model at the next step boundary.
-On a GPU a request that fits a static cache decodes through a CUDA graph (services.server.graph_decode:
-one launch per token instead of hundreds), leased from a small pool per cache size; a swap makes the
-next step capture again. Profiling, parity and canaries use the eager lane (`decode`), where module
-hooks fire and forwards can be compared; what is served, and measured as served, is the graph lane.
+Requests are served by continuous batching (services.server.batching): they join one running batch over a
+slot cache and are stepped together, one forward per step for all of them; on a GPU each step is a
+CUDA graph (services.server.batch_decode). The lock is released between steps, so a waiting swap gets
+the model at the next step boundary, and a swap makes the next step capture again. A request longer than
+the slot cache decodes alone, step by step over a dynamic cache (the solo lane). Profiling, parity and
+canaries use the eager lane (`decode`), where module hooks fire and forwards can be compared; what is
+served, and measured as served, is the batched lane.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import asyncio
 import functools
 import inspect
 import statistics
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,21 +24,24 @@ from dataclasses import dataclass, field
 import torch
 
 from services.core.pb import events_pb2 as pb
+from services.server.batch_decode import SlotDecoder
+from services.server.batching import END, Batcher, Request
 from services.server.calibrate import calibrate
-from services.server.graph_decode import GraphDecoder
 from services.server.introspection import dtype_name, instances_of, introspect_module
 from services.server.models import LoadedModel
 from services.server.profiling import ModuleProfiler
+from services.server.sampling import GREEDY, Sampling, choose, generator
+from services.server.slot_cache import slot_cache_problem
 from services.server.stats import RequestStats
 from services.server.swaps import SwapRegistry
 
 MAX_NEW_TOKENS = 4096
 MAX_ACTIVE = 64  # requests generated at once; more are refused (RESOURCE_EXHAUSTED) rather than queued unbounded
-# Static-cache lengths a graph decoder is built for (attention reads the whole cache every step, so a short
-# request should not pay for a long one), and decoders per length: concurrent requests beyond the pool, or
-# longer than the largest length, decode eagerly.
-GRAPH_CACHE_LENGTHS = (512, 2048)
-GRAPH_POOL = 2
+# Slots of the batched lane (requests stepped together) and tokens per slot. Every step attends over the
+# whole slot, so the length is what a request may use, not free: 2048 tokens of the 1.5B shape are 56 MB
+# per slot in bf16. Requests longer than a slot decode in the solo lane.
+BATCH_SLOTS = {"cuda": 64, "cpu": 8}
+SLOT_TOKENS = 2048
 
 
 class BadRequest(ValueError):
@@ -50,8 +53,8 @@ class DecodeState:
     cache: object
     keep_logits: bool = False
     logits: list[torch.Tensor] = field(default_factory=list)
-    graph: GraphDecoder | None = None  # the leased static-cache decoder, when this request decodes in a graph
-    position: int = 0  # the next token's position (graph lane)
+    sampling: Sampling = GREEDY
+    gen: torch.Generator | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,9 @@ class Engine:
         *,
         hardware: pb.HardwareFigures | None = None,
         max_active: int = MAX_ACTIVE,
-        graphs: bool | None = False,
+        graphs: bool | None = None,
+        slots: int | None = None,
+        slot_tokens: int = SLOT_TOKENS,
     ):
         self.loaded = loaded
         self.model = loaded.model
@@ -84,16 +89,22 @@ class Engine:
         self.active = 0  # requests being generated
         self.max_active = max_active
         self.live_inputs: dict = {}  # class path -> real calls recorded at the last profile (parity replays them)
-        # None: the graph lane on a GPU. Opt-in (YANTRA_GRAPHS=1) until the swapped lane's tokens are explained
-        # (bench/README.md). On a CPU the lane is a static cache stepped eagerly.
-        self.graphs = self.cuda if graphs is None else graphs
-        self._decoders: dict[int, list[GraphDecoder]] = {}
-        self._leased: set[int] = set()
-        self._lease_lock = threading.Lock()
         params = inspect.signature(self.model.forward).parameters
         # transformers 5.24 renamed past_key_values to cache; the GPU machine runs 5.17.
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._keep_last = "logits_to_keep" in params
+        # The batched lane: slots stepped together, each step a CUDA graph on a GPU unless graphs=False.
+        slots = BATCH_SLOTS["cuda" if self.cuda else "cpu"] if slots is None else slots
+        self.lane_problem = "no slots (batching off)" if slots < 1 else slot_cache_problem(self.model)
+        self.decoder: SlotDecoder | None = None
+        self.batcher: Batcher | None = None
+        if self.lane_problem is None:
+            length = min(slot_tokens, loaded.max_positions)
+            self.decoder = SlotDecoder(self.model, loaded.device, loaded.dtype, slots, length, self._cache_kw)
+            self.decoder.graphs = self.cuda and graphs is not False
+            self.batcher = Batcher(self.decoder)
+        self.graphs = self.decoder is not None and self.decoder.graphs
+        self._batches: asyncio.Task | None = None
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -118,7 +129,7 @@ class Engine:
     def encode(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(prompt)
 
-    def check(self, ids: list[int], max_new: int) -> None:
+    def check(self, ids: list[int], max_new: int, sampling: Sampling = GREEDY) -> None:
         if not ids:
             raise BadRequest("the prompt is empty: give a prompt or token ids")
         if not 1 <= max_new <= MAX_NEW_TOKENS:
@@ -132,11 +143,20 @@ class Engine:
                 f"{len(ids)} prompt tokens + {max_new} new tokens exceed the model's "
                 f"{self.loaded.max_positions} positions"
             )
+        problem = sampling.problem()
+        if problem:
+            raise BadRequest(problem)
 
-    async def generate(self, ids: list[int], max_new: int, stop_at_eos: bool = True) -> AsyncIterator[list[int]]:
-        """Greedy tokens as they are produced, one per chunk; the lock is released between steps."""
+    def batched(self, ids: list[int], max_new: int) -> bool:
+        """Whether a request is served by the batched lane (it fits a slot) or alone."""
+        return self.decoder is not None and self.decoder.fits(len(ids) + max_new)
+
+    async def generate(
+        self, ids: list[int], max_new: int, stop_at_eos: bool = True, sampling: Sampling = GREEDY
+    ) -> AsyncIterator[list[int]]:
+        """Tokens as they are produced, one per chunk. Closing the iterator cancels the request."""
         try:
-            self.check(ids, max_new)
+            self.check(ids, max_new, sampling)
         except BadRequest:
             self.stats.finished("bad_request")
             raise
@@ -144,30 +164,63 @@ class Engine:
         t0 = time.perf_counter()
         outcome = "cancelled"  # a consumer that stops iterating (a client gone) ends the generator here
         self.active += 1
-        state = None
+        last = None
         try:
-            state, token = await self.exclusive(self._start, ids, False, max_new)
-            produced, last = 1, time.perf_counter()
-            self.stats.tokens(1)
-            self.stats.first_token(last - t0)
-            yield [token]
-            while produced < max_new and token != eos:
-                token = await self.exclusive(self._advance, state, token)
+            lane = self._batched if self.batched(ids, max_new) else self._solo
+            async for chunk in lane(ids, max_new, eos, sampling):
                 now = time.perf_counter()
-                self.stats.tokens(1)
-                self.stats.next_token(now - last)
-                produced, last = produced + 1, now
-                yield [token]
+                self.stats.tokens(len(chunk))
+                if last is None:
+                    self.stats.first_token(now - t0)
+                else:
+                    self.stats.next_token(now - last)
+                last = now
+                yield chunk
             outcome = "ok"
         except Exception:
             outcome = "error"
             raise
         finally:
             self.active -= 1
-            if state is not None:
-                self._release(state.graph)
             self.stats.request_done(time.perf_counter() - t0)
             self.stats.finished(outcome)
+
+    async def _batched(self, ids, max_new, eos, sampling) -> AsyncIterator[list[int]]:
+        request = Request(list(ids), max_new, sampling, eos)
+        self.batcher.pending.append(request)
+        self._run_batches()
+        try:
+            while (item := await request.out.get()) is not END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            request.cancelled = True  # ended, failed or abandoned: the next tick frees its slot
+            self._run_batches()
+
+    def _run_batches(self) -> None:
+        if self._batches is None or self._batches.done():
+            self._batches = asyncio.get_running_loop().create_task(self._batch_loop())
+
+    async def _batch_loop(self) -> None:
+        """Tick the batcher while anything waits or runs; each tick takes the model once (swaps go between)."""
+        while not self.batcher.idle():
+            try:
+                deliveries = await self.exclusive(self.batcher.tick)
+            except Exception as exc:
+                deliveries = self.batcher.fail_all(exc)
+            for request, item in deliveries:
+                request.out.put_nowait(item)
+
+    async def _solo(self, ids, max_new, eos, sampling) -> AsyncIterator[list[int]]:
+        """One request alone over a dynamic cache, the lock taken per step (requests longer than a slot)."""
+        state, token = await self.exclusive(self._start, ids, False, sampling)
+        produced = 1
+        yield [token]
+        while produced < max_new and token != eos:
+            token = await self.exclusive(self._advance, state, token)
+            produced += 1
+            yield [token]
 
     # ------------------------------------------------------------------ the decode path (engine thread only)
 
@@ -188,66 +241,47 @@ class Engine:
             logits = self.model(input_ids=input_ids, **kwargs).logits[0, -1]
             if state.keep_logits:
                 state.logits.append(logits.float().cpu())
-            return int(logits.argmax())
+            return choose(logits, state.sampling, state.gen)
 
-    def _lease(self, length: int) -> GraphDecoder | None:
-        """A free static-cache decoder of the shortest length that fits, or None (eager lane)."""
-        if not self.graphs:
-            return None
-        size = next((n for n in GRAPH_CACHE_LENGTHS if length <= n), None)
-        if size is None:
-            return None
-        with self._lease_lock:
-            pool = self._decoders.setdefault(size, [])
-            free = next((d for d in pool if id(d) not in self._leased), None)
-            if free is None and len(pool) < GRAPH_POOL:
-                free = GraphDecoder(self.model, self.loaded.device, self.loaded.dtype, size, self._cache_kw)
-                pool.append(free)
-            if free is not None:
-                self._leased.add(id(free))
-            return free
-
-    def _release(self, decoder: GraphDecoder | None) -> None:
-        if decoder is not None:
-            with self._lease_lock:
-                self._leased.discard(id(decoder))
-
-    def _start(self, ids: list[int], keep_logits: bool, max_new: int = 0) -> tuple[DecodeState, int]:
-        """The first token of a request: on the graph lane when one is asked for (max_new > 0) and free."""
-        decoder = self._lease(len(ids) + max_new) if max_new and not keep_logits else None
-        if decoder is not None:
-            try:
-                return DecodeState(None, graph=decoder, position=len(ids)), decoder.prefill(ids)
-            except BaseException:
-                self._release(decoder)
-                raise
-        state = DecodeState(self._new_cache(), keep_logits)
+    def _start(self, ids: list[int], keep_logits: bool, sampling: Sampling = GREEDY) -> tuple[DecodeState, int]:
+        state = DecodeState(self._new_cache(), keep_logits, sampling=sampling)
+        state.gen = generator(sampling, torch.device(self.loaded.device))
         return state, self._forward(state, ids)
 
     def _advance(self, state: DecodeState, feed: int) -> int:
-        if state.graph is not None:
-            token = state.graph.step(feed, state.position)
-            state.position += 1
-            return token
         return self._forward(state, [feed])
 
-    def serve_decode(self, ids: list[int], max_new: int) -> list[int]:
-        """Greedy tokens of one request the way `generate` serves them (the graph lane where it can), on the
-        calling thread: use inside `exclusive`. What decode speed is measured on."""
-        state, token = self._start(ids, False, max_new)
+    def serve_decode(
+        self, ids: list[int], max_new: int, *, forced: list[int] | None = None, keep_logits: bool = False
+    ) -> tuple[list[int], list[torch.Tensor]]:
+        """Greedy tokens (and per-step logits) of one request on the lane `generate` serves it on, on the
+        calling thread: use inside `exclusive`. What decode speed is measured on, and what a swap's canary
+        checks after the eager parity (the graphs captured with the kernel in them). Other requests' slots
+        stay as they are; with no free slot, the solo lane."""
+        decoder = self.decoder
+        slot = decoder.free_slot() if self.batched(ids, max_new) else None
+        if slot is None:
+            return self.decode(ids, max_new, forced=forced, keep_logits=keep_logits)
+        tokens: list[int] = []
+        kept: list[torch.Tensor] = []
         try:
-            tokens = [token]
-            while len(tokens) < max_new:
-                token = self._advance(state, token)
-                tokens.append(token)
-            return tokens
+            logits = decoder.prefill(slot, ids)
+            while True:
+                if keep_logits:
+                    kept.append(logits.float().cpu())
+                tokens.append(int(logits.argmax()))
+                if len(tokens) >= max_new:
+                    return tokens, kept
+                feed = forced[len(tokens) - 1] if forced is not None else tokens[-1]
+                logits = decoder.step({slot: feed})[slot]
         finally:
-            self._release(state.graph)
+            decoder.release(slot)
 
     def decode(
         self, ids: list[int], max_new: int, *, forced: list[int] | None = None, keep_logits: bool = False
     ) -> tuple[list[int], list[torch.Tensor]]:
-        """Greedy tokens (and per-step logits) of one request, on the calling thread: use inside `exclusive`.
+        """Greedy tokens (and per-step logits) of one request on the eager lane, on the calling thread: use
+        inside `exclusive`. Module hooks fire here (profiles, parity).
 
         With `forced`, step i+1 is fed forced[i] instead of the model's own choice (teacher forcing), so
         two runs compare logits over the same prefixes even where their greedy choices differ.
@@ -271,7 +305,7 @@ class Engine:
         # and prefill shape meets its first-call costs (allocator growth, cuBLAS heuristics) here, not in
         # the timing. Measured on the H200 with the 1.5B shape: without it the first measurement after
         # loading read 16 tok/s against 40-58 for the next ones.
-        run = self.serve_decode if lane == "served" else (lambda ids, n: self.decode(ids, n)[0])
+        run = self.serve_decode if lane == "served" else self.decode
         longest = max(id_lists, key=len)
         run(longest, max_new)
         for ids in id_lists:
@@ -286,7 +320,7 @@ class Engine:
         for _ in range(repeats):
             self._sync()
             t0 = time.perf_counter()
-            n = sum(len(self.serve_decode(ids, max_new)) for ids in id_lists)
+            n = sum(len(self.serve_decode(ids, max_new)[0]) for ids in id_lists)
             self._sync()
             dt = time.perf_counter() - t0
             rates.append(n / dt if dt > 0 else 0.0)

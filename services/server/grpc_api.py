@@ -11,6 +11,7 @@ start with AddressUnavailable instead of sharing the port and answering every ot
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import secrets
@@ -27,6 +28,8 @@ from services.core.admin_auth import authorized, needs_token
 from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as ipb_grpc
 from services.server.engine import MAX_NEW_TOKENS, BadRequest, Engine
+from services.server.sampling import Sampling
+from services.server.stops import StopScanner, stops_problem
 from services.server.tokenizer import IncrementalText
 
 log = logging.getLogger(__name__)
@@ -53,12 +56,23 @@ def check_new_tokens(engine: Engine, prompt_tokens: int, max_new_tokens: int) ->
         )
 
 
+def request_sampling(request: ipb.GenerateRequest) -> Sampling:
+    return Sampling(
+        temperature=request.temperature,
+        top_p=request.top_p or 1.0,
+        seed=request.seed if request.HasField("seed") else None,
+    )
+
+
 def request_ids(engine: Engine, request: ipb.GenerateRequest) -> list[int]:
     """The prompt's token ids after every check a request must pass; BadRequest says what is wrong."""
     ids = list(request.token_ids) if request.token_ids else engine.encode(request.prompt) if request.prompt else []
     if ids:  # an empty prompt is engine.check's to refuse
         check_new_tokens(engine, len(ids), request.max_new_tokens)
-    engine.check(ids, request.max_new_tokens)
+    engine.check(ids, request.max_new_tokens, request_sampling(request))
+    problem = stops_problem(list(request.stop))
+    if problem:
+        raise BadRequest(problem)
     return ids
 
 
@@ -98,17 +112,31 @@ class InferenceApi(ipb_grpc.InferenceServicer):
                 f"(YANTRA_MAX_REQUESTS); retry later",
             )
         text = IncrementalText(self.engine.tokenizer)
-        produced = 0
+        stops = StopScanner(list(request.stop))
+        eos = None if request.ignore_eos else self.engine.tokenizer.eos_token_id
+        produced, finish = 0, "length"
         t0 = time.perf_counter()
+        chunks = self.engine.generate(
+            ids, request.max_new_tokens, stop_at_eos=not request.ignore_eos, sampling=request_sampling(request)
+        )
         try:
-            async for chunk in self.engine.generate(ids, request.max_new_tokens):
-                produced += len(chunk)
-                yield ipb.GenerateChunk(token_ids=chunk, text=text.push(chunk))
+            async with contextlib.aclosing(chunks):  # leaving early (a stop string) cancels the request
+                async for chunk in chunks:
+                    produced += len(chunk)
+                    yield ipb.GenerateChunk(token_ids=chunk, text=stops.push(text.push(chunk)))
+                    if stops.stopped:
+                        finish = "stop"
+                        break
+                    if eos is not None and eos in chunk:
+                        finish = "eos"
         except Exception as exc:
             log.exception("generation failed")
             await context.abort(grpc.StatusCode.INTERNAL, f"generation failed: {type(exc).__name__}: {exc}")
         seconds = time.perf_counter() - t0
-        yield ipb.GenerateChunk(done=True, text=text.flush(), tokens_per_s=produced / seconds if seconds else 0.0)
+        rest = "" if stops.stopped else stops.flush(text.flush())
+        yield ipb.GenerateChunk(
+            done=True, text=rest, tokens_per_s=produced / seconds if seconds else 0.0, finish_reason=finish
+        )
 
 
 class AdminApi(ipb_grpc.AdminServicer):

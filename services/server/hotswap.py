@@ -40,7 +40,7 @@ _forwards_version = 0  # bumped whenever a swap patches or restores forwards: ca
 
 
 def forwards_version() -> int:
-    """Changes whenever any module's forward is patched or restored (services.server.graph_decode re-captures)."""
+    """Changes whenever any module's forward is patched or restored (services.server.batch_decode captures again)."""
     return _forwards_version
 
 

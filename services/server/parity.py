@@ -6,7 +6,10 @@ Runs on the engine thread inside `Engine.exclusive`, so no request sees a half-c
   2. the kernel is patched in; each patched instance is called on its recorded inputs and compared with
      its original output through the shared tolerance table; the inputs must come back unmodified;
   3. the canary runs again, teacher-forced along the first run's tokens, so logits are compared over
-     the same prefixes; the argmax at each step is the "after" token.
+     the same prefixes; the argmax at each step is the "after" token;
+  4. the canary runs once more on the lane requests are served on (the batched slot cache, each step a
+     CUDA graph on a GPU): the graphs are captured again with the kernel in them, and what they compute
+     is compared with the eager logits of step 1 — what is checked is what will serve.
 Any exception, NaN or miss reverts the patch before returning.
 """
 
@@ -163,6 +166,23 @@ def replay_calls(calls: list[RecordedCall]) -> tuple[int, int, float]:
     return checked, passed, max_abs
 
 
+def served_canary(
+    engine: Engine, ids: list[int], forced: list[int], reference: list[torch.Tensor], observed: pb.ParityObservation
+) -> None:
+    """Step 4: the canary on the served lane, graphs captured again first (their count and the logits recorded)."""
+    decoder = engine.decoder
+    if decoder is None or not engine.batched(ids, len(forced)) or decoder.free_slot() is None:
+        return
+    observed.served_lane = "graphs" if decoder.graphs else "eager steps"
+    observed.graphs_captured = decoder.refresh()
+    before = decoder.captures
+    _, logits = engine.serve_decode(ids, len(forced), forced=forced, keep_logits=True)
+    observed.graphs_captured += decoder.captures - before
+    diffs = [float((a - b).abs().max()) for a, b in zip(logits, reference, strict=True)]
+    finite = all(torch.isfinite(a).all() for a in logits)
+    observed.served_logit_max_diff = max(diffs) if finite and diffs else float("inf")
+
+
 def swap_with_parity(
     engine: Engine, contract: pb.Contract, entry: Callable, canary_ids: list[int], observed: pb.ParityObservation
 ) -> SwapHandle | None:
@@ -193,6 +213,7 @@ def swap_with_parity(
         diffs = [float((a - b).abs().max()) for a, b in zip(after_logits, before_logits, strict=True)]
         finite = all(torch.isfinite(a).all() for a in after_logits)
         observed.canary_logit_max_diff = max(diffs) if finite and diffs else float("inf")
+        served_canary(engine, canary_ids, before, before_logits, observed)
     except Exception as exc:  # a kernel that crashes on live inputs is a rejection, never a crashed server
         handle.revert()
         observed.error = f"parity failed: {type(exc).__name__}: {exc}"

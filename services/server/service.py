@@ -197,6 +197,8 @@ class ServerService:
             observed.error = f"swap {swap_id!r} is {state} this server"
             return observed
         entry.handle.revert()
+        if self.engine.decoder is not None:  # the graphs drop the kernel before the lock is given back
+            observed.graphs_captured = self.engine.decoder.refresh()
         self.engine.swaps.mark_rolled_back(swap_id)
         observed.modules_matched = len(entry.handle.patched)
         tokens, _ = self.engine.decode(canary, CANARY_TOKENS)

@@ -145,3 +145,15 @@ def test_a_server_serving_through_graphs_refuses_a_kernel_never_captured_in_one(
     log = as_log(envelopes)
     assert domain.graph_problem(log[:-1], trigger.msg, observed) == ""
     assert isinstance(domain.swap_outcome(log[:-1], trigger, observed), pb.SwapCommitted)
+
+
+def test_a_kernel_whose_served_lane_logits_move_is_rejected_even_when_the_eager_canary_passes():
+    observed = good_observation()
+    assert domain.parity_problems(observed) == []
+    observed.served_lane, observed.served_logit_max_diff = "graphs", observed.canary_logit_tolerance * 0.5
+    assert domain.parity_problems(observed) == []
+    observed.served_logit_max_diff = observed.canary_logit_tolerance * 2
+    (problem,) = domain.parity_problems(observed)
+    assert problem.startswith("canary logits on the served lane (graphs) moved by")
+    observed.served_logit_max_diff = float("nan")
+    assert domain.parity_problems(observed)

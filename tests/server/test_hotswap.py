@@ -92,6 +92,9 @@ def test_parity_passes_an_honest_kernel_on_live_activations(engine, contract, ke
         assert len(observed.canary_tokens_before) == 8
         assert observed.canary_logit_max_diff <= observed.canary_logit_tolerance
         assert observed.dtype == "float32"
+        # the canary again on the lane that serves (the slot cache, stepped eagerly on a CPU), kernel in
+        assert observed.served_lane == "eager steps" and observed.graphs_captured == 0
+        assert 0 <= observed.served_logit_max_diff <= observed.canary_logit_tolerance
     finally:
         handle.revert()
 

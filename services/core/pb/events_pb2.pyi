@@ -575,7 +575,7 @@ class CandidateJudged(_message.Message):
     def __init__(self, candidate_id: _Optional[str] = ..., source_sha256: _Optional[str] = ..., observed: _Optional[_Union[JudgeObservation, _Mapping]] = ..., reward: _Optional[int] = ..., reason: _Optional[str] = ..., speedup_vs_eager: _Optional[float] = ..., speedup_vs_best: _Optional[float] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ParityObservation(_message.Message):
-    __slots__ = ("modules_matched", "activations_checked", "max_abs_err", "tolerance", "static_ok", "judged_ok", "error", "canary_tokens_before", "canary_tokens_after", "canary_logit_max_diff", "canary_logit_tolerance", "activations_passed", "dtype", "hold_s", "profile_inputs_checked", "graphs")
+    __slots__ = ("modules_matched", "activations_checked", "max_abs_err", "tolerance", "static_ok", "judged_ok", "error", "canary_tokens_before", "canary_tokens_after", "canary_logit_max_diff", "canary_logit_tolerance", "activations_passed", "dtype", "hold_s", "profile_inputs_checked", "graphs", "served_lane", "served_logit_max_diff", "graphs_captured")
     MODULES_MATCHED_FIELD_NUMBER: _ClassVar[int]
     ACTIVATIONS_CHECKED_FIELD_NUMBER: _ClassVar[int]
     MAX_ABS_ERR_FIELD_NUMBER: _ClassVar[int]
@@ -592,6 +592,9 @@ class ParityObservation(_message.Message):
     HOLD_S_FIELD_NUMBER: _ClassVar[int]
     PROFILE_INPUTS_CHECKED_FIELD_NUMBER: _ClassVar[int]
     GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    SERVED_LANE_FIELD_NUMBER: _ClassVar[int]
+    SERVED_LOGIT_MAX_DIFF_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_CAPTURED_FIELD_NUMBER: _ClassVar[int]
     modules_matched: int
     activations_checked: int
     max_abs_err: float
@@ -608,7 +611,10 @@ class ParityObservation(_message.Message):
     hold_s: float
     profile_inputs_checked: int
     graphs: bool
-    def __init__(self, modules_matched: _Optional[int] = ..., activations_checked: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., tolerance: _Optional[float] = ..., static_ok: bool = ..., judged_ok: bool = ..., error: _Optional[str] = ..., canary_tokens_before: _Optional[_Iterable[int]] = ..., canary_tokens_after: _Optional[_Iterable[int]] = ..., canary_logit_max_diff: _Optional[float] = ..., canary_logit_tolerance: _Optional[float] = ..., activations_passed: _Optional[int] = ..., dtype: _Optional[str] = ..., hold_s: _Optional[float] = ..., profile_inputs_checked: _Optional[int] = ..., graphs: bool = ...) -> None: ...
+    served_lane: str
+    served_logit_max_diff: float
+    graphs_captured: int
+    def __init__(self, modules_matched: _Optional[int] = ..., activations_checked: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., tolerance: _Optional[float] = ..., static_ok: bool = ..., judged_ok: bool = ..., error: _Optional[str] = ..., canary_tokens_before: _Optional[_Iterable[int]] = ..., canary_tokens_after: _Optional[_Iterable[int]] = ..., canary_logit_max_diff: _Optional[float] = ..., canary_logit_tolerance: _Optional[float] = ..., activations_passed: _Optional[int] = ..., dtype: _Optional[str] = ..., hold_s: _Optional[float] = ..., profile_inputs_checked: _Optional[int] = ..., graphs: bool = ..., served_lane: _Optional[str] = ..., served_logit_max_diff: _Optional[float] = ..., graphs_captured: _Optional[int] = ...) -> None: ...
 
 class SwapCommitted(_message.Message):
     __slots__ = ("swap_id", "candidate_id", "target_class", "modules_patched", "source_sha256", "observed", "tokens_equal")

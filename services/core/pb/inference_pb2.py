@@ -26,41 +26,41 @@ _sym_db = _symbol_database.Default()
 from services.core.pb import events_pb2 as yantra_dot_v1_dot_events__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19yantra/v1/inference.proto\x12\tyantra.v1\x1a\x16yantra/v1/events.proto\"L\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\x03\"T\n\rGenerateChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12\x14\n\x0ctokens_per_s\x18\x04 \x01(\x01\"\x0f\n\rHealthRequest\"\xa5\x01\n\x0bHealthReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\x14\n\x0c\x61\x63tive_swaps\x18\x05 \x01(\r\x12\x17\n\x0frequests_served\x18\x06 \x01(\x04\x12\x13\n\x0binstance_id\x18\x07 \x01(\t\x12\x15\n\rmax_positions\x18\x08 \x01(\r\"Q\n\x15\x43\x61ptureProfileRequest\x12\x0f\n\x07prompts\x18\x01 \x03(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x0f\n\x07repeats\x18\x03 \x01(\r\"I\n\x13\x43\x61ptureProfileReply\x12\x32\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1d.yantra.v1.ProfileObservation\"P\n\x14MeasureDecodeRequest\x12\x0f\n\x07prompts\x18\x01 \x03(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x0f\n\x07repeats\x18\x03 \x01(\r\"e\n\x12MeasureDecodeReply\x12\x14\n\x0ctokens_per_s\x18\x01 \x01(\x01\x12\x18\n\x10tokens_generated\x18\x02 \x01(\x04\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\"(\n\x12ModuleStateRequest\x12\x12\n\nclass_path\x18\x01 \x01(\t\"\x85\x01\n\x10ModuleStateReply\x12\x35\n\rintrospection\x18\x01 \x01(\x0b\x32\x1e.yantra.v1.ModuleIntrospection\x12\x11\n\tinstances\x18\x02 \x01(\r\x12\x0f\n\x07patched\x18\x03 \x01(\r\x12\x16\n\x0e\x61\x63tive_swap_id\x18\x04 \x01(\t\"\x12\n\x10ListSwapsRequest\"\x88\x01\n\nSwapRecord\x12\x0f\n\x07swap_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61ndidate_id\x18\x02 \x01(\t\x12\x14\n\x0ctarget_class\x18\x03 \x01(\t\x12\x17\n\x0fmodules_patched\x18\x04 \x01(\r\x12\r\n\x05state\x18\x05 \x01(\t\x12\x15\n\rsource_sha256\x18\x06 \x01(\t\"6\n\x0eListSwapsReply\x12$\n\x05swaps\x18\x01 \x03(\x0b\x32\x15.yantra.v1.SwapRecord2O\n\tInference\x12\x42\n\x08Generate\x12\x1a.yantra.v1.GenerateRequest\x1a\x18.yantra.v1.GenerateChunk0\x01\x32\xfb\x02\n\x05\x41\x64min\x12:\n\x06Health\x12\x18.yantra.v1.HealthRequest\x1a\x16.yantra.v1.HealthReply\x12R\n\x0e\x43\x61ptureProfile\x12 .yantra.v1.CaptureProfileRequest\x1a\x1e.yantra.v1.CaptureProfileReply\x12O\n\rMeasureDecode\x12\x1f.yantra.v1.MeasureDecodeRequest\x1a\x1d.yantra.v1.MeasureDecodeReply\x12L\n\x0eGetModuleState\x12\x1d.yantra.v1.ModuleStateRequest\x1a\x1b.yantra.v1.ModuleStateReply\x12\x43\n\tListSwaps\x12\x1b.yantra.v1.ListSwapsRequest\x1a\x19.yantra.v1.ListSwapsReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19yantra/v1/inference.proto\x12\tyantra.v1\x1a\x16yantra/v1/events.proto\"\xae\x01\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\x03\x12\x13\n\x0btemperature\x18\x04 \x01(\x02\x12\r\n\x05top_p\x18\x05 \x01(\x02\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x42\x07\n\x05_seed\"k\n\rGenerateChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12\x14\n\x0ctokens_per_s\x18\x04 \x01(\x01\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\"\x0f\n\rHealthRequest\"\xa5\x01\n\x0bHealthReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\x14\n\x0c\x61\x63tive_swaps\x18\x05 \x01(\r\x12\x17\n\x0frequests_served\x18\x06 \x01(\x04\x12\x13\n\x0binstance_id\x18\x07 \x01(\t\x12\x15\n\rmax_positions\x18\x08 \x01(\r\"Q\n\x15\x43\x61ptureProfileRequest\x12\x0f\n\x07prompts\x18\x01 \x03(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x0f\n\x07repeats\x18\x03 \x01(\r\"I\n\x13\x43\x61ptureProfileReply\x12\x32\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1d.yantra.v1.ProfileObservation\"P\n\x14MeasureDecodeRequest\x12\x0f\n\x07prompts\x18\x01 \x03(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x0f\n\x07repeats\x18\x03 \x01(\r\"e\n\x12MeasureDecodeReply\x12\x14\n\x0ctokens_per_s\x18\x01 \x01(\x01\x12\x18\n\x10tokens_generated\x18\x02 \x01(\x04\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\"(\n\x12ModuleStateRequest\x12\x12\n\nclass_path\x18\x01 \x01(\t\"\x85\x01\n\x10ModuleStateReply\x12\x35\n\rintrospection\x18\x01 \x01(\x0b\x32\x1e.yantra.v1.ModuleIntrospection\x12\x11\n\tinstances\x18\x02 \x01(\r\x12\x0f\n\x07patched\x18\x03 \x01(\r\x12\x16\n\x0e\x61\x63tive_swap_id\x18\x04 \x01(\t\"\x12\n\x10ListSwapsRequest\"\x88\x01\n\nSwapRecord\x12\x0f\n\x07swap_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61ndidate_id\x18\x02 \x01(\t\x12\x14\n\x0ctarget_class\x18\x03 \x01(\t\x12\x17\n\x0fmodules_patched\x18\x04 \x01(\r\x12\r\n\x05state\x18\x05 \x01(\t\x12\x15\n\rsource_sha256\x18\x06 \x01(\t\"6\n\x0eListSwapsReply\x12$\n\x05swaps\x18\x01 \x03(\x0b\x32\x15.yantra.v1.SwapRecord2O\n\tInference\x12\x42\n\x08Generate\x12\x1a.yantra.v1.GenerateRequest\x1a\x18.yantra.v1.GenerateChunk0\x01\x32\xfb\x02\n\x05\x41\x64min\x12:\n\x06Health\x12\x18.yantra.v1.HealthRequest\x1a\x16.yantra.v1.HealthReply\x12R\n\x0e\x43\x61ptureProfile\x12 .yantra.v1.CaptureProfileRequest\x1a\x1e.yantra.v1.CaptureProfileReply\x12O\n\rMeasureDecode\x12\x1f.yantra.v1.MeasureDecodeRequest\x1a\x1d.yantra.v1.MeasureDecodeReply\x12L\n\x0eGetModuleState\x12\x1d.yantra.v1.ModuleStateRequest\x1a\x1b.yantra.v1.ModuleStateReply\x12\x43\n\tListSwaps\x12\x1b.yantra.v1.ListSwapsRequest\x1a\x19.yantra.v1.ListSwapsReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'yantra.v1.inference_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GENERATEREQUEST']._serialized_start=64
-  _globals['_GENERATEREQUEST']._serialized_end=140
-  _globals['_GENERATECHUNK']._serialized_start=142
-  _globals['_GENERATECHUNK']._serialized_end=226
-  _globals['_HEALTHREQUEST']._serialized_start=228
-  _globals['_HEALTHREQUEST']._serialized_end=243
-  _globals['_HEALTHREPLY']._serialized_start=246
-  _globals['_HEALTHREPLY']._serialized_end=411
-  _globals['_CAPTUREPROFILEREQUEST']._serialized_start=413
-  _globals['_CAPTUREPROFILEREQUEST']._serialized_end=494
-  _globals['_CAPTUREPROFILEREPLY']._serialized_start=496
-  _globals['_CAPTUREPROFILEREPLY']._serialized_end=569
-  _globals['_MEASUREDECODEREQUEST']._serialized_start=571
-  _globals['_MEASUREDECODEREQUEST']._serialized_end=651
-  _globals['_MEASUREDECODEREPLY']._serialized_start=653
-  _globals['_MEASUREDECODEREPLY']._serialized_end=754
-  _globals['_MODULESTATEREQUEST']._serialized_start=756
-  _globals['_MODULESTATEREQUEST']._serialized_end=796
-  _globals['_MODULESTATEREPLY']._serialized_start=799
-  _globals['_MODULESTATEREPLY']._serialized_end=932
-  _globals['_LISTSWAPSREQUEST']._serialized_start=934
-  _globals['_LISTSWAPSREQUEST']._serialized_end=952
-  _globals['_SWAPRECORD']._serialized_start=955
-  _globals['_SWAPRECORD']._serialized_end=1091
-  _globals['_LISTSWAPSREPLY']._serialized_start=1093
-  _globals['_LISTSWAPSREPLY']._serialized_end=1147
-  _globals['_INFERENCE']._serialized_start=1149
-  _globals['_INFERENCE']._serialized_end=1228
-  _globals['_ADMIN']._serialized_start=1231
-  _globals['_ADMIN']._serialized_end=1610
+  _globals['_GENERATEREQUEST']._serialized_start=65
+  _globals['_GENERATEREQUEST']._serialized_end=239
+  _globals['_GENERATECHUNK']._serialized_start=241
+  _globals['_GENERATECHUNK']._serialized_end=348
+  _globals['_HEALTHREQUEST']._serialized_start=350
+  _globals['_HEALTHREQUEST']._serialized_end=365
+  _globals['_HEALTHREPLY']._serialized_start=368
+  _globals['_HEALTHREPLY']._serialized_end=533
+  _globals['_CAPTUREPROFILEREQUEST']._serialized_start=535
+  _globals['_CAPTUREPROFILEREQUEST']._serialized_end=616
+  _globals['_CAPTUREPROFILEREPLY']._serialized_start=618
+  _globals['_CAPTUREPROFILEREPLY']._serialized_end=691
+  _globals['_MEASUREDECODEREQUEST']._serialized_start=693
+  _globals['_MEASUREDECODEREQUEST']._serialized_end=773
+  _globals['_MEASUREDECODEREPLY']._serialized_start=775
+  _globals['_MEASUREDECODEREPLY']._serialized_end=876
+  _globals['_MODULESTATEREQUEST']._serialized_start=878
+  _globals['_MODULESTATEREQUEST']._serialized_end=918
+  _globals['_MODULESTATEREPLY']._serialized_start=921
+  _globals['_MODULESTATEREPLY']._serialized_end=1054
+  _globals['_LISTSWAPSREQUEST']._serialized_start=1056
+  _globals['_LISTSWAPSREQUEST']._serialized_end=1074
+  _globals['_SWAPRECORD']._serialized_start=1077
+  _globals['_SWAPRECORD']._serialized_end=1213
+  _globals['_LISTSWAPSREPLY']._serialized_start=1215
+  _globals['_LISTSWAPSREPLY']._serialized_end=1269
+  _globals['_INFERENCE']._serialized_start=1271
+  _globals['_INFERENCE']._serialized_end=1350
+  _globals['_ADMIN']._serialized_start=1353
+  _globals['_ADMIN']._serialized_end=1732
 # @@protoc_insertion_point(module_scope)

@@ -1,0 +1,172 @@
+"""Decode steps over a slot cache: many sequences in one forward, each step one CUDA graph (eager on a CPU).
+
+Eager decode of an HF model is launch-bound at small batches: hundreds of small kernels per step, each
+paying the host's launch cost. Over a slot cache (services.server.slot_cache) every tensor a step touches
+has a fixed address, so the step over the first n slots is captured once as a CUDA graph per bucket size n
+and replayed: the host pays one launch per step, whatever n is. A step feeds each busy slot its token at
+its own position; slots join (prefill, eager) and leave between steps, which is what continuous batching
+needs. The graphs hold whatever forward each module had when captured: when a swap patches or restores
+forwards (`hotswap.forwards_version` changes) they are dropped and captured again before the next step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from services.server.hotswap import forwards_version
+from services.server.slot_cache import SlotIndex, slot_cache
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # step sizes captured as graphs; a step runs the smallest that fits
+WARMUP_STEPS = 2  # eager steps on a side stream before a capture (lazy inits, cuBLAS handles, allocator)
+
+
+class SlotDecoder:
+    def __init__(
+        self, model: torch.nn.Module, device: str, dtype: torch.dtype, slots: int, max_len: int, cache_kw: str
+    ):
+        self.model = model
+        self.device = torch.device(device)
+        self.graphs = self.device.type == "cuda"
+        self.slots, self.max_len, self.cache_kw = slots, max_len, cache_kw
+        self.index = SlotIndex(slots, self.device)
+        self.cache = slot_cache(model.config, slots, max_len, self.index)
+        self.ids = torch.zeros((slots, 1), dtype=torch.long, device=self.device)
+        self.span = torch.arange(max_len, device=self.device)
+        self.masked = torch.finfo(dtype).min
+        self.dtype = dtype
+        self.lengths = [0] * slots  # tokens in each slot's cache: the position its next token is fed at
+        self.busy = [False] * slots
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._version = forwards_version()
+        self.captures = 0
+
+    # ------------------------------------------------------------------ slots
+
+    def free_slot(self) -> int | None:
+        return next((s for s in range(self.slots) if not self.busy[s]), None)
+
+    def fits(self, tokens: int) -> bool:
+        return tokens <= self.max_len
+
+    def release(self, slot: int) -> None:
+        self.busy[slot], self.lengths[slot] = False, 0
+
+    def _bucket_for(self, highest: int) -> int:
+        return min(next((b for b in BUCKETS if b > highest), self.slots), self.slots)
+
+    def bucket(self) -> int:
+        """Rows the next step runs: the smallest bucket holding every busy slot."""
+        return self._bucket_for(max((s for s in range(self.slots) if self.busy[s]), default=0))
+
+    def compact(self) -> dict[int, int]:
+        """Move the highest busy slots into the lowest free ones while that shrinks the step: {old: new}."""
+        moves: dict[int, int] = {}
+        while True:
+            busy = [s for s in range(self.slots) if self.busy[s]]
+            free = self.free_slot()
+            if not busy or free is None or free > busy[-1]:
+                return moves
+            top = busy[-1]
+            if self._bucket_for(max([free] + busy[:-1])) >= self._bucket_for(top):
+                return moves  # no smaller step: a copy would buy nothing
+            with torch.inference_mode():
+                for layer in self.cache.layers:
+                    layer.move(top, free)
+            self.busy[free], self.lengths[free] = True, self.lengths[top]
+            self.release(top)
+            origin = next((k for k, v in moves.items() if v == top), top)
+            moves[origin] = free
+
+    # ------------------------------------------------------------------ forwards
+
+    def _call(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        out = self.model(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=mask,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self.cache_kw: self.cache},
+        )
+        return out.logits[:, -1]
+
+    def prefill(self, slot: int, ids: list[int]) -> torch.Tensor:
+        """Write a prompt into a free slot; the logits after its last token."""
+        if self.busy[slot]:
+            raise ValueError(f"slot {slot} is busy")
+        if len(ids) >= self.max_len:
+            raise ValueError(f"{len(ids)} prompt tokens do not fit the {self.max_len}-token slot cache")
+        length = len(ids)
+        with torch.inference_mode():
+            tensor = torch.tensor([ids], dtype=torch.long, device=self.device)
+            positions = torch.arange(length, device=self.device)[None]
+            causal = torch.full((length, length), self.masked, dtype=self.dtype, device=self.device).triu(1)
+            self.index.prefill = slot
+            try:
+                logits = self._call(tensor, positions, causal[None, None])
+            finally:
+                self.index.prefill = None
+        self.busy[slot], self.lengths[slot] = True, length
+        return logits[0]
+
+    def _step(self, n: int) -> torch.Tensor:
+        positions = self.index.positions[:n]
+        mask = torch.where(self.span <= positions, 0.0, self.masked).to(self.dtype)  # each row: its own tokens
+        return self._call(self.ids[:n], positions, mask[:, None, None, :])
+
+    def _capture(self, n: int) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # positions are explicit: re-running a step moves nothing
+            for _ in range(WARMUP_STEPS):
+                self._step(n)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = self._step(n)
+        self._graphs[n] = (graph, logits)
+        self.captures += 1
+
+    def refresh(self) -> int:
+        """Drop graphs captured before the forwards last changed and capture those buckets again: how many."""
+        if self._version == forwards_version():
+            return 0
+        stale = sorted(self._graphs)
+        self._graphs.clear()
+        self._version = forwards_version()
+        if self.graphs:
+            with torch.inference_mode():
+                for n in stale:
+                    self._capture(n)
+        return len(stale)
+
+    def step(self, feeds: dict[int, int]) -> torch.Tensor:
+        """Feed each slot in `feeds` its token at its next position; the logits of the bucket's rows, by slot.
+
+        Busy slots not fed (a measurement while requests wait) get a throwaway write at their next position,
+        which their own next step overwrites before reading; free slots attend to position 0 only.
+        """
+        n = self.bucket()
+        ids, positions = [0] * n, [0] * n
+        for slot, token in feeds.items():
+            if not self.busy[slot] or slot >= n:
+                raise ValueError(f"slot {slot} is not in use")
+            if self.lengths[slot] >= self.max_len:
+                raise ValueError(f"slot {slot} is full ({self.max_len} tokens)")
+            ids[slot] = token
+        for slot in range(n):
+            positions[slot] = self.lengths[slot] if self.busy[slot] else 0
+        with torch.inference_mode():
+            self.ids[:n].copy_(torch.tensor(ids, dtype=torch.long).view(n, 1))
+            self.index.positions[:n].copy_(torch.tensor(positions, dtype=torch.long).view(n, 1))
+            if not self.graphs:
+                logits = self._step(n)
+            else:
+                self.refresh()
+                if n not in self._graphs:
+                    self._capture(n)
+                graph, logits = self._graphs[n]
+                graph.replay()
+        for slot in feeds:
+            self.lengths[slot] += 1
+        return logits

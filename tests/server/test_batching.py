@@ -1,0 +1,166 @@
+"""Continuous batching over the slot cache (services.server.batch_decode, .batching) on the tiny live model.
+
+On a CPU the batched lane steps eagerly; the same SlotDecoder captures each step as a CUDA graph on a GPU
+(tests/server/test_gpu.py). Every check compares against the engine's own eager decode, one request alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from server_fixtures import HERE, load_candidate, rmsnorm_contract
+
+from services.server.batch_decode import SlotDecoder
+from services.server.engine import Engine
+from services.server.hotswap import apply_swap
+from services.server.models import load_model
+from services.server.sampling import Sampling
+
+PROMPTS = ["Hello there, this is the slot cache", "A", "Another one bites the dust", "x y z", "Continuous"]
+
+
+@pytest.fixture(scope="module")
+def small():
+    """tiny-qwen2 with 4 slots of 64 tokens, so requests queue for slots and long ones decode alone."""
+    e = Engine(load_model("tiny-qwen2", "cpu"), slots=4, slot_tokens=64)
+    yield e
+    e.close()
+
+
+def _solo(engine: Engine, prompt: str, n: int) -> list[int]:
+    return engine.decode(engine.encode(prompt), n)[0]
+
+
+async def _tokens(engine: Engine, prompt: str, n: int, **kw) -> list[int]:
+    return [t async for chunk in engine.generate(engine.encode(prompt), n, stop_at_eos=False, **kw) for t in chunk]
+
+
+def test_sequences_joining_at_different_steps_get_their_own_logits_step_by_step(engine):
+    decoder = SlotDecoder(engine.model, "cpu", engine.loaded.dtype, 8, 64, engine._cache_kw)
+    refs = [engine.decode(engine.encode(p), 8, keep_logits=True) for p in PROMPTS[:3]]
+    slots, got = {}, {i: [] for i in range(3)}
+    for step in range(12):
+        if step < 3:  # one joins per step while the others decode
+            slots[step] = decoder.free_slot()
+            got[step].append(decoder.prefill(slots[step], engine.encode(PROMPTS[step])).float().clone())
+        feeds = {slots[i]: refs[i][0][len(got[i]) - 1] for i in slots if len(got[i]) < 8}  # teacher-forced
+        if not feeds:
+            break
+        logits = decoder.step(feeds)
+        for i in slots:
+            if slots[i] in feeds:
+                got[i].append(logits[slots[i]].float().clone())
+    for i, (_, reference) in enumerate(refs):
+        assert len(got[i]) == 8
+        for step, (a, b) in enumerate(zip(got[i], reference, strict=True)):
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-5), (i, step, float((a - b).abs().max()))
+
+
+def test_compaction_moves_a_sequence_into_a_lower_slot_without_changing_it(engine):
+    decoder = SlotDecoder(engine.model, "cpu", engine.loaded.dtype, 8, 64, engine._cache_kw)
+    ids = engine.encode(PROMPTS[0])
+    expected = engine.decode(ids, 6)[0]
+    for slot in range(3):
+        decoder.prefill(slot, engine.encode(PROMPTS[slot + 1]))
+    decoder.prefill(3, ids)  # slot 3: a step runs 4 rows
+    got = [expected[0], int(decoder.step({3: expected[0]})[3].argmax())]
+    for slot in range(3):
+        decoder.release(slot)
+    assert decoder.bucket() == 4
+    assert decoder.compact() == {3: 0} and decoder.bucket() == 1  # its keys and values copied to slot 0
+    for _ in range(4):
+        got.append(int(decoder.step({0: got[-1]})[0].argmax()))
+    assert got == expected
+
+
+def test_a_prompt_longer_than_a_slot_is_refused_by_the_decoder(engine):
+    decoder = SlotDecoder(engine.model, "cpu", engine.loaded.dtype, 2, 8, engine._cache_kw)
+    with pytest.raises(ValueError, match="do not fit the 8-token slot cache"):
+        decoder.prefill(0, list(range(1, 9)))
+
+
+async def test_more_requests_than_slots_are_batched_queued_and_each_gets_its_own_tokens(small):
+    lengths = [3, 9, 6, 12, 5, 7, 4, 10]  # 8 requests for 4 slots: some wait, all leave at different steps
+    prompts = [PROMPTS[i % len(PROMPTS)] for i in range(len(lengths))]
+    expected = [_solo(small, p, n) for p, n in zip(prompts, lengths, strict=True)]
+    widest = []
+
+    tick = small.batcher.tick
+
+    def watched():
+        out = tick()
+        widest.append(small.batcher.stepped)
+        return out
+
+    small.batcher.tick = watched
+    try:
+        got = await asyncio.gather(*(_tokens(small, p, n) for p, n in zip(prompts, lengths, strict=True)))
+    finally:
+        del small.batcher.tick
+    assert got == expected
+    assert max(widest) == 4  # four requests in one step: batched, not one after another
+    assert not any(small.decoder.busy) and small.batcher.idle() and small.active == 0
+
+
+async def test_a_request_longer_than_a_slot_decodes_alone_beside_the_batch(small):
+    long_prompt = " ".join(["word"] * 40)  # 40+ tokens + 30 new > 64 per slot
+    ids = small.encode(long_prompt)
+    assert not small.batched(ids, 30) and small.batched(small.encode("A"), 5)
+    expected_long, expected_short = small.decode(ids, 30)[0], _solo(small, "A", 5)
+    got = await asyncio.gather(_tokens(small, long_prompt, 30), _tokens(small, "A", 5))
+    assert got == [expected_long, expected_short]
+
+
+async def test_a_cancelled_request_frees_its_slot_and_the_others_go_on(small):
+    expected = _solo(small, PROMPTS[2], 10)
+    stream = small.generate(small.encode(PROMPTS[0]), 50, stop_at_eos=False)
+    other = asyncio.create_task(_tokens(small, PROMPTS[2], 10))
+    first = [await anext(stream), await anext(stream)]
+    await stream.aclose()  # the client went away after two tokens
+    assert len(first) == 2
+    assert await other == expected
+    await asyncio.sleep(0)
+    assert not any(small.decoder.busy) and small.batcher.idle()
+
+
+async def test_sampling_with_a_seed_repeats_beside_other_traffic_and_temperature_zero_is_greedy(small):
+    hot = Sampling(temperature=1.5, top_p=0.9, seed=7)
+    alone = await _tokens(small, PROMPTS[1], 12, sampling=hot)
+    crowded = await asyncio.gather(
+        _tokens(small, PROMPTS[1], 12, sampling=hot), _tokens(small, PROMPTS[0], 9), _tokens(small, PROMPTS[3], 5)
+    )
+    assert crowded[0] == alone
+    other_seed = await _tokens(small, PROMPTS[1], 12, sampling=Sampling(temperature=1.5, top_p=0.9, seed=8))
+    assert other_seed != alone  # 12 draws at temperature 1.5 over a 1000-token vocabulary
+    assert await _tokens(small, PROMPTS[1], 12, sampling=Sampling(temperature=0.0)) == _solo(small, PROMPTS[1], 12)
+    narrow = await _tokens(small, PROMPTS[1], 12, sampling=Sampling(temperature=1.0, top_p=1e-6, seed=1))
+    assert narrow == _solo(small, PROMPTS[1], 12)  # top-p that keeps one token is greedy
+
+
+async def test_a_swap_between_steps_keeps_every_stream_token_identical(small):
+    """Requests decode while a correct kernel is swapped in, then out: the tokens are those of no swap at all."""
+    lengths = [14, 10, 12]
+    expected = [_solo(small, PROMPTS[i], n) for i, n in enumerate(lengths)]
+    entry = load_candidate(HERE / "rmsnorm_kernel.py")
+    streams = [small.generate(small.encode(PROMPTS[i]), n, stop_at_eos=False) for i, n in enumerate(lengths)]
+    got = [[] for _ in streams]
+
+    async def take(k: int):
+        for i, stream in enumerate(streams):
+            for _ in range(k):
+                got[i] += await anext(stream)
+
+    def swap_in():  # between two steps: what is running then
+        return sum(small.decoder.busy), small.batcher.stepped, apply_swap(small.model, rmsnorm_contract(), entry)
+
+    await take(3)
+    running, stepped_before, handle = await small.exclusive(swap_in)
+    await take(3)  # the kernel serves them
+    stepped_with_kernel = small.batcher.stepped
+    await small.exclusive(handle.revert)
+    for i, stream in enumerate(streams):
+        got[i] += [t async for chunk in stream for t in chunk]
+    assert running == 3 and stepped_before == 3 and stepped_with_kernel >= 2  # the swap landed mid-stream
+    assert got == expected
