@@ -2,7 +2,8 @@
 # One GPU run in one go: install the carried wheels, run the GPU tests, the benchmarks and
 # the demo on the 1.5B-shaped model; results land in bench/results/ and are copied to $RESULTS_DIR.
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
-#   bash scripts/gpu_run.sh [tests|alltests|bench|demo|corpus-hostile|corpus-honest ...]   (default: tests bench demo)
+#   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|serving|demo|corpus-hostile|corpus-honest ...]
+#   (default: tests bench demo)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
 # on the H200: corpus-hostile (~3.5 min, starts the result file afresh) and corpus-honest (~6 min, merged into it) fit one 10-minute call each.
@@ -28,6 +29,8 @@ for step in $steps; do
     corpus-honest) for part in 1/2 2/2; do
             timeout 285 python3 bench/judge_corpus.py --only honest --part $part --merge 2>&1 | tail -14
           done | tee "$RESULTS_DIR/corpus_honest.log" ;;
+    servertests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests/server 2>&1 | tee "$RESULTS_DIR/gpu_server_tests.log" ;;
+    serving) timeout 540 python3 bench/serving.py 2>&1 | tee "$RESULTS_DIR/serving.log" ;;
     bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/bench.log" ;;
     demo) timeout 540 python3 -m services.cli demo --model qwen2.5-1.5b-shape --data-dir /tmp/yantra-demo \
             --report bench/results/demo_qwen2.5-1.5b-shape_h200.json 2>&1 | tee "$RESULTS_DIR/demo.log"

@@ -45,6 +45,7 @@ def swap_run(
     judged_sha: str | None = None,
     swap: bool = True,
     contract: pb.Contract | None = None,
+    capabilities: tuple[str, ...] = (),
 ) -> list[ev.Envelope]:
     """The envelopes a run holds when the server is asked to swap: request, proposal, verdict, conclusion.
 
@@ -66,7 +67,9 @@ def swap_run(
         origin="template",
         attempt=1,
     )
-    judged = pb.CandidateJudged(candidate_id=cid, source_sha256=judged_sha or sha, reward=reward, reason="test")
+    judged = pb.CandidateJudged(
+        candidate_id=cid, source_sha256=judged_sha or sha, reward=reward, reason="test", capabilities=capabilities
+    )
     concluded = pb.TargetConcluded(
         target_class=QWEN_NORM,
         candidate_id=cid,
