@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import statistics
 import sys
@@ -194,6 +195,13 @@ def swap_in(engine: Engine, canary: list[int]) -> tuple[object, pb.ParityObserva
     return handle, observed, hold
 
 
+def compare(logits: list[torch.Tensor], reference: list[torch.Tensor], tokens: list[int]) -> dict:
+    """Max logit difference over the steps, and at how many steps the argmax is the reference's token."""
+    diffs = [float((a - b).abs().max()) for a, b in zip(logits, reference, strict=True)]
+    same = sum(int(a.argmax()) == t for a, t in zip(logits, tokens, strict=True))
+    return {"max_logit_diff": max(diffs), "argmax_equal_steps": same, "steps": len(tokens)}
+
+
 def agree(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
@@ -211,7 +219,19 @@ async def run(args) -> dict:
         results["engine"][n] = await engine_streams(engine, ids, args.tokens)
         torch.cuda.empty_cache()
     canary = prompts(loaded.vocab_size, 1, 32, seed=1)[0].tolist()
+    # Teacher-forced along the served lane's own greedy tokens: logits step by step over the same prefixes, so
+    # a near-tie that flips one greedy choice (random weights: near-flat logits) does not hide the rest.
+    probe = prompts(loaded.vocab_size, 1, args.prompt_tokens, seed=2)[0].tolist()
+    stock, stock_logits = await engine.exclusive(
+        functools.partial(engine.serve_decode, probe, args.tokens, keep_logits=True)
+    )
+    _, eager_logits = await engine.exclusive(
+        functools.partial(engine.decode, probe, args.tokens, forced=stock, keep_logits=True)
+    )
     handle, observed, hold = await engine.exclusive(swap_in, engine, canary)
+    _, swapped_logits = await engine.exclusive(
+        functools.partial(engine.serve_decode, probe, args.tokens, forced=stock, keep_logits=True)
+    )
     for n in args.streams:
         ids = prompts(loaded.vocab_size, n, args.prompt_tokens)
         results["engine_swapped"][n] = await engine_streams(engine, ids, args.tokens)
@@ -255,6 +275,10 @@ async def run(args) -> dict:
             "canary_logit_max_diff_eager": observed.canary_logit_max_diff,
             "canary_logit_max_diff_served": observed.served_logit_max_diff,
             "canary_logit_tolerance": observed.canary_logit_tolerance,
+        },
+        "teacher_forced_over_served_stock_tokens": {
+            "eager_lane_vs_served_lane": compare(eager_logits, stock_logits, stock),
+            "served_swapped_vs_served_stock": compare(swapped_logits, stock_logits, stock),
         },
         "greedy_tokens_agree_for_at_1_stream": {
             "engine_vs_plain_graphs": agree(first["engine"], first["plain_graphs"]),

@@ -17,6 +17,10 @@ from services.server.hotswap import forwards_version
 from services.server.slot_cache import SlotIndex, slot_cache
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # step sizes captured as graphs; a step runs the smallest that fits
+# Positions a step attends over, doubling from this up to the slot: attention reads every position it is
+# given, so 16 streams 200 tokens deep should not read 2048 (measured on the H200, 1.5B shape, 16 streams:
+# 10.9 ms a step over whole 2048-token slots). One graph per (rows, length) pair met.
+SHORTEST_SPAN = 128
 WARMUP_STEPS = 2  # eager steps on a side stream before a capture (lazy inits, cuBLAS handles, allocator)
 
 
@@ -36,7 +40,7 @@ class SlotDecoder:
         self.dtype = dtype
         self.lengths = [0] * slots  # tokens in each slot's cache: the position its next token is fed at
         self.busy = [False] * slots
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._version = forwards_version()
         self.captures = 0
 
@@ -44,6 +48,9 @@ class SlotDecoder:
 
     def free_slot(self) -> int | None:
         return next((s for s in range(self.slots) if not self.busy[s]), None)
+
+    def free_slots(self) -> list[int]:
+        return [s for s in range(self.slots) if not self.busy[s]]
 
     def fits(self, tokens: int) -> bool:
         return tokens <= self.max_len
@@ -79,52 +86,70 @@ class SlotDecoder:
 
     # ------------------------------------------------------------------ forwards
 
-    def _call(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _call(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, keep=1) -> torch.Tensor:
         out = self.model(
             input_ids=ids,
             position_ids=positions,
             attention_mask=mask,
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=keep,
             **{self.cache_kw: self.cache},
         )
-        return out.logits[:, -1]
+        return out.logits
 
     def prefill(self, slot: int, ids: list[int]) -> torch.Tensor:
         """Write a prompt into a free slot; the logits after its last token."""
-        if self.busy[slot]:
-            raise ValueError(f"slot {slot} is busy")
-        if len(ids) >= self.max_len:
-            raise ValueError(f"{len(ids)} prompt tokens do not fit the {self.max_len}-token slot cache")
-        length = len(ids)
+        return self.prefill_many([slot], [ids])[0]
+
+    def prefill_many(self, slots: list[int], prompts: list[list[int]]) -> list[torch.Tensor]:
+        """Write prompts into free slots in one forward (right-padded); the logits after each one's last token."""
+        for slot, ids in zip(slots, prompts, strict=True):
+            if self.busy[slot]:
+                raise ValueError(f"slot {slot} is busy")
+            if len(ids) >= self.max_len:
+                raise ValueError(f"{len(ids)} prompt tokens do not fit the {self.max_len}-token slot cache")
+        lengths = [len(ids) for ids in prompts]
+        longest = max(lengths)
+        lasts = sorted({n - 1 for n in lengths})  # the positions whose logits are wanted, for every row
         with torch.inference_mode():
-            tensor = torch.tensor([ids], dtype=torch.long, device=self.device)
-            positions = torch.arange(length, device=self.device)[None]
-            causal = torch.full((length, length), self.masked, dtype=self.dtype, device=self.device).triu(1)
-            self.index.prefill = slot
+            padded = [ids + [0] * (longest - len(ids)) for ids in prompts]
+            tensor = torch.tensor(padded, dtype=torch.long, device=self.device)
+            positions = torch.arange(longest, device=self.device)[None].expand(len(prompts), -1)
+            causal = torch.full((longest, longest), self.masked, dtype=self.dtype, device=self.device).triu(1)
+            self.index.prefill = torch.tensor(slots, device=self.device)
             try:
-                logits = self._call(tensor, positions, causal[None, None])
+                keep = 1 if len(lasts) == 1 else torch.tensor(lasts, device=self.device)
+                logits = self._call(tensor, positions, causal.expand(len(prompts), 1, -1, -1), keep)
             finally:
                 self.index.prefill = None
-        self.busy[slot], self.lengths[slot] = True, length
-        return logits[0]
+        for slot, n in zip(slots, lengths, strict=True):
+            self.busy[slot], self.lengths[slot] = True, n
+        return [logits[i, lasts.index(n - 1) if len(lasts) > 1 else -1] for i, n in enumerate(lengths)]
 
-    def _step(self, n: int) -> torch.Tensor:
+    def span_for(self, need: int) -> int:
+        """Positions a step attends over when its deepest row needs `need`."""
+        span = SHORTEST_SPAN
+        while span < need:
+            span *= 2
+        return min(span, self.max_len)
+
+    def _step(self, n: int, span: int) -> torch.Tensor:
+        self.index.length = span
         positions = self.index.positions[:n]
-        mask = torch.where(self.span <= positions, 0.0, self.masked).to(self.dtype)  # each row: its own tokens
-        return self._call(self.ids[:n], positions, mask[:, None, None, :])
+        mask = torch.where(self.span[:span] <= positions, 0.0, self.masked).to(self.dtype)  # each row: its own
+        return self._call(self.ids[:n], positions, mask[:, None, None, :])[:, -1]
 
-    def _capture(self, n: int) -> None:
+    def _capture(self, n: int, span: int) -> None:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # positions are explicit: re-running a step moves nothing
             for _ in range(WARMUP_STEPS):
-                self._step(n)
+                self._step(n, span)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            logits = self._step(n)
-        self._graphs[n] = (graph, logits)
+            logits = self._step(n, span)
+        self._graphs[n, span] = (graph, logits)
         self.captures += 1
 
     def refresh(self) -> int:
@@ -136,8 +161,8 @@ class SlotDecoder:
         self._version = forwards_version()
         if self.graphs:
             with torch.inference_mode():
-                for n in stale:
-                    self._capture(n)
+                for n, span in stale:
+                    self._capture(n, span)
         return len(stale)
 
     def step(self, feeds: dict[int, int]) -> torch.Tensor:
@@ -156,16 +181,17 @@ class SlotDecoder:
             ids[slot] = token
         for slot in range(n):
             positions[slot] = self.lengths[slot] if self.busy[slot] else 0
+        span = self.span_for(max(positions) + 1)
         with torch.inference_mode():
             self.ids[:n].copy_(torch.tensor(ids, dtype=torch.long).view(n, 1))
             self.index.positions[:n].copy_(torch.tensor(positions, dtype=torch.long).view(n, 1))
             if not self.graphs:
-                logits = self._step(n)
+                logits = self._step(n, span)
             else:
                 self.refresh()
-                if n not in self._graphs:
-                    self._capture(n)
-                graph, logits = self._graphs[n]
+                if (n, span) not in self._graphs:
+                    self._capture(n, span)
+                graph, logits = self._graphs[n, span]
                 graph.replay()
         for slot in feeds:
             self.lengths[slot] += 1

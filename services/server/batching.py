@@ -71,26 +71,37 @@ class Batcher:
         deliveries.append((request, what))
 
     def _admit(self, deliveries: list) -> None:
-        budget = PREFILL_TOKENS_PER_TICK
-        while self.pending:
+        """Waiting requests into free slots, their prompts prefilled together in one forward."""
+        budget, joining = PREFILL_TOKENS_PER_TICK, []
+        free = self.decoder.free_slots()
+        while self.pending and len(joining) < len(free):
             request = self.pending[0]
             if request.cancelled:
                 self.pending.popleft()
                 deliveries.append((request, END))
                 continue
-            slot = self.decoder.free_slot()
-            if slot is None or (budget < len(request.ids) and budget < PREFILL_TOKENS_PER_TICK):
-                return
+            if joining and budget < len(request.ids):
+                break
             self.pending.popleft()
             budget -= len(request.ids)
-            try:
-                logits = self.decoder.prefill(slot, request.ids)
-                request.slot = slot
+            request.slot = free[len(joining)]
+            joining.append(request)
+        if not joining:
+            return
+        try:
+            logits = self.decoder.prefill_many([r.slot for r in joining], [r.ids for r in joining])
+            tokens = []
+            for request, row in zip(joining, logits, strict=True):
                 request.gen = generator(request.sampling, self.decoder.device)
-                token = choose(logits, request.sampling, request.gen)
-            except Exception as exc:  # this request's prompt failed; the others go on
+                tokens.append(choose(row, request.sampling, request.gen))
+        except Exception as exc:  # these prompts failed; the running requests go on
+            for request in joining:
+                if request.slot >= 0 and self.decoder.busy[request.slot]:
+                    self.decoder.release(request.slot)
+                request.slot = -1
                 self._end(request, exc, deliveries)
-                continue
+            return
+        for request, token in zip(joining, tokens, strict=True):
             self.running.append(request)
             self._take(request, token, deliveries)
 

@@ -7,9 +7,11 @@ writes every row at one shared, implicit position (a counter it advances on each
 step twice advances it twice); here the position is an explicit tensor the decoder owns, so a step can be
 run again, warmed up or captured in a CUDA graph without moving anything.
 
-A prefill writes one sequence into one slot (`index.prefill = slot`): its keys land at 0..L-1 of that
-slot and attention sees only the prompt itself. A decode step over the first n slots writes row b at
-positions[b] and returns the first n slots whole (a view: no copy).
+A prefill writes k prompts into k slots (`index.prefill`, right-padded to the longest): row i's keys
+land at 0..L-1 of its slot and attention sees only the prompts themselves (what the padding writes past a
+prompt's end is never read: a decode step writes a position before it attends to it). A decode step over
+the first n slots writes row b at positions[b] and returns the first `length` positions of those slots (a
+view: no copy) — attention reads as far as the longest sequence needs, not the whole slot.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ class SlotIndex:
     """What the next forward writes: one slot's prefill, or a step over the first n slots at `positions`."""
 
     def __init__(self, slots: int, device: torch.device):
-        self.prefill: int | None = None
+        self.prefill: torch.Tensor | None = None  # the slots a prefill writes, one per prompt row
         self.positions = torch.zeros((slots, 1), dtype=torch.long, device=device)  # position fed per slot
         self.rows = torch.arange(slots, device=device)
+        self.length = 0  # positions a decode step attends over (a Python int: fixed for a captured graph)
 
 
 class SlotLayer(CacheLayerMixin):
@@ -45,17 +48,17 @@ class SlotLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        slot = self.index.prefill
-        if slot is not None:  # one prompt into one slot; attention over the prompt alone
+        slots = self.index.prefill
+        if slots is not None:  # prompts into their slots; attention over the prompts alone
             length = key_states.shape[-2]
-            self.keys[slot, :, :length] = key_states[0]
-            self.values[slot, :, :length] = value_states[0]
+            self.keys[slots, :, :length] = key_states
+            self.values[slots, :, :length] = value_states
             return key_states, value_states
-        n = key_states.shape[0]
+        n, length = key_states.shape[0], self.index.length
         rows, positions = self.index.rows[:n], self.index.positions[:n, 0]
         self.keys[rows, :, positions] = key_states[:, :, 0]
         self.values[rows, :, positions] = value_states[:, :, 0]
-        return self.keys[:n], self.values[:n]
+        return self.keys[:n, :, :length], self.values[:n, :, :length]
 
     def move(self, source: int, target: int) -> None:
         """Copy one slot's keys and values to another (compacting the batch into fewer rows)."""

@@ -164,3 +164,28 @@ async def test_a_swap_between_steps_keeps_every_stream_token_identical(small):
         got[i] += [t async for chunk in stream for t in chunk]
     assert running == 3 and stepped_before == 3 and stepped_with_kernel >= 2  # the swap landed mid-stream
     assert got == expected
+
+
+def test_prompts_prefilled_together_get_the_logits_each_gets_alone(engine):
+    decoder = SlotDecoder(engine.model, "cpu", engine.loaded.dtype, 8, 64, engine._cache_kw)
+    prompts = [engine.encode(p) for p in PROMPTS]
+    assert len({len(p) for p in prompts}) > 2  # different lengths: right-padded in one forward
+    together = decoder.prefill_many([5, 1, 2, 7, 3], prompts)
+    for ids, got in zip(prompts, together, strict=True):
+        alone = engine.decode(ids, 1, keep_logits=True)[1][0]
+        assert torch.allclose(got.float(), alone, atol=1e-5, rtol=1e-5)
+    assert decoder.busy == [False, True, True, True, False, True, False, True]
+
+
+def test_a_sequence_growing_past_the_attended_span_keeps_its_tokens(engine):
+    """A step attends over the first 128, 256, ... positions its deepest row needs: crossing 128 changes the
+    span (a new graph on a GPU) and nothing else."""
+    decoder = SlotDecoder(engine.model, "cpu", engine.loaded.dtype, 2, 512, engine._cache_kw)
+    ids = engine.encode(" ".join(["span"] * 30))[:120]
+    expected = engine.decode(ids, 20)[0]
+    got = [int(decoder.prefill(0, ids).argmax())]
+    spans = set()
+    while len(got) < 20:
+        spans.add(decoder.span_for(decoder.lengths[0] + 1))
+        got.append(int(decoder.step({0: got[-1]})[0].argmax()))
+    assert spans == {128, 256} and got == expected
