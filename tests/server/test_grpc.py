@@ -314,3 +314,30 @@ async def test_standard_health_and_reflection_answer(channel):
     [answer] = [r async for r in stub.ServerReflectionInfo(iter([request]))]
     names = {s.name for s in answer.list_services_response.service}
     assert {"yantra.v1.Inference", "yantra.v1.Admin", "grpc.health.v1.Health"} <= names
+
+
+async def test_generate_samples_with_a_seed_stops_at_a_stop_string_and_says_why_it_ended(engine, channel):
+    sampled = dict(prompt="Hello", max_new_tokens=12, temperature=1.2, top_p=0.95, seed=11, ignore_eos=True)
+    first, again = await _generate(channel, **sampled), await _generate(channel, **sampled)
+    tokens = [t for c in first for t in c.token_ids]
+    assert tokens == [t for c in again for t in c.token_ids] and len(tokens) == 12
+    assert first[-1].finish_reason == "length"
+    text = "".join(c.text for c in first)
+    stop = text[3:5] if len(text) >= 5 else text[-1:]
+    cut = await _generate(channel, **sampled, stop=[stop])
+    assert cut[-1].done and cut[-1].finish_reason == "stop"
+    assert "".join(c.text for c in cut) == text[: text.index(stop)]
+
+
+@pytest.mark.parametrize(
+    ("request_", "why"),
+    [
+        ({"temperature": -1.0}, "temperature"),
+        ({"temperature": 1.0, "top_p": 1.5}, "top_p"),
+        ({"stop": [""]}, "stop sequence is empty"),
+    ],
+)
+async def test_bad_sampling_arguments_are_invalid_argument(channel, request_, why):
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await _generate(channel, prompt="hi", max_new_tokens=4, **request_)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and why in err.value.details()
