@@ -26,6 +26,11 @@ class _Live:
         engine = self.engine
         yield GaugeMetricFamily("yantra_queue_depth", "callers waiting for the model (requests, swaps)", engine.waiting)
         yield GaugeMetricFamily("yantra_active_requests", "requests being generated", engine.active)
+        batcher = engine.batcher
+        if batcher is not None:  # batch occupancy: requests in the last step, and the rows it ran
+            yield GaugeMetricFamily("yantra_batch_requests", "requests in the last step", batcher.stepped)
+            yield GaugeMetricFamily("yantra_batch_rows", "rows of the last step (its bucket)", batcher.rows)
+            yield GaugeMetricFamily("yantra_batch_waiting", "requests waiting for a slot", len(batcher.pending))
         live = GaugeMetricFamily(
             "yantra_live_kernel", "1 for the swap serving each target", labels=["target", "swap_id"]
         )

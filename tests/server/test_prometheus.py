@@ -60,6 +60,11 @@ async def test_traffic_queue_and_live_kernels_are_scraped(engine):
         assert ttft[("yantra_time_to_first_token_seconds_count", ())] == 3
         assert itl[("yantra_inter_token_latency_seconds_count", ())] == produced + 2 - 3
         assert got["yantra_active_requests"][("yantra_active_requests", ())] == 0
+        assert got["yantra_batch_waiting"][("yantra_batch_waiting", ())] == 0
+        assert (
+            got["yantra_batch_rows"][("yantra_batch_rows", ())]
+            >= got["yantra_batch_requests"][("yantra_batch_requests", ())]
+        )
 
         handle = await engine.exclusive(
             apply_swap, engine.model, rmsnorm_contract(), load_candidate(HERE / "rmsnorm_kernel.py")
