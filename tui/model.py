@@ -58,7 +58,7 @@ def _message(rec: Recorded) -> Message | None:
 def _metric(rec: Recorded, m: Message) -> MetricPoint:
     return MetricPoint(
         rec.env.time_unix_ns, m.server_id, m.tokens_per_s, m.p50_latency_ms, m.p95_latency_ms, m.requests,
-        m.active_swaps,
+        m.active_swaps, m.active_requests, m.batch_requests, m.waiting_requests,
     )  # fmt: skip
 
 

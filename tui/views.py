@@ -114,6 +114,9 @@ class MetricPoint:
     p95_ms: float
     requests: int
     active_swaps: int
+    active_requests: int = 0
+    batch_requests: int = 0
+    waiting_requests: int = 0
 
 
 def _initial_steps() -> tuple[Step, ...]:

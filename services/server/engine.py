@@ -41,6 +41,7 @@ MAX_ACTIVE = 64  # requests generated at once; more are refused (RESOURCE_EXHAUS
 # whole slot, so the length is what a request may use, not free: 2048 tokens of the 1.5B shape are 56 MB
 # per slot in bf16. Requests longer than a slot decode in the solo lane.
 BATCH_SLOTS = {"cuda": 64, "cpu": 8}
+TICKS_PER_HOLD = 256  # decode steps the batch loop runs per hold of the model while nobody else waits
 SLOT_TOKENS = 2048
 
 
@@ -203,14 +204,27 @@ class Engine:
             self._batches = asyncio.get_running_loop().create_task(self._batch_loop())
 
     async def _batch_loop(self) -> None:
-        """Tick the batcher while anything waits or runs; each tick takes the model once (swaps go between)."""
-        while not self.batcher.idle():
-            try:
-                deliveries = await self.exclusive(self.batcher.tick)
-            except Exception as exc:
-                deliveries = self.batcher.fail_all(exc)
+        """Tick the batcher while anything waits or runs. One hold of the model runs ticks back to back until
+        someone else waits for it (a swap, a profile, a solo request: they get it after the current step) —
+        taking the lock and handing over to the engine thread per step cost ~0.3 ms of a 4 ms step at batch 1
+        on the H200. Each tick's tokens are handed to the event loop as soon as the tick ends."""
+        loop = asyncio.get_running_loop()
+
+        def deliver(deliveries) -> None:
             for request, item in deliveries:
                 request.out.put_nowait(item)
+
+        def ticks() -> None:
+            for _ in range(TICKS_PER_HOLD):
+                loop.call_soon_threadsafe(deliver, self.batcher.tick())
+                if self.waiting or self.batcher.idle():
+                    return
+
+        while not self.batcher.idle():
+            try:
+                await self.exclusive(ticks)
+            except Exception as exc:
+                deliver(self.batcher.fail_all(exc))
 
     async def _solo(self, ids, max_new, eos, sampling) -> AsyncIterator[list[int]]:
         """One request alone over a dynamic cache, the lock taken per step (requests longer than a slot)."""

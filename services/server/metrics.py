@@ -49,6 +49,10 @@ def snapshot(engine: Engine, server_id: str, window_s: float) -> pb.ServerMetric
         model=engine.loaded.name,
         active_swaps=engine.swaps.active_count(),
         device=engine.loaded.device,
+        active_requests=engine.active,
+        batch_requests=engine.batcher.stepped if engine.batcher else 0,
+        waiting_requests=len(engine.batcher.pending) if engine.batcher else 0,
+        graphs=engine.graphs,
     )
 
 

@@ -54,3 +54,17 @@ async def test_metrics_loop_publishes_on_the_metrics_stream(bus, engine):
     env, msg = mine[0]
     assert env.type == "ServerMetrics" and env.producer == "server"
     assert msg.model == "tiny-qwen2" and msg.device == "cpu" and msg.window_s == pytest.approx(0.2)
+
+
+async def test_a_snapshot_says_how_full_the_batch_is(engine):
+    from services.server.metrics import snapshot
+
+    stream = engine.generate(engine.encode("Hello there"), 20, stop_at_eos=False)
+    others = [engine.generate(engine.encode(p), 20, stop_at_eos=False) for p in ("A", "B c")]
+    for s in (stream, *others):
+        await anext(s)
+    msg = snapshot(engine, "s", 1.0)
+    assert msg.active_requests == 3 and 1 <= msg.batch_requests <= 3 and msg.waiting_requests == 0
+    assert not msg.graphs  # a CPU steps eagerly
+    for s in (stream, *others):
+        await s.aclose()

@@ -90,8 +90,11 @@ def serving_lines(metrics: Sequence[MetricPoint], marks: Sequence[Mark], width: 
         return lines
     lines += [marks_line]
     lines += _series("p50 latency", " ms", [p.p50_ms for p in metrics], width, "yellow")
-    p95 = metrics[-1].p95_ms
-    lines.append(Text(f"p95 now {p95:.1f} ms · active swaps {metrics[-1].active_swaps}", style="dim"))
+    last = metrics[-1]
+    now = f"p95 now {last.p95_ms:.1f} ms · active swaps {last.active_swaps}"
+    if last.active_requests or last.batch_requests or last.waiting_requests:
+        now += f" · {last.active_requests} requests, {last.batch_requests} per step, {last.waiting_requests} waiting"
+    lines.append(Text(now, style="dim"))
     shown = [m for m in marks if m.time_ns >= times[0]]
     for m in shown[-4:]:
         ch, style = MARK_STYLE.get(m.kind, ("?", "red"))

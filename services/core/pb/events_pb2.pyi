@@ -743,7 +743,7 @@ class RunCancelled(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., requested_by: _Optional[str] = ...) -> None: ...
 
 class ServerMetrics(_message.Message):
-    __slots__ = ("server_id", "model", "tokens_per_s", "p50_latency_ms", "p95_latency_ms", "requests", "active_swaps", "window_s", "device")
+    __slots__ = ("server_id", "model", "tokens_per_s", "p50_latency_ms", "p95_latency_ms", "requests", "active_swaps", "window_s", "device", "active_requests", "batch_requests", "waiting_requests", "graphs")
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
@@ -753,6 +753,10 @@ class ServerMetrics(_message.Message):
     ACTIVE_SWAPS_FIELD_NUMBER: _ClassVar[int]
     WINDOW_S_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_FIELD_NUMBER: _ClassVar[int]
     server_id: str
     model: str
     tokens_per_s: float
@@ -762,4 +766,8 @@ class ServerMetrics(_message.Message):
     active_swaps: int
     window_s: float
     device: str
-    def __init__(self, server_id: _Optional[str] = ..., model: _Optional[str] = ..., tokens_per_s: _Optional[float] = ..., p50_latency_ms: _Optional[float] = ..., p95_latency_ms: _Optional[float] = ..., requests: _Optional[int] = ..., active_swaps: _Optional[int] = ..., window_s: _Optional[float] = ..., device: _Optional[str] = ...) -> None: ...
+    active_requests: int
+    batch_requests: int
+    waiting_requests: int
+    graphs: bool
+    def __init__(self, server_id: _Optional[str] = ..., model: _Optional[str] = ..., tokens_per_s: _Optional[float] = ..., p50_latency_ms: _Optional[float] = ..., p95_latency_ms: _Optional[float] = ..., requests: _Optional[int] = ..., active_swaps: _Optional[int] = ..., window_s: _Optional[float] = ..., device: _Optional[str] = ..., active_requests: _Optional[int] = ..., batch_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., graphs: bool = ...) -> None: ...
