@@ -111,3 +111,50 @@ async def test_two_runs_committing_the_same_kernel_get_two_swaps_and_a_restart_k
     assert ev.last(await bus.read_run(first), "SwapReapplied") is None  # rolled back: not re-applied
     replay = yantra("replay", second, "--verify")
     assert replay.returncode == 0 and "SwapReapplied" in replay.stdout, replay.stdout + replay.stderr
+
+
+async def test_a_server_killed_mid_swap_comes_back_on_one_kernel_and_the_log_says_which(stack, own_bus):
+    """SIGKILL the server the moment the run concludes (it is taking the swap: parity, canary, commit), restart
+    it: every instance of the target runs the old forward or every one the kernel — never some — and the log
+    holds exactly one answer to the conclusion; a commit made before the kill is re-applied with its event."""
+    import grpc
+
+    from services.core.admin_auth import metadata
+    from services.core.pb import inference_pb2 as ipb
+    from services.core.pb import inference_pb2_grpc as ipb_grpc
+
+    bus, settings = own_bus, stack.settings
+    addr = settings.server_addr
+    await wait_ready(addr, timeout=120, still_starting=lambda: stack.procs["server"].poll() is None)
+    run_id = _run_id("killswap")
+    await request(bus, run_id, prompts=["Hello there"], decode_tokens=8, max_candidates=1)
+    await wait_for_log(bus, run_id, has("TargetConcluded"), RUN_TIMEOUT_S, check=services_alive(stack))
+    stack.procs["server"].send_signal(signal.SIGKILL)
+    stack.procs["server"].wait()
+    stack.start_service("server")
+    await wait_ready(addr, timeout=120, still_starting=lambda: stack.procs["server"].poll() is None)
+    log = await wait_for_log(bus, run_id, has("RunCompleted"), RUN_TIMEOUT_S, check=services_alive(stack))
+    concluded = ev.last(log, "TargetConcluded")
+    answers = [r for r in log if r.env.causation_id == concluded.env.event_id]
+    assert len(answers) == 1 and answers[0].type in ("SwapCommitted", "SwapRejected"), [r.type for r in answers]
+
+    async with grpc.aio.insecure_channel(addr) as channel:
+        state = await ipb_grpc.AdminStub(channel).GetModuleState(
+            ipb.ModuleStateRequest(class_path=concluded.msg.target_class),
+            timeout=10,
+            metadata=metadata(settings.admin_token),
+        )
+    assert state.instances > 0 and state.patched in (0, state.instances), (state.patched, state.instances)
+    if answers[0].type == "SwapCommitted":  # the kernel serves, on every instance, under that swap id
+        swap = answers[0].msg
+        assert state.patched == state.instances and state.active_swap_id == swap.swap_id
+        reapplied = ev.last(log, "SwapReapplied")
+        # committed by the killed server (then re-applied, and recorded) or by the restarted one (answering
+        # the redelivered conclusion): the log tells the two apart
+        if reapplied is not None:
+            assert reapplied.msg.swap_id == swap.swap_id and reapplied.msg.restored
+        print("killed mid-swap:", "committed before the kill, re-applied" if reapplied else "committed after restart")
+    else:
+        assert state.patched == 0 and not state.active_swap_id
+    replay = yantra_for(stack)("replay", run_id, "--verify")
+    assert replay.returncode == 0, replay.stdout + replay.stderr
