@@ -36,7 +36,7 @@ from services.core.pb import events_pb2 as pb  # noqa: E402
 from services.server.engine import Engine  # noqa: E402
 from services.server.introspection import introspect_module  # noqa: E402
 from services.server.models import load_model  # noqa: E402
-from services.server.parity import swap_with_parity  # noqa: E402
+from services.server.parity import record_live_inputs, swap_with_parity, warm_kernel  # noqa: E402
 
 
 def prompts(vocab: int, streams: int, length: int, seed: int = 0) -> torch.Tensor:
@@ -181,18 +181,31 @@ async def engine_streams(engine: Engine, ids: torch.Tensor, tokens: int) -> dict
     }
 
 
-def swap_in(engine: Engine, canary: list[int]) -> tuple[object, pb.ParityObservation, float]:
+def candidate(engine: Engine):
+    """The template RMSNorm kernel (4 warps, one row a program) and its contract on this model's norm class."""
     norm = next(m for m in engine.model.modules() if type(m).__name__.endswith("RMSNorm"))
     contract = derive_contract(introspect_module(norm))
     config = rmsnorm.search_configs()[0]
-    entry = candidate_wrapper(Path(tempfile.mkdtemp()), rmsnorm.render(config), rmsnorm.plan(config))
+    return contract, candidate_wrapper(Path(tempfile.mkdtemp()), rmsnorm.render(config), rmsnorm.plan(config))
+
+
+async def swap_in(engine: Engine, canary: list[int]) -> tuple[object, pb.ParityObservation, float]:
+    """As the server's handler does it: real inputs recorded (a profile does that), the kernel compiled on them
+    outside the hold, then apply + parity + re-capture + served canary under the engine's lock (timed)."""
+    contract, entry = candidate(engine)
+    engine.live_inputs = await engine.exclusive(record_live_inputs, engine, canary, 8)
+    await asyncio.to_thread(warm_kernel, engine, contract, entry)
     observed = pb.ParityObservation()
-    t0 = time.perf_counter()
-    handle = swap_with_parity(engine, contract, entry, canary, observed)
-    hold = time.perf_counter() - t0
+
+    def hold():
+        t0 = time.perf_counter()
+        handle = swap_with_parity(engine, contract, entry, canary, observed)
+        return handle, time.perf_counter() - t0
+
+    handle, held = await engine.exclusive(hold)
     if handle is None:
         raise SystemExit(f"the swap did not hold: {observed.error}")
-    return handle, observed, hold
+    return handle, observed, held
 
 
 def compare(logits: list[torch.Tensor], reference: list[torch.Tensor], tokens: list[int]) -> dict:
@@ -228,7 +241,7 @@ async def run(args) -> dict:
     _, eager_logits = await engine.exclusive(
         functools.partial(engine.decode, probe, args.tokens, forced=stock, keep_logits=True)
     )
-    handle, observed, hold = await engine.exclusive(swap_in, engine, canary)
+    handle, observed, hold = await swap_in(engine, canary)
     _, swapped_logits = await engine.exclusive(
         functools.partial(engine.serve_decode, probe, args.tokens, forced=stock, keep_logits=True)
     )

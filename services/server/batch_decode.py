@@ -147,7 +147,8 @@ class SlotDecoder:
                 self._step(n, span)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread-local: a swap compiling its kernels on a worker thread meanwhile (parity.warm_kernel) is no error
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             logits = self._step(n, span)
         self._graphs[n, span] = (graph, logits)
         self.captures += 1

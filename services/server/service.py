@@ -29,7 +29,7 @@ from services.core.kernels import KernelLoadError, candidate_wrapper
 from services.core.pb import events_pb2 as pb
 from services.server import domain, shadow
 from services.server.engine import Engine
-from services.server.parity import CANARY_TOKENS, swap_with_parity
+from services.server.parity import CANARY_TOKENS, swap_with_parity, warm_kernel
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,7 @@ class ServerService:
         if entry is None:
             return domain.swap_outcome(prior, trigger, observed)
         canary = self._canary_ids(prior)
+        await asyncio.to_thread(warm_kernel, self.engine, proposed.contract, entry)  # compiles outside the hold
         return await self.engine.exclusive(self._swap, prior, trigger, proposed.contract, entry, canary, observed)
 
     async def _static_check_and_load(self, proposed: pb.CandidateProposed, observed: pb.ParityObservation):

@@ -26,6 +26,7 @@ from services.core.pb import inference_pb2_grpc as ipb_grpc
 from services.server.engine import Engine
 from services.server.grpc_api import start_grpc
 from services.server.models import load_model
+from services.server.parity import record_live_inputs
 from services.server.service import ServerService
 
 CLIENTS = 32
@@ -51,6 +52,9 @@ async def test_thirty_two_streams_through_five_swaps_and_rollbacks_lose_nothing(
     prompts = [f"Client {i} asks about the {'slot ' * (i % 5)}cache" for i in range(CLIENTS)]
     lengths = [24 + (i % 7) * 4 for i in range(CLIENTS)]
     expected = [engine.decode(engine.encode(p), n)[0] for p, n in zip(prompts, lengths, strict=True)]
+    # real inputs, as a profile records them: on a GPU each swap compiles its kernel on them outside the
+    # hold (parity.warm_kernel), on a worker thread, while the streams decode through captured graphs
+    engine.live_inputs = await engine.exclusive(record_live_inputs, engine, engine.encode("Hello there"), 4)
     server, port = await start_grpc(engine, "127.0.0.1:0")
     service = ServerService(engine, tmp_path)
     held: list[tuple[float, float]] = []  # (start, end) of each swap and rollback
