@@ -27,6 +27,7 @@ from services.core.pb import events_pb2 as pb
 from services.server.batch_decode import SlotDecoder
 from services.server.batching import END, Batcher, Request
 from services.server.calibrate import calibrate
+from services.server.hotswap import SwapHandle, apply_swap
 from services.server.introspection import dtype_name, instances_of, introspect_module
 from services.server.models import LoadedModel
 from services.server.profiling import ModuleProfiler
@@ -389,6 +390,19 @@ class Engine:
             requests=len(id_lists),
             time_source="cuda_events" if self.cuda else "host_clock",
         )
+
+    # ------------------------------------------------------------------ changing the model (engine thread only)
+
+    def apply(self, contract: pb.Contract, entry: Callable) -> SwapHandle:
+        """Patch the live model — the one way it changes. Call inside `exclusive` (between steps): the graphs
+        in use are captured again on the next step, or at once by a served-lane canary."""
+        return apply_swap(self.model, contract, entry)
+
+    def revert(self, handle: SwapHandle) -> int:
+        """Undo a patch, then capture again the graph the running requests step through next, before the lock
+        is given back (the rest when first met). Returns how many graphs were captured."""
+        handle.revert()
+        return self.decoder.refresh() if self.decoder is not None else 0
 
     # ------------------------------------------------------------------ module state
 

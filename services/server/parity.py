@@ -24,7 +24,7 @@ from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
 from services.core.tolerances import tolerance, within
 from services.server.engine import Engine
-from services.server.hotswap import SwapHandle, SwapRefused, apply_swap, is_patched
+from services.server.hotswap import SwapHandle, SwapRefused, is_patched
 from services.server.introspection import class_path, instances_of
 
 CANARY_TOKENS = 8
@@ -216,7 +216,7 @@ def swap_with_parity(
     modules = instances_of(engine.model, contract.target)
     try:
         calls, before, before_logits = record_calls(engine, modules, canary_ids, CANARY_TOKENS)
-        handle = apply_swap(engine.model, contract, entry)
+        handle = engine.apply(contract, entry)
     except (SwapRefused, TypeError) as exc:
         observed.error = str(exc)
         return None
@@ -236,7 +236,7 @@ def swap_with_parity(
         observed.canary_logit_max_diff = max(diffs) if finite and diffs else float("inf")
         served_canary(engine, canary_ids, before, before_logits, observed)
     except Exception as exc:  # a kernel that crashes on live inputs is a rejection, never a crashed server
-        handle.revert()
+        engine.revert(handle)
         observed.error = f"parity failed: {type(exc).__name__}: {exc}"
         return None
     return handle

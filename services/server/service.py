@@ -128,7 +128,7 @@ class ServerService:
             self.engine.swaps.add(outcome, handle)
             handle.on_failure = self._reporter(trigger, outcome)
         elif handle is not None:
-            handle.revert()
+            self.engine.revert(handle)
         return outcome
 
     def _reporter(self, trigger: Recorded, committed: pb.SwapCommitted) -> Callable[[str], None]:
@@ -197,9 +197,7 @@ class ServerService:
             state = "unknown to" if entry is None else "already rolled back on"
             observed.error = f"swap {swap_id!r} is {state} this server"
             return observed
-        entry.handle.revert()
-        if self.engine.decoder is not None:  # the graphs drop the kernel before the lock is given back
-            observed.graphs_captured = self.engine.decoder.refresh()
+        observed.graphs_captured = self.engine.revert(entry.handle)  # graphs drop the kernel before the lock goes
         self.engine.swaps.mark_rolled_back(swap_id)
         observed.modules_matched = len(entry.handle.patched)
         tokens, _ = self.engine.decode(canary, CANARY_TOKENS)
