@@ -31,3 +31,27 @@ def test_the_admin_token_reaches_children_and_never_a_repr(monkeypatch):
     assert "s3cret" not in repr(settings) and "s3cret" not in str(settings)
     monkeypatch.delenv("YANTRA_ADMIN_TOKEN")
     assert "YANTRA_ADMIN_TOKEN" not in Settings.from_env().env()
+
+
+def test_serving_options_reach_the_server_from_the_command_line(monkeypatch, tmp_path):
+    import argparse
+
+    from services.cli.common import add_common, settings_of
+
+    parser = argparse.ArgumentParser()
+    add_common(parser, model=True)
+    monkeypatch.delenv("YANTRA_GRAPHS", raising=False)
+    monkeypatch.delenv("YANTRA_BATCH", raising=False)
+    default = settings_of(parser.parse_args(["--data-dir", str(tmp_path)]))
+    assert default.graphs and default.batch is None and "YANTRA_BATCH" not in default.env()
+    chosen = settings_of(parser.parse_args(["--data-dir", str(tmp_path), "--no-graphs", "--batch", "16"]))
+    assert not chosen.graphs and chosen.batch == 16
+    assert chosen.env()["YANTRA_GRAPHS"] == "0" and chosen.env()["YANTRA_BATCH"] == "16"
+    monkeypatch.setenv("YANTRA_GRAPHS", "0")
+    assert not Settings.from_env().graphs
+    try:
+        parser.parse_args(["--batch", "999"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    else:
+        raise AssertionError("--batch 999 was accepted")

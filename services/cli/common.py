@@ -24,6 +24,8 @@ def settings_of(args: argparse.Namespace) -> Settings:
             data_dir=getattr(args, "data_dir", None),
             model=getattr(args, "model", None),
             device=getattr(args, "device", None),
+            graphs=False if getattr(args, "no_graphs", False) else None,
+            batch=getattr(args, "batch", None),
         )
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
@@ -81,4 +83,17 @@ def add_common(sp: argparse.ArgumentParser, model: bool = False) -> None:
             "--device",
             choices=["auto", "cpu", "cuda"],
             help="serving device (default auto: cuda when a GPU is visible)",
+        )
+        sp.add_argument(
+            "--no-graphs",
+            action="store_true",
+            help="decode steps run eagerly, not as CUDA graphs (or YANTRA_GRAPHS=0); serves kernels never"
+            " captured in a graph",
+        )
+        sp.add_argument(
+            "--batch",
+            type=bounded(0, 256),
+            metavar="N",
+            help="requests decoded together in one step (default 64 on a GPU, 8 on a CPU, or YANTRA_BATCH;"
+            " 0: each request alone)",
         )
