@@ -7,6 +7,7 @@ On a CPU the batched lane steps eagerly; the same SlotDecoder captures each step
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from server_fixtures import HERE, load_candidate, rmsnorm_contract
 
 from services.server.batch_decode import SlotDecoder
 from services.server.engine import Engine
-from services.server.hotswap import apply_swap
+from services.server.hotswap import is_patched
 from services.server.models import load_model
 from services.server.sampling import Sampling
 
@@ -144,48 +145,34 @@ async def test_a_swap_between_steps_keeps_every_stream_token_identical(small):
     lengths = [14, 10, 12]
     expected = [_solo(small, PROMPTS[i], n) for i, n in enumerate(lengths)]
     entry = load_candidate(HERE / "rmsnorm_kernel.py")
-    streams = [small.generate(small.encode(PROMPTS[i]), n, stop_at_eos=False) for i, n in enumerate(lengths)]
-    got = [[] for _ in streams]
+    loop = asyncio.get_running_loop()
+    third, served, steps_patched = asyncio.Event(), asyncio.Event(), []
+    tick = small.batcher.tick
 
-    async def take(k: int):
-        for i, stream in enumerate(streams):
-            for _ in range(k):
-                got[i] += await anext(stream)
+    def paced():  # a slow step, so the swap asked for after the third one lands while all three run
+        out = tick()
+        if small.batcher.stepped:
+            steps_patched.append(is_patched(small.model.model.norm))
+        if len(steps_patched) == 3:
+            loop.call_soon_threadsafe(third.set)
+        if steps_patched.count(True) == 2:
+            loop.call_soon_threadsafe(served.set)
+        time.sleep(0.01)
+        return out
 
     def swap_in():  # between two steps: what is running then
-        return sum(small.decoder.busy), small.batcher.stepped, apply_swap(small.model, rmsnorm_contract(), entry)
+        return sum(small.decoder.busy), small.engine_apply(rmsnorm_contract(), entry)
 
-    await take(3)
-    running, stepped_before, handle = await small.exclusive(swap_in)
-    await take(3)  # the kernel serves them
-    stepped_with_kernel = small.batcher.stepped
-    await small.exclusive(handle.revert)
-    for i, stream in enumerate(streams):
-        got[i] += [t async for chunk in stream for t in chunk]
-    assert running == 3 and stepped_before == 3 and stepped_with_kernel >= 2  # the swap landed mid-stream
+    small.batcher.tick = paced
+    small.engine_apply = small.apply
+    try:
+        streams = [asyncio.create_task(_tokens(small, PROMPTS[i], n)) for i, n in enumerate(lengths)]
+        await third.wait()
+        running, handle = await small.exclusive(swap_in)
+        await served.wait()  # two steps served with the kernel
+        await small.exclusive(small.revert, handle)
+        got = await asyncio.gather(*streams)
+    finally:
+        del small.batcher.tick, small.engine_apply
+    assert running == 3 and steps_patched.count(True) >= 2  # the swap landed mid-stream and served steps
     assert got == expected
-
-
-def test_prompts_prefilled_together_get_the_logits_each_gets_alone(engine):
-    decoder = SlotDecoder(engine.model, "cpu", engine.loaded.dtype, 8, 64, engine._cache_kw)
-    prompts = [engine.encode(p) for p in PROMPTS]
-    assert len({len(p) for p in prompts}) > 2  # different lengths: right-padded in one forward
-    together = decoder.prefill_many([5, 1, 2, 7, 3], prompts)
-    for ids, got in zip(prompts, together, strict=True):
-        alone = engine.decode(ids, 1, keep_logits=True)[1][0]
-        assert torch.allclose(got.float(), alone, atol=1e-5, rtol=1e-5)
-    assert decoder.busy == [False, True, True, True, False, True, False, True]
-
-
-def test_a_sequence_growing_past_the_attended_span_keeps_its_tokens(engine):
-    """A step attends over the first 128, 256, ... positions its deepest row needs: crossing 128 changes the
-    span (a new graph on a GPU) and nothing else."""
-    decoder = SlotDecoder(engine.model, "cpu", engine.loaded.dtype, 2, 512, engine._cache_kw)
-    ids = engine.encode(" ".join(["span"] * 30))[:120]
-    expected = engine.decode(ids, 20)[0]
-    got = [int(decoder.prefill(0, ids).argmax())]
-    spans = set()
-    while len(got) < 20:
-        spans.add(decoder.span_for(decoder.lengths[0] + 1))
-        got.append(int(decoder.step({0: got[-1]})[0].argmax()))
-    assert spans == {128, 256} and got == expected
