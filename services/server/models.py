@@ -13,6 +13,10 @@ class UnknownModel(ValueError):
     """The model name is neither a preset nor a checkpoint available locally."""
 
 
+class UnservableModel(UnknownModel):
+    """The checkpoint exists but is not a model the server can generate text from; the message says why."""
+
+
 @dataclass
 class LoadedModel:
     model: object  # a transformers PreTrainedModel, in eval mode
@@ -125,14 +129,49 @@ def _load_preset(name: str, device: str) -> LoadedModel:
     return LoadedModel(model, ByteTokenizer(), name, device, dtype)
 
 
+# Heads that generate text from a causal decoder (transformers' class names end so).
+CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel")
+
+
+def causal_lm_problem(config) -> str | None:
+    """Why a checkpoint's config is not a causal language model the server can generate from (None if it is):
+    an encoder (BERT, a sentence encoder) loaded as a causal LM gets a randomly initialised head and decodes
+    noise, which must be refused, never served."""
+    archs = list(getattr(config, "architectures", None) or [])
+    kind = getattr(config, "model_type", "?")
+    if getattr(config, "is_encoder_decoder", False):
+        return f"an encoder-decoder model ({kind}): the server decodes causal language models only"
+    if archs and not any(a.endswith(CAUSAL_HEADS) for a in archs):
+        return (
+            f"a {', '.join(archs)} checkpoint ({kind}) has no causal language-model head: loaded as a text "
+            "generator its head would be random weights. The server serves causal LMs (…ForCausalLM, "
+            "…LMHeadModel) only"
+        )
+    return None
+
+
 def _load_local(name: str, device: str) -> LoadedModel:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     try:
+        config = AutoConfig.from_pretrained(name, local_files_only=True)
+        problem = causal_lm_problem(config)
+        if problem:
+            raise UnservableModel(f"cannot serve {name!r}: {problem}")
+        model, info = AutoModelForCausalLM.from_pretrained(
+            name, local_files_only=True, dtype=dtype, output_loading_info=True
+        )
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:
+            raise UnservableModel(
+                f"cannot serve {name!r}: {len(missing)} weights are not in the checkpoint ({', '.join(missing[:3])}"
+                f"{', …' if len(missing) > 3 else ''}); they would be random"
+            )
         tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(name, local_files_only=True, dtype=dtype)
+    except UnservableModel:
+        raise
     except (OSError, ValueError, KeyError) as exc:
         presets = ", ".join(PRESETS)
         raise UnknownModel(

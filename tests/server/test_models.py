@@ -82,3 +82,35 @@ def test_byte_tokenizer_round_trips_and_prints_other_ids():
     pieces = [stream.push([b]) for b in "é!".encode()]
     assert pieces == ["", "é", "!"]  # the first byte of é is held back, not sent as garbage
     assert stream.flush() == ""
+
+
+def test_an_encoder_checkpoint_is_refused_not_served_with_a_random_head(tmp_path):
+    """A BERT-style sentence encoder given as a local directory: AutoModelForCausalLM would load it with a random
+    LM head and the server would decode noise; it is refused, saying what it is."""
+    from transformers import BertConfig, BertModel
+
+    from services.server.models import UnservableModel, load_model
+
+    config = BertConfig(
+        vocab_size=120, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    BertModel(config).save_pretrained(tmp_path / "encoder")
+    with pytest.raises(UnservableModel, match="BertModel checkpoint .* has no causal language-model head"):
+        load_model(str(tmp_path / "encoder"), "cpu")
+
+
+def test_a_causal_checkpoint_missing_its_head_is_refused(tmp_path):
+    """The config says Qwen2ForCausalLM but only the base model's weights are there: the head would be random."""
+    from transformers import Qwen2Config, Qwen2Model
+
+    from services.server.models import UnservableModel, load_model
+
+    config = Qwen2Config(
+        vocab_size=128, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+        intermediate_size=64, tie_word_embeddings=False, architectures=["Qwen2ForCausalLM"],
+    )  # fmt: skip
+    Qwen2Model(config).save_pretrained(tmp_path / "headless")
+    path = tmp_path / "headless" / "config.json"  # saving wrote the base class back: claim the causal LM again
+    path.write_text(path.read_text().replace('"Qwen2Model"', '"Qwen2ForCausalLM"'))
+    with pytest.raises(UnservableModel, match="lm_head.weight"):
+        load_model(str(tmp_path / "headless"), "cpu")
