@@ -81,6 +81,12 @@ def _qwen2(kwargs: dict):
     return Qwen2Config(**kwargs)
 
 
+def _qwen3(kwargs: dict):
+    from transformers import Qwen3Config
+
+    return Qwen3Config(head_dim=16, **kwargs)  # its q/k norms are per head: one norm class, two widths
+
+
 def _llama(kwargs: dict):
     from transformers import LlamaConfig
 
@@ -92,6 +98,7 @@ def _llama(kwargs: dict):
 PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-qwen2": (lambda: _qwen2(_tiny()), "float32"),
     "tiny-llama": (lambda: _llama(_tiny()), "float32"),
+    "tiny-qwen3": (lambda: _qwen3(_tiny()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0

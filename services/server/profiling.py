@@ -43,6 +43,7 @@ class _ClassStats:
     events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = field(default_factory=list)
     shapes: Counter = field(default_factory=Counter)
     dtypes: Counter = field(default_factory=Counter)
+    shape_module: dict = field(default_factory=dict)  # input shape -> the first instance called with it
     input_bytes: int = 0
     output_bytes: int = 0
 
@@ -96,6 +97,7 @@ class ModuleProfiler:
             s.host_us += (end - start) * 1e6
         if first is not None:
             s.shapes[tuple(first.shape)] += 1
+            s.shape_module.setdefault(tuple(first.shape), module)
             s.dtypes[first.dtype] += 1
         s.input_bytes += _nbytes(first)
         s.output_bytes += _nbytes(first_tensor(output))
@@ -108,10 +110,15 @@ class ModuleProfiler:
 
     def _profile(self, s: _ClassStats) -> pb.ModuleClassProfile:
         total_us = s.host_us + sum(a.elapsed_time(b) * 1e3 for a, b in s.events)
-        shape = list(s.shapes.most_common(1)[0][0]) if s.shapes else []
+        dominant = s.shapes.most_common(1)[0][0] if s.shapes else None
+        shape = list(dominant) if dominant else []
         params = [sum(_nbytes(p) for p in m.parameters()) for m in s.modules]
+        # The instance introspected is one that made the dominant calls: instances of one class can differ
+        # (Qwen3's norm class is per-head q/k norms of width 128 and hidden-size norms of width 1536), and the
+        # width, parameters and shape must describe the same calls.
+        representative = s.shape_module.get(dominant, s.modules[0]) if dominant else s.modules[0]
         return pb.ModuleClassProfile(
-            introspection=introspect_module(s.modules[0]),
+            introspection=introspect_module(representative),
             instances=len(s.modules),
             calls=s.calls,
             total_time_us=total_us,
