@@ -19,10 +19,11 @@ import torch
 from services.server.batch_decode import SlotDecoder
 from services.server.sampling import Sampling, choose, generator
 
-# Prompt tokens admitted between two steps (at least one prompt always): on the H200 a 1.5B model
-# prefills ~1k tokens in about the time of a few decode steps, so a burst of arrivals is spread over
-# ticks instead of freezing the streams already running.
-PREFILL_TOKENS_PER_TICK = 1024
+# Prompt tokens admitted between two steps (at least one prompt always): a burst of arrivals beyond this
+# is spread over ticks instead of freezing the running streams for one long prefill. Measured on the H200,
+# 1.5B shape, 64 streams of 64-token prompts arriving together: at 1,024 (four groups) 7,221 tok/s, TTFT
+# 67 ms, inter-token p99 26 ms; at 4,096 (one group, a ~35 ms prefill) 7,783 tok/s, TTFT 43 ms, p99 9 ms.
+PREFILL_TOKENS_PER_TICK = 4096
 
 END = None  # what a request's queue gets after its last token
 
