@@ -24,3 +24,12 @@ def family(name: str) -> ModuleType:
     except KeyError:
         known = ", ".join(sorted(FAMILIES))
         raise UnknownFamily(f"no op family {name!r} (known: {known})") from None
+
+
+def recognise(module) -> tuple[str, str] | None:
+    """(family, variant) of what a live module computes, asked of every family; None when none knows it."""
+    for name, fam in FAMILIES.items():
+        variant = fam.recognise(module)
+        if variant:
+            return name, variant
+    return None

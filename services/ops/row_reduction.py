@@ -18,6 +18,10 @@ from functools import lru_cache
 from services.core.pb import events_pb2 as pb
 
 FAMILY = "row_reduction"
+# What this family's modules may compute (services.ops.recognise_norm), and which of those its template
+# writes today; the others are recognised, recorded and refused with that reason, never written wrong.
+VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias")
+WRITABLE = ("rmsnorm",)
 ENTRYPOINT = "rmsnorm"  # the wrapper's name in a contract
 ENTRY_INPUTS = ("hidden_states",)  # forward inputs passed through
 ENTRY_PARAMS = ("hidden_states", "weight", "eps")  # the wrapper's signature: inputs, then bound module state
@@ -232,3 +236,10 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
 def bytes_moved(rows: int, cols: int, x_bytes: int, w_bytes: int, y_bytes: int) -> int:
     """Bytes one call must move at least: the input read, the weight read once, the output written."""
     return rows * cols * (x_bytes + y_bytes) + cols * w_bytes
+
+
+def recognise(module) -> str | None:
+    """The variant a live module computes, found by running it (torch imported only here)."""
+    from services.ops.recognise_norm import recognise as run_and_compare
+
+    return run_and_compare(module)

@@ -10,6 +10,7 @@ from services.core import events as ev
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive, from_observed
+from services.ops.row_reduction import WRITABLE
 from services.profiler.roofline import SUPPORTED_FAMILIES, rank
 
 # Used when a RunRequested carries no prompts of its own: short, varied, tokenizer-agnostic.
@@ -69,6 +70,10 @@ def _describe(t: pb.RankedTarget) -> str:
     )
 
 
+def _computes(note: str) -> str:
+    return next((part for part in note.split("; ") if part.startswith("computes ")), "is not writable")
+
+
 def choose_target(ranking: list[pb.RankedTarget]) -> tuple[str, str]:
     """(target class, reason): the supported target with the most recoverable time, explained honestly."""
     if not ranking:
@@ -80,6 +85,13 @@ def choose_target(ranking: list[pb.RankedTarget]) -> tuple[str, str]:
         if at_floor:
             return "", (
                 f"{_short(at_floor[0].class_path)} has a template but is already at its roofline floor; "
+                f"{_describe(top)} ranks first"
+            )
+        known = [t for t in ranking if t.fingerprint.op_family in SUPPORTED_FAMILIES]
+        if known:  # recognised, but as something no template writes: say what it was seen computing
+            found = "; ".join(f"{_short(t.class_path)} {_computes(t.note)}" for t in known[:3])
+            return "", (
+                f"no target I can write: {found}, and the template writes {', '.join(WRITABLE)} only; "
                 f"{_describe(top)} ranks first"
             )
         families = ", ".join(SUPPORTED_FAMILIES)

@@ -1,8 +1,11 @@
 """Roofline physics of a profiled module class: op family, FLOPs and bytes, floor, fingerprint, ranking.
 
-Pure functions of a `ProfileObservation`. The op family is read from structure and physics (parameter
-shapes, attribute kinds, bytes in and out), never from a class name, so a new model's norm is found
-the same way as Qwen2's. Fingerprints carry physics only: a skill learned on one model is retrieved for
+Pure functions of a `ProfileObservation`. The op family is read from what the server saw the forward
+compute (it runs one instance on probe rows: services/ops/recognise_norm.py, recorded as `computes`)
+and from structure and physics (parameter shapes, attribute kinds, bytes in and out), never from a
+class name, so a new model's norm is found the same way as Qwen2's — and a LayerNorm shaped like an
+RMSNorm (Cohere's) is not offered to the RMSNorm template. Profiles recorded before the probe existed
+(`probed` false) are decided by structure, as they were. Fingerprints carry physics only: a skill learned on one model is retrieved for
 another whose op moves the same kind of bytes.
 
 Per-call bytes and FLOPs come from the profile's mean bytes per call (so calls × per-call is the
@@ -15,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from services.core.pb import events_pb2 as pb
+from services.ops import row_reduction
 
 FAMILIES = ("row_reduction", "matmul", "elementwise", "gather", "other")
 # Op families the coder has templates for: only these are offered as targets.
@@ -98,14 +102,18 @@ def _gathers_rows(profile: pb.ModuleClassProfile, weight: pb.ModuleAttribute) ->
 
 
 def op_family(profile: pb.ModuleClassProfile) -> str:
-    """The op family from structure and physics only (see FAMILIES)."""
+    """The op family from what the forward was seen computing, structure and physics (see FAMILIES)."""
     if not profile.introspection.leaf:
         return "other"  # a container's time is its children's; its physics is theirs
+    if profile.computes in row_reduction.VARIANTS:
+        return "row_reduction"  # recognised by running it (any norm: with a bias, an offset weight, ...)
     params = _parameters(profile)
     width = _row_width(profile)
     same_bytes = profile.input_bytes > 0 and profile.output_bytes == profile.input_bytes
     has_float_attribute = any(a.kind == "float" for a in profile.introspection.attributes)
-    if len(params) == 1 and list(params[0].shape) == [width] and width > 0 and has_float_attribute and same_bytes:
+    shaped_like_a_norm = len(params) == 1 and list(params[0].shape) == [width] and width > 0
+    # Shaped like a norm but seen computing none of the norms (probed): not a row reduction we know.
+    if shaped_like_a_norm and has_float_attribute and same_bytes and not profile.probed:
         return "row_reduction"
     matrices = [p for p in params if len(p.shape) == 2]
     if len(matrices) == 1 and all(len(p.shape) <= 1 for p in params if p is not matrices[0]):
@@ -233,15 +241,25 @@ def fingerprint(profile: pb.ModuleClassProfile, hw: pb.HardwareFigures) -> pb.Fi
     )
 
 
-def _note(fp: pb.Fingerprint, calls: int, supported: bool, hw: pb.HardwareFigures) -> str:
+def writable(profile: pb.ModuleClassProfile, family: str) -> bool:
+    """Whether a template writes this class: its family has one and, when its forward was probed, the template
+    writes what it computes (a LayerNorm is a row reduction the RMSNorm template must not be offered)."""
+    if family not in SUPPORTED_FAMILIES:
+        return False
+    return not profile.probed or profile.computes in row_reduction.WRITABLE
+
+
+def _note(fp: pb.Fingerprint, calls: int, supported: bool, hw: pb.HardwareFigures, computes: str = "") -> str:
     bound = "memory-bound" if fp.memory_bound else "compute-bound"
     parts = [f"{fp.op_family}, {bound} at {fp.arithmetic_intensity:.2f} FLOP/B, {calls} calls"]
     if hw.peak_bytes_per_s > 0:
         parts.append(f"{fp.achieved_fraction:.2%} of copy bandwidth achieved")
     else:
         parts.append("no copy ceiling in the profile, so no floor")
+    if computes:
+        parts.append(f"computes {computes} (seen running it)")
     if not supported:
-        parts.append(f"no template for {fp.op_family}")
+        parts.append(f"no template for {computes or fp.op_family}")
     return "; ".join(parts)
 
 
@@ -258,7 +276,7 @@ def rank(obs: pb.ProfileObservation) -> list[pb.RankedTarget]:
             continue
         fp = fingerprint(profile, hw)
         floor = floor_us(call_physics(profile), profile.calls, hw)
-        supported = fp.op_family in SUPPORTED_FAMILIES
+        supported = writable(profile, fp.op_family)
         out.append(
             pb.RankedTarget(
                 class_path=profile.introspection.class_path,
@@ -267,7 +285,7 @@ def rank(obs: pb.ProfileObservation) -> list[pb.RankedTarget]:
                 recoverable_us=max(profile.total_time_us - floor, 0.0),
                 fingerprint=fp,
                 supported=supported,
-                note=_note(fp, profile.calls, supported, hw),
+                note=_note(fp, profile.calls, supported, hw, profile.computes),
             )
         )
     out.sort(key=lambda t: (-t.recoverable_us, t.class_path))

@@ -87,6 +87,28 @@ def _qwen3(kwargs: dict):
     return Qwen3Config(head_dim=16, **kwargs)  # its q/k norms are per head: one norm class, two widths
 
 
+def _gemma(kwargs: dict):
+    from transformers import GemmaConfig
+
+    return GemmaConfig(head_dim=16, **kwargs)  # its norm scales by (1 + weight)
+
+
+def _cohere(kwargs: dict):
+    from transformers import CohereConfig
+
+    return CohereConfig(**kwargs)  # its LayerNorm has no bias and looks like an RMSNorm
+
+
+def _gpt2(kwargs: dict):
+    from transformers import GPT2Config
+
+    return GPT2Config(
+        n_embd=kwargs["hidden_size"], n_layer=kwargs["num_hidden_layers"], n_head=kwargs["num_attention_heads"],
+        vocab_size=kwargs["vocab_size"], n_positions=kwargs["max_position_embeddings"],
+        bos_token_id=0, eos_token_id=0,
+    )  # fmt: skip
+
+
 def _llama(kwargs: dict):
     from transformers import LlamaConfig
 
@@ -99,6 +121,9 @@ PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-qwen2": (lambda: _qwen2(_tiny()), "float32"),
     "tiny-llama": (lambda: _llama(_tiny()), "float32"),
     "tiny-qwen3": (lambda: _qwen3(_tiny()), "float32"),
+    "tiny-gemma": (lambda: _gemma(_tiny()), "float32"),
+    "tiny-cohere": (lambda: _cohere(_tiny()), "float32"),
+    "tiny-gpt2": (lambda: _gpt2(_tiny()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0

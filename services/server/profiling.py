@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from services.core.pb import events_pb2 as pb
+from services.ops import recognise
 from services.server.introspection import class_path, dtype_name, introspect_module
 
 
@@ -117,7 +118,10 @@ class ModuleProfiler:
         # (Qwen3's norm class is per-head q/k norms of width 128 and hidden-size norms of width 1536), and the
         # width, parameters and shape must describe the same calls.
         representative = s.shape_module.get(dominant, s.modules[0]) if dominant else s.modules[0]
+        found = recognise(representative) if not any(True for _ in representative.children()) else None
         return pb.ModuleClassProfile(
+            computes=found[1] if found else "",
+            probed=True,
             introspection=introspect_module(representative),
             instances=len(s.modules),
             calls=s.calls,

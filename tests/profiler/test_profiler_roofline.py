@@ -13,7 +13,7 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2Config, Qwen2MLP, Qwen
 from services.core import events as ev
 from services.core.pb import events_pb2 as pb
 from services.profiler import domain, roofline
-from services.profiler.roofline import FINGERPRINT_DIM, op_family, rank
+from services.profiler.roofline import FINGERPRINT_DIM, op_family, rank, writable
 
 H200 = pb.HardwareFigures(device="cuda", device_name="H200", peak_bytes_per_s=4.275e12, peak_flops=7.9e14)
 
@@ -203,3 +203,25 @@ def test_live_norm_fingerprint(profile_of):
     fp = roofline.fingerprint(profile, H200)
     assert (fp.op_family, fp.row_width, fp.rows, fp.dtype_bytes) == ("row_reduction", 64, 10, 2)
     assert fp.memory_bound and fp.arithmetic_intensity == pytest.approx(4 * 640 / (2 * 1280 + 128))
+
+
+def test_a_probed_profile_is_decided_by_what_its_forward_computes(profile_of):
+    """The server records what each class was seen computing (ProfileCaptured.observed.modules[].computes);
+    a profile from before that (probed false) is decided by structure, as it was when it was recorded."""
+    x = torch.randn(1, 3, 64)
+
+    def probed(profile, computes: str):
+        profile.probed, profile.computes = True, computes
+        return profile
+
+    rms = probed(profile_of(Qwen2RMSNorm(64), x), "rmsnorm")
+    assert op_family(rms) == "row_reduction" and writable(rms, "row_reduction")
+    # one weight and an epsilon like an RMSNorm, seen subtracting the mean (Cohere): a norm, not writable
+    cohere = probed(profile_of(Qwen2RMSNorm(64), x), "layernorm_no_bias")
+    assert op_family(cohere) == "row_reduction" and not writable(cohere, "row_reduction")
+    layer = probed(profile_of(torch.nn.LayerNorm(64), x), "layernorm")  # structure alone said "other"
+    assert op_family(layer) == "row_reduction" and not writable(layer, "row_reduction")
+    # shaped like a norm, seen computing none of them: not a row reduction at all
+    assert op_family(probed(profile_of(Qwen2RMSNorm(64), x), "")) == "other"
+    unprobed = profile_of(Qwen2RMSNorm(64), x)
+    assert op_family(unprobed) == "row_reduction" and writable(unprobed, "row_reduction")

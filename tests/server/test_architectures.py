@@ -5,11 +5,14 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from services.coder.contract import derive_contract
 from services.coder.templates import rmsnorm
 from services.core.kernels import candidate_wrapper
 from services.core.pb import events_pb2 as pb
-from services.profiler.roofline import op_family
+from services.profiler.domain import choose_target
+from services.profiler.roofline import op_family, rank
 from services.server.engine import Engine
 from services.server.models import load_model
 from services.server.parity import swap_with_parity
@@ -42,5 +45,39 @@ async def test_qwen3s_norm_class_of_two_widths_is_recognised_and_swaps_on_both()
         assert observed.profile_inputs_checked >= 2
         assert list(observed.canary_tokens_before) == list(observed.canary_tokens_after)
         await engine.exclusive(engine.revert, handle)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    ("preset", "norm", "computes", "chosen"),
+    [
+        ("tiny-qwen2", "Qwen2RMSNorm", "rmsnorm", True),
+        ("tiny-llama", "LlamaRMSNorm", "rmsnorm", True),
+        ("tiny-qwen3", "Qwen3RMSNorm", "rmsnorm", True),
+        ("tiny-gemma", "GemmaRMSNorm", "rmsnorm_offset", False),
+        ("tiny-cohere", "CohereLayerNorm", "layernorm_no_bias", False),
+        ("tiny-gpt2", "LayerNorm", "layernorm", False),
+    ],
+)
+async def test_each_architectures_norm_is_recorded_with_what_it_computes_and_only_rmsnorm_is_offered(
+    preset, norm, computes, chosen
+):
+    """The profile records what each norm was seen computing; a norm the template does not write (Gemma's
+    offset weight, Cohere's bias-free LayerNorm, GPT-2's LayerNorm) is refused with that reason, never offered
+    to the RMSNorm template — and every architecture serves through the batched lane with its eager tokens."""
+    engine = Engine(load_model(preset, "cpu"))
+    try:
+        observation = await engine.capture_profile(["Hello there"], 4)
+        found = {m.introspection.class_path.rsplit(".", 1)[-1]: m.computes for m in observation.modules if m.computes}
+        assert found == {norm: computes} and all(m.probed for m in observation.modules)
+        target, reason = choose_target(rank(observation))
+        if chosen:
+            assert target.endswith(norm)
+        else:
+            assert target == "" and reason.startswith(f"no target I can write: {norm} computes {computes}")
+        ids = engine.encode("Hello there")
+        served = [t async for chunk in engine.generate(ids, 8, stop_at_eos=False) for t in chunk]
+        assert served == engine.decode(ids, 8)[0] and engine.lane_problem is None
     finally:
         engine.close()

@@ -104,7 +104,7 @@ class RunRequested(_message.Message):
     def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ...) -> None: ...
 
 class ModuleClassProfile(_message.Message):
-    __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes")
+    __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed")
     INTROSPECTION_FIELD_NUMBER: _ClassVar[int]
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
     CALLS_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +114,8 @@ class ModuleClassProfile(_message.Message):
     PARAM_BYTES_FIELD_NUMBER: _ClassVar[int]
     INPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMPUTES_FIELD_NUMBER: _ClassVar[int]
+    PROBED_FIELD_NUMBER: _ClassVar[int]
     introspection: ModuleIntrospection
     instances: int
     calls: int
@@ -123,7 +125,9 @@ class ModuleClassProfile(_message.Message):
     param_bytes: int
     input_bytes: int
     output_bytes: int
-    def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ...) -> None: ...
+    computes: str
+    probed: bool
+    def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., computes: _Optional[str] = ..., probed: bool = ...) -> None: ...
 
 class ProfileObservation(_message.Message):
     __slots__ = ("model", "dtype", "hardware", "modules", "captured_time_us", "decode_tokens_per_s", "tokens_generated", "requests", "time_source")
