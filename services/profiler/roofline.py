@@ -5,8 +5,8 @@ compute (it runs one instance on probe rows: services/ops/recognise_norm.py, rec
 and from structure and physics (parameter shapes, attribute kinds, bytes in and out), never from a
 class name, so a new model's norm is found the same way as Qwen2's — and a LayerNorm shaped like an
 RMSNorm (Cohere's) is not offered to the RMSNorm template. Profiles recorded before the probe existed
-(`probed` false) are decided by structure, as they were. Fingerprints carry physics only: a skill learned on one model is retrieved for
-another whose op moves the same kind of bytes.
+(`probed` false) are decided by structure, as they were. Fingerprints carry physics only: a skill learned
+on one model is retrieved for another whose op moves the same kind of bytes.
 
 Per-call bytes and FLOPs come from the profile's mean bytes per call (so calls × per-call is the
 total moved); the fingerprint's rows and width come from the most frequent live shape (the typical call).
