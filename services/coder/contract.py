@@ -51,16 +51,19 @@ def derive_contract(intro: pb.ModuleIntrospection, entrypoint: str = rmsnorm.ENT
     weight = _weight_attribute(intro)
     eps = _eps_attribute(intro)
     inputs = list(intro.forward_params)
-    if inputs != list(rmsnorm.ENTRY_INPUTS):
+    if len(inputs) != len(rmsnorm.ENTRY_INPUTS):
         raise ContractError(
             f"{intro.class_path}.forward takes ({', '.join(inputs)}); "
             f"the RMSNorm entrypoint takes ({', '.join(rmsnorm.ENTRY_INPUTS)})"
         )
+    # Names are the module's own business (Gemma's forward(x)): the inputs map to the entrypoint's by position.
+    renamed = inputs != list(rmsnorm.ENTRY_INPUTS)
     return pb.Contract(
         kind="module_class",
         target=intro.class_path,
         entrypoint=entrypoint,
         inputs=inputs,
+        entry_inputs=list(rmsnorm.ENTRY_INPUTS) if renamed else [],
         bindings=[
             pb.Binding(param="weight", attr=weight.name, kind="tensor"),
             pb.Binding(param="eps", attr=eps.name, kind="float"),

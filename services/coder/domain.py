@@ -45,14 +45,16 @@ def fold(prior: list[Recorded], target_class: str) -> TargetState:
     return TargetState(proposals, tuple(judged.values()), concluded)
 
 
-def _introspection(prior: list[Recorded], target_class: str) -> pb.ModuleIntrospection | None:
+def _profile(prior: list[Recorded], target_class: str) -> pb.ModuleClassProfile | None:
     captured = ev.last(prior, "ProfileCaptured")
     if captured is None:
         return None
-    for module in captured.msg.observed.modules:
-        if module.introspection.class_path == target_class:
-            return module.introspection
-    return None
+    return next((m for m in captured.msg.observed.modules if m.introspection.class_path == target_class), None)
+
+
+def _introspection(prior: list[Recorded], target_class: str) -> pb.ModuleIntrospection | None:
+    profile = _profile(prior, target_class)
+    return profile.introspection if profile is not None else None
 
 
 def _op_family(prior: list[Recorded], target_class: str) -> str:
@@ -152,11 +154,17 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Messag
     except ContractError as exc:
         return [conclude(target, state, run, f"the module does not fit the template: {exc}")]
     template = BY_FAMILY[family]
+    computes = _profile(prior, target).computes  # what the server saw it compute ("" before it looked)
+    variant = template.variant_for(computes)
+    if variant is None:
+        return [conclude(target, state, run, f"the template does not write {computes}")]
     if template.valid(skills.config):
-        config = skills.config
+        config = pb.TemplateConfig()
+        config.CopyFrom(skills.config)
+        config.variant = variant  # a skill learned on another norm keeps its launch shape, not its arithmetic
         origin, skill_id = ("skill", skills.chosen_skill_id) if skills.chosen_skill_id else ("template", "")
     else:  # cold start (or a config this coder cannot render): the search table's first entry
-        config, origin, skill_id = template.search_configs()[0], "template", ""
+        config, origin, skill_id = template.search_configs(variant)[0], "template", ""
     return [propose(template, target, contract, config, attempt=1, origin=origin, skill_id=skill_id)]
 
 
@@ -174,7 +182,9 @@ def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged) -> list[Messag
     max_candidates = run.max_candidates or DEFAULT_MAX_CANDIDATES
     template = BY_TEMPLATE.get(proposed.config.template)
     tried = {_config_key(p.config) for p in state.proposals}
-    untried = [c for c in template.search_configs() if _config_key(c) not in tried] if template else []
+    untried = (
+        [c for c in template.search_configs(proposed.config.variant) if _config_key(c) not in tried] if template else []
+    )
     if judged.reward >= TOP_REWARD:
         return [conclude(target, state, run, "faster than every baseline: search stopped")]
     if len(state.judged) >= max_candidates:

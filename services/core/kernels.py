@@ -90,6 +90,7 @@ def bind(contract: pb.Contract, entry: Callable) -> Callable:
     their kind (a float eps stays a float whatever the module holds).
     """
     inputs = list(contract.inputs)
+    renamed = dict(zip(inputs, contract.entry_inputs, strict=True)) if contract.entry_inputs else {}
     bindings = [(b.param, b.attr, _CASTS.get(b.kind)) for b in contract.bindings]
     target = contract.target
 
@@ -101,6 +102,8 @@ def bind(contract: pb.Contract, entry: Callable) -> Callable:
             if name not in inputs or name in named:
                 raise TypeError(f"patched {target}.forward got an unexpected argument {name!r}")
             named[name] = value
+        if renamed:  # the forward's names for the inputs -> the entrypoint's
+            named = {renamed.get(name, name): value for name, value in named.items()}
         for param, attr, cast in bindings:
             value = getattr(module, attr)
             named[param] = cast(value) if cast else value

@@ -128,7 +128,13 @@ def _check(
                 raise ContractError("binding-shape", f"{binding.attr} builds as {list(value.shape)}, live {live_shape}")
         checks.append(f"binding {binding.param} -> {binding.attr} ({binding.kind})")
 
-    declared = list(contract.inputs) + [b.param for b in contract.bindings]
+    # The entrypoint's names for the inputs: the forward's own, or those `entry_inputs` maps them to by position.
+    entry_names = list(contract.entry_inputs) or list(contract.inputs)
+    if len(entry_names) != len(contract.inputs):
+        raise ContractError(
+            "entry-signature", f"entry_inputs {list(contract.entry_inputs)} do not map inputs {list(contract.inputs)}"
+        )
+    declared = entry_names + [b.param for b in contract.bindings]
     if len(set(declared)) != len(declared):
         raise ContractError("entry-signature", f"the contract names a parameter twice: {declared}")
     if sorted(params) != sorted(declared):
@@ -141,7 +147,7 @@ def _check(
         )
     checks.append(f"{contract.entrypoint}({', '.join(params)}) = inputs + bound params")
 
-    expected = {name: "tensor" for name in contract.inputs} | {b.param: b.kind for b in contract.bindings}
+    expected = {name: "tensor" for name in entry_names} | {b.param: b.kind for b in contract.bindings}
     for name, kind in expected.items():
         used = uses.get(name)
         if used is not None and (used == "tensor") != (kind == "tensor"):

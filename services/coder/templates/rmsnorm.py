@@ -17,6 +17,19 @@ ENTRYPOINT = row_reduction.ENTRYPOINT
 # The forward inputs the wrapper takes; the rest of its parameters (weight, eps) are bound.
 ENTRY_INPUTS = row_reduction.ENTRY_INPUTS
 KERNEL = "_rmsnorm_fwd_kernel"
+# What the kernel computes (services.ops.recognise_norm): "" is the HF Llama/Qwen RMSNorm; "rmsnorm_offset"
+# is Gemma's, x·rsqrt(mean(x²)+eps)·(1 + weight) in fp32, cast once at the end. A config names its variant
+# only when it is not the first, so configs (and candidates) of plain RMSNorm are what they always were.
+VARIANTS = ("", "rmsnorm_offset")
+KERNELS = {"": KERNEL, "rmsnorm_offset": "_rmsnorm_offset_fwd_kernel"}
+
+
+def variant_for(computes: str) -> str | None:
+    """The config variant that writes what a module was seen computing; None when this template cannot."""
+    if computes in ("", "rmsnorm"):
+        return ""
+    return computes if computes in VARIANTS else None
+
 
 # The search space, tried in this order. One row per program with 4 warps comes first: judged on
 # the H200 (bf16, 2026-11-29, tests/judge/test_judge_gpu.py) it took 53.0 us at 32768x1536 (~89% of
@@ -28,36 +41,44 @@ ROWS_PER_PROGRAM = (1, 2, 4)
 SEARCH_TABLE: tuple[tuple[int, int], ...] = tuple((w, r) for w in NUM_WARPS for r in ROWS_PER_PROGRAM)
 
 
-def search_configs() -> list[pb.TemplateConfig]:
-    return [pb.TemplateConfig(template=TEMPLATE, num_warps=w, rows_per_program=r) for w, r in SEARCH_TABLE]
+def search_configs(variant: str = "") -> list[pb.TemplateConfig]:
+    return [
+        pb.TemplateConfig(template=TEMPLATE, num_warps=w, rows_per_program=r, variant=variant) for w, r in SEARCH_TABLE
+    ]
 
 
 def valid(config: pb.TemplateConfig) -> bool:
     def pow2(n: int, most: int) -> bool:
         return 0 < n <= most and n & (n - 1) == 0
 
-    return config.template == TEMPLATE and pow2(config.num_warps, 32) and pow2(config.rows_per_program, 64)
+    return (
+        config.template == TEMPLATE
+        and config.variant in VARIANTS
+        and pow2(config.num_warps, 32)
+        and pow2(config.rows_per_program, 64)
+    )
 
 
 def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
     if not valid(config):
         raise ValueError(
             f"not a {TEMPLATE} config: template={config.template!r} num_warps={config.num_warps} "
-            f"rows_per_program={config.rows_per_program} (both must be powers of two)"
+            f"rows_per_program={config.rows_per_program} variant={config.variant!r} (warps and rows must be powers "
+            f"of two; variants: {VARIANTS})"
         )
     return config
 
 
 def render(config: pb.TemplateConfig) -> str:
-    """The kernel source: the same for every config (the config lives in the plan)."""
-    _checked(config)
-    return _SOURCE.replace("@TEMPLATE@", TEMPLATE)
+    """The kernel source: one per variant, the same for every config of it (the config lives in the plan)."""
+    source = _OFFSET_SOURCE if _checked(config).variant == "rmsnorm_offset" else _SOURCE
+    return source.replace("@TEMPLATE@", TEMPLATE)
 
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
     rows = _checked(config).rows_per_program
     launch = pb.KernelLaunch(
-        kernel=KERNEL,
+        kernel=KERNELS[config.variant],
         args=["x", "w", "y", "rows", "eps"],
         constexprs={"N_COLS": "cols", "BLOCK": "block_cols", "ROWS": str(rows)},
         grid="rows" if rows == 1 else f"cdiv(rows, {rows})",
@@ -107,5 +128,42 @@ def _rmsnorm_fwd_kernel(
         # HF casts the normalised row back to the input dtype before the weight multiply.
         normed = normed.to(x_ptr.dtype.element_ty).to(tl.float32)
         y = w * normed
+        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+'''
+
+_OFFSET_SOURCE = '''\
+"""RMSNorm forward as in HF GemmaRMSNorm (gpuyantra template @TEMPLATE@, variant rmsnorm_offset).
+
+Casting follows the HF module exactly: x is upcast to fp32, variance = mean(x^2), and
+x * rsqrt(variance + eps) * (1 + weight) is computed in fp32 and cast to the input dtype once.
+The launch plan sets ROWS (rows per program) and the warps.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rmsnorm_offset_fwd_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    n_rows,
+    eps,
+    N_COLS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    first_row = tl.program_id(0) * ROWS
+    cols = tl.arange(0, BLOCK)
+    col_mask = cols < N_COLS
+    # (1 + weight) in fp32, loaded once per program and reused for its ROWS rows.
+    scale = 1.0 + tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    for r in tl.static_range(ROWS):
+        row = first_row + r
+        mask = cols < tl.where(row < n_rows, N_COLS, 0)
+        x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
+        variance = tl.sum(x * x, axis=0) / N_COLS
+        y = x * tl.rsqrt(variance + eps) * scale
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''

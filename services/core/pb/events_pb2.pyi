@@ -78,14 +78,16 @@ class Fingerprint(_message.Message):
     def __init__(self, op_family: _Optional[str] = ..., memory_bound: bool = ..., arithmetic_intensity: _Optional[float] = ..., row_width: _Optional[int] = ..., rows: _Optional[int] = ..., dtype_bytes: _Optional[int] = ..., achieved_fraction: _Optional[float] = ..., vector: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class TemplateConfig(_message.Message):
-    __slots__ = ("template", "num_warps", "rows_per_program")
+    __slots__ = ("template", "num_warps", "rows_per_program", "variant")
     TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     NUM_WARPS_FIELD_NUMBER: _ClassVar[int]
     ROWS_PER_PROGRAM_FIELD_NUMBER: _ClassVar[int]
+    VARIANT_FIELD_NUMBER: _ClassVar[int]
     template: str
     num_warps: int
     rows_per_program: int
-    def __init__(self, template: _Optional[str] = ..., num_warps: _Optional[int] = ..., rows_per_program: _Optional[int] = ...) -> None: ...
+    variant: str
+    def __init__(self, template: _Optional[str] = ..., num_warps: _Optional[int] = ..., rows_per_program: _Optional[int] = ..., variant: _Optional[str] = ...) -> None: ...
 
 class RunRequested(_message.Message):
     __slots__ = ("model", "policy", "max_candidates", "prompts", "decode_tokens", "requested_by")
@@ -256,18 +258,20 @@ class Binding(_message.Message):
     def __init__(self, param: _Optional[str] = ..., attr: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class Contract(_message.Message):
-    __slots__ = ("kind", "target", "entrypoint", "inputs", "bindings")
+    __slots__ = ("kind", "target", "entrypoint", "inputs", "bindings", "entry_inputs")
     KIND_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     ENTRYPOINT_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     BINDINGS_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_INPUTS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     target: str
     entrypoint: str
     inputs: _containers.RepeatedScalarFieldContainer[str]
     bindings: _containers.RepeatedCompositeFieldContainer[Binding]
-    def __init__(self, kind: _Optional[str] = ..., target: _Optional[str] = ..., entrypoint: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., bindings: _Optional[_Iterable[_Union[Binding, _Mapping]]] = ...) -> None: ...
+    entry_inputs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, kind: _Optional[str] = ..., target: _Optional[str] = ..., entrypoint: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., bindings: _Optional[_Iterable[_Union[Binding, _Mapping]]] = ..., entry_inputs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CandidateProposed(_message.Message):
     __slots__ = ("candidate_id", "target_class", "source", "source_sha256", "contract", "config", "origin", "skill_id", "attempt", "plan")
