@@ -13,10 +13,13 @@ from services.core.replay import verify
 TABLE = rmsnorm.search_configs()
 
 
-def _start(run: pb.RunRequested | None = None, skills: pb.SkillsRetrieved | None = None, family="row_reduction"):
+def _start(
+    run: pb.RunRequested | None = None, skills: pb.SkillsRetrieved | None = None, family="row_reduction", computes=""
+):
     log = Log()
     log.append(run or pb.RunRequested(model="tiny-qwen2", max_candidates=3))
     captured = profile_captured(op_family=family)
+    captured.observed.modules[0].computes = computes  # what the server saw the module compute
     log.append(captured)
     trigger = log.append(skills or pb.SkillsRetrieved(target_class=captured.target_class))
     return log, trigger
@@ -145,3 +148,29 @@ def test_rederive_reproduces_every_coder_event_byte_for_byte():
     tampered.env.payload = msg.SerializeToString(deterministic=True)
     problems = [m for m in verify(log.records, domain.REDERIVE) if m.type in coder_types]
     assert len(problems) == 1 and "attempt" in problems[0].problem
+
+
+def test_what_the_profile_saw_the_module_compute_chooses_the_kernel_variant():
+    """Gemma's norm (seen computing rmsnorm_offset) gets the offset kernel, from a cold start and from a skill
+    learned on a plain RMSNorm (its launch shape kept, its arithmetic not); a norm the template does not write
+    is concluded with that reason."""
+    log, trigger = _start(computes="rmsnorm_offset")
+    first = _answer(log, trigger)
+    offset = rmsnorm.search_configs("rmsnorm_offset")
+    assert first.msg.config == offset[0] and first.msg.source == rmsnorm.render(offset[0])
+    assert "_rmsnorm_offset_fwd_kernel" in first.msg.source and first.msg.plan == rmsnorm.plan(offset[0])
+    second = _answer(log, _judge(log, first, reward=1))
+    assert second.msg.config == offset[1]  # the search stays within the variant
+
+    skill = pb.TemplateConfig(template=rmsnorm.TEMPLATE, num_warps=8, rows_per_program=2)
+    captured = profile_captured()
+    skills = pb.SkillsRetrieved(target_class=captured.target_class, chosen_skill_id="sk-7", config=skill)
+    log, trigger = _start(skills=skills, computes="rmsnorm_offset")
+    proposal = _answer(log, trigger)
+    assert (proposal.msg.config.num_warps, proposal.msg.config.rows_per_program) == (8, 2)
+    assert proposal.msg.config.variant == "rmsnorm_offset" and proposal.msg.origin == "skill"
+
+    log, trigger = _start(computes="layernorm")
+    [concluded] = domain.decide(log.records, trigger)
+    assert isinstance(concluded, pb.TargetConcluded) and not concluded.swap
+    assert "the template does not write layernorm" in concluded.reason
