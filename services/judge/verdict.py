@@ -19,8 +19,9 @@ import torch
 
 from services.core.pb import events_pb2 as pb
 from services.judge.cases import Case, apply_layout
-from services.judge.rounding import Bound, compare, honest_bound
+from services.judge.rounding import Bound, centred_row_error, compare, honest_bound
 from services.judge.run_cases import same_bits
+from services.ops.recognise_norm import epsilon_of, recognise
 
 RULES: dict[str, str] = {
     "load-failed": "the candidate's kernels must load behind its op family's wrapper",
@@ -53,25 +54,33 @@ class Reference:
     hi: torch.Tensor  # the module on fp32 copies: the reference the candidate is held to
     own: torch.Tensor  # the module in its own dtypes: what the model computes today
     bound: Bound
+    row_error: torch.Tensor | None = None  # a centred norm's per-row term (rounding.centred_row_error)
 
 
 def references(cases: list[Case], build_module, weight_attr: str) -> list[Reference]:
     """One Reference per case. `build_module(width)` returns a fresh CPU instance of the live class."""
     out = []
+    centred: dict[int, float | None] = {}  # width -> eps when the module subtracts the mean (seen running it)
     for case in cases:
         module = build_module(case.width).to(dtype=case.weight.dtype).eval()
+        if case.width not in centred:
+            probe = build_module(case.width)
+            is_centred = (recognise(probe) or "").startswith("layernorm")
+            centred[case.width] = epsilon_of(probe) if is_centred else None
         with torch.no_grad():
             getattr(module, weight_attr).copy_(case.weight)
             x = apply_layout(case.base, case.layout, case.width)
             own = module(x)
             hi = copy.deepcopy(module).float()(x.float()).double()
         bound = honest_bound([x.dtype, case.weight.dtype, own.dtype], reduce_len=case.width, numel=own.numel())
-        check = compare(own, hi, bound)
+        eps = centred[case.width]
+        row_error = None if eps is None else centred_row_error(x, case.weight, eps, case.width)
+        check = compare(own, hi, bound, row_error)
         if not check.ok:
             raise BoundError(
                 f"{case.name}: the module's own output fails the honest bound ({check.rule}: {check.detail})"
             )
-        out.append(Reference(hi=hi, own=own, bound=bound))
+        out.append(Reference(hi=hi, own=own, bound=bound, row_error=row_error))
     return out
 
 
@@ -113,7 +122,7 @@ def _check_output(tally: _Tally, case: Case, ref: Reference, out, when: str = ""
             f"{tuple(ref.own.shape)}",
         )
         return False
-    result = compare(out, ref.hi, ref.bound)
+    result = compare(out, ref.hi, ref.bound, ref.row_error)
     if not result.ok:
         tally.fail(result.rule, f"{where}: {result.detail}")
         return False

@@ -25,7 +25,8 @@ PROBE_ROWS = 4
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
 
-def _eps(module: torch.nn.Module) -> float | None:
+def epsilon_of(module: torch.nn.Module) -> float | None:
+    """A norm module's epsilon, under whichever name its class keeps it."""
     for name in ("variance_epsilon", "eps", "epsilon", "layer_norm_eps"):
         value = getattr(module, name, None)
         if isinstance(value, float):
@@ -57,7 +58,7 @@ def recognise(module: torch.nn.Module) -> str | None:
     if bias is not None and (not isinstance(bias, torch.Tensor) or bias.shape != weight.shape):
         return None
     others = [n for n, _ in module.named_parameters() if n not in ("weight", "bias")]
-    eps = _eps(module)
+    eps = epsilon_of(module)
     if others or eps is None:
         return None
     width = weight.shape[0]

@@ -21,7 +21,7 @@ FAMILY = "row_reduction"
 # What this family's modules may compute (services.ops.recognise_norm), and which of those its template
 # writes today; the others are recognised, recorded and refused with that reason, never written wrong.
 VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias")
-WRITABLE = ("rmsnorm", "rmsnorm_offset")
+WRITABLE = ("rmsnorm", "rmsnorm_offset", "layernorm_no_bias")
 ENTRYPOINT = "rmsnorm"  # the wrapper's name in a contract
 ENTRY_INPUTS = ("hidden_states",)  # forward inputs passed through
 ENTRY_PARAMS = ("hidden_states", "weight", "eps")  # the wrapper's signature: inputs, then bound module state

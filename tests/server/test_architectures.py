@@ -56,17 +56,17 @@ async def test_qwen3s_norm_class_of_two_widths_is_recognised_and_swaps_on_both()
         ("tiny-llama", "LlamaRMSNorm", "rmsnorm", True),
         ("tiny-qwen3", "Qwen3RMSNorm", "rmsnorm", True),
         ("tiny-gemma", "GemmaRMSNorm", "rmsnorm_offset", True),
-        ("tiny-cohere", "CohereLayerNorm", "layernorm_no_bias", False),
+        ("tiny-cohere", "CohereLayerNorm", "layernorm_no_bias", True),
         ("tiny-gpt2", "LayerNorm", "layernorm", False),
     ],
 )
 async def test_each_architectures_norm_is_recorded_with_what_it_computes_and_only_what_is_written_is_offered(
     preset, norm, computes, chosen
 ):
-    """The profile records what each norm was seen computing; the RMSNorm template writes rmsnorm and Gemma's
-    rmsnorm_offset, and a norm it does not write (Cohere's bias-free LayerNorm, GPT-2's LayerNorm) is refused
-    with that reason, never offered to it — and every architecture serves through the batched lane with its
-    eager tokens."""
+    """The profile records what each norm was seen computing; the template writes rmsnorm, Gemma's
+    rmsnorm_offset and Cohere's bias-free LayerNorm, and a norm it does not write (GPT-2's LayerNorm, with a
+    bias) is refused with that reason, never offered to it — and every architecture serves through the
+    batched lane with its eager tokens."""
     engine = Engine(load_model(preset, "cpu"))
     try:
         observation = await engine.capture_profile(["Hello there"], 4)

@@ -18,10 +18,12 @@ ENTRYPOINT = row_reduction.ENTRYPOINT
 ENTRY_INPUTS = row_reduction.ENTRY_INPUTS
 KERNEL = "_rmsnorm_fwd_kernel"
 # What the kernel computes (services.ops.recognise_norm): "" is the HF Llama/Qwen RMSNorm; "rmsnorm_offset"
-# is Gemma's, x·rsqrt(mean(x²)+eps)·(1 + weight) in fp32, cast once at the end. A config names its variant
-# only when it is not the first, so configs (and candidates) of plain RMSNorm are what they always were.
-VARIANTS = ("", "rmsnorm_offset")
-KERNELS = {"": KERNEL, "rmsnorm_offset": "_rmsnorm_offset_fwd_kernel"}
+# is Gemma's, x·rsqrt(mean(x²)+eps)·(1 + weight) in fp32, cast once at the end; "layernorm_no_bias" is
+# Cohere's, (x − mean)·rsqrt(var+eps)·weight in fp32, cast once (same wrapper: weight and eps bound).
+# A config names its variant only when it is not the first, so configs (and candidates) of plain RMSNorm
+# are what they always were.
+VARIANTS = ("", "rmsnorm_offset", "layernorm_no_bias")
+KERNELS = {"": KERNEL, "rmsnorm_offset": "_rmsnorm_offset_fwd_kernel", "layernorm_no_bias": "_layernorm_fwd_kernel"}
 
 
 def variant_for(computes: str) -> str | None:
@@ -71,8 +73,8 @@ def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
 
 def render(config: pb.TemplateConfig) -> str:
     """The kernel source: one per variant, the same for every config of it (the config lives in the plan)."""
-    source = _OFFSET_SOURCE if _checked(config).variant == "rmsnorm_offset" else _SOURCE
-    return source.replace("@TEMPLATE@", TEMPLATE)
+    sources = {"": _SOURCE, "rmsnorm_offset": _OFFSET_SOURCE, "layernorm_no_bias": _LAYERNORM_SOURCE}
+    return sources[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
 
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
@@ -165,5 +167,44 @@ def _rmsnorm_offset_fwd_kernel(
         x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
         variance = tl.sum(x * x, axis=0) / N_COLS
         y = x * tl.rsqrt(variance + eps) * scale
+        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+'''
+
+_LAYERNORM_SOURCE = '''\
+"""LayerNorm without bias as in HF CohereLayerNorm (gpuyantra template @TEMPLATE@, variant layernorm_no_bias).
+
+Casting follows the HF module exactly: x is upcast to fp32, centred on its mean, divided by
+sqrt(var + eps), multiplied by the fp32 weight and cast to the input dtype once.
+The launch plan sets ROWS (rows per program) and the warps.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _layernorm_fwd_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    n_rows,
+    eps,
+    N_COLS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    first_row = tl.program_id(0) * ROWS
+    cols = tl.arange(0, BLOCK)
+    col_mask = cols < N_COLS
+    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    for r in tl.static_range(ROWS):
+        row = first_row + r
+        mask = cols < tl.where(row < n_rows, N_COLS, 0)
+        x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=0) / N_COLS
+        # the padding past N_COLS must not count in the variance: centre only the real columns
+        centred = tl.where(mask, x - mean, 0.0)
+        variance = tl.sum(centred * centred, axis=0) / N_COLS
+        y = centred * tl.rsqrt(variance + eps) * w
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''

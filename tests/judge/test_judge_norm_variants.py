@@ -1,0 +1,54 @@
+"""Norms that are not Llama's RMSNorm, judged against their own classes: Gemma's x·rsqrt(mean(x²)+eps)·(1+w)
+and Cohere's bias-free LayerNorm. The template's kernel for what the module computes passes; the kernel of
+another variant (what would have been written before the profile said what the module computes) is wrong
+on it, and the judge says so."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from judge_testkit import log_of, profile_captured, proposal
+from transformers.models.cohere.modeling_cohere import CohereLayerNorm
+from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+
+from services.coder.contract import derive_contract
+from services.coder.templates import rmsnorm
+from services.judge.service import JudgeService
+
+
+def _perturbed(norm: torch.nn.Module) -> torch.nn.Module:
+    with torch.no_grad():
+        norm.weight.add_(0.1 * torch.randn(norm.weight.shape))
+    return norm
+
+
+async def _judge(norm: torch.nn.Module, variant: str):
+    captured = profile_captured(norm)
+    config = rmsnorm.search_configs(variant)[0]
+    candidate = proposal(rmsnorm.render(config), captured, plan=rmsnorm.plan(config))
+    candidate.config.CopyFrom(config)
+    prior = log_of(captured, candidate)
+    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    return judged
+
+
+@pytest.mark.parametrize(
+    ("norm", "right", "wrong"),
+    [
+        (lambda: GemmaRMSNorm(64, eps=1e-6), "rmsnorm_offset", ""),
+        (lambda: CohereLayerNorm(64, eps=1e-5), "layernorm_no_bias", ""),
+    ],
+)
+async def test_the_kernel_of_what_the_module_computes_passes_and_another_is_rejected(norm, right, wrong):
+    module = _perturbed(norm())
+    contract = derive_contract(profile_captured(module).observed.modules[0].introspection)
+    assert contract.entrypoint == "rmsnorm" and len(contract.bindings) == 2
+    passed = await _judge(module, right)
+    assert passed.reward == 1, passed.reason
+    rejected = await _judge(module, wrong)
+    assert rejected.reward == -1 and rejected.reason.startswith("correctness failed"), rejected.reason
+
+
+def test_gemmas_forward_x_is_mapped_to_the_entrypoints_hidden_states():
+    contract = derive_contract(profile_captured(GemmaRMSNorm(64)).observed.modules[0].introspection)
+    assert list(contract.inputs) == ["x"] and list(contract.entry_inputs) == ["hidden_states"]
