@@ -288,7 +288,9 @@ async def test_a_full_server_answers_resource_exhausted_and_takes_requests_again
 async def test_a_deadline_ends_the_generation_on_the_server_too(engine, channel):
     stub = ipb_grpc.InferenceStub(channel)
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        async for _ in stub.Generate(ipb.GenerateRequest(prompt="Hello", max_new_tokens=400), timeout=0.5):
+        # 500 steps of the tiny model take ~0.5 s or more even batched: far past a 0.1 s deadline
+        request = ipb.GenerateRequest(prompt="Hello", max_new_tokens=500, ignore_eos=True)
+        async for _ in stub.Generate(request, timeout=0.1):
             pass
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     for _ in range(100):  # the server stops generating for a caller that gave up
