@@ -194,6 +194,28 @@ def timing_settings() -> Iterator[None]:
         torch.use_deterministic_algorithms(saved[2])
 
 
+def native_op(module: torch.nn.Module, width: int, eps: float | None) -> Callable | None:
+    """torch's fused op computing what `module` computes (seen running it: services.ops.recognise_norm), so a
+    candidate is held to the fastest thing torch already has for *this* op: F.rms_norm for an RMSNorm (with
+    1 + weight, formed once here, for Gemma's), F.layer_norm for a LayerNorm. None when torch has none."""
+    from services.ops.recognise_norm import recognise
+
+    F = torch.nn.functional
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, torch.Tensor) or eps is None:
+        return None
+    variant = recognise(module) or "rmsnorm"  # a module the probe cannot run: the RMSNorm it was judged as
+    if variant == "rmsnorm" and hasattr(F, "rms_norm"):
+        return lambda x: F.rms_norm(x, (width,), weight, eps)
+    if variant == "rmsnorm_offset" and hasattr(F, "rms_norm"):
+        scale = (1.0 + weight.float()).to(weight.dtype)
+        return lambda x: F.rms_norm(x, (width,), scale, eps)
+    if variant.startswith("layernorm"):
+        bias = getattr(module, "bias", None) if variant == "layernorm" else None
+        return lambda x: F.layer_norm(x, (width,), weight, bias, eps)
+    return None
+
+
 def prepare_baselines(
     module: torch.nn.Module, shapes: list[tuple[int, ...]], dtype: torch.dtype, eps: float | None
 ) -> Baselines:
@@ -210,10 +232,9 @@ def prepare_baselines(
         fns["compile"] = torch.compile(module, dynamic=False)
     except Exception as exc:  # no compiler here: the rows record 0 and the reason is kept
         missing.append(f"compile: {type(exc).__name__}: {exc}")
-    rms_norm = getattr(torch.nn.functional, "rms_norm", None)
-    weight = getattr(module, "weight", None)
-    if rms_norm is not None and isinstance(weight, torch.Tensor):
-        fns["native"] = lambda x: rms_norm(x, (width,), weight, eps)
+    native = native_op(module, width, eps)
+    if native is not None:
+        fns["native"] = native
     else:
         missing.append("native: torch has no fused op for this module")
     per_shape: dict[tuple[int, ...], list[str]] = {}
