@@ -97,11 +97,11 @@ class Engine:
         self._keep_last = "logits_to_keep" in params
         # The batched lane: slots stepped together, each step a CUDA graph on a GPU unless graphs=False.
         slots = BATCH_SLOTS["cuda" if self.cuda else "cpu"] if slots is None else slots
-        self.lane_problem = "no slots (batching off)" if slots < 1 else slot_cache_problem(self.model)
+        length = min(slot_tokens, loaded.max_positions)
+        self.lane_problem = "no slots (batching off)" if slots < 1 else slot_cache_problem(self.model, length)
         self.decoder: SlotDecoder | None = None
         self.batcher: Batcher | None = None
         if self.lane_problem is None:
-            length = min(slot_tokens, loaded.max_positions)
             self.decoder = SlotDecoder(self.model, loaded.device, loaded.dtype, slots, length, self._cache_kw)
             self.decoder.graphs = self.cuda and graphs is not False
             self.batcher = Batcher(self.decoder)

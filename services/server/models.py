@@ -109,6 +109,12 @@ def _gpt2(kwargs: dict):
     )  # fmt: skip
 
 
+def _mistral(kwargs: dict):
+    from transformers import MistralConfig
+
+    return MistralConfig(**kwargs)  # a sliding window (4096) no slot outgrows
+
+
 def _llama(kwargs: dict):
     from transformers import LlamaConfig
 
@@ -124,6 +130,7 @@ PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-gemma": (lambda: _gemma(_tiny()), "float32"),
     "tiny-cohere": (lambda: _cohere(_tiny()), "float32"),
     "tiny-gpt2": (lambda: _gpt2(_tiny()), "float32"),
+    "tiny-mistral": (lambda: _mistral(_tiny()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0

@@ -88,17 +88,23 @@ def slot_cache(config, slots: int, max_len: int, index: SlotIndex) -> Cache:
     return Cache(layers=[SlotLayer(slots, max_len, index) for _ in range(layers)])
 
 
-def slot_cache_problem(model: torch.nn.Module) -> str | None:
-    """Why this model cannot decode over a slot cache (None when it can): only full-attention decoders whose
-    mask is plain causal attention over their own tokens."""
+def slot_cache_problem(model: torch.nn.Module, max_len: int) -> str | None:
+    """Why this model cannot decode over slots of `max_len` tokens (None when it can): only decoders whose mask
+    is plain causal attention over their own tokens — full attention, or a sliding window no slot outgrows."""
     config = getattr(model, "config", None)
     if config is None or not getattr(config, "num_hidden_layers", None):
         return "the model has no config with num_hidden_layers"
     if getattr(config, "is_encoder_decoder", False):
         return "an encoder-decoder model"
+    window = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
+    if window and window >= max_len:
+        window = None  # Mistral's 4096-token window never binds inside a 2048-token slot: plain causal
     kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
+    if window is None:
+        kinds.discard("sliding_attention")
+        kinds = kinds or {"full_attention"}
     if kinds != {"full_attention"}:
         return f"layers of kinds {sorted(kinds)}: only full attention decodes over slots"
-    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
-        return "sliding-window attention"
+    if window:
+        return f"sliding-window attention ({window} tokens, inside a {max_len}-token slot)"
     return None

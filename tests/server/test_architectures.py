@@ -58,6 +58,7 @@ async def test_qwen3s_norm_class_of_two_widths_is_recognised_and_swaps_on_both()
         ("tiny-gemma", "GemmaRMSNorm", "rmsnorm_offset", True),
         ("tiny-cohere", "CohereLayerNorm", "layernorm_no_bias", True),
         ("tiny-gpt2", "LayerNorm", "layernorm", False),
+        ("tiny-mistral", "MistralRMSNorm", "rmsnorm", True),
     ],
 )
 async def test_each_architectures_norm_is_recorded_with_what_it_computes_and_only_what_is_written_is_offered(

@@ -176,3 +176,22 @@ async def test_a_swap_between_steps_keeps_every_stream_token_identical(small):
         del small.batcher.tick, small.engine_apply
     assert running == 3 and steps_patched.count(True) >= 2  # the swap landed mid-stream and served steps
     assert got == expected
+
+
+def test_which_attention_decodes_over_slots():
+    """Plain causal attention over a slot's own tokens: full attention, or a sliding window that no slot
+    outgrows (Mistral's 4096 tokens in 2048-token slots); a window that binds inside a slot is refused."""
+    from types import SimpleNamespace
+
+    from services.server.slot_cache import slot_cache_problem
+
+    def model(**config):
+        return SimpleNamespace(config=SimpleNamespace(num_hidden_layers=2, **config))
+
+    assert slot_cache_problem(model(), 2048) is None
+    assert slot_cache_problem(model(sliding_window=4096), 2048) is None
+    assert "sliding-window attention (1024 tokens" in slot_cache_problem(model(sliding_window=1024), 2048)
+    assert slot_cache_problem(model(sliding_window=1024, use_sliding_window=False), 2048) is None
+    mixed = model(sliding_window=512, layer_types=["sliding_attention", "full_attention"])
+    assert "layers of kinds" in slot_cache_problem(mixed, 2048)
+    assert "encoder-decoder" in slot_cache_problem(model(is_encoder_decoder=True), 2048)
