@@ -74,8 +74,18 @@ async def test_each_architectures_norm_is_recorded_with_what_it_computes_and_onl
         found = {m.introspection.class_path.rsplit(".", 1)[-1]: m.computes for m in observation.modules if m.computes}
         assert found == {norm: computes} and all(m.probed for m in observation.modules)
         target, reason = choose_target(rank(observation))
-        if chosen:
+        if chosen:  # the template's kernel for what it computes swaps in with parity, greedy tokens unchanged
             assert target.endswith(norm)
+            profile = next(m for m in observation.modules if m.introspection.class_path == target)
+            config = rmsnorm.search_configs(rmsnorm.variant_for(profile.computes))[0]
+            entry = candidate_wrapper(Path(tempfile.mkdtemp()), rmsnorm.render(config), rmsnorm.plan(config))
+            observed = pb.ParityObservation()
+            contract = derive_contract(profile.introspection)
+            handle = await engine.exclusive(swap_with_parity, engine, contract, entry, engine.encode("Hi"), observed)
+            assert handle is not None, observed.error
+            assert observed.activations_passed == observed.activations_checked > 0
+            assert list(observed.canary_tokens_before) == list(observed.canary_tokens_after)
+            await engine.exclusive(engine.revert, handle)
         else:
             assert target == "" and reason.startswith(f"no target I can write: {norm} computes {computes}")
         ids = engine.encode("Hello there")
