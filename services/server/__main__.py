@@ -18,6 +18,7 @@ from services.server.models import UnknownModel, load_model
 from services.server.prometheus import Exporter
 from services.server.restore import restore_swaps
 from services.server.service import ServerService, request_rollbacks, shadow_loop
+from services.server.swaps import SwapRegistry
 
 log = logging.getLogger("services.server")
 GRACE_S = 2.0
@@ -36,21 +37,22 @@ async def serve_grpc(engine: Engine, server: grpc.aio.Server, stop: asyncio.Even
 def make_setup(engine: Engine, instance_id: str) -> Setup:
     async def setup(settings: Settings, bus, stop: asyncio.Event):
         addr, token = settings.server_addr, settings.admin_token
+        swaps = SwapRegistry()  # the swap handler's bookkeeping, read by gRPC and the metrics
         try:  # the port first (serving once swaps are restored): a server that cannot own it must not run at all
-            server, port = bind_grpc(engine, addr, token, instance_id)
+            server, port = bind_grpc(engine, addr, token, instance_id, swaps)
         except AddressUnavailable:
             await bus.close()
             raise
         if settings.metrics_addr:
             try:
-                Exporter(engine).serve(settings.metrics_addr)
+                Exporter(engine, swaps).serve(settings.metrics_addr)
             except (OSError, ValueError) as exc:
                 await bus.close()
                 raise AddressUnavailable(f"cannot serve Prometheus metrics on {settings.metrics_addr}: {exc}") from exc
             log.info("Prometheus metrics on http://%s/metrics", settings.metrics_addr)
         guarded = "admin RPCs need YANTRA_ADMIN_TOKEN" if token else "admin RPCs open (no YANTRA_ADMIN_TOKEN)"
         ready = f"server ready on {addr.rsplit(':', 1)[0]}:{port} ({guarded}; instance {instance_id})"
-        service = ServerService(engine, settings.data_dir)
+        service = ServerService(engine, settings.data_dir, swaps=swaps)
         restored = await restore_swaps(bus, service, engine.loaded.name) if settings.restore_swaps else []
         if restored:
             log.info("re-applied %d swap(s) from the log: %s", len(restored), ", ".join(restored))
@@ -59,7 +61,7 @@ def make_setup(engine: Engine, instance_id: str) -> Setup:
             run_service(bus, service, stop, settings.ack_wait_s),
             request_rollbacks(bus, service, stop),
             shadow_loop(service, stop),
-            metrics_loop(bus, engine, stop, default_server_id(settings.server_addr)),
+            metrics_loop(bus, engine, swaps, stop, default_server_id(settings.server_addr)),
         ]
 
     return setup

@@ -34,7 +34,6 @@ from services.server.profiling import ModuleProfiler
 from services.server.sampling import GREEDY, Sampling, choose, generator
 from services.server.slot_cache import slot_cache_problem
 from services.server.stats import RequestStats
-from services.server.swaps import SwapRegistry
 
 MAX_NEW_TOKENS = 4096
 MAX_ACTIVE = 64  # requests generated at once; more are refused (RESOURCE_EXHAUSTED) rather than queued unbounded
@@ -84,7 +83,6 @@ class Engine:
         self.dtype = dtype_name(loaded.dtype)
         self.hardware = hardware if hardware is not None else calibrate(loaded.device)
         self.stats = RequestStats()
-        self.swaps = SwapRegistry()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self._lock = asyncio.Lock()
         self.waiting = 0  # callers waiting for the model

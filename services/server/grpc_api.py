@@ -30,6 +30,7 @@ from services.core.pb import inference_pb2_grpc as ipb_grpc
 from services.server.engine import MAX_NEW_TOKENS, BadRequest, Engine
 from services.server.sampling import Sampling
 from services.server.stops import StopScanner, stops_problem
+from services.server.swaps import SwapRegistry
 from services.server.tokenizer import IncrementalText
 
 log = logging.getLogger(__name__)
@@ -140,9 +141,10 @@ class InferenceApi(ipb_grpc.InferenceServicer):
 
 
 class AdminApi(ipb_grpc.AdminServicer):
-    def __init__(self, engine: Engine, instance_id: str):
+    def __init__(self, engine: Engine, instance_id: str, swaps: SwapRegistry):
         self.engine = engine
         self.instance_id = instance_id
+        self.swaps = swaps  # the swap handling's registry (ServerService.swaps), read here
 
     async def Health(self, request, context):
         e = self.engine
@@ -151,7 +153,7 @@ class AdminApi(ipb_grpc.AdminServicer):
             model=e.loaded.name,
             device=e.loaded.device,
             dtype=e.dtype,
-            active_swaps=e.swaps.active_count(),
+            active_swaps=self.swaps.active_count(),
             requests_served=e.stats.requests_served,
             instance_id=self.instance_id,
             max_positions=e.loaded.max_positions,
@@ -186,7 +188,7 @@ class AdminApi(ipb_grpc.AdminServicer):
         if state is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no module of class {request.class_path} in the model")
         introspection, instances, patched = state
-        active = self.engine.swaps.active_for(request.class_path)
+        active = self.swaps.active_for(request.class_path)
         return ipb.ModuleStateReply(
             introspection=introspection,
             instances=instances,
@@ -195,7 +197,7 @@ class AdminApi(ipb_grpc.AdminServicer):
         )
 
     async def ListSwaps(self, request, context):
-        return ipb.ListSwapsReply(swaps=self.engine.swaps.records())
+        return ipb.ListSwapsReply(swaps=self.swaps.records())
 
 
 class AdminToken(grpc.aio.ServerInterceptor):
@@ -315,18 +317,22 @@ def add_health_and_reflection(server: grpc.aio.Server) -> None:
                                          reflection.SERVICE_NAME], server)  # fmt: skip
 
 
-def bind_grpc(engine: Engine, addr: str, admin_token: str = "", instance_id: str = "") -> tuple[grpc.aio.Server, int]:
+def bind_grpc(
+    engine: Engine, addr: str, admin_token: str = "", instance_id: str = "", swaps: SwapRegistry | None = None
+) -> tuple[grpc.aio.Server, int]:
     """Both services bound to `addr` ("host:port", port 0 picks one), not serving until `await server.start()`;
     returns the server and its port. Call it with an event loop running.
 
     The port is bound exclusively: when another server holds it this raises AddressUnavailable, saying so.
     With `admin_token`, the Admin RPCs other than Health require it (services.core.admin_auth).
     Health answers with `instance_id` (a random one when empty), so a client can tell which server answers.
+    `swaps` is the registry ListSwaps, GetModuleState and Health read (the swap handler's; a fresh one if none).
     """
     interceptors = [AdminToken(admin_token)] if admin_token else []
     server = grpc.aio.server(interceptors=[*interceptors, UndecodableRequest()], options=[("grpc.so_reuseport", 0)])
     ipb_grpc.add_InferenceServicer_to_server(InferenceApi(engine), server)
-    ipb_grpc.add_AdminServicer_to_server(AdminApi(engine, instance_id or secrets.token_hex(8)), server)
+    admin = AdminApi(engine, instance_id or secrets.token_hex(8), swaps if swaps is not None else SwapRegistry())
+    ipb_grpc.add_AdminServicer_to_server(admin, server)
     add_health_and_reflection(server)
     try:
         port = server.add_insecure_port(addr)
@@ -338,9 +344,9 @@ def bind_grpc(engine: Engine, addr: str, admin_token: str = "", instance_id: str
 
 
 async def start_grpc(
-    engine: Engine, addr: str, admin_token: str = "", instance_id: str = ""
+    engine: Engine, addr: str, admin_token: str = "", instance_id: str = "", swaps: SwapRegistry | None = None
 ) -> tuple[grpc.aio.Server, int]:
     """bind_grpc, then serve: returns the started server and its port."""
-    server, port = bind_grpc(engine, addr, admin_token, instance_id)
+    server, port = bind_grpc(engine, addr, admin_token, instance_id, swaps)
     await server.start()
     return server, port

@@ -14,6 +14,7 @@ from services.core.bus import Bus
 from services.core.pb import events_pb2 as pb
 from services.server.engine import Engine
 from services.server.stats import Window
+from services.server.swaps import SwapRegistry
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +42,13 @@ def window_metrics(window: Window, window_s: float, **fields) -> pb.ServerMetric
     )
 
 
-def snapshot(engine: Engine, server_id: str, window_s: float) -> pb.ServerMetrics:
+def snapshot(engine: Engine, server_id: str, window_s: float, swaps: SwapRegistry) -> pb.ServerMetrics:
     return window_metrics(
         engine.stats.window(window_s),
         window_s,
         server_id=server_id,
         model=engine.loaded.name,
-        active_swaps=engine.swaps.active_count(),
+        active_swaps=swaps.active_count(),
         device=engine.loaded.device,
         active_requests=engine.active,
         batch_requests=engine.batcher.stepped if engine.batcher else 0,
@@ -60,7 +61,9 @@ def default_server_id(addr: str) -> str:
     return f"{socket.gethostname()}:{addr.rsplit(':', 1)[-1]}"
 
 
-async def metrics_loop(bus: Bus, engine: Engine, stop: asyncio.Event, server_id: str, every_s: float = EVERY_S):
+async def metrics_loop(
+    bus: Bus, engine: Engine, swaps: SwapRegistry, stop: asyncio.Event, server_id: str, every_s: float = EVERY_S
+):
     """Publish a snapshot every `every_s` until stop; a failed publish is logged and retried next tick."""
     while not stop.is_set():
         try:
@@ -68,7 +71,7 @@ async def metrics_loop(bus: Bus, engine: Engine, stop: asyncio.Event, server_id:
             return
         except TimeoutError:
             pass
-        msg = snapshot(engine, server_id, every_s)
+        msg = snapshot(engine, server_id, every_s, swaps)
         env = ev.make_envelope(METRICS_RUN, msg, producer="server", time_ns=time.time_ns(), event_id=str(uuid.uuid4()))
         try:
             await bus.publish_metrics(env)

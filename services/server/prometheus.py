@@ -17,10 +17,10 @@ OUTCOMES = ("ok", "bad_request", "cancelled", "error")
 
 
 class _Live:
-    """Gauges read from the engine when scraped."""
+    """Gauges read from the engine (and the swap registry) when scraped."""
 
-    def __init__(self, engine):
-        self.engine = engine
+    def __init__(self, engine, swaps):
+        self.engine, self.swaps = engine, swaps
 
     def collect(self):
         engine = self.engine
@@ -34,7 +34,7 @@ class _Live:
         live = GaugeMetricFamily(
             "yantra_live_kernel", "1 for the swap serving each target", labels=["target", "swap_id"]
         )
-        for record in engine.swaps.records():
+        for record in self.swaps.records():
             if record.state == "committed":
                 live.add_metric([record.target_class, record.swap_id], 1)
         yield live
@@ -43,7 +43,7 @@ class _Live:
 class Exporter:
     """The server's metrics registry; an observer of the engine's traffic."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, swaps):
         self.registry = CollectorRegistry()
         self.tokens = Counter("yantra_generated_tokens", "tokens generated", registry=self.registry)
         self.requests = Counter("yantra_requests", "requests ended, by outcome", ["outcome"], registry=self.registry)
@@ -61,7 +61,7 @@ class Exporter:
             "yantra_swap_hold_seconds", "how long a swap attempt held the model (apply, parity, revert or commit)",
             buckets=SWAP_HOLD_BUCKETS, registry=self.registry,
         )  # fmt: skip
-        self.registry.register(_Live(engine))
+        self.registry.register(_Live(engine, swaps))
         engine.stats.observers.append(self)
 
     def first_token(self, seconds: float) -> None:

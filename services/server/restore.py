@@ -34,7 +34,7 @@ async def restore_swaps(bus: Bus, service: ServerService, model_name: str, clock
         request = ev.first(run_log, "RunRequested")
         if request is None or request.msg.model != model_name:
             continue  # a swap made on another model
-        newer = service.engine.swaps.active_for(rec.msg.target_class)
+        newer = service.swaps.active_for(rec.msg.target_class)
         if newer is not None:
             why = f"superseded by the newer {newer.swap_id} on {rec.msg.target_class}"
             observed = pb.ParityObservation(dtype=service.engine.dtype, error=why)

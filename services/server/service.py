@@ -30,6 +30,7 @@ from services.core.pb import events_pb2 as pb
 from services.server import domain, shadow
 from services.server.engine import Engine
 from services.server.parity import CANARY_TOKENS, swap_with_parity, warm_kernel
+from services.server.swaps import SwapRegistry
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,17 @@ class ServerService:
     name = "server"
     consumes = ("TargetConcluded", "RollbackRequested")
 
-    def __init__(self, engine: Engine, data_dir: Path, static_check: StaticCheck | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        data_dir: Path,
+        static_check: StaticCheck | None = None,
+        swaps: SwapRegistry | None = None,
+    ):
         self.engine = engine
+        # What this process has swapped, and in what state: the swap handling's own bookkeeping (the engine
+        # only runs and changes the model). gRPC, metrics and the shadow check read the same registry.
+        self.swaps = swaps if swaps is not None else SwapRegistry()
         self.kernel_dir = Path(data_dir) / "kernels"
         self.static_check = static_check or check_candidate
         self.live_failures: asyncio.Queue[LiveFailure] = asyncio.Queue()
@@ -71,7 +81,7 @@ class ServerService:
         concluded: pb.TargetConcluded = trigger.msg
         if not concluded.swap:
             return []
-        existing = self.engine.swaps.get(domain.swap_id_for(trigger))
+        existing = self.swaps.get(domain.swap_id_for(trigger))
         if existing is not None and existing.state == "committed":
             # Redelivered after the swap went live but before the answer was published: answer again.
             return [existing.committed]
@@ -115,7 +125,7 @@ class ServerService:
 
     def _swap(self, prior, trigger, contract: pb.Contract, entry, canary: list[int], observed: pb.ParityObservation):
         """On the engine thread, under the lock: patch, check, decide, and revert unless committed."""
-        active = self.engine.swaps.active_for(contract.target)
+        active = self.swaps.active_for(contract.target)
         if active is not None:
             observed.error = f"{contract.target} is already served by {active.swap_id}; roll it back first"
             return domain.swap_outcome(prior, trigger, observed)
@@ -125,7 +135,7 @@ class ServerService:
         self.engine.stats.swap_held(observed.hold_s)
         outcome = domain.swap_outcome(prior, trigger, observed)
         if isinstance(outcome, pb.SwapCommitted) and handle is not None:
-            self.engine.swaps.add(outcome, handle)
+            self.swaps.add(outcome, handle)
             handle.on_failure = self._reporter(trigger, outcome)
         elif handle is not None:
             self.engine.revert(handle)
@@ -164,7 +174,7 @@ class ServerService:
     async def shadow_check(self) -> list[str]:
         """Replay every committed kernel on live inputs it served against the module's own forward (services.server
         .shadow); a kernel found off is reverted and reported, as a live error is."""
-        return await self.engine.exclusive(shadow.shadow_pass, self.engine)
+        return await self.engine.exclusive(shadow.shadow_pass, self.engine, self.swaps)
 
     # ------------------------------------------------------------------ restart
 
@@ -192,13 +202,13 @@ class ServerService:
 
     def _rollback(self, swap_id: str, canary: list[int]) -> pb.ParityObservation:
         observed = pb.ParityObservation(dtype=self.engine.dtype)
-        entry = self.engine.swaps.get(swap_id)
+        entry = self.swaps.get(swap_id)
         if entry is None or entry.state != "committed":
             state = "unknown to" if entry is None else "already rolled back on"
             observed.error = f"swap {swap_id!r} is {state} this server"
             return observed
         observed.graphs_captured = self.engine.revert(entry.handle)  # graphs drop the kernel before the lock goes
-        self.engine.swaps.mark_rolled_back(swap_id)
+        self.swaps.mark_rolled_back(swap_id)
         observed.modules_matched = len(entry.handle.patched)
         tokens, _ = self.engine.decode(canary, CANARY_TOKENS)
         observed.canary_tokens_after.extend(tokens)

@@ -36,10 +36,10 @@ def check_swap(handle) -> str:
     return ""
 
 
-def shadow_pass(engine) -> list[str]:
+def shadow_pass(engine, swaps) -> list[str]:
     """Check every swap serving now (engine thread, model held); returns the problems found, each already acted on."""
     problems = []
-    for entry in engine.swaps.serving_entries():
+    for entry in swaps.serving_entries():
         problem = check_swap(entry.handle)
         if problem:
             entry.handle.drifted(problem)

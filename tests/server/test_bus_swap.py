@@ -73,7 +73,7 @@ async def test_judged_kernel_is_committed_then_rolled_back_and_replays_exactly(
     assert msg.observed.activations_passed == msg.observed.activations_checked > 0
     assert all(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
     assert (await engine.exclusive(engine.decode, ids, 8))[0] == before
-    assert [(r.swap_id, r.state) for r in engine.swaps.records()] == [(msg.swap_id, "committed")]
+    assert [(r.swap_id, r.state) for r in serving.swaps.records()] == [(msg.swap_id, "committed")]
     assert engine.module_state(QWEN_NORM)[2] == 5
     assert await answer(bus, serving, concluded) == 0  # answered once, never twice
 
@@ -85,7 +85,7 @@ async def test_judged_kernel_is_committed_then_rolled_back_and_replays_exactly(
     assert rolled.candidate_id == msg.candidate_id and rolled.observed.modules_matched == 5
     assert "operator asked" in rolled.reason
     assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
-    assert [(r.swap_id, r.state) for r in engine.swaps.records()] == [(msg.swap_id, "rolled_back")]
+    assert [(r.swap_id, r.state) for r in serving.swaps.records()] == [(msg.swap_id, "rolled_back")]
 
     assert [r.type for r in log][-3:] == ["SwapCommitted", "RollbackRequested", "SwapRolledBack"]
     assert _mine(verify(log, REDERIVE)) == []
@@ -110,7 +110,7 @@ async def test_a_kernel_that_raises_while_serving_is_rolled_back_through_the_log
     assert rolled.env.causation_id == asked.env.event_id and rolled.msg.observed.modules_matched == 5
     assert rolled.msg.reason.startswith("rolled back 5 modules: the kernel raised while serving")
     assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
-    assert [(r.swap_id, r.state) for r in engine.swaps.records()][-1] == (committed.msg.swap_id, "rolled_back")
+    assert [(r.swap_id, r.state) for r in serving.swaps.records()][-1] == (committed.msg.swap_id, "rolled_back")
     assert _mine(verify(log, REDERIVE)) == []
 
 
@@ -121,7 +121,7 @@ async def test_kernel_that_forgets_the_weight_is_rejected_and_reverted(bus, run_
     assert "parity: 0/" in rejected.reason and "canary logits moved" in rejected.reason
     assert rejected.observed.modules_matched == 5  # it was patched, checked, and taken out again
     assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
-    assert engine.swaps.active_count() == 0
+    assert serving.swaps.active_count() == 0
     assert _mine(verify(log, REDERIVE)) == []
 
 
@@ -188,5 +188,5 @@ async def test_a_kernel_silently_wrong_on_long_inputs_is_found_by_the_shadow_che
     assert asked.env.producer == "server" and asked.env.causation_id == committed.env.event_id
     assert asked.msg.reason.startswith("the shadow check found the kernel off the module's own forward on ")
     assert rolled.env.causation_id == asked.env.event_id
-    assert [(r.swap_id, r.state) for r in engine.swaps.records()][-1] == (committed.msg.swap_id, "rolled_back")
+    assert [(r.swap_id, r.state) for r in serving.swaps.records()][-1] == (committed.msg.swap_id, "rolled_back")
     assert _mine(verify(log, REDERIVE)) == []

@@ -15,11 +15,18 @@ from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as ipb_grpc
 from services.server.grpc_api import AddressUnavailable, address_problem, start_grpc
 from services.server.service import ServerService
+from services.server.swaps import SwapRegistry
 
 
 @pytest.fixture
-async def channel(engine):
-    server, port = await start_grpc(engine, "127.0.0.1:0")
+def swaps():
+    """The swap handler's registry, shared with the gRPC server under test (as the server process wires it)."""
+    return SwapRegistry()
+
+
+@pytest.fixture
+async def channel(engine, swaps):
+    server, port = await start_grpc(engine, "127.0.0.1:0", swaps=swaps)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
         yield ch
     await server.stop(0)
@@ -90,10 +97,10 @@ async def test_capture_profile_and_measure_decode_over_grpc(channel):
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "prompt" in err.value.details()
 
 
-async def test_list_swaps_follows_commit_and_rollback(engine, channel, good_source, tmp_path):
+async def test_list_swaps_follows_commit_and_rollback(engine, channel, swaps, good_source, tmp_path):
     admin = ipb_grpc.AdminStub(channel)
     assert list((await admin.ListSwaps(ipb.ListSwapsRequest())).swaps) == []
-    service = ServerService(engine, tmp_path)
+    service = ServerService(engine, tmp_path, swaps=swaps)
     log = as_log(swap_run("grpc-run", good_source))
     (committed,) = await service.handle(log[-1], log)
     assert isinstance(committed, pb.SwapCommitted), committed
@@ -116,14 +123,14 @@ async def test_list_swaps_follows_commit_and_rollback(engine, channel, good_sour
 
 
 @pytest.fixture
-async def guarded(engine):
-    server, port = await start_grpc(engine, "127.0.0.1:0", admin_token="s3cret")
+async def guarded(engine, swaps):
+    server, port = await start_grpc(engine, "127.0.0.1:0", admin_token="s3cret", swaps=swaps)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
         yield ch, f"127.0.0.1:{port}"
     await server.stop(0)
 
 
-async def test_with_an_admin_token_the_admin_rpcs_need_it_but_health_and_generation_do_not(engine, guarded):
+async def test_with_an_admin_token_the_admin_rpcs_need_it_but_health_and_generation_do_not(engine, swaps, guarded):
     from services.core.admin_auth import metadata
 
     channel, _ = guarded
@@ -135,14 +142,12 @@ async def test_with_an_admin_token_the_admin_rpcs_need_it_but_health_and_generat
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await admin.MeasureDecode(ipb.MeasureDecodeRequest(prompts=["hi"], max_new_tokens=2))
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    assert list((await admin.ListSwaps(ipb.ListSwapsRequest(), metadata=metadata("s3cret"))).swaps) == (
-        engine.swaps.records()
-    )
+    assert list((await admin.ListSwaps(ipb.ListSwapsRequest(), metadata=metadata("s3cret"))).swaps) == (swaps.records())
     assert (await admin.Health(ipb.HealthRequest())).ready  # probes need no secret
     assert len(await _generate(channel, prompt="Hello", max_new_tokens=2)) == 3  # the public surface
 
 
-async def test_the_profilers_client_and_the_cli_send_the_token(engine, guarded):
+async def test_the_profilers_client_and_the_cli_send_the_token(engine, swaps, guarded):
     from services.core.server_client import list_swaps
     from services.profiler.adapters import AdminCallFailed, AdminClient
 
@@ -154,7 +159,7 @@ async def test_the_profilers_client_and_the_cli_send_the_token(engine, guarded):
     with pytest.raises(AdminCallFailed, match="MeasureDecode .* failed: UNAUTHENTICATED: admin RPCs need"):
         await wrong.measure_decode(["hi"], 2, 1)
     await wrong.close()
-    assert await list_swaps(addr, "s3cret") == engine.swaps.records()
+    assert await list_swaps(addr, "s3cret") == swaps.records()
 
 
 async def _health_of(addr: str) -> ipb.HealthReply:

@@ -10,6 +10,7 @@ import pytest
 from services.core import events as ev
 from services.server.metrics import metrics_loop, percentile, window_metrics
 from services.server.stats import RequestStats
+from services.server.swaps import SwapRegistry
 
 
 def test_percentiles_are_nearest_rank():
@@ -40,7 +41,7 @@ async def test_metrics_loop_publishes_on_the_metrics_stream(bus, engine):
     async for _ in engine.generate(engine.encode("hi"), 3):
         pass
     stop = asyncio.Event()
-    task = asyncio.create_task(metrics_loop(bus, engine, stop, server_id, every_s=0.2))
+    task = asyncio.create_task(metrics_loop(bus, engine, SwapRegistry(), stop, server_id, every_s=0.2))
     await asyncio.sleep(0.7)
     stop.set()
     await asyncio.wait_for(task, 2.0)
@@ -63,7 +64,7 @@ async def test_a_snapshot_says_how_full_the_batch_is(engine):
     others = [engine.generate(engine.encode(p), 20, stop_at_eos=False) for p in ("A", "B c")]
     for s in (stream, *others):
         await anext(s)
-    msg = snapshot(engine, "s", 1.0)
+    msg = snapshot(engine, "s", 1.0, SwapRegistry())
     assert msg.active_requests == 3 and 1 <= msg.batch_requests <= 3 and msg.waiting_requests == 0
     assert not msg.graphs  # a CPU steps eagerly
     for s in (stream, *others):

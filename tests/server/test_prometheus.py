@@ -12,6 +12,7 @@ from services.core.pb import events_pb2 as pb
 from services.server.engine import BadRequest
 from services.server.hotswap import apply_swap
 from services.server.prometheus import Exporter
+from services.server.swaps import SwapRegistry
 
 
 def _scrape(port: int) -> dict[str, dict]:
@@ -35,7 +36,8 @@ async def _drain(engine, ids, max_new, stop_after=None) -> int:
 
 
 async def test_traffic_queue_and_live_kernels_are_scraped(engine):
-    exporter = Exporter(engine)
+    swaps = SwapRegistry()
+    exporter = Exporter(engine, swaps)
     server, thread = exporter.serve("127.0.0.1:0")
     try:
         port = server.server_port
@@ -70,14 +72,14 @@ async def test_traffic_queue_and_live_kernels_are_scraped(engine):
             apply_swap, engine.model, rmsnorm_contract(), load_candidate(HERE / "rmsnorm_kernel.py")
         )
         committed = pb.SwapCommitted(swap_id="swap-r1-c1", target_class=rmsnorm_contract().target)
-        engine.swaps.add(committed, handle)
+        swaps.add(committed, handle)
         engine.stats.swap_held(0.3)
         try:
             got = _scrape(port)
             live = got["yantra_live_kernel"]
             assert live == {("yantra_live_kernel", (("swap_id", "swap-r1-c1"), ("target", committed.target_class))): 1}
             assert got["yantra_swap_hold_seconds"][("yantra_swap_hold_seconds_count", ())] == 1
-            engine.swaps.mark_rolled_back("swap-r1-c1")
+            swaps.mark_rolled_back("swap-r1-c1")
             assert _scrape(port)["yantra_live_kernel"] == {}
         finally:
             handle.revert()

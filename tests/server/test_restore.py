@@ -48,7 +48,7 @@ async def test_a_restarted_server_serves_the_committed_swap_again(own_bus, good_
     assert await restore_swaps(own_bus, service, "tiny-qwen2") == [committed.msg.swap_id]
     assert all(is_patched(m) for m in instances_of(restarted.model, QWEN_NORM))
     assert (await restarted.exclusive(restarted.decode, ids, 8))[0] == before
-    assert [r.state for r in restarted.swaps.records()] == ["committed"]
+    assert [r.state for r in service.swaps.records()] == ["committed"]
     log = await own_bus.read_run("restore-1")
     reapplied = ev.last(log, "SwapReapplied")
     assert reapplied.msg.restored and reapplied.msg.swap_id == committed.msg.swap_id
