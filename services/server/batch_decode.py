@@ -26,11 +26,18 @@ WARMUP_STEPS = 2  # eager steps on a side stream before a capture (lazy inits, c
 
 class SlotDecoder:
     def __init__(
-        self, model: torch.nn.Module, device: str, dtype: torch.dtype, slots: int, max_len: int, cache_kw: str
+        self,
+        model: torch.nn.Module,
+        device: str,
+        dtype: torch.dtype,
+        slots: int,
+        max_len: int,
+        cache_kw: str,
+        graphs: bool = True,  # on a GPU, each step a CUDA graph; False (or a CPU): eager steps
     ):
         self.model = model
         self.device = torch.device(device)
-        self.graphs = self.device.type == "cuda"
+        self.graphs = graphs and self.device.type == "cuda"
         self.slots, self.max_len, self.cache_kw = slots, max_len, cache_kw
         self.index = SlotIndex(slots, self.device)
         self.cache = slot_cache(model.config, slots, max_len, self.index)

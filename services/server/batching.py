@@ -95,11 +95,8 @@ class Batcher:
             for request, row in zip(joining, logits, strict=True):
                 request.gen = generator(request.sampling, self.decoder.device)
                 tokens.append(choose(row, request.sampling, request.gen))
-        except Exception as exc:  # these prompts failed; the running requests go on
+        except Exception as exc:  # these prompts failed (their slots are freed); the running requests go on
             for request in joining:
-                if request.slot >= 0 and self.decoder.busy[request.slot]:
-                    self.decoder.release(request.slot)
-                request.slot = -1
                 self._end(request, exc, deliveries)
             return
         for request, token in zip(joining, tokens, strict=True):

@@ -100,8 +100,9 @@ class Engine:
         self.decoder: SlotDecoder | None = None
         self.batcher: Batcher | None = None
         if self.lane_problem is None:
-            self.decoder = SlotDecoder(self.model, loaded.device, loaded.dtype, slots, length, self._cache_kw)
-            self.decoder.graphs = self.cuda and graphs is not False
+            self.decoder = SlotDecoder(
+                self.model, loaded.device, loaded.dtype, slots, length, self._cache_kw, graphs=graphs is not False
+            )
             self.batcher = Batcher(self.decoder)
         self.graphs = self.decoder is not None and self.decoder.graphs
         self._batches: asyncio.Task | None = None

@@ -40,6 +40,13 @@ CALLS_PER_INSTANCE = 4  # prefill and a few decode steps: the live shapes, witho
 CANARY_RTOL: dict[torch.dtype, float] = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 5e-2}
 
 
+def logit_max_diff(logits: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    """The largest |logit − reference| over a canary's steps; inf when any logit is not finite (or none ran)."""
+    if not logits or not all(torch.isfinite(a).all() for a in logits):
+        return float("inf")
+    return max(float((a - b).abs().max()) for a, b in zip(logits, reference, strict=True))
+
+
 def canary_tolerance(dtype: torch.dtype, logits: list[torch.Tensor]) -> float:
     scale = max([1.0] + [float(t.abs().max()) for t in logits if t.numel()])
     return CANARY_RTOL.get(dtype, 1e-3) * scale
@@ -199,9 +206,7 @@ def served_canary(
     before = decoder.captures
     _, logits = engine.serve_decode(ids, len(forced), forced=forced, keep_logits=True)
     observed.graphs_captured += decoder.captures - before
-    diffs = [float((a - b).abs().max()) for a, b in zip(logits, reference, strict=True)]
-    finite = all(torch.isfinite(a).all() for a in logits)
-    observed.served_logit_max_diff = max(diffs) if finite and diffs else float("inf")
+    observed.served_logit_max_diff = logit_max_diff(logits, reference)
 
 
 def swap_with_parity(
@@ -231,9 +236,7 @@ def swap_with_parity(
         observed.max_abs_err = max_abs
         after, after_logits = engine.decode(canary_ids, CANARY_TOKENS, forced=before, keep_logits=True)
         observed.canary_tokens_after.extend(after)
-        diffs = [float((a - b).abs().max()) for a, b in zip(after_logits, before_logits, strict=True)]
-        finite = all(torch.isfinite(a).all() for a in after_logits)
-        observed.canary_logit_max_diff = max(diffs) if finite and diffs else float("inf")
+        observed.canary_logit_max_diff = logit_max_diff(after_logits, before_logits)
         served_canary(engine, canary_ids, before, before_logits, observed)
     except Exception as exc:  # a kernel that crashes on live inputs is a rejection, never a crashed server
         engine.revert(handle)

@@ -118,7 +118,7 @@ class ModuleProfiler:
         # (Qwen3's norm class is per-head q/k norms of width 128 and hidden-size norms of width 1536), and the
         # width, parameters and shape must describe the same calls.
         representative = s.shape_module.get(dominant, s.modules[0]) if dominant else s.modules[0]
-        found = recognise(representative) if not any(True for _ in representative.children()) else None
+        found = recognise(representative)  # None for a container: only leaves compute one op
         return pb.ModuleClassProfile(
             computes=found[1] if found else "",
             probed=True,
