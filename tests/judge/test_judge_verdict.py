@@ -117,3 +117,15 @@ def test_references_refuse_a_bound_the_modules_own_output_fails(ready):
 
     with pytest.raises(verdict.BoundError):
         verdict.references(ready.cases[:1], shifted, "weight")
+
+
+def test_a_rejections_evidence_carries_the_error_that_sank_it(ready):
+    """The structured error of a rejected candidate is the one its text reports, never 0."""
+    own = [ref.own.clone() for ref in ready.refs]
+    own[0].view(-1)[0] = ready.refs[0].hi.view(-1)[0] + 0.5  # one element far off in the first case
+    facts, blob = _honest(ready, outputs=own)
+    tally = verdict.judge_outputs(ready.cases, ready.refs, facts, blob)
+    evidence = verdict.evidence(tally, ready.cases, seed_base=7, dtype="bfloat16", facts=facts, interpreted=True)
+    assert not evidence.passed and evidence.rule_id == "outside-tolerance"
+    assert evidence.max_abs_err >= 0.4 and evidence.max_ulp_err > 1
+    assert evidence.errors and evidence.errors[0].max_abs_err == evidence.max_abs_err
