@@ -1,6 +1,7 @@
-"""RMSNorm on the GPU, side by side in one run: HF eager, torch.compile, F.rms_norm, Liger, ours.
+"""A norm on the GPU, side by side in one run: eager, torch.compile, the native fused op, Liger, ours.
 
-    python bench/rmsnorm.py --out bench/results
+    python bench/rmsnorm.py --out bench/results                       # RMSNorm (HF Qwen2RMSNorm)
+    python bench/rmsnorm.py --variant layernorm --out bench/results   # LayerNorm with bias (torch.nn.LayerNorm)
 
 Ours is the coder's row_reduction template at each config of its search table; the best
 config per shape is reported (and every config is in the JSON). Every shape is timed two ways
@@ -33,8 +34,16 @@ from services.core.tolerances import within  # noqa: E402
 from services.judge.timing import GRAPH_CALLS, capture  # noqa: E402
 
 SHAPES = [(1, 1536), (16, 1536), (256, 1536), (8192, 1536), (32768, 1536), (4096, 4096), (4096, 1000)]
-# A slice of the coder's search table (all 15 configs would not fit one GPU call with the baselines).
-BENCH_CONFIGS = [c for c in template.search_configs() if c.rows_per_program == 1 or c.num_warps == 4]
+# Decode-sized (1-64 rows) and prefill-sized (4k-32k rows) at Qwen2.5-1.5B's and Llama-3-8B's widths.
+LAYERNORM_SHAPES = [(1, 1536), (64, 1536), (4096, 1536), (32768, 1536), (1, 4096), (64, 4096), (8192, 4096)]
+VARIANTS = {"rmsnorm": ("", SHAPES, "f_rms_norm"), "layernorm": ("layernorm", LAYERNORM_SHAPES, "f_layer_norm")}
+
+
+def bench_configs(variant: str) -> list:
+    """A slice of the coder's search table (all 15 configs would not fit one GPU call with the baselines)."""
+    return [c for c in template.search_configs(variant) if c.rows_per_program == 1 or c.num_warps == 4]
+
+
 L2_BYTES = 60 * 2**20
 
 
@@ -61,36 +70,54 @@ def graph_time_us(fn, inputs, reps: int = 10) -> float:
     return capture(fn, inputs, GRAPH_CALLS).per_call_us(reps)
 
 
-def implementations(width: int, dtype: torch.dtype, eps: float):
+def _liger(variant: str, width: int, eps: float):
+    if variant == "layernorm":
+        from liger_kernel.transformers.layer_norm import LigerLayerNorm
+
+        return LigerLayerNorm(width, eps=eps)
+    from liger_kernel.transformers.rms_norm import LigerRMSNorm
+
+    return LigerRMSNorm(width, eps=eps)
+
+
+def implementations(width: int, dtype: torch.dtype, eps: float, variant: str = "rmsnorm"):
     torch.manual_seed(0)
-    hf = Qwen2RMSNorm(width, eps=eps).to("cuda", dtype)
+    F = torch.nn.functional
+    if variant == "layernorm":  # torch's LayerNorm is eager and native at once: F.layer_norm is its forward
+        hf = torch.nn.LayerNorm(width, eps=eps).to("cuda", dtype)
+    else:
+        hf = Qwen2RMSNorm(width, eps=eps).to("cuda", dtype)
     with torch.no_grad():
         hf.weight.copy_(1 + 0.1 * torch.randn(width, device="cuda", dtype=dtype))
+        if getattr(hf, "bias", None) is not None:
+            hf.bias.copy_(torch.randn(width, device="cuda", dtype=dtype))
+    bias = getattr(hf, "bias", None)
     impls = {"hf_eager": hf.forward, "torch_compile": torch.compile(hf, dynamic=False)}
-    if hasattr(torch.nn.functional, "rms_norm"):
-        impls["f_rms_norm"] = lambda x: torch.nn.functional.rms_norm(x, (width,), hf.weight, eps)
+    if variant == "layernorm":
+        impls["f_layer_norm"] = lambda x: F.layer_norm(x, (width,), hf.weight, bias, eps)
+    elif hasattr(F, "rms_norm"):
+        impls["f_rms_norm"] = lambda x: F.rms_norm(x, (width,), hf.weight, eps)
     try:
-        from liger_kernel.transformers.rms_norm import LigerRMSNorm
-
-        liger = LigerRMSNorm(width, eps=eps).to("cuda", dtype)
-        with torch.no_grad():
-            liger.weight.copy_(hf.weight)
+        liger = _liger(variant, width, eps).to("cuda", dtype)
+        liger.load_state_dict(hf.state_dict(), strict=False)
         impls["liger"] = liger.forward
     except Exception as exc:  # reported, not fatal: the comparison names what was missing
         print(f"liger unavailable: {exc}")
     ours = {}
     kernel_dir = Path("/tmp/yantra-bench-kernels")
-    for config in BENCH_CONFIGS:
+    extra = {"bias": bias} if bias is not None else {}
+    for config in bench_configs(VARIANTS[variant][0]):
         entry = candidate_wrapper(kernel_dir, template.render(config), template.plan(config))
         key = f"ours_w{config.num_warps}_r{config.rows_per_program}"
-        ours[key] = (lambda e: lambda x: e(hidden_states=x, weight=hf.weight, eps=eps))(entry)
+        ours[key] = (lambda e: lambda x: e(hidden_states=x, weight=hf.weight, eps=eps, **extra))(entry)
     return hf, impls, ours
 
 
-def bench_shape(rows: int, width: int, dtype: torch.dtype, ceiling: float) -> dict:
+def bench_shape(rows: int, width: int, dtype: torch.dtype, ceiling: float, variant: str = "rmsnorm") -> dict:
     eps = 1e-6
-    hf, impls, ours = implementations(width, dtype, eps)
-    bytes_moved = 2 * rows * width * dtype.itemsize + width * dtype.itemsize
+    hf, impls, ours = implementations(width, dtype, eps, variant)
+    params = 2 if variant == "layernorm" else 1  # weight (and bias), read once
+    bytes_moved = 2 * rows * width * dtype.itemsize + params * width * dtype.itemsize
     copies = max(1, math.ceil(2 * L2_BYTES / (rows * width * dtype.itemsize)))
     inputs = [torch.randn(rows, width, device="cuda", dtype=dtype) for _ in range(min(copies, 64))]
     ref = hf(inputs[0])
@@ -122,14 +149,14 @@ def bench_shape(rows: int, width: int, dtype: torch.dtype, ceiling: float) -> di
     return result
 
 
-def plot(results: list[dict], path: Path) -> None:
+def plot(results: list[dict], path: Path, variant: str = "rmsnorm") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     labels = [f"{r['rows']}x{r['width']}" for r in results]
-    names = ["hf_eager", "torch_compile", "f_rms_norm", "liger", "ours"]
+    names = ["hf_eager", "torch_compile", VARIANTS[variant][2], "liger", "ours"]
     fig, ax = plt.subplots(figsize=(10, 4.5))
     width = 0.16
     for k, name in enumerate(names):
@@ -140,7 +167,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.bar([i + (k - 2) * width for i in range(len(results))], vals, width, label=name)
     ax.set_xticks(range(len(results)), labels)
     ax.set_ylabel("% of measured copy bandwidth")
-    ax.set_title(f"RMSNorm bf16 on {torch.cuda.get_device_name()} (GPU time by CUDA-graph replay, rotating buffers)")
+    ax.set_title(f"{variant} bf16 on {torch.cuda.get_device_name()} (GPU time by CUDA-graph replay, rotating buffers)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -149,15 +176,19 @@ def plot(results: list[dict], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--variant", choices=sorted(VARIANTS), default="rmsnorm", help="which norm (default rmsnorm)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench/rmsnorm.py needs a CUDA GPU")
         return 2
     torch.backends.cuda.matmul.allow_tf32 = True
     ceiling = copy_bandwidth()
-    results = [bench_shape(r, w, torch.bfloat16, ceiling) for r, w in SHAPES]
+    _, shapes, native = VARIANTS[args.variant]
+    results = [bench_shape(r, w, torch.bfloat16, ceiling, args.variant) for r, w in shapes]
+    flag = "" if args.variant == "rmsnorm" else f" --variant {args.variant}"
     meta = {
-        "command": "python bench/rmsnorm.py --out bench/results",
+        "command": f"python bench/rmsnorm.py{flag} --out bench/results",
+        "variant": args.variant,
         "gpu": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "triton": triton.__version__,
@@ -166,16 +197,15 @@ def main() -> int:
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "rmsnorm_h200.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    plot(results, args.out / "rmsnorm_h200.png")
+    stem = f"{args.variant}_h200"
+    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    plot(results, args.out / f"{stem}.png", args.variant)
     print(f"copy ceiling {ceiling / 1e9:.0f} GB/s on {meta['gpu']}")
     print("per impl: GPU us per call by graph replay (do_bench us), % of copy bandwidth")
-    print(
-        f"{'shape':>12} " + " ".join(f"{n:>20}" for n in ["hf_eager", "torch_compile", "f_rms_norm", "liger", "ours"])
-    )
+    print(f"{'shape':>12} " + " ".join(f"{n:>20}" for n in ["hf_eager", "torch_compile", native, "liger", "ours"]))
     for r in results:
         cells = []
-        for name in ["hf_eager", "torch_compile", "f_rms_norm", "liger", r.get("ours_best", "")]:
+        for name in ["hf_eager", "torch_compile", native, "liger", r.get("ours_best", "")]:
             row = r["impls"].get(name, {})
             cells.append(
                 f"{row['graph_us']:6.1f} ({row['us']:5.1f}) {row['pct_of_copy']:3.0f}%" if "us" in row else "-"

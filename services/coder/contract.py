@@ -20,11 +20,11 @@ class ContractError(ValueError):
 
 
 def _weight_attribute(intro: pb.ModuleIntrospection) -> pb.ModuleAttribute:
-    params = [a for a in intro.attributes if a.kind == "parameter"]
+    params = [a for a in intro.attributes if a.kind == "parameter" and a.name != "bias"]
     if len(params) > 1:
         names = ", ".join(a.name for a in params)
-        raise ContractError(f"{intro.class_path} has parameters {names}; an RMSNorm has exactly one 1-D weight")
-    tensors = params or [a for a in intro.attributes if a.kind in WEIGHT_KINDS]
+        raise ContractError(f"{intro.class_path} has parameters {names}; a norm has one 1-D weight (and a bias)")
+    tensors = params or [a for a in intro.attributes if a.kind in WEIGHT_KINDS and a.name != "bias"]
     one_d = [a for a in tensors if len(a.shape) == 1]
     if not one_d:
         raise ContractError(f"{intro.class_path} has no 1-D weight tensor to bind")
@@ -36,6 +36,14 @@ def _weight_attribute(intro: pb.ModuleIntrospection) -> pb.ModuleAttribute:
     return one_d[0]
 
 
+def _bias_attribute(intro: pb.ModuleIntrospection, weight: pb.ModuleAttribute) -> pb.ModuleAttribute | None:
+    """A LayerNorm's bias: a tensor named `bias` of the weight's shape (None for a norm without one)."""
+    bias = next((a for a in intro.attributes if a.name == "bias" and a.kind in WEIGHT_KINDS), None)
+    if bias is not None and list(bias.shape) != list(weight.shape):
+        raise ContractError(f"{intro.class_path}.bias has shape {list(bias.shape)}, the weight {list(weight.shape)}")
+    return bias
+
+
 def _eps_attribute(intro: pb.ModuleIntrospection) -> pb.ModuleAttribute:
     floats = {a.name: a for a in intro.attributes if a.kind == "float"}
     for name in EPS_ATTRS:
@@ -45,10 +53,11 @@ def _eps_attribute(intro: pb.ModuleIntrospection) -> pb.ModuleAttribute:
 
 
 def derive_contract(intro: pb.ModuleIntrospection, entrypoint: str = rmsnorm.ENTRYPOINT) -> pb.Contract:
-    """The module_class contract binding `intro`'s weight and epsilon to the RMSNorm entrypoint."""
+    """The module_class contract binding `intro`'s weight, epsilon (and a LayerNorm's bias) to the norm entrypoint."""
     if not intro.class_path:
         raise ContractError("the introspection names no class")
     weight = _weight_attribute(intro)
+    bias = _bias_attribute(intro, weight)
     eps = _eps_attribute(intro)
     inputs = list(intro.forward_params)
     if len(inputs) != len(rmsnorm.ENTRY_INPUTS):
@@ -67,5 +76,6 @@ def derive_contract(intro: pb.ModuleIntrospection, entrypoint: str = rmsnorm.ENT
         bindings=[
             pb.Binding(param="weight", attr=weight.name, kind="tensor"),
             pb.Binding(param="eps", attr=eps.name, kind="float"),
-        ],
+        ]
+        + ([pb.Binding(param="bias", attr=bias.name, kind="tensor")] if bias is not None else []),
     )

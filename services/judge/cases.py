@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -52,6 +52,7 @@ class CaseSpec:
     odd_width: int = 97
     examples: int = 24  # hypothesis draws beyond the fixed cases
     boundaries: tuple[int, ...] = ()  # the plan's dispatch limits (max_rows): each is drawn at and past it
+    bias: bool = False  # the module adds a bias (a LayerNorm's): every case draws one
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Case:
     layout: str
     base: torch.Tensor  # CPU, input dtype, contiguous; the input is apply_layout(base, layout, width)
     weight: torch.Tensor  # CPU, param dtype, 1-D of the case's width
+    bias: torch.Tensor | None = None  # CPU, param dtype, the weight's shape; None for a module without one
 
     @property
     def width(self) -> int:
@@ -141,6 +143,12 @@ def _weight(kind: str, width: int, dtype: torch.dtype, g: torch.Generator) -> to
     return w.to(dtype)
 
 
+def _bias(width: int, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    """A bias far from the module's init of zeros, at a scale of its own (a kernel that drops it, or adds it
+    before the weight, is wrong by about that much)."""
+    return (torch.randn(width, generator=g) * _pick(g, (0.1, 1.0, 10.0))).to(dtype)
+
+
 def _base(x: torch.Tensor, layout: str) -> torch.Tensor:
     """The contiguous tensor whose `layout` view holds x; the rest is NaN, so reading it shows."""
     if layout == "contiguous":
@@ -161,7 +169,8 @@ def _case(kind: str, shape, regime: str, weights: str, layout: str, spec: CaseSp
     x = _values(shape, regime, spec.input_dtype, g)
     name = f"{kind} {'x'.join(map(str, shape))} {regime}/{weights} {layout}"
     weight = _weight(weights, shape[-1], spec.param_dtype, g)
-    return Case(name, shape, regime, weights, layout, _base(x, layout), weight)
+    bias = _bias(shape[-1], spec.param_dtype, g) if spec.bias else None  # drawn last: bias-free cases unchanged
+    return Case(name, shape, regime, weights, layout, _base(x, layout), weight, bias)
 
 
 def _rows(shape) -> int:
@@ -301,5 +310,5 @@ def draw_cases(spec: CaseSpec, seed: int) -> list[Case]:
         while name in names:
             name, k = f"{case.name} #{k}", k + 1
         names.add(name)
-        cases.append(Case(name, case.shape, case.regime, case.weights, case.layout, case.base, case.weight))
+        cases.append(replace(case, name=name))
     return cases

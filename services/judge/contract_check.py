@@ -63,6 +63,7 @@ def _check(
     params: list[str],
     uses: dict[str, str],
     checks: list[str],
+    optional: tuple[str, ...] = (),
 ) -> None:
     """Appends each check that passed to `checks`; raises ContractError at the first that fails."""
     if contract.kind not in SUPPORTED_KINDS:
@@ -137,15 +138,16 @@ def _check(
     declared = entry_names + [b.param for b in contract.bindings]
     if len(set(declared)) != len(declared):
         raise ContractError("entry-signature", f"the contract names a parameter twice: {declared}")
-    if sorted(params) != sorted(declared):
-        missing = sorted(set(declared) - set(params))
-        extra = sorted(set(params) - set(declared))
+    missing = sorted(set(declared) - set(params))
+    extra = sorted(set(params) - set(declared) - set(optional))  # an optional parameter may go unbound
+    if missing or extra:
         raise ContractError(
             "entry-signature",
             f"{contract.entrypoint}({', '.join(params)}) does not take exactly the inputs and bound params: "
             f"missing {missing}, unexpected {extra}",
         )
-    checks.append(f"{contract.entrypoint}({', '.join(params)}) = inputs + bound params")
+    taken = [p for p in params if p in declared]
+    checks.append(f"{contract.entrypoint}({', '.join(taken)}) = inputs + bound params")
 
     expected = {name: "tensor" for name in entry_names} | {b.param: b.kind for b in contract.bindings}
     for name, kind in expected.items():
@@ -162,11 +164,12 @@ def check_contract(
     intro: pb.ModuleIntrospection,
     entry_signature_params: list[str],
     uses: dict[str, str] | None = None,
+    optional: tuple[str, ...] = (),
 ) -> pb.ContractEvidence:
     """The contract evidence: every check that ran, and the first failure as `error` with its `rule_id`."""
     checks: list[str] = []
     try:
-        _check(contract, intro, entry_signature_params, uses or {}, checks)
+        _check(contract, intro, entry_signature_params, uses or {}, checks, optional)
     except ContractError as exc:
         return pb.ContractEvidence(passed=False, checks=checks, error=str(exc), rule_id=exc.rule)
     return pb.ContractEvidence(passed=True, checks=checks)

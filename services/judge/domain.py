@@ -61,7 +61,7 @@ def derive_judged(prior: list[Recorded], trigger: Recorded, observed: pb.JudgeOb
     )
 
 
-def _rederive(prior: list[Recorded], trigger: Recorded, recorded: Message) -> Message:
+def _rederive(prior: list[Recorded], trigger: Recorded, recorded: Message, ordinal: int = 0) -> Message:
     return derive_judged(prior, trigger, recorded.observed)
 
 

@@ -45,7 +45,14 @@ def import_class(class_path: str) -> type[torch.nn.Module]:
 
 
 def tensor_binding(contract: pb.Contract) -> pb.Binding | None:
-    return next((b for b in contract.bindings if b.kind == "tensor"), None)
+    """The bound weight: the binding of the wrapper's `weight` (the first tensor binding in older contracts)."""
+    named = next((b for b in contract.bindings if b.kind == "tensor" and b.param == "weight"), None)
+    return named or next((b for b in contract.bindings if b.kind == "tensor" and b.param != "bias"), None)
+
+
+def bias_binding(contract: pb.Contract) -> pb.Binding | None:
+    """A LayerNorm's bound bias (None where the contract binds none)."""
+    return next((b for b in contract.bindings if b.kind == "tensor" and b.param == "bias"), None)
 
 
 def float_binding(contract: pb.Contract) -> pb.Binding | None:

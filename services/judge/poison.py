@@ -54,6 +54,16 @@ class Poison:
         return allocate
 
     def install(self) -> None:
+        # torch's `with torch.device(...)` recognises factory functions by identity, from a set it builds once,
+        # on first use. Built after the wrappers went in, it would hold them, not the builtins they call, and a
+        # module built under the context (the oracle) would allocate with torch.empty on the CPU (nn.LayerNorm
+        # does): so it is built first, from the originals.
+        try:
+            from torch.utils._device import _device_constructors
+
+            _device_constructors()
+        except ImportError:  # a torch without the device context has nothing to warm
+            pass
         for (owner, name), wrapper in self.wrappers.items():
             setattr(_owner(owner), name, wrapper)
 

@@ -84,18 +84,20 @@ def _storages(*tensors: torch.Tensor) -> set[int]:
 def run_case(
     forward: Callable[[torch.nn.Module, tuple, dict], object],  # services.core.kernels.bind's call
     module: torch.nn.Module,
-    weight_attr: str,
+    state: dict[str, torch.Tensor],
     base: torch.Tensor,
-    weight: torch.Tensor,
     layout: Callable[[torch.Tensor], torch.Tensor],
     guard: Guard,
 ) -> CaseRun:
-    """One call of the candidate on one case: its output (CPU) or the first problem seen."""
+    """One call of the candidate on one case: its output (CPU) or the first problem seen.
+
+    `state` is the case's module tensors by attribute (the weight, a LayerNorm's bias), set on `module`."""
     x = layout(guard.place(base))
-    live_weight = guard.place(weight)
+    live = {attr: guard.place(value) for attr, value in state.items()}
     with torch.no_grad():
-        getattr(module, weight_attr).data = live_weight
-    x_before, w_before = x.cpu().clone(), weight.clone()
+        for attr, value in live.items():
+            getattr(module, attr).data = value
+    x_before = x.cpu().clone()
     try:
         with torch.no_grad():
             out = forward(module, (x,), {})
@@ -103,12 +105,13 @@ def run_case(
         return CaseRun(problem=("raised", f"{type(exc).__name__}: {exc}"[:500]))
     if type(out) is not torch.Tensor:
         return CaseRun(problem=("not-a-tensor", f"the wrapper returned a {type(out).__name__}"))
-    if _storages(out) & _storages(x, live_weight):
-        return CaseRun(problem=("aliases-input", "the output shares memory with the input or the weight"))
+    if _storages(out) & _storages(x, *live.values()):
+        return CaseRun(problem=("aliases-input", "the output shares memory with the input or the module's tensors"))
     if not same_bits(x.cpu(), x_before):
         return CaseRun(problem=("modified-input", "the kernel wrote to its input"))
-    if not same_bits(live_weight.cpu(), w_before):
-        return CaseRun(problem=("modified-weights", "the kernel wrote to the module's weight"))
+    for attr, value in live.items():
+        if not same_bits(value.cpu(), state[attr]):
+            return CaseRun(problem=("modified-weights", f"the kernel wrote to the module's {attr}"))
     broken = guard.broken()
     if broken:
         return CaseRun(problem=("guard-bytes", f"{broken} guard region(s) around the call's tensors were overwritten"))

@@ -189,7 +189,19 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
         return facts, pb.TimingEvidence(measured=False, reason="tampered: not timed")
     call = kernels.bind(contract, wrapper)
     ghost_call = kernels.bind(contract, ghost)
-    weight_attr = next((b.attr for b in contract.bindings if b.kind == "tensor"), "weight")
+    from services.judge.module_factory import bias_binding, tensor_binding
+
+    weight_attr = (tensor_binding(contract) or pb.Binding(attr="weight")).attr
+    bias_attr = (bias_binding(contract) or pb.Binding()).attr
+    biases = cases.get("biases") or [None] * len(cases["bases"])
+
+    def state(index: int) -> dict:
+        """The case's module tensors by attribute: its weight, and its bias where the module has one."""
+        out = {weight_attr: cases["weights"][index]}
+        if bias_attr and biases[index] is not None:
+            out[bias_attr] = biases[index]
+        return out
+
     modules: dict[int, torch.nn.Module] = {}
 
     def module_for(width: int) -> torch.nn.Module:
@@ -200,13 +212,13 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     canary_seed = int(job["seed_base"]) * 7919 + 1  # the guard bytes of this judging, unknown to the kernel
 
     def run(index: int):
-        base, weight, layout = cases["bases"][index], cases["weights"][index], cases["layouts"][index]
-        width = int(weight.shape[0])
+        base, layout = cases["bases"][index], cases["layouts"][index]
+        width = int(cases["weights"][index].shape[0])
         guard = Guard(device, canary_seed)
         allocate["fn"] = guard.empty
         try:
-            return run_case(call, module_for(width), weight_attr, base, weight,
-                            lambda t: apply_layout(t, layout, width), guard)  # fmt: skip
+            view = lambda t: apply_layout(t, layout, width)  # noqa: E731
+            return run_case(call, module_for(width), state(index), base, view, guard)
         finally:
             allocate["fn"] = None
 
@@ -220,14 +232,15 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     tampered("during the cases")
     clean = not facts["problems"] and not facts.get("tampered")
     if clean:
-        base, weight = cases["bases"][0], cases["weights"][0]
-        width = int(weight.shape[0])
+        base = cases["bases"][0]
+        width = int(cases["weights"][0].shape[0])
         module = module_for(width)
         with torch.no_grad():
             # The first case again as production calls it: no guard bytes, no poison, the weight and input in
             # plain memory, the output's memory holding random bytes. A kernel that behaves only where it sees
             # the judge's canaries or fills answers differently here.
-            getattr(module, weight_attr).data = weight.to(device)
+            for attr, value in state(0).items():
+                getattr(module, attr).data = value.to(device)
             x = apply_layout(base.to(device), cases["layouts"][0], width)
             allocate["fn"] = under_random_fill(canary_seed + 1)
             saved["second"] = call(module, (x,), {}).detach().cpu()

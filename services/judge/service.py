@@ -30,6 +30,7 @@ from services.judge.contract_check import check_contract
 from services.judge.domain import LiveTarget, derive_judged, live_target
 from services.judge.module_factory import (
     ModuleBuildError,
+    bias_binding,
     build,
     float_binding,
     import_class,
@@ -157,6 +158,7 @@ class JudgeService:
         width, eps = width_and_eps(intro, proposal.contract)
         eps_binding = float_binding(proposal.contract)
         weight = tensor_binding(proposal.contract)
+        bias = bias_binding(proposal.contract)
         attrs = {a.name: a for a in intro.attributes}
         input_dtype = target.dtype or "float32"
         param_dtype = attrs[weight.attr].dtype if weight.attr in attrs and attrs[weight.attr].dtype else input_dtype
@@ -185,13 +187,18 @@ class JudgeService:
             row_blocks=row_blocks(proposal.plan),
             examples=self.examples,
             boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
+            bias=bias is not None,
         )
         cases = draw_cases(spec, seed_base)
         cls = import_class(intro.class_path)
         eps_attr = eps_binding.attr if eps_binding else None
-        refs = verdict.references(cases, lambda w: build(cls, w, eps, eps_attr, "cpu"), weight.attr)
+        refs = verdict.references(
+            cases, lambda w: build(cls, w, eps, eps_attr, "cpu"), weight.attr, bias.attr if bias else None
+        )
         blob = io.BytesIO()
         data = {"bases": [c.base for c in cases], "weights": [c.weight for c in cases]}
+        if bias is not None:
+            data["biases"] = [c.bias for c in cases]
         torch.save({**data, "layouts": [c.layout for c in cases]}, blob)
         x, w = spec.input_dtype, spec.param_dtype
         return Prepared(job, cases, refs, blob.getvalue(), (x.itemsize, w.itemsize, torch.promote_types(x, w).itemsize))
@@ -221,4 +228,4 @@ def family_contract(ops, contract: pb.Contract, intro: pb.ModuleIntrospection) -
             error=f"the contract's entrypoint {contract.entrypoint!r} is not the {ops.FAMILY} wrapper "
             f"{ops.ENTRYPOINT!r}",
         )
-    return check_contract(contract, intro, list(ops.ENTRY_PARAMS), dict(ops.PARAM_KINDS))
+    return check_contract(contract, intro, list(ops.ENTRY_PARAMS), dict(ops.PARAM_KINDS), ops.OPTIONAL_PARAMS)

@@ -57,8 +57,9 @@ class Reference:
     row_error: torch.Tensor | None = None  # a centred norm's per-row term (rounding.centred_row_error)
 
 
-def references(cases: list[Case], build_module, weight_attr: str) -> list[Reference]:
-    """One Reference per case. `build_module(width)` returns a fresh CPU instance of the live class."""
+def references(cases: list[Case], build_module, weight_attr: str, bias_attr: str | None = None) -> list[Reference]:
+    """One Reference per case. `build_module(width)` returns a fresh CPU instance of the live class; the case's
+    weight (and bias, where the module has one under `bias_attr`) are set on it."""
     out = []
     centred: dict[int, float | None] = {}  # width -> eps when the module subtracts the mean (seen running it)
     for case in cases:
@@ -69,6 +70,8 @@ def references(cases: list[Case], build_module, weight_attr: str) -> list[Refere
             centred[case.width] = epsilon_of(probe) if is_centred else None
         with torch.no_grad():
             getattr(module, weight_attr).copy_(case.weight)
+            if case.bias is not None and bias_attr:
+                getattr(module, bias_attr).copy_(case.bias)
             x = apply_layout(case.base, case.layout, case.width)
             own = module(x)
             hi = copy.deepcopy(module).float()(x.float()).double()

@@ -21,15 +21,17 @@ FAMILY = "row_reduction"
 # What this family's modules may compute (services.ops.recognise_norm), and which of those its template
 # writes today; the others are recognised, recorded and refused with that reason, never written wrong.
 VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias")
-WRITABLE = ("rmsnorm", "rmsnorm_offset", "layernorm_no_bias")
-ENTRYPOINT = "rmsnorm"  # the wrapper's name in a contract
+WRITABLE = VARIANTS
+ENTRYPOINT = "rmsnorm"  # the wrapper's name in a contract (it runs every variant; the name is what contracts hold)
 ENTRY_INPUTS = ("hidden_states",)  # forward inputs passed through
-ENTRY_PARAMS = ("hidden_states", "weight", "eps")  # the wrapper's signature: inputs, then bound module state
-PARAM_KINDS = {"hidden_states": "tensor", "weight": "tensor", "eps": "float"}
+# The wrapper's signature: inputs, then bound module state. A bias is bound only where the module has one.
+ENTRY_PARAMS = ("hidden_states", "weight", "eps", "bias")
+OPTIONAL_PARAMS = ("bias",)
+PARAM_KINDS = {"hidden_states": "tensor", "weight": "tensor", "eps": "float", "bias": "tensor"}
 
 # Runtime arguments a kernel may take, by the name a plan uses. x and y are 2-D (rows, cols) and
 # row-major; the wrapper makes x so (a copy only when the caller's view is not).
-ARGS = ("x", "w", "y", "rows", "cols", "eps", "x_row_stride", "y_row_stride")
+ARGS = ("x", "w", "b", "y", "rows", "cols", "eps", "x_row_stride", "y_row_stride")  # b: the bias (LayerNorm)
 CONSTEXPR_EXPRS = ("cols", "block_cols")  # block_cols: the next power of two >= cols
 MAX_BLOCK = 65536  # one row must fit one program's registers/shared memory
 MAX_LAUNCHES = 4
@@ -180,7 +182,7 @@ def _sms(device: str) -> int:
     return torch.cuda.get_device_properties(dev).multi_processor_count
 
 
-def _check_inputs(hidden_states, weight) -> None:
+def _check_inputs(hidden_states, weight, bias) -> None:
     import torch
 
     if not isinstance(hidden_states, torch.Tensor) or not isinstance(weight, torch.Tensor):
@@ -189,6 +191,9 @@ def _check_inputs(hidden_states, weight) -> None:
         raise ValueError(
             f"hidden_states {tuple(hidden_states.shape)} does not end in the weight width {tuple(weight.shape)}"
         )
+    if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != tuple(weight.shape)):
+        shown = tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise ValueError(f"the bias {shown} is not a tensor of the weight's shape {tuple(weight.shape)}")
     if not hidden_states.dtype.is_floating_point or not weight.dtype.is_floating_point:
         raise TypeError(f"rmsnorm needs floating tensors, got {hidden_states.dtype} and {weight.dtype}")
     if hidden_states.device != weight.device:
@@ -196,7 +201,7 @@ def _check_inputs(hidden_states, weight) -> None:
 
 
 def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
-    """rmsnorm(hidden_states, weight, eps) running `plan` (checked by `check_plan`) with the loaded kernels.
+    """rmsnorm(hidden_states, weight, eps, bias=None) running `plan` (checked by `check_plan`) with the loaded kernels.
 
     `empty` allocates the output (torch.empty's signature; the judge passes one that surrounds it with
     guard bytes). `launch=False` skips the kernel launch and returns the unwritten output: the judge's
@@ -206,9 +211,13 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
 
     launches = _compile(plan, kernels)
     allocate = empty or torch.empty
+    takes_bias = any("b" in launch.args for launch in launches)
 
-    def rmsnorm(hidden_states, weight, eps):
-        _check_inputs(hidden_states, weight)
+    def rmsnorm(hidden_states, weight, eps, bias=None):
+        _check_inputs(hidden_states, weight, bias)
+        if takes_bias != (bias is not None):  # a LayerNorm's bias must be added, and only a LayerNorm has one
+            have = "a bias" if bias is not None else "no bias"
+            raise ValueError(f"the plan's kernels {'take' if takes_bias else 'take no'} bias but the module has {have}")
         n_cols = weight.shape[0]
         block = 1 << max(0, n_cols - 1).bit_length()
         if block > MAX_BLOCK:
@@ -221,7 +230,8 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
             return y2d.reshape(hidden_states.shape)
         chosen = next(item for item in launches if item.max_rows == 0 or rows <= item.max_rows)
         values = {
-            "x": x2d, "w": weight.contiguous(), "y": y2d, "rows": rows, "cols": n_cols, "eps": float(eps),
+            "x": x2d, "w": weight.contiguous(), "b": None if bias is None else bias.contiguous(),
+            "y": y2d, "rows": rows, "cols": n_cols, "eps": float(eps),
             "x_row_stride": x2d.stride(0), "y_row_stride": y2d.stride(0),
         }  # fmt: skip
         exprs = {"cols": n_cols, "block_cols": block}

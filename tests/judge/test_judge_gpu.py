@@ -66,6 +66,35 @@ def test_the_honest_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
     assert reward >= 1 and vs_eager > 0 and vs_best > 0
 
 
+def test_a_layernorm_with_its_bias_is_judged_and_timed_against_f_layer_norm(tmp_path):
+    """GPT-2's norm (torch.nn.LayerNorm, weight and bias) at Qwen2.5-1.5B's width in bf16: the template's
+    layernorm variant passes the parent's cases (each with a bias of its own) and is timed against
+    F.layer_norm, which is torch's own eager and native op at once."""
+    import torch
+
+    from services.coder.templates import rmsnorm
+
+    module = torch.nn.LayerNorm(WIDTH).to(torch.bfloat16)
+    with torch.no_grad():
+        module.weight.add_(0.1 * torch.randn(WIDTH).to(torch.bfloat16))
+        module.bias.add_(torch.randn(WIDTH).to(torch.bfloat16))
+    captured = profile_captured(module, input_shape=(1, 1, WIDTH), dtype="torch.bfloat16")
+    config = rmsnorm.search_configs("layernorm")[0]
+    candidate = proposal(rmsnorm.render(config), captured, plan=rmsnorm.plan(config))
+    candidate.config.CopyFrom(config)
+    prior = log_of(captured, candidate)
+    service = JudgeService(device="cuda", timeout_s=300, scratch_dir=tmp_path)
+    [judged] = asyncio.run(service.handle(prior[-1], prior))
+    cor, timing = judged.observed.correctness, judged.observed.timing
+    assert cor.passed and not cor.interpreted and cor.cases > 40, cor.error
+    assert timing.measured and not timing.missing, timing.reason
+    print(f"\nLayerNorm {WIDTH} bf16: reward {judged.reward:+d}: {judged.reason}")
+    for row in timing.rows:
+        print(f"  {row.shape:>12}: candidate {row.candidate_us:8.2f} us, native {row.native_us:8.2f}, "
+              f"compile {row.compile_us:8.2f}, floor {row.floor_us:6.2f}")  # fmt: skip
+    assert judged.reward >= 1 and judged.speedup_vs_eager > 0
+
+
 # Correct and very slow: one program walks every row, in chunks of 512 columns, two passes per row.
 # On the H200 a call at 32768 rows takes ~41 ms; at full counts (3 rounds of 200 host calls and 10
 # replays of a 20-call graph) that shape alone would take ~50 s of timing, and a kernel a few times

@@ -1,5 +1,5 @@
-"""Norms that are not Llama's RMSNorm, judged against their own classes: Gemma's x·rsqrt(mean(x²)+eps)·(1+w)
-and Cohere's bias-free LayerNorm. The template's kernel for what the module computes passes; the kernel of
+"""Norms that are not Llama's RMSNorm, judged against their own classes: Gemma's x·rsqrt(mean(x²)+eps)·(1+w),
+Cohere's bias-free LayerNorm and torch's LayerNorm with its bias (GPT-2's). The template's kernel for what the module computes passes; the kernel of
 another variant (what would have been written before the profile said what the module computes) is wrong
 on it, and the judge says so."""
 
@@ -19,6 +19,8 @@ from services.judge.service import JudgeService
 def _perturbed(norm: torch.nn.Module) -> torch.nn.Module:
     with torch.no_grad():
         norm.weight.add_(0.1 * torch.randn(norm.weight.shape))
+        if getattr(norm, "bias", None) is not None:
+            norm.bias.add_(torch.randn(norm.bias.shape))
     return norm
 
 
@@ -33,16 +35,17 @@ async def _judge(norm: torch.nn.Module, variant: str):
 
 
 @pytest.mark.parametrize(
-    ("norm", "right", "wrong"),
+    ("norm", "right", "wrong", "bound"),
     [
-        (lambda: GemmaRMSNorm(64, eps=1e-6), "rmsnorm_offset", ""),
-        (lambda: CohereLayerNorm(64, eps=1e-5), "layernorm_no_bias", ""),
+        (lambda: GemmaRMSNorm(64, eps=1e-6), "rmsnorm_offset", "", ["weight", "eps"]),
+        (lambda: CohereLayerNorm(64, eps=1e-5), "layernorm_no_bias", "", ["weight", "eps"]),
+        (lambda: torch.nn.LayerNorm(64), "layernorm", "layernorm_no_bias", ["weight", "eps", "bias"]),
     ],
 )
-async def test_the_kernel_of_what_the_module_computes_passes_and_another_is_rejected(norm, right, wrong):
+async def test_the_kernel_of_what_the_module_computes_passes_and_another_is_rejected(norm, right, wrong, bound):
     module = _perturbed(norm())
     contract = derive_contract(profile_captured(module).observed.modules[0].introspection)
-    assert contract.entrypoint == "rmsnorm" and len(contract.bindings) == 2
+    assert contract.entrypoint == "rmsnorm" and [b.param for b in contract.bindings] == bound
     passed = await _judge(module, right)
     assert passed.reward == 1, passed.reason
     rejected = await _judge(module, wrong)

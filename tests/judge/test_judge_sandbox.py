@@ -55,3 +55,23 @@ async def test_every_judging_draws_fresh_cases_and_a_wrong_kernel_fails_in_the_p
     reward, reason, *_ = _verdict(second, outcome, tally)
     assert reward == -1 and reason.startswith("correctness failed: outside-tolerance: ")
     assert outcome.timing.reason == "incorrect: not timed"  # the parent judged the first pass and said stop
+
+
+def test_modules_built_under_a_device_context_land_there_with_the_poison_installed():
+    """The child installs the poisoned allocators before it builds its oracle under `with torch.device(...)`.
+    A module whose __init__ allocates with torch.empty (torch.nn.LayerNorm) must still land on that device:
+    once it landed on the CPU and every LayerNorm went untimed on the GPU. A fresh interpreter, because torch
+    builds the set of factory functions the context recognises once per process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from services.judge.poison import POISON\n"
+        "POISON.install()\n"
+        "with torch.device('meta'):\n"
+        "    m = torch.nn.LayerNorm(8)\n"
+        "print(m.weight.device.type, m.bias.device.type)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["meta", "meta"], out.stdout + out.stderr

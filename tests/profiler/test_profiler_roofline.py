@@ -219,9 +219,9 @@ def test_a_probed_profile_is_decided_by_what_its_forward_computes(profile_of):
     # one weight and an epsilon like an RMSNorm, seen subtracting the mean (Cohere): its own variant
     cohere = probed(profile_of(Qwen2RMSNorm(64), x), "layernorm_no_bias")
     assert op_family(cohere) == "row_reduction" and writable(cohere, "row_reduction")
-    # a LayerNorm with a bias (GPT-2): structure alone said "other"; a norm no template writes yet
+    # a LayerNorm with a bias (GPT-2): structure alone said "other"; seen running, the template's layernorm
     layer = probed(profile_of(torch.nn.LayerNorm(64), x), "layernorm")
-    assert op_family(layer) == "row_reduction" and not writable(layer, "row_reduction")
+    assert op_family(layer) == "row_reduction" and writable(layer, "row_reduction")
     # shaped like a norm, seen computing none of them: not a row reduction at all
     assert op_family(probed(profile_of(Qwen2RMSNorm(64), x), "")) == "other"
     unprobed = profile_of(Qwen2RMSNorm(64), x)

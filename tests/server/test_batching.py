@@ -56,7 +56,9 @@ def test_sequences_joining_at_different_steps_get_their_own_logits_step_by_step(
     for i, (_, reference) in enumerate(refs):
         assert len(got[i]) == 8
         for step, (a, b) in enumerate(zip(got[i], reference, strict=True)):
-            assert torch.allclose(a, b, atol=1e-5, rtol=1e-5), (i, step, float((a - b).abs().max()))
+            # fp32, another summation order (padded rows, several at once): within ~1e-5 of the logits' scale
+            scale = float(b.abs().max())
+            assert torch.allclose(a, b, atol=1e-5 * scale, rtol=1e-5), (i, step, float((a - b).abs().max()), scale)
 
 
 def test_compaction_moves_a_sequence_into_a_lower_slot_without_changing_it(engine):

@@ -19,11 +19,18 @@ ENTRY_INPUTS = row_reduction.ENTRY_INPUTS
 KERNEL = "_rmsnorm_fwd_kernel"
 # What the kernel computes (services.ops.recognise_norm): "" is the HF Llama/Qwen RMSNorm; "rmsnorm_offset"
 # is Gemma's, x·rsqrt(mean(x²)+eps)·(1 + weight) in fp32, cast once at the end; "layernorm_no_bias" is
-# Cohere's, (x − mean)·rsqrt(var+eps)·weight in fp32, cast once (same wrapper: weight and eps bound).
+# Cohere's, (x − mean)·rsqrt(var+eps)·weight in fp32, cast once (same wrapper: weight and eps bound);
+# "layernorm" is torch.nn.LayerNorm's (GPT-2, BERT-style encoders): the same plus the bias, in fp32, cast once.
 # A config names its variant only when it is not the first, so configs (and candidates) of plain RMSNorm
 # are what they always were.
-VARIANTS = ("", "rmsnorm_offset", "layernorm_no_bias")
-KERNELS = {"": KERNEL, "rmsnorm_offset": "_rmsnorm_offset_fwd_kernel", "layernorm_no_bias": "_layernorm_fwd_kernel"}
+VARIANTS = ("", "rmsnorm_offset", "layernorm_no_bias", "layernorm")
+KERNELS = {
+    "": KERNEL,
+    "rmsnorm_offset": "_rmsnorm_offset_fwd_kernel",
+    "layernorm_no_bias": "_layernorm_fwd_kernel",
+    "layernorm": "_layernorm_bias_fwd_kernel",
+}
+ARGS = {"layernorm": ["x", "w", "b", "y", "rows", "eps"]}  # the other variants: ["x", "w", "y", "rows", "eps"]
 
 
 def variant_for(computes: str) -> str | None:
@@ -73,7 +80,12 @@ def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
 
 def render(config: pb.TemplateConfig) -> str:
     """The kernel source: one per variant, the same for every config of it (the config lives in the plan)."""
-    sources = {"": _SOURCE, "rmsnorm_offset": _OFFSET_SOURCE, "layernorm_no_bias": _LAYERNORM_SOURCE}
+    sources = {
+        "": _SOURCE,
+        "rmsnorm_offset": _OFFSET_SOURCE,
+        "layernorm_no_bias": _LAYERNORM_SOURCE,
+        "layernorm": _LAYERNORM_BIAS_SOURCE,
+    }
     return sources[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
 
 
@@ -81,7 +93,7 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
     rows = _checked(config).rows_per_program
     launch = pb.KernelLaunch(
         kernel=KERNELS[config.variant],
-        args=["x", "w", "y", "rows", "eps"],
+        args=ARGS.get(config.variant, ["x", "w", "y", "rows", "eps"]),
         constexprs={"N_COLS": "cols", "BLOCK": "block_cols", "ROWS": str(rows)},
         grid="rows" if rows == 1 else f"cdiv(rows, {rows})",
         num_warps=config.num_warps,
@@ -206,5 +218,46 @@ def _layernorm_fwd_kernel(
         centred = tl.where(mask, x - mean, 0.0)
         variance = tl.sum(centred * centred, axis=0) / N_COLS
         y = centred * tl.rsqrt(variance + eps) * w
+        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+'''
+
+_LAYERNORM_BIAS_SOURCE = '''\
+"""LayerNorm as torch.nn.LayerNorm computes it (gpuyantra template @TEMPLATE@, variant layernorm).
+
+x is upcast to fp32, centred on its mean, divided by sqrt(var + eps) (the biased variance),
+multiplied by the weight and shifted by the bias in fp32, and cast to the output dtype once.
+The launch plan sets ROWS (rows per program) and the warps.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _layernorm_bias_fwd_kernel(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    n_rows,
+    eps,
+    N_COLS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    first_row = tl.program_id(0) * ROWS
+    cols = tl.arange(0, BLOCK)
+    col_mask = cols < N_COLS
+    # weight and bias loaded once per program and reused for its ROWS rows
+    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    for r in tl.static_range(ROWS):
+        row = first_row + r
+        mask = cols < tl.where(row < n_rows, N_COLS, 0)
+        x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
+        mean = tl.sum(x, axis=0) / N_COLS
+        centred = tl.where(mask, x - mean, 0.0)
+        variance = tl.sum(centred * centred, axis=0) / N_COLS
+        y = centred * tl.rsqrt(variance + eps) * w + b
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
