@@ -39,8 +39,15 @@ LAYERNORM_SHAPES = [(1, 1536), (64, 1536), (4096, 1536), (32768, 1536), (1, 4096
 VARIANTS = {"rmsnorm": ("", SHAPES, "f_rms_norm"), "layernorm": ("layernorm", LAYERNORM_SHAPES, "f_layer_norm")}
 
 
-def bench_configs(variant: str) -> list:
-    """A slice of the coder's search table (all 15 configs would not fit one GPU call with the baselines)."""
+# Narrow rows (the tiny presets' width 64, fp32): every config of the table, to check the order it is tried in.
+NARROW_SHAPES = [(1, 64), (10, 64), (64, 64), (4096, 64)]
+
+
+def bench_configs(variant: str, narrow: bool = False) -> list:
+    """A slice of the coder's search table (all 15 configs would not fit one GPU call with the baselines);
+    for narrow rows, all of it (the shapes are small)."""
+    if narrow:
+        return template.search_configs(variant, 64)
     return [c for c in template.search_configs(variant) if c.rows_per_program == 1 or c.num_warps == 4]
 
 
@@ -80,7 +87,7 @@ def _liger(variant: str, width: int, eps: float):
     return LigerRMSNorm(width, eps=eps)
 
 
-def implementations(width: int, dtype: torch.dtype, eps: float, variant: str = "rmsnorm"):
+def implementations(width: int, dtype: torch.dtype, eps: float, variant: str = "rmsnorm", narrow: bool = False):
     torch.manual_seed(0)
     F = torch.nn.functional
     if variant == "layernorm":  # torch's LayerNorm is eager and native at once: F.layer_norm is its forward
@@ -106,16 +113,18 @@ def implementations(width: int, dtype: torch.dtype, eps: float, variant: str = "
     ours = {}
     kernel_dir = Path("/tmp/yantra-bench-kernels")
     extra = {"bias": bias} if bias is not None else {}
-    for config in bench_configs(VARIANTS[variant][0]):
+    for config in bench_configs(VARIANTS[variant][0], narrow):
         entry = candidate_wrapper(kernel_dir, template.render(config), template.plan(config))
         key = f"ours_w{config.num_warps}_r{config.rows_per_program}"
         ours[key] = (lambda e: lambda x: e(hidden_states=x, weight=hf.weight, eps=eps, **extra))(entry)
     return hf, impls, ours
 
 
-def bench_shape(rows: int, width: int, dtype: torch.dtype, ceiling: float, variant: str = "rmsnorm") -> dict:
+def bench_shape(
+    rows: int, width: int, dtype: torch.dtype, ceiling: float, variant: str = "rmsnorm", narrow: bool = False
+) -> dict:
     eps = 1e-6
-    hf, impls, ours = implementations(width, dtype, eps, variant)
+    hf, impls, ours = implementations(width, dtype, eps, variant, narrow)
     params = 2 if variant == "layernorm" else 1  # weight (and bias), read once
     bytes_moved = 2 * rows * width * dtype.itemsize + params * width * dtype.itemsize
     copies = max(1, math.ceil(2 * L2_BYTES / (rows * width * dtype.itemsize)))
@@ -167,7 +176,9 @@ def plot(results: list[dict], path: Path, variant: str = "rmsnorm") -> None:
         ax.bar([i + (k - 2) * width for i in range(len(results))], vals, width, label=name)
     ax.set_xticks(range(len(results)), labels)
     ax.set_ylabel("% of measured copy bandwidth")
-    ax.set_title(f"{variant} bf16 on {torch.cuda.get_device_name()} (GPU time by CUDA-graph replay, rotating buffers)")
+    dtype = results[0]["dtype"].removeprefix("torch.")
+    gpu = torch.cuda.get_device_name()
+    ax.set_title(f"{variant} {dtype} on {gpu} (GPU time by CUDA-graph replay, rotating buffers)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -177,6 +188,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--variant", choices=sorted(VARIANTS), default="rmsnorm", help="which norm (default rmsnorm)")
+    parser.add_argument(
+        "--narrow", action="store_true", help="width 64 in fp32 (the tiny presets), every config of the table"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench/rmsnorm.py needs a CUDA GPU")
@@ -184,8 +198,10 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = True
     ceiling = copy_bandwidth()
     _, shapes, native = VARIANTS[args.variant]
-    results = [bench_shape(r, w, torch.bfloat16, ceiling, args.variant) for r, w in shapes]
-    flag = "" if args.variant == "rmsnorm" else f" --variant {args.variant}"
+    dtype = torch.float32 if args.narrow else torch.bfloat16
+    shapes = NARROW_SHAPES if args.narrow else shapes
+    results = [bench_shape(r, w, dtype, ceiling, args.variant, args.narrow) for r, w in shapes]
+    flag = ("" if args.variant == "rmsnorm" else f" --variant {args.variant}") + (" --narrow" if args.narrow else "")
     meta = {
         "command": f"python bench/rmsnorm.py{flag} --out bench/results",
         "variant": args.variant,
@@ -197,7 +213,7 @@ def main() -> int:
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{args.variant}_h200"
+    stem = f"{args.variant}{'_narrow' if args.narrow else ''}_h200"
     (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     plot(results, args.out / f"{stem}.png", args.variant)
     print(f"copy ceiling {ceiling / 1e9:.0f} GB/s on {meta['gpu']}")

@@ -6,43 +6,29 @@ fields), so `REDERIVE` re-runs `decide` and replay must get the same bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from google.protobuf.message import Message
 
 from services.coder.contract import ContractError, derive_contract
 from services.coder.templates import BY_FAMILY, BY_TEMPLATE, rmsnorm
 from services.core import events as ev
-from services.core import policies
+from services.core import policies, run_state
 from services.core.events import Recorded
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive
 
 DEFAULT_MAX_CANDIDATES = 3
-TOP_REWARD = 3  # nothing beats "faster than the best baseline": stop searching
+# Proposals made at once (a search step): judged as one batch, the next batch is chosen from their verdicts.
+# Two, so that a step compares configs on one judge's GPU in one sitting without spending a small budget.
+FAN_OUT = 2
+TOP_REWARD = 3  # faster than the best baseline ...
+COPY_TARGET = 0.85  # ... at this fraction of copy bandwidth on the largest timed shape: the search stops
 DEFAULT_POLICY = policies.UNREQUESTED
 
 
-@dataclass(frozen=True)
-class TargetState:
-    """What the run's log says about one target: proposals, their judgements, whether it is concluded."""
-
-    proposals: tuple[pb.CandidateProposed, ...]
-    judged: tuple[pb.CandidateJudged, ...]  # the first judgement of each proposal, in log order
-    concluded: bool
-
-
-def fold(prior: list[Recorded], target_class: str) -> TargetState:
-    proposals = tuple(r.msg for r in ev.all_of(prior, "CandidateProposed") if r.msg.target_class == target_class)
-    ids = {p.candidate_id for p in proposals}
-    judged: dict[str, pb.CandidateJudged] = {}
-    for rec in ev.all_of(prior, "CandidateJudged"):
-        msg = rec.msg
-        if msg.candidate_id in ids:
-            judged.setdefault(msg.candidate_id, msg)
-    concluded = any(r.msg.target_class == target_class for r in ev.all_of(prior, "TargetConcluded"))
-    return TargetState(proposals, tuple(judged.values()), concluded)
+def fold(prior: list[Recorded], target_class: str) -> run_state.TargetView:
+    """What the run's log says about one target: proposals, their first judgements, whether it is concluded."""
+    return run_state.fold(prior).target(target_class)
 
 
 def _profile(prior: list[Recorded], target_class: str) -> pb.ModuleClassProfile | None:
@@ -66,6 +52,12 @@ def _op_family(prior: list[Recorded], target_class: str) -> str:
     return rmsnorm.OP_FAMILY  # unranked: the contract derivation decides whether it fits
 
 
+def _width(prior: list[Recorded], target_class: str) -> int:
+    """The live row width of the target (its profiled input's last dimension; 0 when unknown)."""
+    profile = _profile(prior, target_class)
+    return int(profile.input_shape[-1]) if profile is not None and profile.input_shape else 0
+
+
 def _run_request(prior: list[Recorded]) -> pb.RunRequested:
     rec = ev.first(prior, "RunRequested")
     return rec.msg if rec is not None else pb.RunRequested()
@@ -73,6 +65,43 @@ def _run_request(prior: list[Recorded]) -> pb.RunRequested:
 
 def _config_key(config: pb.TemplateConfig) -> tuple[str, int, int]:
     return (config.template, config.num_warps, config.rows_per_program)
+
+
+def copy_fraction(judged: pb.CandidateJudged) -> float:
+    """The candidate's share of copy bandwidth at its largest timed shape (0 when it was not timed)."""
+    rows = [r for r in judged.observed.timing.rows if r.candidate_us > 0]
+    if not rows:
+        return 0.0
+    largest = max(rows, key=lambda r: r.bytes_moved)
+    return largest.floor_us / largest.candidate_us
+
+
+def _log2(n: int) -> int:
+    return max(0, int(n).bit_length() - 1)
+
+
+def refine(untried: list[pb.TemplateConfig], verdicts: list[tuple[pb.TemplateConfig, pb.CandidateJudged]]):
+    """The untried configs in the order the verdicts so far suggest (pure; ties keep the table's order).
+
+    Nearest first to the best candidate that passed (steps of warps and rows per program, both powers of
+    two): a search that found a good launch shape looks around it. Configs sharing the rows per program of
+    a rejected candidate go last: a kernel wrong on ragged rows is wrong for that row blocking.
+    """
+    passed = [(c, j) for c, j in verdicts if j.reward >= 1]
+    best = max(passed, key=lambda cj: (cj[1].reward, cj[1].speedup_vs_eager), default=None)
+    failed_rows = {c.rows_per_program for c, j in verdicts if j.reward < 0}
+
+    def key(item: tuple[int, pb.TemplateConfig]):
+        index, config = item
+        distance = 0
+        if best is not None:
+            b = best[0]
+            distance = abs(_log2(config.num_warps) - _log2(b.num_warps)) + abs(
+                _log2(config.rows_per_program) - _log2(b.rows_per_program)
+            )
+        return (config.rows_per_program in failed_rows, distance, index)
+
+    return [c for _, c in sorted(enumerate(untried), key=key)]
 
 
 def propose(
@@ -109,7 +138,7 @@ def _best(judged: tuple[pb.CandidateJudged, ...]) -> pb.CandidateJudged | None:
     return ranked[0][1] if ranked else None
 
 
-def conclude(target_class: str, state: TargetState, run: pb.RunRequested, why: str = "") -> pb.TargetConcluded:
+def conclude(target_class: str, state: run_state.TargetView, run: pb.RunRequested, why: str = "") -> pb.TargetConcluded:
     policy = run.policy if run.HasField("policy") else DEFAULT_POLICY
     best = _best(state.judged)
     n = len(state.judged)
@@ -140,7 +169,7 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Messag
     if not target:
         return []  # the profiler found nothing worth optimising; there is nothing to conclude
     state = fold(prior, target)
-    if state.proposals or state.concluded:
+    if state.proposals or state.concluded is not None:
         return []  # this target is already being worked on
     run = _run_request(prior)
     family = _op_family(prior, target)
@@ -164,35 +193,49 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Messag
         config.variant = variant  # a skill learned on another norm keeps its launch shape, not its arithmetic
         origin, skill_id = ("skill", skills.chosen_skill_id) if skills.chosen_skill_id else ("template", "")
     else:  # cold start (or a config this coder cannot render): the search table's first entry
-        config, origin, skill_id = template.search_configs(variant)[0], "template", ""
-    return [propose(template, target, contract, config, attempt=1, origin=origin, skill_id=skill_id)]
+        config, origin, skill_id = template.search_configs(variant, _width(prior, target))[0], "template", ""
+    # The first search step: the skill's (or the table's first) config and the next of the table beside it.
+    budget = run.max_candidates or DEFAULT_MAX_CANDIDATES
+    table = template.search_configs(variant, _width(prior, target))
+    table = [c for c in table if _config_key(c) != _config_key(config)]
+    out = [propose(template, target, contract, config, attempt=1, origin=origin, skill_id=skill_id)]
+    for attempt, more in enumerate(table[: min(FAN_OUT, budget) - 1], start=2):
+        out.append(propose(template, target, contract, more, attempt=attempt, origin="template"))
+    return out
 
 
 def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged) -> list[Message]:
-    proposed = next(
-        (r.msg for r in ev.all_of(prior, "CandidateProposed") if r.msg.candidate_id == judged.candidate_id), None
-    )
+    proposed = run_state.fold(prior).proposal(judged.candidate_id)
     if proposed is None:
         return []  # not a candidate of this run
     target = proposed.target_class
     state = fold(prior, target)
-    if state.concluded:
+    if state.concluded is not None:
         return []
+    if state.pending:
+        return []  # the rest of this search step is still being judged: its last verdict decides the next
     run = _run_request(prior)
     max_candidates = run.max_candidates or DEFAULT_MAX_CANDIDATES
-    template = BY_TEMPLATE.get(proposed.config.template)
-    tried = {_config_key(p.config) for p in state.proposals}
-    untried = (
-        [c for c in template.search_configs(proposed.config.variant) if _config_key(c) not in tried] if template else []
-    )
-    if judged.reward >= TOP_REWARD:
-        return [conclude(target, state, run, "faster than every baseline: search stopped")]
+    best = _best(state.judged)
+    if best is not None and best.reward >= TOP_REWARD and copy_fraction(best) >= COPY_TARGET:
+        share = f"{copy_fraction(best):.0%}"
+        return [conclude(target, state, run, f"reward +{best.reward} at {share} of copy bandwidth: search stopped")]
     if len(state.judged) >= max_candidates:
         return [conclude(target, state, run, f"candidate budget of {max_candidates} spent")]
+    template = BY_TEMPLATE.get(proposed.config.template)
+    tried = {_config_key(p.config) for p in state.proposals}
+    table = template.search_configs(proposed.config.variant, _width(prior, target)) if template else []
+    untried = [c for c in table if _config_key(c) not in tried]
     if not untried:
         return [conclude(target, state, run, "no untried config is left in the search table")]
-    attempt = len(state.proposals) + 1
-    return [propose(template, target, proposed.contract, untried[0], attempt=attempt, origin="template")]
+    configs = {p.candidate_id: p.config for p in state.proposals}
+    verdicts = [(configs[j.candidate_id], j) for j in state.judged]
+    step = refine(untried, verdicts)[: min(FAN_OUT, max_candidates - len(state.proposals))]
+    first = len(state.proposals) + 1
+    return [
+        propose(template, target, proposed.contract, config, attempt=first + i, origin="template")
+        for i, config in enumerate(step)
+    ]
 
 
 def decide(prior: list[Recorded], trigger: Recorded) -> list[Message]:
@@ -204,12 +247,16 @@ def decide(prior: list[Recorded], trigger: Recorded) -> list[Message]:
     return []
 
 
-def _rederive(prior: list[Recorded], trigger: Recorded, recorded: Message) -> Message:
+def _rederive(prior: list[Recorded], trigger: Recorded, recorded: Message, ordinal: int = 0) -> Message:
+    """The coder's answer at `ordinal` (a fan-out of proposals is re-derived in its order)."""
     name = recorded.DESCRIPTOR.name
-    for msg in decide(prior, trigger):
-        if msg.DESCRIPTOR.name == name:
-            return msg
-    raise ValueError(f"the coder decides no {name} in answer to {trigger.type} {trigger.env.event_id[:8]}")
+    decided = decide(prior, trigger)
+    if ordinal >= len(decided) or decided[ordinal].DESCRIPTOR.name != name:
+        raise ValueError(
+            f"the coder decides no {name} as answer {ordinal} to {trigger.type} {trigger.env.event_id[:8]} "
+            f"(it decides {', '.join(m.DESCRIPTOR.name for m in decided) or 'nothing'})"
+        )
+    return decided[ordinal]
 
 
 REDERIVE: dict[str, Rederive] = {"CandidateProposed": _rederive, "TargetConcluded": _rederive}

@@ -104,6 +104,7 @@ def make_envelope(
     causation_id: str = "",
     ordinal: int = 0,
     event_id: str | None = None,
+    answers: int = 0,
 ) -> Envelope:
     name = type_name(msg)
     return Envelope(
@@ -116,6 +117,7 @@ def make_envelope(
         correlation_id=run_id,
         payload=msg.SerializeToString(deterministic=True),
         schema_version=SCHEMA_VERSION,
+        answers=answers,
     )
 
 

@@ -10,15 +10,17 @@ from google.protobuf.message import Message
 from services.core import events as ev
 from services.core.events import Recorded
 
-# (log up to and including the trigger, the trigger, the recorded event) -> the event re-derived.
-# Fields under `observed` are copied from the recorded event; every other field is recomputed.
-Rederive = Callable[[list[Recorded], Recorded, Message], Message]
+# (log up to and including the trigger, the trigger, the recorded event, its ordinal) -> the event re-derived.
+# Fields under `observed` are copied from the recorded event; every other field is recomputed. The ordinal is
+# the recorded event's place among its producer's answers to the trigger (a handler that fans out answers
+# several: the re-derived one is the handler's answer at that place). Re-derivers default it to 0.
+Rederive = Callable[[list[Recorded], Recorded, Message, int], Message]
 
 
 def from_observed(derive: Callable[[list[Recorded], Recorded, Message], Message]) -> Rederive:
     """The re-deriver of an event made by `derive(prior, trigger, observed)`: replay feeds it what was recorded."""
 
-    def rederive(prior: list[Recorded], trigger: Recorded, recorded: Message) -> Message:
+    def rederive(prior: list[Recorded], trigger: Recorded, recorded: Message, ordinal: int = 0) -> Message:
         return derive(prior, trigger, recorded.observed)
 
     return rederive
@@ -105,7 +107,7 @@ def verify(run_log: list[Recorded], rederivers: dict[str, Rederive]) -> list[Mis
         prior = [r for r in run_log[:index] if r.seq <= cause.seq]
         recorded = rec.msg
         try:
-            expected = fn(prior, cause, recorded)
+            expected = fn(prior, cause, recorded, ordinal)
         except Exception as exc:  # a re-deriver that cannot run is a replay failure, not a crash
             bad(f"re-deriving raised {exc!r}")
             continue

@@ -28,8 +28,18 @@ class Service(Protocol):
         ...
 
 
-def already_answered(log_: list[Recorded], trigger: Recorded, producer: str) -> bool:
-    return any(r.env.causation_id == trigger.env.event_id and r.env.producer == producer for r in log_)
+def answers_given(log_: list[Recorded], trigger: Recorded, producer: str) -> tuple[int, bool]:
+    """(how many answers `producer` gave `trigger`, whether that is all of them).
+
+    A handler's answers are published one by one (ordinals 0, 1, ...), each saying how many there are: a
+    producer that died between two leaves the trigger part-answered, and the rest are still owed. An answer
+    recorded before the count was (answers 0) stands for the whole.
+    """
+    mine = [r for r in log_ if r.env.causation_id == trigger.env.event_id and r.env.producer == producer]
+    if not mine:
+        return 0, False
+    owed = max(r.env.answers for r in mine)
+    return len(mine), owed == 0 or any(r.env.answers == 0 for r in mine) or len(mine) >= owed
 
 
 def prefix_through(log_: list[Recorded], trigger: Recorded) -> list[Recorded]:
@@ -43,15 +53,20 @@ def prefix_through(log_: list[Recorded], trigger: Recorded) -> list[Recorded]:
 async def answer(bus: Bus, service: Service, trigger: Recorded, clock: Callable[[], int] = time.time_ns) -> int:
     """Handle one trigger idempotently; returns how many events were published."""
     run_log = await bus.read_run(trigger.env.run_id)
-    if already_answered(run_log, trigger, service.name):
+    given, complete = answers_given(run_log, trigger, service.name)
+    if complete:
         log.info("%s: %s %s already answered", service.name, trigger.type, trigger.env.event_id[:8])
         return 0
-    if not run_end.answers(run_log, trigger):
+    if not given and not run_end.answers(run_log, trigger):  # answers owed before the run ended are still owed
         stop = run_end.stopped(run_log)
         log.info("%s: %s of run %s not answered: the run %s", service.name, trigger.type, trigger.env.run_id, stop.type)
         return 0
+    # Handling again after a part-answer derives the same answers from the same log prefix (the handlers of
+    # fan-out events are pure): the ones already published are skipped, the rest keep their ordinals.
     out = await service.handle(trigger, prefix_through(run_log, trigger))
     for ordinal, msg in enumerate(out):
+        if ordinal < given:
+            continue
         env = ev.make_envelope(
             trigger.env.run_id,
             msg,
@@ -59,10 +74,11 @@ async def answer(bus: Bus, service: Service, trigger: Recorded, clock: Callable[
             time_ns=clock(),
             causation_id=trigger.env.event_id,
             ordinal=ordinal,
+            answers=len(out),
         )
         await bus.publish(env)
-        log.info("%s: %s -> %s", service.name, trigger.type, env.type)
-    return len(out)
+        log.info("%s: %s -> %s (%d of %d)", service.name, trigger.type, env.type, ordinal + 1, len(out))
+    return max(0, len(out) - given)
 
 
 async def run_service(

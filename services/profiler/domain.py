@@ -7,6 +7,7 @@ handler and `yantra replay --verify` call the same functions, so they cannot dis
 from __future__ import annotations
 
 from services.core import events as ev
+from services.core import run_state
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive, from_observed
@@ -25,15 +26,6 @@ DEFAULT_DECODE_TOKENS = 16
 # come from the same procedure on the same prompts. Median of 5: batch-1 decode is host-bound and one
 # pass varied by about ±20% back to back on the H200 box (seen 34.6 -> 29.7 tok/s with one pass each).
 MEASURE_REPEATS = 5
-
-# The events that can end a run, and the outcome each one means.
-OUTCOMES = {
-    "SwapCommitted": "swapped",
-    "SwapRejected": "rejected",
-    "SwapRolledBack": "rolled_back",
-    "TargetConcluded": "no_swap",
-    "ProfileCaptured": "no_target",
-}
 
 
 def measurement_plan(prior: list[Recorded]) -> tuple[list[str], int]:
@@ -116,22 +108,13 @@ def derive_profile_captured(prior: list[Recorded], trigger: Recorded, observed: 
 
 
 def completes_run(prior: list[Recorded], trigger: Recorded) -> bool:
-    """Whether `trigger` is the event that ends this run (so the profiler measures and answers it)."""
-    if trigger.type not in OUTCOMES or ev.first(prior, "RunCompleted") is not None:
-        return False
-    msg = trigger.msg
-    if trigger.type == "TargetConcluded":
-        return not msg.swap  # with swap=true the server answers, and its answer ends the run
-    if trigger.type == "ProfileCaptured":
-        return msg.target_class == ""
-    if trigger.type == "SwapRolledBack":
-        # a rollback of a swap that already committed came after the run ended with that commit
-        return not any(r.msg.swap_id == msg.swap_id for r in ev.all_of(prior, "SwapCommitted"))
-    return True
+    """Whether `trigger` is the event that ends this run (so the profiler measures and answers it): the run
+    state's rule (services.core.run_state.outcome)."""
+    return bool(run_state.outcome(run_state.fold(prior), trigger))
 
 
 def derive_run_completed(prior: list[Recorded], trigger: Recorded, observed: pb.RunObservation) -> pb.RunCompleted:
-    outcome = OUTCOMES.get(trigger.type)
+    outcome = run_state.OUTCOMES.get(trigger.type)
     if outcome is None:
         raise ValueError(f"a {trigger.type} does not end a run")
     msg = trigger.msg

@@ -7,6 +7,7 @@ and `yantra replay --verify` call the same functions, so they cannot disagree.
 
 from __future__ import annotations
 
+from services.core import run_state
 from services.core.events import Recorded, all_of, first
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
@@ -42,15 +43,18 @@ def required_reward(prior: list[Recorded], concluded: pb.TargetConcluded) -> int
     return max(levels)
 
 
+def _judgement(prior: list[Recorded], concluded: pb.TargetConcluded) -> pb.CandidateJudged | None:
+    """The run's verdict on the concluded candidate, when it judged this very source (the first verdict counts)."""
+    judged = run_state.fold(prior).judged.get(concluded.candidate_id)
+    return judged if judged is not None and judged.source_sha256 == concluded.source_sha256 else None
+
+
 def judged_ok(prior: list[Recorded], concluded: pb.TargetConcluded) -> bool:
-    """A CandidateJudged for this candidate, with this source hash, at or above the policy, is in the log."""
+    """The run's CandidateJudged for this candidate, with this source hash, is at or above the policy."""
     if not concluded.candidate_id:
         return False
-    need = required_reward(prior, concluded)
-    return any(
-        j.candidate_id == concluded.candidate_id and j.source_sha256 == concluded.source_sha256 and j.reward >= need
-        for j in (r.msg for r in all_of(prior, "CandidateJudged"))
-    )
+    judged = _judgement(prior, concluded)
+    return judged is not None and judged.reward >= required_reward(prior, concluded)
 
 
 CUDA_GRAPH = "cuda-graph"  # the judge's capability (services.judge.reward.capabilities)
@@ -61,12 +65,8 @@ def graph_problem(prior: list[Recorded], concluded: pb.TargetConcluded, observed
     when it did, or when the server serves eagerly (YANTRA_GRAPHS=0 is the explicit way to serve such a kernel)."""
     if not observed.graphs:
         return ""
-    judged = [
-        j
-        for j in (r.msg for r in all_of(prior, "CandidateJudged"))
-        if j.candidate_id == concluded.candidate_id and j.source_sha256 == concluded.source_sha256
-    ]
-    if any(CUDA_GRAPH in j.capabilities for j in judged):
+    judged = _judgement(prior, concluded)
+    if judged is not None and CUDA_GRAPH in judged.capabilities:
         return ""
     return (
         "this server decodes through CUDA graphs and the judge never captured this kernel in one (judged on a CPU, "
@@ -75,8 +75,7 @@ def graph_problem(prior: list[Recorded], concluded: pb.TargetConcluded, observed
 
 
 def find_proposed(prior: list[Recorded], candidate_id: str) -> pb.CandidateProposed | None:
-    found = [r.msg for r in all_of(prior, "CandidateProposed")]
-    return next((p for p in reversed(found) if p.candidate_id == candidate_id), None)
+    return run_state.fold(prior).proposal(candidate_id)
 
 
 def log_problems(prior: list[Recorded], concluded: pb.TargetConcluded) -> list[str]:

@@ -15,6 +15,7 @@ import math
 from google.protobuf.message import Message
 
 from services.core import events as ev
+from services.core import run_state
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive, from_observed
@@ -113,18 +114,12 @@ def derive_skills_retrieved(
 # ---------------------------------------------------------------- publishing and credit
 
 
-def _latest_for(prior: list[Recorded], type_name: str, candidate_id: str):
-    """The latest `type_name` event of the run about `candidate_id`, or None."""
-    found = next((r for r in reversed(ev.all_of(prior, type_name)) if r.msg.candidate_id == candidate_id), None)
-    return found.msg if found else None
-
-
 def _proposal(prior: list[Recorded], candidate_id: str) -> pb.CandidateProposed | None:
-    return _latest_for(prior, "CandidateProposed", candidate_id)
+    return run_state.fold(prior).proposal(candidate_id)
 
 
 def _judged(prior: list[Recorded], candidate_id: str) -> pb.CandidateJudged | None:
-    return _latest_for(prior, "CandidateJudged", candidate_id)
+    return run_state.fold(prior).judged.get(candidate_id)
 
 
 def _fingerprint_of(prior: list[Recorded], target_class: str) -> pb.Fingerprint | None:
@@ -247,7 +242,7 @@ def _matching(out: list[Message], recorded: Message) -> Message:
     return next((m for m in same_type if m.skill_id == recorded.skill_id), same_type[0])
 
 
-def _rederive_decided(prior: list[Recorded], trigger: Recorded, recorded) -> Message:
+def _rederive_decided(prior: list[Recorded], trigger: Recorded, recorded, ordinal: int = 0) -> Message:
     return _matching(decide(prior, trigger), recorded)
 
 

@@ -24,9 +24,29 @@ def test_rmsnorm_binds_weight_and_epsilon(cls):
     ]
 
 
-def test_layer_norm_does_not_fit():
-    with pytest.raises(ContractError, match="parameters weight, bias"):
-        derive_contract(introspect(torch.nn.LayerNorm(64)))
+def test_a_layer_norm_binds_its_bias_too_and_maps_its_input():
+    contract = derive_contract(introspect(torch.nn.LayerNorm(64)))
+    assert list(contract.inputs) == ["input"] and list(contract.entry_inputs) == ["hidden_states"]
+    assert [(b.param, b.attr, b.kind) for b in contract.bindings] == [
+        ("weight", "weight", "tensor"),
+        ("eps", "eps", "float"),
+        ("bias", "bias", "tensor"),
+    ]
+
+
+def test_a_module_of_two_weights_does_not_fit():
+    class TwoWeights(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(64))
+            self.scale = torch.nn.Parameter(torch.ones(64))
+            self.eps = 1e-6
+
+        def forward(self, hidden_states):
+            return hidden_states * self.weight * self.scale
+
+    with pytest.raises(ContractError, match="parameters weight, scale"):
+        derive_contract(introspect(TwoWeights()))
 
 
 def test_module_without_epsilon_does_not_fit():

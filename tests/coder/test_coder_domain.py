@@ -10,7 +10,7 @@ from services.core.kernels import candidate_sha256, sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import verify
 
-TABLE = rmsnorm.search_configs()
+TABLE = rmsnorm.search_configs("", 64)  # the profiles here are 64 wide: the narrow-row order
 
 
 def _start(
@@ -25,7 +25,8 @@ def _start(
     return log, trigger
 
 
-def _judge(log: Log, proposal_rec, reward: int, speedup: float = 0.0):
+def _judge(log: Log, proposal_rec, reward: int, speedup: float = 0.0, copy: float = 0.0):
+    """The judge's verdict; `copy` is the candidate's share of copy bandwidth at its largest timed shape."""
     proposal = proposal_rec.msg
     judged = pb.CandidateJudged(
         candidate_id=proposal.candidate_id,
@@ -34,66 +35,102 @@ def _judge(log: Log, proposal_rec, reward: int, speedup: float = 0.0):
         reason=f"test verdict {reward:+d}",
         speedup_vs_eager=speedup,
     )
+    if copy:
+        judged.observed.timing.rows.add(shape="32768x64", bytes_moved=1e6, floor_us=copy * 10, candidate_us=10)
     return log.append(judged, cause=proposal_rec)
 
 
-def _answer(log: Log, trigger):
-    """Decide, and append the answer to the log as the runner would."""
+def _answers(log: Log, trigger) -> list:
+    """Decide, and append every answer to the log as the runner would (ordinals 0, 1, ...)."""
     out = domain.decide(log.records, trigger)
-    assert len(out) == 1, out
-    return log.append(out[0], cause=trigger)
+    return [log.append(msg, cause=trigger, ordinal=i) for i, msg in enumerate(out)]
 
 
-def test_cold_start_proposes_the_first_table_config():
+def _answer(log: Log, trigger):
+    [rec] = _answers(log, trigger)
+    return rec
+
+
+def _launch(rec) -> tuple[int, int]:
+    return rec.msg.config.num_warps, rec.msg.config.rows_per_program
+
+
+def test_cold_start_proposes_the_first_search_step_at_once():
     log, trigger = _start()
-    [proposed] = domain.decide(log.records, trigger)
-    assert isinstance(proposed, pb.CandidateProposed)
-    assert (proposed.config.num_warps, proposed.config.rows_per_program) == (4, 1)
-    assert proposed.origin == "template" and proposed.skill_id == "" and proposed.attempt == 1
-    assert proposed.source == rmsnorm.render(TABLE[0]) and proposed.plan == rmsnorm.plan(TABLE[0])
-    assert proposed.source_sha256 == candidate_sha256(proposed.source, proposed.plan) != sha256(proposed.source)
-    assert proposed.candidate_id == f"c1-{proposed.source_sha256[:10]}"
-    assert proposed.contract.entrypoint == "rmsnorm"
-    assert proposed.target_class.endswith("Qwen2RMSNorm")
+    first, second = domain.decide(log.records, trigger)
+    assert isinstance(first, pb.CandidateProposed) and isinstance(second, pb.CandidateProposed)
+    # 64 wide: one warp and several rows a program come first
+    assert (first.config.num_warps, first.config.rows_per_program) == (1, 1) and second.config == TABLE[1]
+    assert first.origin == "template" and first.skill_id == "" and (first.attempt, second.attempt) == (1, 2)
+    assert first.source == rmsnorm.render(TABLE[0]) and first.plan == rmsnorm.plan(TABLE[0])
+    assert first.source_sha256 == candidate_sha256(first.source, first.plan) != sha256(first.source)
+    assert first.candidate_id == f"c1-{first.source_sha256[:10]}" and second.candidate_id.startswith("c2-")
+    assert first.contract.entrypoint == "rmsnorm"
+    assert first.target_class.endswith("Qwen2RMSNorm")
 
 
-def test_a_chosen_skill_is_tried_first_and_credited():
+def test_the_search_table_order_follows_the_row_width():
+    assert (rmsnorm.search_configs("", 1536)[0].num_warps, rmsnorm.search_configs("", 1536)[0].rows_per_program) == (
+        4,
+        1,
+    )
+    assert (TABLE[0].num_warps, TABLE[0].rows_per_program) == (1, 1)
+    assert {(c.num_warps, c.rows_per_program) for c in TABLE} == {
+        (c.num_warps, c.rows_per_program) for c in rmsnorm.search_configs()
+    }  # the same space, another order
+
+
+def test_a_chosen_skill_is_tried_first_beside_the_tables_first():
     config = pb.TemplateConfig(template=rmsnorm.TEMPLATE, num_warps=8, rows_per_program=2)
     captured = profile_captured()
     skills = pb.SkillsRetrieved(target_class=captured.target_class, chosen_skill_id="sk-42", config=config)
     log, trigger = _start(skills=skills)
-    proposal = _answer(log, trigger)
-    assert proposal.msg.origin == "skill" and proposal.msg.skill_id == "sk-42"
-    assert proposal.msg.config == config
-    # the search goes on from the table, skipping what the skill already tried
-    second = _answer(log, _judge(log, proposal, reward=1))
-    assert second.msg.config == TABLE[0] and second.msg.attempt == 2 and second.msg.origin == "template"
+    skill, table = _answers(log, trigger)
+    assert skill.msg.origin == "skill" and skill.msg.skill_id == "sk-42" and skill.msg.config == config
+    assert table.msg.config == TABLE[0] and table.msg.attempt == 2 and table.msg.origin == "template"
 
 
-def test_search_then_conclusion_picks_the_best_and_applies_the_default_policy():
+def test_a_search_step_waits_for_all_its_verdicts_then_refines_around_the_best():
     log, trigger = _start()
-    c1 = _answer(log, trigger)
-    c2 = _answer(log, _judge(log, c1, reward=1))
-    assert c2.msg.config == TABLE[1] and c2.msg.candidate_id.startswith("c2-")
-    c3 = _answer(log, _judge(log, c2, reward=2, speedup=1.4))
-    assert c3.msg.config == TABLE[2]
+    c1, c2 = _answers(log, trigger)
+    assert domain.decide(log.records, _judge(log, c1, reward=1)) == []  # c2 is still being judged
+    c3 = _answer(log, _judge(log, c2, reward=2, speedup=1.4))  # budget 3: one more
+    # nearest to the best so far (c2: 1 warp, 2 rows) among the untried, the table's order between equals
+    assert _launch(c2) == (1, 2) and _launch(c3) == (2, 2) and c3.msg.candidate_id.startswith("c3-")
     concluded = _answer(log, _judge(log, c3, reward=2, speedup=1.9)).msg
     assert isinstance(concluded, pb.TargetConcluded)
     assert concluded.candidate_id == c3.msg.candidate_id  # same reward, faster
     assert concluded.source_sha256 == c3.msg.source_sha256
     assert concluded.reward == 2 and concluded.candidates_judged == 3
     assert concluded.policy.name == "gpu-default" and concluded.policy.min_reward == 2
-    assert concluded.swap and "swap" in concluded.reason
+    assert concluded.swap and "candidate budget of 3 spent" in concluded.reason
     # a late or repeated judgement changes nothing once the target is concluded
     assert domain.decide(log.records, log.records[-2]) == []
 
 
-def test_ties_go_to_the_earliest_and_a_top_reward_stops_the_search():
+def test_the_row_blocking_of_a_rejected_candidate_goes_last():
+    untried = TABLE[2:]
+    verdicts = [(TABLE[0], pb.CandidateJudged(reward=-1)), (TABLE[1], pb.CandidateJudged(reward=1))]
+    order = domain.refine(list(untried), verdicts)
+    rejected_rows = TABLE[0].rows_per_program
+    tail = [c for c in order if c.rows_per_program == rejected_rows]
+    assert order[-len(tail) :] == tail and order[0].rows_per_program != rejected_rows
+    assert (order[0].num_warps, order[0].rows_per_program) == (2, 2)  # nearest to the passing (1, 2)
+
+
+def test_a_top_reward_at_copy_bandwidth_stops_the_search_and_below_it_goes_on():
     log, trigger = _start(run=pb.RunRequested(max_candidates=5))
-    c1 = _answer(log, trigger)
-    c2 = _answer(log, _judge(log, c1, reward=3, speedup=2.0))
-    assert isinstance(c2.msg, pb.TargetConcluded)
-    assert c2.msg.candidate_id == c1.msg.candidate_id and c2.msg.reward == 3 and c2.msg.candidates_judged == 1
+    c1, c2 = _answers(log, trigger)
+    _judge(log, c1, reward=3, speedup=2.0, copy=0.9)
+    concluded = _answer(log, _judge(log, c2, reward=1)).msg
+    assert isinstance(concluded, pb.TargetConcluded) and "90% of copy bandwidth" in concluded.reason
+    assert concluded.candidate_id == c1.msg.candidate_id and concluded.reward == 3 and concluded.candidates_judged == 2
+
+    log, trigger = _start(run=pb.RunRequested(max_candidates=5))
+    c1, c2 = _answers(log, trigger)
+    _judge(log, c1, reward=3, speedup=2.0, copy=0.6)  # the best baseline beaten, the memory system not reached
+    more = _answers(log, _judge(log, c2, reward=1))
+    assert [r.type for r in more] == ["CandidateProposed"] * 2 and _launch(more[0]) == (2, 1)  # next to c1 (1, 1)
 
 
 def test_an_explicit_policy_is_copied_and_decides_the_swap():
@@ -112,8 +149,8 @@ def test_an_explicit_policy_is_copied_and_decides_the_swap():
 def test_when_every_candidate_is_rejected_nothing_is_swapped():
     policy = pb.SwapPolicy(min_reward=-5, name="reckless")
     log, trigger = _start(run=pb.RunRequested(max_candidates=2, policy=policy))
-    c1 = _answer(log, trigger)
-    c2 = _answer(log, _judge(log, c1, reward=-1))
+    c1, c2 = _answers(log, trigger)
+    _judge(log, c1, reward=-1)
     concluded = _answer(log, _judge(log, c2, reward=-1)).msg
     assert concluded.candidate_id == "" and concluded.reward == -1 and not concluded.swap
     assert "test verdict -1" in concluded.reason
@@ -133,21 +170,32 @@ def test_targets_that_cannot_be_templated_are_concluded_with_a_reason():
     assert domain.decide(log.records, trigger) == []
 
 
-def test_rederive_reproduces_every_coder_event_byte_for_byte():
-    log, trigger = _start(run=pb.RunRequested(max_candidates=2))
-    c1 = _answer(log, trigger)
-    c2 = _answer(log, _judge(log, c1, reward=1))
-    _answer(log, _judge(log, c2, reward=2, speedup=1.2))
+def test_rederive_reproduces_every_coder_event_byte_for_byte_at_its_ordinal():
+    log, trigger = _start(run=pb.RunRequested(max_candidates=3))
+    c1, c2 = _answers(log, trigger)
+    _judge(log, c1, reward=1)
+    c3 = _answer(log, _judge(log, c2, reward=2, speedup=1.2))
+    _answer(log, _judge(log, c3, reward=1))
     assert [r.type for r in log.records][-1] == "TargetConcluded"
     coder_types = set(domain.REDERIVE)
     assert [m for m in verify(log.records, domain.REDERIVE) if m.type in coder_types] == []
-    # a tampered proposal is caught
-    tampered = log.records[3]
-    msg = tampered.msg
+    # a tampered proposal is caught: the second of the fan-out, re-derived at its own place
+    msg = c2.msg
     msg.attempt = 7
-    tampered.env.payload = msg.SerializeToString(deterministic=True)
+    c2.env.payload = msg.SerializeToString(deterministic=True)
     problems = [m for m in verify(log.records, domain.REDERIVE) if m.type in coder_types]
-    assert len(problems) == 1 and "attempt" in problems[0].problem
+    assert len(problems) == 1 and problems[0].seq == c2.seq and "attempt" in problems[0].problem
+
+
+def test_a_fan_out_stored_in_another_order_does_not_replay():
+    """Each answer is its handler's answer at its place: the two proposals of one step swapped in the log (their
+    ids derived at the swapped places) are both re-derived wrong."""
+    log, trigger = _start()
+    out = domain.decide(log.records, trigger)
+    c2 = log.append(out[1], cause=trigger, ordinal=0)
+    c1 = log.append(out[0], cause=trigger, ordinal=1)
+    problems = [m for m in verify(log.records, domain.REDERIVE) if m.type in domain.REDERIVE]
+    assert {p.seq for p in problems} == {c1.seq, c2.seq}
 
 
 def test_what_the_profile_saw_the_module_compute_chooses_the_kernel_variant():
@@ -155,22 +203,21 @@ def test_what_the_profile_saw_the_module_compute_chooses_the_kernel_variant():
     learned on a plain RMSNorm (its launch shape kept, its arithmetic not); a norm the template does not write
     is concluded with that reason."""
     log, trigger = _start(computes="rmsnorm_offset")
-    first = _answer(log, trigger)
-    offset = rmsnorm.search_configs("rmsnorm_offset")
+    first, second = _answers(log, trigger)
+    offset = rmsnorm.search_configs("rmsnorm_offset", 64)
     assert first.msg.config == offset[0] and first.msg.source == rmsnorm.render(offset[0])
     assert "_rmsnorm_offset_fwd_kernel" in first.msg.source and first.msg.plan == rmsnorm.plan(offset[0])
-    second = _answer(log, _judge(log, first, reward=1))
     assert second.msg.config == offset[1]  # the search stays within the variant
 
     skill = pb.TemplateConfig(template=rmsnorm.TEMPLATE, num_warps=8, rows_per_program=2)
     captured = profile_captured()
     skills = pb.SkillsRetrieved(target_class=captured.target_class, chosen_skill_id="sk-7", config=skill)
     log, trigger = _start(skills=skills, computes="rmsnorm_offset")
-    proposal = _answer(log, trigger)
+    proposal = _answers(log, trigger)[0]
     assert (proposal.msg.config.num_warps, proposal.msg.config.rows_per_program) == (8, 2)
     assert proposal.msg.config.variant == "rmsnorm_offset" and proposal.msg.origin == "skill"
 
-    log, trigger = _start(computes="layernorm")
+    log, trigger = _start(computes="softmax")
     [concluded] = domain.decide(log.records, trigger)
     assert isinstance(concluded, pb.TargetConcluded) and not concluded.swap
-    assert "the template does not write layernorm" in concluded.reason
+    assert "the template does not write softmax" in concluded.reason

@@ -1,7 +1,7 @@
 """Norms that are not Llama's RMSNorm, judged against their own classes: Gemma's x·rsqrt(mean(x²)+eps)·(1+w),
-Cohere's bias-free LayerNorm and torch's LayerNorm with its bias (GPT-2's). The template's kernel for what the module computes passes; the kernel of
-another variant (what would have been written before the profile said what the module computes) is wrong
-on it, and the judge says so."""
+Cohere's bias-free LayerNorm and torch's LayerNorm with its bias (GPT-2's). The template's kernel for what
+the module computes passes; the kernel of another variant (what would have been written before the profile
+said what the module computes) is wrong on it, and the judge says so."""
 
 from __future__ import annotations
 

@@ -77,7 +77,8 @@ async def test_coder_and_judge_search_conclude_and_replay_over_nats(bus, nats_se
         )
         [concluded] = await wait_for_events(bus, run_id, "TargetConcluded", timeout=90)
     log = await bus.read_run(run_id)
-    assert [r.type for r in log][3:] == ["CandidateProposed", "CandidateJudged"] * 2 + ["TargetConcluded"]
+    # one search step: two proposals at once, each judged, then the conclusion
+    assert [r.type for r in log][3:] == ["CandidateProposed"] * 2 + ["CandidateJudged"] * 2 + ["TargetConcluded"]
     judged = [r.msg for r in ev.all_of(log, "CandidateJudged")]
     assert [j.reward for j in judged] == [1, 1]
     assert all(j.observed.correctness.passed and j.observed.correctness.interpreted for j in judged)

@@ -74,12 +74,16 @@ def test_rejected():
     assert done.speedup == pytest.approx(39.0 / 40.0)
 
 
-def test_rolled_back_while_committing():
+def test_a_rollback_never_ends_a_run():
+    """The server answers a swapping conclusion with SwapCommitted or SwapRejected (a parity or canary failure
+    while committing is a rejection); a SwapRolledBack answers a RollbackRequested after the commit that
+    ended the run, so it is never the end, even where no commit is in sight."""
     run = RunLog()
     concluded = _concluded(run, _profiled(run), swap=True, reward=3)
     rolled = run.add(pb.SwapRolledBack(swap_id="s1", candidate_id="c1", reason="canary"), "server", concluded)
-    done = _complete(run, rolled)
-    assert (done.outcome, done.swapped, done.target_class, done.reward) == ("rolled_back", False, NORM, 3)
+    assert not domain.completes_run(run.log, rolled)
+    with pytest.raises(ValueError, match="does not end a run"):
+        domain.derive_run_completed(run.log, rolled, pb.RunObservation())
 
 
 def test_a_later_rollback_does_not_complete_the_run_again():
@@ -139,7 +143,8 @@ def test_replay_reproduces_and_catches_tampering():
     concluded = _concluded(run, _profiled(run), swap=True, reward=2)
     committed = run.add(pb.SwapCommitted(swap_id="s1", candidate_id="c1", target_class=NORM), "server", concluded)
     _complete(run, committed)
-    as_recorded = {t: (lambda prior, trigger, recorded: recorded) for t in ("TargetConcluded", "SwapCommitted")}
+    injected = ("TargetConcluded", "SwapCommitted")
+    as_recorded = {t: (lambda prior, trigger, recorded, ordinal=0: recorded) for t in injected}
     rederivers = {**domain.REDERIVE, **as_recorded}
     assert verify(run.log, rederivers) == []
 

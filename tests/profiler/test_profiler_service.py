@@ -138,7 +138,7 @@ async def profiler(nats_server, admin_server, run_id):
 
 
 INJECTED = ("TargetConcluded", "SwapCommitted", "RollbackRequested", "SwapRolledBack")
-AS_RECORDED = {t: (lambda prior, trigger, recorded: recorded) for t in INJECTED}
+AS_RECORDED = {t: (lambda prior, trigger, recorded, ordinal=0: recorded) for t in INJECTED}
 
 
 async def test_profile_then_no_swap(bus, profiler, admin_server, wait_log):

@@ -144,7 +144,7 @@ def test_publish_credit_and_penalty(new_run, profiled, config):
 
     injected = ("CandidateProposed", "CandidateJudged", "TargetConcluded", "SwapCommitted", "SwapRolledBack")
     rederivers = {**domain.REDERIVE, **profiler_domain.REDERIVE}
-    rederivers |= {t: (lambda prior, trigger, recorded: recorded) for t in injected}
+    rederivers |= {t: (lambda prior, trigger, recorded, ordinal=0: recorded) for t in injected}
     assert verify(run.log, rederivers) == []
 
 

@@ -24,7 +24,7 @@ INJECTED = ("CandidateProposed", "CandidateJudged", "TargetConcluded", "SwapComm
 REDERIVERS = {
     **domain.REDERIVE,
     **profiler_domain.REDERIVE,
-    **{t: (lambda prior, trigger, recorded: recorded) for t in INJECTED},
+    **{t: (lambda prior, trigger, recorded, ordinal=0: recorded) for t in INJECTED},
 }
 
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18yantra/v1/envelope.proto\x12\tyantra.v1\"\xb9\x01\n\x08\x45nvelope\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x14\n\x0ctime_unix_ns\x18\x04 \x01(\x03\x12\x10\n\x08producer\x18\x05 \x01(\t\x12\x14\n\x0c\x63\x61usation_id\x18\x06 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x07 \x01(\t\x12\x0f\n\x07payload\x18\x08 \x01(\x0c\x12\x16\n\x0eschema_version\x18\t \x01(\rb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18yantra/v1/envelope.proto\x12\tyantra.v1\"\xca\x01\n\x08\x45nvelope\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\x14\n\x0ctime_unix_ns\x18\x04 \x01(\x03\x12\x10\n\x08producer\x18\x05 \x01(\t\x12\x14\n\x0c\x63\x61usation_id\x18\x06 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x07 \x01(\t\x12\x0f\n\x07payload\x18\x08 \x01(\x0c\x12\x16\n\x0eschema_version\x18\t \x01(\r\x12\x0f\n\x07\x61nswers\x18\n \x01(\rb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'yantra.v1.envelope_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ENVELOPE']._serialized_start=40
-  _globals['_ENVELOPE']._serialized_end=225
+  _globals['_ENVELOPE']._serialized_end=242
 # @@protoc_insertion_point(module_scope)

@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Envelope(_message.Message):
-    __slots__ = ("event_id", "run_id", "type", "time_unix_ns", "producer", "causation_id", "correlation_id", "payload", "schema_version")
+    __slots__ = ("event_id", "run_id", "type", "time_unix_ns", "producer", "causation_id", "correlation_id", "payload", "schema_version", "answers")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class Envelope(_message.Message):
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     run_id: str
     type: str
@@ -25,4 +26,5 @@ class Envelope(_message.Message):
     correlation_id: str
     payload: bytes
     schema_version: int
-    def __init__(self, event_id: _Optional[str] = ..., run_id: _Optional[str] = ..., type: _Optional[str] = ..., time_unix_ns: _Optional[int] = ..., producer: _Optional[str] = ..., causation_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., schema_version: _Optional[int] = ...) -> None: ...
+    answers: int
+    def __init__(self, event_id: _Optional[str] = ..., run_id: _Optional[str] = ..., type: _Optional[str] = ..., time_unix_ns: _Optional[int] = ..., producer: _Optional[str] = ..., causation_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., schema_version: _Optional[int] = ..., answers: _Optional[int] = ...) -> None: ...
