@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from services.core.pb import events_pb2 as pb
+from services.ops.launch import Launcher
 
 FAMILY = "row_reduction"
 # What this family's modules may compute (services.ops.recognise_norm), and which of those its template
@@ -29,8 +30,8 @@ ENTRY_PARAMS = ("hidden_states", "weight", "eps", "bias")
 OPTIONAL_PARAMS = ("bias",)
 PARAM_KINDS = {"hidden_states": "tensor", "weight": "tensor", "eps": "float", "bias": "tensor"}
 
-# Runtime arguments a kernel may take, by the name a plan uses. x and y are 2-D (rows, cols) and
-# row-major; the wrapper makes x so (a copy only when the caller's view is not).
+# Runtime arguments a kernel may take, by the name a plan uses. x and y hold `rows` rows of `cols`, one after
+# another (row stride = cols); the wrapper makes x so (a copy only when the caller's view is not).
 ARGS = ("x", "w", "b", "y", "rows", "cols", "eps", "x_row_stride", "y_row_stride")  # b: the bias (LayerNorm)
 CONSTEXPR_EXPRS = ("cols", "block_cols")  # block_cols: the next power of two >= cols
 MAX_BLOCK = 65536  # one row must fit one program's registers/shared memory
@@ -147,11 +148,10 @@ def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
 
 @dataclass(frozen=True)
 class _Launch:
-    kernel: Callable
+    launcher: Launcher
     args: tuple[str, ...]
     constexprs: tuple[tuple[str, int | str], ...]
     grid: Grid
-    options: tuple[tuple[str, int], ...]
     max_rows: int
 
 
@@ -161,11 +161,10 @@ def _compile(plan: pb.LaunchPlan, kernels: Mapping[str, Callable]) -> list[_Laun
         options = [("num_warps", launch.num_warps)] + ([("num_stages", launch.num_stages)] if launch.num_stages else [])
         out.append(
             _Launch(
-                kernel=kernels[launch.kernel],
+                launcher=Launcher(kernels[launch.kernel], dict(options)),
                 args=tuple(launch.args),
                 constexprs=tuple((k, _constexpr_value(k, v)) for k, v in sorted(launch.constexprs.items())),
                 grid=parse_grid(launch.grid),
-                options=tuple(options),
                 max_rows=launch.max_rows,
             )
         )
@@ -173,13 +172,12 @@ def _compile(plan: pb.LaunchPlan, kernels: Mapping[str, Callable]) -> list[_Laun
 
 
 @lru_cache(maxsize=16)
-def _sms(device: str) -> int:
+def _sms(device) -> int:
     import torch
 
-    dev = torch.device(device)
-    if dev.type != "cuda":
+    if device.type != "cuda":
         return CPU_SMS
-    return torch.cuda.get_device_properties(dev).multi_processor_count
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _check_inputs(hidden_states, weight, bias) -> None:
@@ -211,7 +209,7 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
 
     launches = _compile(plan, kernels)
     allocate = empty or torch.empty
-    takes_bias = any("b" in launch.args for launch in launches)
+    takes_bias = any("b" in item.args for item in launches)
 
     def rmsnorm(hidden_states, weight, eps, bias=None):
         _check_inputs(hidden_states, weight, bias)
@@ -222,24 +220,25 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
         block = 1 << max(0, n_cols - 1).bit_length()
         if block > MAX_BLOCK:
             raise ValueError(f"width {n_cols} is too wide for a one-pass row kernel (at most {MAX_BLOCK})")
-        out_dtype = torch.promote_types(weight.dtype, hidden_states.dtype)
-        x2d = hidden_states.reshape(-1, n_cols).contiguous()
-        y2d = allocate(x2d.shape, dtype=out_dtype, device=x2d.device)
-        rows = x2d.shape[0]
+        # The rows are consecutive n_cols-wide slices of one contiguous buffer, whatever the leading dims: the
+        # input as it is when it is so (no reshape, no copy: each torch call costs the host microseconds at
+        # decode), a copy of it when not. The output is allocated in the input's shape.
+        x = hidden_states if hidden_states.is_contiguous() else hidden_states.contiguous()
+        y = allocate(x.shape, dtype=torch.promote_types(weight.dtype, x.dtype), device=x.device)
+        rows = x.numel() // n_cols
         if rows == 0 or not launch:
-            return y2d.reshape(hidden_states.shape)
+            return y
         chosen = next(item for item in launches if item.max_rows == 0 or rows <= item.max_rows)
         values = {
-            "x": x2d, "w": weight.contiguous(), "b": None if bias is None else bias.contiguous(),
-            "y": y2d, "rows": rows, "cols": n_cols, "eps": float(eps),
-            "x_row_stride": x2d.stride(0), "y_row_stride": y2d.stride(0),
+            "x": x, "w": weight.contiguous(), "b": None if bias is None else bias.contiguous(),
+            "y": y, "rows": rows, "cols": n_cols, "eps": float(eps), "x_row_stride": n_cols, "y_row_stride": n_cols,
         }  # fmt: skip
         exprs = {"cols": n_cols, "block_cols": block}
         constexprs = {k: exprs[v] if isinstance(v, str) else v for k, v in chosen.constexprs}
-        grid = (chosen.grid.programs(rows, _sms(str(x2d.device))),)
-        chosen.kernel[grid](*(values[a] for a in chosen.args), **constexprs, **dict(chosen.options))
-        return y2d.reshape(hidden_states.shape)
+        chosen.launcher(chosen.grid.programs(rows, _sms(x.device)), [values[a] for a in chosen.args], constexprs)
+        return y
 
+    rmsnorm.launchers = [item.launcher for item in launches]  # read by services.ops.launch.direct_launches
     return rmsnorm
 
 

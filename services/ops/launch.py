@@ -1,0 +1,97 @@
+"""Launching a @triton.jit kernel with Triton's per-call work done once per specialisation.
+
+`kernel[grid](...)` binds the arguments, computes the specialisation key (dtype and 16-byte alignment of
+each pointer, whether an int is 1 or a multiple of 16, its width), looks the compiled kernel up and only
+then launches. On the H200 host that is ~17-25 us of a candidate's call, where torch's native norm costs
+11-17 us in all (`python bench/host_per_call.py`): a kernel faster on the GPU lost to eager callers.
+
+A `Launcher` computes the same key itself, keeps the compiled kernel Triton returned the first time it saw
+that key, and launches it directly the next time (`compiled[grid](*arguments)`, ~9-13 us). The key is never
+coarser than Triton's: a pointer's alignment and dtype, an int's value class, a float, None. Anything it
+does not know (another argument type, the interpreter, a Triton whose compiled kernel has no launcher)
+takes Triton's own path, always; a direct launch that fails before launching switches this launcher to
+Triton's path for good.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+log = logging.getLogger(__name__)
+
+ALIGN = 16  # Triton specialises pointers and ints on divisibility by 16
+
+
+def _spec(value) -> object:
+    """This argument's share of Triton's specialisation key (a finer one is safe, a coarser one is not)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, value.data_ptr() % ALIGN == 0)
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int):
+        # Triton: 1 is a constant, a multiple of 16 is marked so, and the width is i32, i64 or u64
+        return ("i", value == 1, value % ALIGN == 0, -(2**31) <= value < 2**31, -(2**63) <= value < 2**63)
+    if isinstance(value, float):
+        return "f"
+    raise TypeError(f"no direct launch for a {type(value).__name__} argument")
+
+
+class Launcher:
+    def __init__(self, kernel, options: Mapping[str, int]):
+        """`kernel` a loaded @triton.jit function (its runtime parameters first, then its constexprs, as the
+        family's plan check requires); `options` Triton's launch options (num_warps, num_stages)."""
+        self.kernel, self.options = kernel, dict(options)
+        params = getattr(kernel, "params", None)  # the interpreter's kernels have none: Triton's path only
+        self.direct = params is not None and hasattr(kernel, "arg_names")
+        constexprs = [p for p in params or () if p.is_constexpr]
+        self.runtime_count = len(params or ()) - len(constexprs)
+        self.tail_names = tuple(p.name for p in constexprs)  # a direct launch passes every parameter in order
+        self.defaults = {p.name: p.default for p in constexprs if getattr(p, "has_default", False)}
+        self.compiled: dict[tuple, object] = {}
+        self.direct_calls = 0  # launches that skipped Triton's binding (tests and benchmarks read it)
+
+    def __call__(self, grid: int, args: Sequence, constexprs: Mapping[str, object]) -> None:
+        """Launch on `grid` programs with the runtime `args` in order and the plan's `constexprs`."""
+        key = None
+        if self.direct and len(args) == self.runtime_count:
+            try:
+                key = (tuple(_spec(a) for a in args), tuple(constexprs.items()), _device())
+            except TypeError:
+                key = None
+            compiled = self.compiled.get(key) if key is not None else None
+            if compiled is not None:
+                values = {**self.defaults, **constexprs}
+                try:
+                    compiled[(grid, 1, 1)](*args, *(values[n] for n in self.tail_names))
+                    self.direct_calls += 1
+                    return
+                except (TypeError, KeyError) as exc:  # a Triton whose launcher takes other arguments: its own path
+                    log.warning("direct launch of %s failed (%s): Triton's own launch from now on", self.name, exc)
+                    self.direct, self.compiled = False, {}
+        compiled = self.kernel[(grid,)](*args, **constexprs, **self.options)
+        if key is not None and _launchable(compiled):
+            self.compiled[key] = compiled
+
+    @property
+    def name(self) -> str:
+        return getattr(self.kernel, "__name__", "kernel")
+
+
+def _launchable(compiled) -> bool:
+    return all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata", "__getitem__"))
+
+
+def _device() -> int:
+    import torch
+
+    return torch.cuda.current_device() if torch.cuda.is_available() else -1
+
+
+def direct_launches(fn: Callable) -> int:
+    """How many of a family wrapper's launches skipped Triton's binding (0 for anything else)."""
+    return sum(launcher.direct_calls for launcher in getattr(fn, "launchers", ()))
