@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from services.coder.templates import rmsnorm
 from services.core.pb import events_pb2 as pb
+from services.ops.row_reduction import EPS_ATTRS
 
-# Attribute names that hold an RMSNorm's epsilon across HF model families, in order of preference.
-EPS_ATTRS = ("variance_epsilon", "eps", "epsilon")
 WEIGHT_KINDS = ("parameter", "tensor")
 
 

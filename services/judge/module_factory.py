@@ -12,10 +12,7 @@ import inspect
 import torch
 
 from services.core.pb import events_pb2 as pb
-
-# __init__ parameters that take the normalised width, and the epsilon, across HF model families.
-WIDTH_PARAMS = ("hidden_size", "dim", "normalized_shape", "d_model", "size", "hidden_dim", "n_embd")
-EPS_PARAMS = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps", "rms_norm_eps", "norm_eps")
+from services.ops.row_reduction import EPS_INIT_PARAMS, WIDTH_INIT_PARAMS
 
 
 class ModuleBuildError(ValueError):
@@ -80,9 +77,9 @@ def init_kwargs(cls: type, width: int, eps: float | None) -> dict:
     for name, param in list(signature.parameters.items())[1:]:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        if name in WIDTH_PARAMS:
+        if name in WIDTH_INIT_PARAMS:
             kwargs[name] = width
-        elif name in EPS_PARAMS and eps is not None:
+        elif name in EPS_INIT_PARAMS and eps is not None:
             kwargs[name] = eps
         elif param.default is param.empty:
             raise ModuleBuildError(

@@ -59,8 +59,9 @@ def _correctness(c: pb.CorrectnessEvidence) -> list[str]:
         )
     out += [f"  checked: {check}" for check in c.checks]
     for e in c.errors:
+        row = f", plus a per-row term up to {e.row_atol:.3g}" if e.row_atol else ""
         out.append(f"  max error {e.dtype}: abs {e.max_abs_err:.3g}, rel {e.max_rel_err:.3g} "
-                   f"(atol {e.atol:g}, rtol {e.rtol:g}, {e.checks} checks)")  # fmt: skip
+                   f"(atol {e.atol:g}, rtol {e.rtol:g}{row}, {e.checks} checks)")  # fmt: skip
     if c.error:
         out.append(f"  {c.rule_id}: {c.error}")
     return out

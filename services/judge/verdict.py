@@ -97,7 +97,7 @@ class _Tally:
     max_rel: float = 0.0
     max_ratio: float = 0.0
     max_bias: float = 0.0
-    errors: dict[str, list] = field(default_factory=dict)  # dtype -> [checks, max abs, max rel, bound]
+    errors: dict[str, list] = field(default_factory=dict)  # dtype -> [checks, max abs, max rel, bound, row term]
 
     def fail(self, rule: str, error: str) -> None:
         if not self.error:
@@ -128,9 +128,11 @@ def _check_output(tally: _Tally, case: Case, ref: Reference, out, when: str = ""
     result = compare(out, ref.hi, ref.bound, ref.row_error)
     # The figures count whether or not the check passed: a rejection's evidence shows the error that sank it.
     name = str(out.dtype).removeprefix("torch.")
-    row = tally.errors.setdefault(name, [0, 0.0, 0.0, ref.bound])
+    row = tally.errors.setdefault(name, [0, 0.0, 0.0, ref.bound, 0.0])
     row[0] += 1
     row[1], row[2] = max(row[1], result.max_abs), max(row[2], result.max_rel)
+    if ref.row_error is not None and ref.row_error.numel():
+        row[4] = max(row[4], float(torch.nan_to_num(ref.row_error, nan=0.0, posinf=0.0).max()))
     tally.max_abs, tally.max_rel = max(tally.max_abs, result.max_abs), max(tally.max_rel, result.max_rel)
     tally.max_ratio = max(tally.max_ratio, result.max_ratio)
     tally.max_bias = max(tally.max_bias, abs(result.bias))
@@ -206,8 +208,10 @@ def evidence(
     tally: _Tally, cases: list[Case], *, seed_base: int, dtype: str, facts: dict, interpreted: bool
 ) -> pb.CorrectnessEvidence:
     errors = [
-        pb.DtypeError(dtype=name, checks=int(n), max_abs_err=a, max_rel_err=r, atol=bound.abs, rtol=bound.rel)
-        for name, (n, a, r, bound) in tally.errors.items()
+        pb.DtypeError(
+            dtype=name, checks=int(n), max_abs_err=a, max_rel_err=r, atol=bound.abs, rtol=bound.rel, row_atol=row
+        )
+        for name, (n, a, r, bound, row) in tally.errors.items()
     ]
     return pb.CorrectnessEvidence(
         passed=tally.run > 0 and tally.passed == tally.run and not tally.error,

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from services.ops.row_reduction import EPS_ATTRS
+
 VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias")
 PROBE_ROWS = 4
 # Relative to the output's scale: one rounding of the served dtype, with room for a different summation order.
@@ -27,7 +29,7 @@ TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 
 def epsilon_of(module: torch.nn.Module) -> float | None:
     """A norm module's epsilon, under whichever name its class keeps it."""
-    for name in ("variance_epsilon", "eps", "epsilon", "layer_norm_eps"):
+    for name in EPS_ATTRS:
         value = getattr(module, name, None)
         if isinstance(value, float):
             return value

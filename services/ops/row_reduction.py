@@ -29,6 +29,12 @@ ENTRY_INPUTS = ("hidden_states",)  # forward inputs passed through
 ENTRY_PARAMS = ("hidden_states", "weight", "eps", "bias")
 OPTIONAL_PARAMS = ("bias",)
 PARAM_KINDS = {"hidden_states": "tensor", "weight": "tensor", "eps": "float", "bias": "tensor"}
+# Where a norm keeps its epsilon across model families: the instance attribute, in order of preference (the
+# contract binds it, recognition reads it), and the constructor parameters that set it (the judge builds
+# oracle instances with the live value), beside those that take the normalised width.
+EPS_ATTRS = ("variance_epsilon", "eps", "epsilon", "layer_norm_eps")
+EPS_INIT_PARAMS = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps", "rms_norm_eps", "norm_eps")
+WIDTH_INIT_PARAMS = ("hidden_size", "dim", "normalized_shape", "d_model", "size", "hidden_dim", "n_embd")
 
 # Runtime arguments a kernel may take, by the name a plan uses. x and y hold `rows` rows of `cols`, one after
 # another (row stride = cols); the wrapper makes x so (a copy only when the caller's view is not).

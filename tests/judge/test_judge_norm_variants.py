@@ -48,6 +48,9 @@ async def test_the_kernel_of_what_the_module_computes_passes_and_another_is_reje
     assert contract.entrypoint == "rmsnorm" and [b.param for b in contract.bindings] == bound
     passed = await _judge(module, right)
     assert passed.reward == 1, passed.reason
+    # a centred norm's bound carries a per-row term, and the evidence says how large it got
+    centred = right.startswith("layernorm")
+    assert all((e.row_atol > 0) == centred for e in passed.observed.correctness.errors), passed.observed.correctness
     rejected = await _judge(module, wrong)
     assert rejected.reward == -1 and rejected.reason.startswith("correctness failed"), rejected.reason
 

@@ -425,20 +425,22 @@ class CorrectnessEvidence(_message.Message):
     def __init__(self, passed: bool = ..., checks_run: _Optional[int] = ..., checks_passed: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., max_rel_err: _Optional[float] = ..., dtype: _Optional[str] = ..., shapes: _Optional[_Iterable[str]] = ..., seeds: _Optional[int] = ..., error: _Optional[str] = ..., interpreted: bool = ..., rule_id: _Optional[str] = ..., checks: _Optional[_Iterable[str]] = ..., seed_base: _Optional[int] = ..., errors: _Optional[_Iterable[_Union[DtypeError, _Mapping]]] = ..., stress_calls: _Optional[int] = ..., regimes: _Optional[_Iterable[str]] = ..., max_ulp_err: _Optional[float] = ..., max_bias: _Optional[float] = ..., cases: _Optional[int] = ...) -> None: ...
 
 class DtypeError(_message.Message):
-    __slots__ = ("dtype", "checks", "max_abs_err", "max_rel_err", "atol", "rtol")
+    __slots__ = ("dtype", "checks", "max_abs_err", "max_rel_err", "atol", "rtol", "row_atol")
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     CHECKS_FIELD_NUMBER: _ClassVar[int]
     MAX_ABS_ERR_FIELD_NUMBER: _ClassVar[int]
     MAX_REL_ERR_FIELD_NUMBER: _ClassVar[int]
     ATOL_FIELD_NUMBER: _ClassVar[int]
     RTOL_FIELD_NUMBER: _ClassVar[int]
+    ROW_ATOL_FIELD_NUMBER: _ClassVar[int]
     dtype: str
     checks: int
     max_abs_err: float
     max_rel_err: float
     atol: float
     rtol: float
-    def __init__(self, dtype: _Optional[str] = ..., checks: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., max_rel_err: _Optional[float] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ...) -> None: ...
+    row_atol: float
+    def __init__(self, dtype: _Optional[str] = ..., checks: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., max_rel_err: _Optional[float] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., row_atol: _Optional[float] = ...) -> None: ...
 
 class TimingRow(_message.Message):
     __slots__ = ("shape", "candidate_us", "eager_us", "compile_us", "native_us", "candidate_graph_us", "eager_graph_us", "compile_graph_us", "native_graph_us", "candidate_host_us", "eager_host_us", "compile_host_us", "native_host_us", "bytes_moved", "floor_us", "remeasured", "flag", "candidate_bench_us", "eager_bench_us", "compile_bench_us", "native_bench_us")
