@@ -1,0 +1,67 @@
+"""What an MLP computes, found by running it: the gated ones (SwiGLU, GeGLU) whatever their names, and
+nothing for MLPs that are not gated or gate otherwise."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GemmaConfig, LlamaConfig
+from transformers.models.gemma.modeling_gemma import GemmaMLP
+from transformers.models.llama.modeling_llama import LlamaMLP
+
+from services.ops import recognise
+from services.ops.gated_mlp import recognise as recognise_gated
+from services.ops.gated_mlp import roles
+
+SMALL = dict(hidden_size=32, intermediate_size=64)
+
+
+class Renamed(torch.nn.Module):
+    """A SwiGLU whose maps are named nothing like gate/up/down, declared in another order."""
+
+    def __init__(self, act=torch.nn.functional.silu):
+        super().__init__()
+        self.out = torch.nn.Linear(64, 32, bias=False)
+        self.b = torch.nn.Linear(32, 64, bias=False)  # the up projection
+        self.a = torch.nn.Linear(32, 64, bias=False)  # the gate
+        self.act = act
+
+    def forward(self, h):
+        return self.out(self.act(self.a(h)) * self.b(h))
+
+
+class Ungated(torch.nn.Module):
+    """Three maps, but a plain MLP with a residual branch: not act(gate) * up."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(32, 64)
+        self.b = torch.nn.Linear(32, 64)
+        self.c = torch.nn.Linear(64, 32)
+
+    def forward(self, h):
+        return self.c(torch.relu(self.a(h)) + self.b(h))
+
+
+def test_hf_gated_mlps_are_named_for_their_activation():
+    assert recognise(LlamaMLP(LlamaConfig(**SMALL))) == ("gated_mlp", "swiglu")
+    assert recognise(GemmaMLP(GemmaConfig(**SMALL, hidden_activation="gelu_pytorch_tanh"))) == (
+        "gated_mlp",
+        "geglu_tanh",
+    )
+
+
+def test_the_gate_is_found_by_running_not_by_name():
+    module = Renamed()
+    assert set(roles(module)[:2]) == {"a", "b"} and roles(module)[2] == "out"
+    assert recognise_gated(module) == "swiglu"
+    assert recognise_gated(Renamed(act=lambda t: torch.nn.functional.gelu(t, approximate="tanh"))) == "geglu_tanh"
+
+
+@pytest.mark.parametrize(
+    "module",
+    [Ungated(), Renamed(act=torch.relu), torch.nn.Linear(32, 32), torch.nn.LayerNorm(32)],
+    ids=["ungated", "relu-gated", "linear", "layernorm"],
+)
+def test_what_is_not_a_silu_or_gelu_gate_is_not_recognised(module):
+    assert recognise_gated(module) is None
