@@ -11,9 +11,7 @@ from types import ModuleType
 
 from services.ops import gated_mlp, row_reduction
 
-FAMILIES: dict[str, ModuleType] = {row_reduction.FAMILY: row_reduction}
-# Families that can say what a live module computes; a family is in FAMILIES once it has a wrapper too.
-RECOGNISERS: dict[str, ModuleType] = {row_reduction.FAMILY: row_reduction, gated_mlp.FAMILY: gated_mlp}
+FAMILIES: dict[str, ModuleType] = {row_reduction.FAMILY: row_reduction, gated_mlp.FAMILY: gated_mlp}
 
 
 class UnknownFamily(ValueError):
@@ -30,7 +28,7 @@ def family(name: str) -> ModuleType:
 
 def recognise(module) -> tuple[str, str] | None:
     """(family, variant) of what a live module computes, asked of every family; None when none knows it."""
-    for name, fam in RECOGNISERS.items():
+    for name, fam in FAMILIES.items():
         variant = fam.recognise(module)
         if variant:
             return name, variant

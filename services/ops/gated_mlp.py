@@ -1,11 +1,14 @@
-"""The gated-MLP op family (SwiGLU, GeGLU): recognised today; its kernel, plan and wrapper come next.
+"""The gated-MLP op family (SwiGLU, GeGLU): recognition, the launch vocabulary and the layer wrapper.
 
 A gated MLP computes down(act(gate(x)) · up(x)) with three linear maps: Llama, Qwen2/3, Mistral and Cohere
-with SiLU, Gemma with tanh-approximated GELU. The family will fuse act(gate) · up into one pass over the
-intermediate activations, as a rewrite of the MLP's forward that keeps its projections. What it does now is
-the first step of every family: say what a live module computes by running it, so the profile names a
-model's MLP for what it is (`ModuleClassProfile.computes`) whatever its class or attribute names — and
-nothing is written for it yet (`WRITABLE` is empty).
+with SiLU, Gemma with tanh-approximated GELU. The family fuses act(gate) · up into one pass over the
+intermediate activations, as a rewrite of the MLP's forward that keeps its projections (a `layer` target:
+`contract_for` binds the module's three maps by role, `make_forward` runs gate and up, the plan's kernel,
+then down; the server swaps it with parity like any other, tests/server/test_gated_swap.py). It says what a
+live module computes by running it, so the profile names a model's MLP for what it is
+(`ModuleClassProfile.computes`) whatever its class or attribute names. Still to come: the judge's cases and
+oracle for it (services.judge.service.JUDGED_FAMILIES refuses it until then) and the profiler ranking a
+layer's recoverable time; `WRITABLE` stays empty, so the loop never offers it, until they are.
 
 Which two maps are the gate and the up projection, and which the down, is read from their shapes (gate and
 up take the hidden width to the intermediate one, down takes it back); which of the first two is the gate,
@@ -13,6 +16,13 @@ and which activation, from running the module's own forward on probe rows beside
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+from services.core.pb import events_pb2 as pb
+from services.ops.launch import Launcher
+from services.ops.row_reduction import PlanError, check_launch
 
 FAMILY = "gated_mlp"
 VARIANTS = ("swiglu", "geglu_tanh", "geglu")
@@ -57,8 +67,9 @@ def roles(module) -> tuple[str, str, str] | None:
     return None
 
 
-def recognise(module) -> str | None:
-    """The variant `module` computes (see VARIANTS), or None. Runs its forward once on probe rows."""
+def identify(module) -> tuple[str, str, str, str] | None:
+    """(variant, gate, up, down) of a gated MLP, the roles by child name; None when `module` is not one.
+    Runs its forward once on probe rows."""
     import torch
 
     found = roles(module)
@@ -84,8 +95,117 @@ def recognise(module) -> str | None:
             g, u = maps[gate](probe).float(), maps[up](probe).float()
             for variant, act in _activations().items():
                 expected = maps[down]((act(g) * u).to(weight.dtype)).float()
-                errors[variant, gate] = float((got - expected).abs().max()) / scale
+                errors[variant, gate, up] = float((got - expected).abs().max()) / scale
     from services.ops.recognise_norm import TOLERANCE
 
-    (variant, _), error = min(errors.items(), key=lambda kv: kv[1])
-    return variant if error <= TOLERANCE.get(weight.dtype, 1e-3) else None
+    (variant, gate, up), error = min(errors.items(), key=lambda kv: kv[1])
+    return (variant, gate, up, down) if error <= TOLERANCE.get(weight.dtype, 1e-3) else None
+
+
+def recognise(module) -> str | None:
+    """The variant `module` computes (see VARIANTS), or None."""
+    found = identify(module)
+    return found[0] if found else None
+
+
+# ---------------------------------------------------------------- launch plans and the layer wrapper
+
+KIND = "layer"  # the target is the MLP module, whose forward is rewritten keeping its projections
+ENTRYPOINT = "gated_mlp"
+ENTRY_INPUTS = ("hidden_states",)
+ENTRY_PARAMS = ("hidden_states", "gate_proj", "up_proj", "down_proj")
+OPTIONAL_PARAMS: tuple[str, ...] = ()
+PARAM_KINDS = {"hidden_states": "tensor", "gate_proj": "module", "up_proj": "module", "down_proj": "module"}
+# Runtime arguments a kernel may take: the gate's and the up projection's outputs (same shape, contiguous),
+# the output, and their element count. One program covers N elements.
+ARGS = ("g", "u", "y", "n")
+GRIDS = ("cdiv(n, N)",)
+MAX_BLOCK = 1 << 16
+_GRID = re.compile(r"^cdiv\(n, (?P<n>\d+)\)$")
+
+
+def parse_grid(text: str) -> int:
+    """Elements per program of a grid in this family's vocabulary."""
+    match = _GRID.match(text)
+    if match is None or not 1 <= int(match["n"]) <= MAX_BLOCK:
+        raise PlanError(f"grid {text!r} is not one of {', '.join(GRIDS)} (N 1..{MAX_BLOCK})")
+    return int(match["n"])
+
+
+def _constexpr_value(name: str, text: str) -> int:
+    if re.fullmatch(r"\d{1,6}", text) and int(text) <= MAX_BLOCK:
+        return int(text)
+    raise PlanError(f"constexpr {name}={text!r} is not an integer literal up to {MAX_BLOCK}")
+
+
+def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
+    """Findings (rule `launch-plan`) for a plan of this family; [] when it fits. One launch serves every size."""
+    try:
+        if plan.family != FAMILY:
+            raise PlanError(f"the plan is for family {plan.family!r}, this wrapper is {FAMILY!r}")
+        if len(plan.launches) != 1 or plan.launches[0].max_rows:
+            raise PlanError("a gated_mlp plan is one launch that serves every size (max_rows 0)")
+        check_launch(plan.launches[0], kernels, args=ARGS, grid=parse_grid, value=_constexpr_value)
+    except PlanError as exc:
+        return [pb.Finding(rule_id="launch-plan", reason=str(exc))]
+    return []
+
+
+def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
+    """gated_mlp(hidden_states, gate_proj, up_proj, down_proj): down(kernel(gate(x), up(x))) with the plan's kernel
+    (checked by `check_plan`) between the module's own projections.
+
+    `empty` allocates the intermediate (torch.empty's signature); `launch=False` skips the kernel (the judge's
+    ghost replay)."""
+    import torch
+
+    (only,) = plan.launches
+    options = {"num_warps": only.num_warps, **({"num_stages": only.num_stages} if only.num_stages else {})}
+    launcher = Launcher(kernels[only.kernel], options)
+    per_program = parse_grid(only.grid)
+    constexprs = {name: _constexpr_value(name, text) for name, text in sorted(only.constexprs.items())}
+    allocate = empty or torch.empty
+
+    def gated_mlp(hidden_states, gate_proj, up_proj, down_proj):
+        g, u = gate_proj(hidden_states), up_proj(hidden_states)
+        if not isinstance(g, torch.Tensor) or not isinstance(u, torch.Tensor) or g.shape != u.shape:
+            raise ValueError("the gate and up projections must give tensors of one shape")
+        if not g.dtype.is_floating_point or g.device != u.device:
+            raise TypeError(f"gate and up must be floating tensors on one device, got {g.dtype} on {g.device}")
+        g = g if g.is_contiguous() else g.contiguous()
+        u = u if u.is_contiguous() else u.contiguous()
+        y = allocate(g.shape, dtype=torch.promote_types(g.dtype, u.dtype), device=g.device)
+        n = g.numel()
+        if n and launch:
+            values = {"g": g, "u": u, "y": y, "n": n}
+            launcher(-(-n // per_program), [values[a] for a in only.args], constexprs)
+        return down_proj(y)
+
+    gated_mlp.launchers = [launcher]
+    return gated_mlp
+
+
+def contract_for(module, class_path: str) -> pb.Contract | None:
+    """The layer contract of a live gated MLP: its forward's input, and its three maps bound by role (found by
+    running it); None when it is not a gated MLP this family recognises."""
+    import inspect
+
+    found = identify(module)
+    if found is None:
+        return None
+    _, gate, up, down = found
+    params = [p for p in inspect.signature(type(module).forward).parameters if p != "self"]
+    if len(params) != 1:
+        return None
+    return pb.Contract(
+        kind=KIND,
+        target=class_path,
+        entrypoint=ENTRYPOINT,
+        inputs=params,
+        entry_inputs=list(ENTRY_INPUTS) if params != list(ENTRY_INPUTS) else [],
+        bindings=[
+            pb.Binding(param="gate_proj", attr=gate, kind="module"),
+            pb.Binding(param="up_proj", attr=up, kind="module"),
+            pb.Binding(param="down_proj", attr=down, kind="module"),
+        ],
+    )

@@ -97,13 +97,16 @@ def _constexpr_value(name: str, text: str) -> int | str:
     raise PlanError(f"constexpr {name}={text!r} is neither an integer literal nor one of {', '.join(CONSTEXPR_EXPRS)}")
 
 
-def _check_launch(launch: pb.KernelLaunch, kernels: Mapping) -> None:
+def check_launch(launch: pb.KernelLaunch, kernels: Mapping, args=ARGS, grid=parse_grid, value=None) -> None:
+    """One launch against its kernel's signature and a family's vocabulary (`args`, `grid`, constexpr `value`
+    parsers; this family's by default): raises PlanError at the first misfit."""
+    value = value or _constexpr_value
     sig = kernels.get(launch.kernel)
     if sig is None:
         raise PlanError(f"launches {launch.kernel!r}, which is not a @triton.jit kernel of the source")
-    unknown = [a for a in launch.args if a not in ARGS]
+    unknown = [a for a in launch.args if a not in args]
     if unknown:
-        raise PlanError(f"{launch.kernel}: runtime arguments {unknown} are not in the vocabulary ({', '.join(ARGS)})")
+        raise PlanError(f"{launch.kernel}: runtime arguments {unknown} are not in the vocabulary ({', '.join(args)})")
     if len(set(launch.args)) != len(launch.args):
         raise PlanError(f"{launch.kernel}: a runtime argument is passed twice: {list(launch.args)}")
     runtime = [p for p in sig.params if p not in sig.constexprs]
@@ -117,11 +120,11 @@ def _check_launch(launch: pb.KernelLaunch, kernels: Mapping) -> None:
     for name, text in launch.constexprs.items():
         if name not in sig.constexprs:
             raise PlanError(f"{launch.kernel} has no constexpr parameter {name!r}")
-        _constexpr_value(name, text)
+        value(name, text)
     missing = sorted(sig.constexprs - set(launch.constexprs) - sig.defaults)
     if missing:
         raise PlanError(f"{launch.kernel}: constexprs {missing} have no value in the plan and no default")
-    parse_grid(launch.grid)
+    grid(launch.grid)
     if launch.num_warps not in NUM_WARPS:
         raise PlanError(f"{launch.kernel}: num_warps={launch.num_warps} is not one of {NUM_WARPS}")
     if launch.num_stages > MAX_STAGES:
@@ -146,7 +149,7 @@ def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
         if any(m > MAX_DISPATCH_ROWS for m in limits):
             raise PlanError(f"a row dispatch limit over {MAX_DISPATCH_ROWS} rows cannot be judged on both sides")
         for launch in plan.launches:
-            _check_launch(launch, kernels)
+            check_launch(launch, kernels)
     except PlanError as exc:
         return [pb.Finding(rule_id="launch-plan", reason=str(exc))]
     return []

@@ -22,7 +22,9 @@ from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
 from services.server.introspection import class_path, instances_of
 
-SUPPORTED_KINDS = ("module_class",)
+# A layer (a gated MLP) is patched exactly as a module class is: its forward, on every instance; the contract
+# binds its submodules, which keep serving inside the rewritten forward.
+SUPPORTED_KINDS = ("module_class", "layer")
 _MISSING = object()
 
 

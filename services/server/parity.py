@@ -23,6 +23,7 @@ import torch
 from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
 from services.core.tolerances import tolerance, within
+from services.ops import gated_mlp
 from services.server.engine import Engine
 from services.server.hotswap import SwapHandle, SwapRefused, is_patched
 from services.server.introspection import class_path, instances_of
@@ -143,7 +144,8 @@ def record_live_inputs(engine: Engine, ids: list[int], max_new: int) -> dict[str
         shapes[name].add(key)
         recorded.setdefault(name, []).append(call)
 
-    leaves = [m for m in engine.model.modules() if not list(m.children())]
+    # leaves, and the layers a family rewrites whole (a gated MLP keeps its projections inside its new forward)
+    leaves = [m for m in engine.model.modules() if not list(m.children()) or gated_mlp.roles(m) is not None]
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in leaves]
     try:
         engine.decode(ids, max_new)

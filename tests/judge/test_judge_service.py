@@ -64,6 +64,20 @@ async def test_a_contract_failure_stops_before_the_sandbox():
     assert not judged.observed.HasField("correctness")
 
 
+async def test_a_family_the_judge_cannot_judge_yet_is_refused_at_the_contract():
+    """A gated-MLP candidate (a real kernel of that family) offered against a norm: refused before anything runs."""
+    from services.coder.templates import gated
+
+    captured = profile_captured(qwen_norm())
+    config = gated.search_configs()[0]
+    candidate = proposal(gated.render(config), captured, plan=gated.plan(config))
+    prior = log_of(captured, candidate)
+    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    assert judged.reward == -1 and judged.observed.contract.rule_id == "contract-kind"
+    assert "no cases or oracle for op family 'gated_mlp'" in judged.reason
+    assert not judged.observed.HasField("correctness")
+
+
 async def test_coder_and_judge_search_conclude_and_replay_over_nats(bus, nats_server, run_id):
     policy = pb.SwapPolicy(min_reward=1, name="cpu-untimed", reason="CI has no GPU: correctness only")
     captured = profile_captured(qwen_norm())

@@ -78,16 +78,25 @@ class Fingerprint(_message.Message):
     def __init__(self, op_family: _Optional[str] = ..., memory_bound: bool = ..., arithmetic_intensity: _Optional[float] = ..., row_width: _Optional[int] = ..., rows: _Optional[int] = ..., dtype_bytes: _Optional[int] = ..., achieved_fraction: _Optional[float] = ..., vector: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class TemplateConfig(_message.Message):
-    __slots__ = ("template", "num_warps", "rows_per_program", "variant")
+    __slots__ = ("template", "num_warps", "rows_per_program", "variant", "params")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     NUM_WARPS_FIELD_NUMBER: _ClassVar[int]
     ROWS_PER_PROGRAM_FIELD_NUMBER: _ClassVar[int]
     VARIANT_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
     template: str
     num_warps: int
     rows_per_program: int
     variant: str
-    def __init__(self, template: _Optional[str] = ..., num_warps: _Optional[int] = ..., rows_per_program: _Optional[int] = ..., variant: _Optional[str] = ...) -> None: ...
+    params: _containers.ScalarMap[str, int]
+    def __init__(self, template: _Optional[str] = ..., num_warps: _Optional[int] = ..., rows_per_program: _Optional[int] = ..., variant: _Optional[str] = ..., params: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RunRequested(_message.Message):
     __slots__ = ("model", "policy", "max_candidates", "prompts", "decode_tokens", "requested_by")

@@ -1,0 +1,113 @@
+"""The gated-MLP template (op family "gated_mlp"): act(gate) · up in one pass over the intermediate.
+
+A candidate is data: `render(config)` is the kernel source (only @triton.jit code), `plan(config)` how to
+launch it in the family's vocabulary (services.ops.gated_mlp, whose wrapper runs the module's gate and up
+projections, this kernel, then its down projection). The arithmetic follows the HF modules: the activation
+of the gate is computed in fp32 as torch computes it (SiLU as x / (1 + exp(-x)); GELU's tanh form as
+0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))), rounded to the gate's dtype as HF's separate op rounds it, then
+multiplied by up in fp32 and rounded once more: what `act_fn(gate_proj(x)) * up_proj(x)` gives, in one pass.
+"""
+
+from __future__ import annotations
+
+from services.core.pb import events_pb2 as pb
+from services.ops import gated_mlp
+
+TEMPLATE = "gated_elementwise"
+OP_FAMILY = gated_mlp.FAMILY
+ENTRYPOINT = gated_mlp.ENTRYPOINT
+VARIANTS = ("swiglu", "geglu_tanh")
+KERNELS = {"swiglu": "_swiglu_kernel", "geglu_tanh": "_geglu_tanh_kernel"}
+# Elements per program and warps, tried in this order (an elementwise pass: wide blocks, 4-8 warps).
+BLOCKS = (2048, 1024, 4096)
+NUM_WARPS = (4, 8)
+SEARCH_TABLE: tuple[tuple[int, int], ...] = tuple((w, b) for b in BLOCKS for w in NUM_WARPS)
+
+
+def variant_for(computes: str) -> str | None:
+    """The config variant that writes what a module was seen computing; None when this template cannot."""
+    return computes if computes in VARIANTS else None
+
+
+def search_configs(variant: str = "swiglu", width: int = 0) -> list[pb.TemplateConfig]:
+    return [
+        pb.TemplateConfig(template=TEMPLATE, num_warps=w, variant=variant, params={"block": b}) for w, b in SEARCH_TABLE
+    ]
+
+
+def valid(config: pb.TemplateConfig) -> bool:
+    block = config.params.get("block", 0)
+    return (
+        config.template == TEMPLATE
+        and config.variant in VARIANTS
+        and config.num_warps in (1, 2, 4, 8, 16, 32)
+        and 0 < block <= gated_mlp.MAX_BLOCK
+        and block & (block - 1) == 0
+    )
+
+
+def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
+    if not valid(config):
+        raise ValueError(
+            f"not a {TEMPLATE} config: variant={config.variant!r} num_warps={config.num_warps} "
+            f"params={dict(config.params)} (variants {VARIANTS}; block a power of two)"
+        )
+    return config
+
+
+def render(config: pb.TemplateConfig) -> str:
+    return _SOURCES[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
+
+
+def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
+    block = _checked(config).params["block"]
+    launch = pb.KernelLaunch(
+        kernel=KERNELS[config.variant],
+        args=["g", "u", "y", "n"],
+        constexprs={"BLOCK": str(block)},
+        grid=f"cdiv(n, {block})",
+        num_warps=config.num_warps,
+    )
+    return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
+
+
+_HEADER = '''\
+"""act(gate) * up for a gated MLP (gpuyantra template @TEMPLATE@, variant %s).
+
+The activation in fp32 as torch computes it, rounded to the gate's dtype (HF applies it as its own op),
+times up in fp32, rounded once to the output dtype. One program covers BLOCK elements.
+"""
+
+import triton
+import triton.language as tl
+
+'''
+
+_SOURCES = {
+    "swiglu": _HEADER % "swiglu"
+    + """
+@triton.jit
+def _swiglu_kernel(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    g = tl.load(g_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    act = (g / (1.0 + tl.exp(-g))).to(g_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + offsets, (act * u).to(y_ptr.dtype.element_ty), mask=mask)
+""",
+    "geglu_tanh": _HEADER % "geglu_tanh"
+    + """
+@triton.jit
+def _geglu_tanh_kernel(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    g = tl.load(g_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+    # tanh through exp (no tanh in every Triton's language), from exp(-2|z|) <= 1: nothing overflows
+    t = tl.exp(-2.0 * tl.abs(inner))
+    tanh = tl.where(inner >= 0, 1.0, -1.0) * (1.0 - t) / (1.0 + t)
+    act = (0.5 * g * (1.0 + tanh)).to(g_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + offsets, (act * u).to(y_ptr.dtype.element_ty), mask=mask)
+""",
+}
