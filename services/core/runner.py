@@ -57,7 +57,7 @@ async def answer(bus: Bus, service: Service, trigger: Recorded, clock: Callable[
     if complete:
         log.info("%s: %s %s already answered", service.name, trigger.type, trigger.env.event_id[:8])
         return 0
-    if not given and not run_end.answers(run_log, trigger):  # answers owed before the run ended are still owed
+    if not run_end.answers(run_log, trigger):  # a stopped run takes no more answers, owed or not
         stop = run_end.stopped(run_log)
         log.info("%s: %s of run %s not answered: the run %s", service.name, trigger.type, trigger.env.run_id, stop.type)
         return 0
