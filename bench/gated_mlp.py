@@ -16,17 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
-import triton
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us  # noqa: E402
+from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, run_meta  # noqa: E402
 
 from services.coder.templates import gated as template  # noqa: E402
 from services.core.kernels import candidate_wrapper  # noqa: E402
@@ -108,15 +105,7 @@ def main() -> int:
         return 2
     ceiling = copy_bandwidth()
     results = [bench_shape(r, w, ceiling) for r, w in SHAPES]
-    meta = {
-        "command": "python bench/gated_mlp.py --out bench/results",
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "copy_bytes_per_s": ceiling,
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    meta = run_meta("python bench/gated_mlp.py --out bench/results", ceiling)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gated_mlp_h200.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     print(f"copy ceiling {ceiling / 1e9:.0f} GB/s on {meta['gpu']}; GPU us per call by graph replay, % of copy")

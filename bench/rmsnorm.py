@@ -61,6 +61,20 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / (ms * 1e-3)
 
 
+def run_meta(command: str, ceiling: float, **extra) -> dict:
+    """What a result file says of its run: the command, the GPU and versions, the copy ceiling, when."""
+    return {
+        "command": command,
+        **extra,
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "copy_bytes_per_s": ceiling,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
 def rotating(fn, inputs):
     state = {"i": 0}
 
@@ -202,16 +216,7 @@ def main() -> int:
     shapes = NARROW_SHAPES if args.narrow else shapes
     results = [bench_shape(r, w, dtype, ceiling, args.variant, args.narrow) for r, w in shapes]
     flag = ("" if args.variant == "rmsnorm" else f" --variant {args.variant}") + (" --narrow" if args.narrow else "")
-    meta = {
-        "command": f"python bench/rmsnorm.py{flag} --out bench/results",
-        "variant": args.variant,
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "copy_bytes_per_s": ceiling,
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    meta = run_meta(f"python bench/rmsnorm.py{flag} --out bench/results", ceiling, variant=args.variant)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"{args.variant}{'_narrow' if args.narrow else ''}_h200"
     (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))

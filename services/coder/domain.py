@@ -187,29 +187,30 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Messag
     variant = template.variant_for(computes)
     if variant is None:
         return [conclude(target, state, run, f"the template does not write {computes}")]
+    table = template.search_configs(variant, _width(prior, target))
     if template.valid(skills.config):
         config = pb.TemplateConfig()
         config.CopyFrom(skills.config)
         config.variant = variant  # a skill learned on another norm keeps its launch shape, not its arithmetic
         origin, skill_id = ("skill", skills.chosen_skill_id) if skills.chosen_skill_id else ("template", "")
     else:  # cold start (or a config this coder cannot render): the search table's first entry
-        config, origin, skill_id = template.search_configs(variant, _width(prior, target))[0], "template", ""
+        config, origin, skill_id = table[0], "template", ""
     # The first search step: the skill's (or the table's first) config and the next of the table beside it.
     budget = run.max_candidates or DEFAULT_MAX_CANDIDATES
-    table = template.search_configs(variant, _width(prior, target))
-    table = [c for c in table if _config_key(c) != _config_key(config)]
+    others = [c for c in table if _config_key(c) != _config_key(config)]
     out = [propose(template, target, contract, config, attempt=1, origin=origin, skill_id=skill_id)]
-    for attempt, more in enumerate(table[: min(FAN_OUT, budget) - 1], start=2):
+    for attempt, more in enumerate(others[: min(FAN_OUT, budget) - 1], start=2):
         out.append(propose(template, target, contract, more, attempt=attempt, origin="template"))
     return out
 
 
 def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged) -> list[Message]:
-    proposed = run_state.fold(prior).proposal(judged.candidate_id)
+    whole = run_state.fold(prior)
+    proposed = whole.proposal(judged.candidate_id)
     if proposed is None:
         return []  # not a candidate of this run
     target = proposed.target_class
-    state = fold(prior, target)
+    state = whole.target(target)
     if state.concluded is not None:
         return []
     if state.pending:

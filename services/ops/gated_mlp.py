@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
-from services.ops.launch import Launcher
+from services.ops.launch import Launcher, launch_options
 from services.ops.row_reduction import PlanError, check_launch
 
 FAMILY = "gated_mlp"
@@ -160,8 +160,7 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
     import torch
 
     (only,) = plan.launches
-    options = {"num_warps": only.num_warps, **({"num_stages": only.num_stages} if only.num_stages else {})}
-    launcher = Launcher(kernels[only.kernel], options)
+    launcher = Launcher(kernels[only.kernel], launch_options(only))
     per_program = parse_grid(only.grid)
     constexprs = {name: _constexpr_value(name, text) for name, text in sorted(only.constexprs.items())}
     allocate = empty or torch.empty

@@ -82,6 +82,11 @@ class Launcher:
         return getattr(self.kernel, "__name__", "kernel")
 
 
+def launch_options(launch) -> dict[str, int]:
+    """Triton's launch options a plan's `KernelLaunch` sets (num_stages only where the plan names one)."""
+    return {"num_warps": launch.num_warps, **({"num_stages": launch.num_stages} if launch.num_stages else {})}
+
+
 def _launchable(compiled) -> bool:
     return all(hasattr(compiled, a) for a in ("run", "function", "packed_metadata", "__getitem__"))
 

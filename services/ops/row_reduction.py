@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from services.core.pb import events_pb2 as pb
-from services.ops.launch import Launcher
+from services.ops.launch import Launcher, launch_options
 
 FAMILY = "row_reduction"
 # What this family's modules may compute (services.ops.recognise_norm), and which of those its template
@@ -167,10 +167,9 @@ class _Launch:
 def _compile(plan: pb.LaunchPlan, kernels: Mapping[str, Callable]) -> list[_Launch]:
     out = []
     for launch in plan.launches:
-        options = [("num_warps", launch.num_warps)] + ([("num_stages", launch.num_stages)] if launch.num_stages else [])
         out.append(
             _Launch(
-                launcher=Launcher(kernels[launch.kernel], dict(options)),
+                launcher=Launcher(kernels[launch.kernel], launch_options(launch)),
                 args=tuple(launch.args),
                 constexprs=tuple((k, _constexpr_value(k, v)) for k, v in sorted(launch.constexprs.items())),
                 grid=parse_grid(launch.grid),

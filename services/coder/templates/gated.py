@@ -71,8 +71,9 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
     return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
 
 
-_HEADER = '''\
-"""act(gate) * up for a gated MLP (gpuyantra template @TEMPLATE@, variant %s).
+# One kernel per activation, complete sources from one skeleton: only the lines that compute `act` differ.
+_SKELETON = '''\
+"""act(gate) * up for a gated MLP (gpuyantra template @TEMPLATE@, variant {variant}).
 
 The activation in fp32 as torch computes it, rounded to the gate's dtype (HF applies it as its own op),
 times up in fp32, rounded once to the output dtype. One program covers BLOCK elements.
@@ -81,33 +82,28 @@ times up in fp32, rounded once to the output dtype. One program covers BLOCK ele
 import triton
 import triton.language as tl
 
+
+@triton.jit
+def {kernel}(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    g = tl.load(g_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+{activation}
+    tl.store(y_ptr + offsets, (act * u).to(y_ptr.dtype.element_ty), mask=mask)
 '''
 
-_SOURCES = {
-    "swiglu": _HEADER % "swiglu"
-    + """
-@triton.jit
-def _swiglu_kernel(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    g = tl.load(g_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(u_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    act = (g / (1.0 + tl.exp(-g))).to(g_ptr.dtype.element_ty).to(tl.float32)
-    tl.store(y_ptr + offsets, (act * u).to(y_ptr.dtype.element_ty), mask=mask)
-""",
-    "geglu_tanh": _HEADER % "geglu_tanh"
-    + """
-@triton.jit
-def _geglu_tanh_kernel(g_ptr, u_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    g = tl.load(g_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    u = tl.load(u_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+_ACTIVATIONS = {
+    "swiglu": """\
+    act = (g / (1.0 + tl.exp(-g))).to(g_ptr.dtype.element_ty).to(tl.float32)""",
+    "geglu_tanh": """\
     inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
     # tanh through exp (no tanh in every Triton's language), from exp(-2|z|) <= 1: nothing overflows
     t = tl.exp(-2.0 * tl.abs(inner))
     tanh = tl.where(inner >= 0, 1.0, -1.0) * (1.0 - t) / (1.0 + t)
-    act = (0.5 * g * (1.0 + tanh)).to(g_ptr.dtype.element_ty).to(tl.float32)
-    tl.store(y_ptr + offsets, (act * u).to(y_ptr.dtype.element_ty), mask=mask)
-""",
+    act = (0.5 * g * (1.0 + tanh)).to(g_ptr.dtype.element_ty).to(tl.float32)""",
+}
+_SOURCES = {
+    variant: _SKELETON.format(variant=variant, kernel=KERNELS[variant], activation=lines)
+    for variant, lines in _ACTIVATIONS.items()
 }
