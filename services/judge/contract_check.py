@@ -14,10 +14,10 @@ import torch
 from services.core.pb import events_pb2 as pb
 from services.judge.module_factory import ModuleBuildError, build, float_binding, import_class, width_and_eps
 
-SUPPORTED_KINDS = ("module_class",)
+SUPPORTED_KINDS = ("module_class", "layer")
 
 CONTRACT_RULES: dict[str, str] = {
-    "contract-kind": "the contract kind must be one the judge can check (module_class)",
+    "contract-kind": "the contract kind must be one the judge can check (module_class, layer) and its family's",
     "contract-target": "the contract must target the live class the profiler saw",
     "contract-inputs": "the contract's inputs must be exactly the live forward's parameters, in order",
     "module-build": "the live class must import and build on the meta device from its introspection",
@@ -28,6 +28,7 @@ CONTRACT_RULES: dict[str, str] = {
     "binding-shape": "a bound tensor must build with the live shape",
     "entry-signature": "the entrypoint is the family's wrapper and takes exactly the inputs and bound parameters",
     "entry-param-kind": "each parameter must be bound as the kind the family's wrapper takes it",
+    "binding-roles": "a layer's bound children must have the shapes the parts they are bound as need",
 }
 # Recorded introspection kinds that each binding kind may bind to.
 _RECORDED_KINDS = {"tensor": ("tensor", "parameter", "buffer"), "float": ("float",), "int": ("int",)}
@@ -66,9 +67,11 @@ def _check(
     optional: tuple[str, ...] = (),
 ) -> None:
     """Appends each check that passed to `checks`; raises ContractError at the first that fails."""
-    if contract.kind not in SUPPORTED_KINDS:
+    if contract.kind != "module_class":
         raise ContractError(
-            "contract-kind", f"contract kind {contract.kind!r} is not supported (only {', '.join(SUPPORTED_KINDS)})"
+            "contract-kind",
+            f"contract kind {contract.kind!r} is not the family's (module_class; the judge checks "
+            f"{', '.join(SUPPORTED_KINDS)})",
         )
     if contract.target != intro.class_path:
         raise ContractError(
@@ -157,6 +160,68 @@ def _check(
                 "entry-param-kind", f"{contract.entrypoint} uses {name} as a {used} but it is bound to a {kind}"
             )
     checks.append("each parameter is used as the kind bound to it")
+
+
+def _check_layer(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, checks: list[str]) -> None:
+    """A layer contract (the module's forward rewritten around children it keeps): its target and inputs, each
+    binding a recorded child module, their shapes fitting the roles (the family says), the wrapper's signature."""
+    if contract.kind != ops.KIND:
+        raise ContractError(
+            "contract-kind", f"a {ops.FAMILY} candidate is a {ops.KIND!r} contract, not {contract.kind!r}"
+        )
+    if contract.target != intro.class_path:
+        raise ContractError(
+            "contract-target", f"the contract targets {contract.target!r} but the live class is {intro.class_path!r}"
+        )
+    checks.append(f"targets {intro.class_path}")
+    if list(contract.inputs) != list(intro.forward_params):
+        forward = ", ".join(intro.forward_params)
+        raise ContractError(
+            "contract-inputs", f"inputs ({', '.join(contract.inputs)}) are not the forward's parameters ({forward})"
+        )
+    checks.append(f"inputs = forward({', '.join(contract.inputs)})")
+    try:
+        import_class(intro.class_path)
+    except ModuleBuildError as exc:
+        raise ContractError("module-build", str(exc)) from exc
+    children = {c.name: c for c in intro.children}
+    shapes = {}
+    for binding in contract.bindings:
+        if binding.kind != "module" or ops.PARAM_KINDS.get(binding.param) != "module":
+            raise ContractError(
+                "binding-kind", f"binding {binding.param} -> {binding.attr}: a layer binds child modules"
+            )
+        if binding.attr not in children:
+            raise ContractError(
+                "binding-missing",
+                f"binding {binding.param} -> {binding.attr}: {intro.class_path} has no child {binding.attr!r} "
+                f"(it has {', '.join(sorted(children)) or 'none recorded'})",
+            )
+        shapes[binding.param] = tuple(children[binding.attr].shape)
+        checks.append(f"binding {binding.param} -> {binding.attr} (child {list(children[binding.attr].shape)})")
+    problem = ops.roles_problem(shapes)
+    if problem:
+        raise ContractError("binding-roles", problem)
+    checks.append("the bound children's shapes fit their roles")
+    entry_names = list(contract.entry_inputs) or list(contract.inputs)
+    declared = entry_names + [b.param for b in contract.bindings]
+    if sorted(declared) != sorted(ops.ENTRY_PARAMS) or len(entry_names) != len(contract.inputs):
+        raise ContractError(
+            "entry-signature",
+            f"{contract.entrypoint}({', '.join(ops.ENTRY_PARAMS)}) does not take exactly the inputs and bound "
+            f"children ({', '.join(declared)})",
+        )
+    checks.append(f"{contract.entrypoint}({', '.join(ops.ENTRY_PARAMS)}) = inputs + bound children")
+
+
+def check_layer_contract(contract: pb.Contract, intro: pb.ModuleIntrospection, ops) -> pb.ContractEvidence:
+    """The evidence of a layer contract against the live class and the op family `ops` (its wrapper and roles)."""
+    checks: list[str] = []
+    try:
+        _check_layer(contract, intro, ops, checks)
+    except ContractError as exc:
+        return pb.ContractEvidence(passed=False, checks=checks, error=str(exc), rule_id=exc.rule)
+    return pb.ContractEvidence(passed=True, checks=checks)
 
 
 def check_contract(

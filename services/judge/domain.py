@@ -26,6 +26,7 @@ class LiveTarget:
     introspection: pb.ModuleIntrospection
     input_shape: tuple[int, ...]
     dtype: str
+    computes: str = ""  # what the server saw its forward compute (services.ops), "" when unknown
 
 
 def live_target(prior: list[Recorded], target_class: str) -> LiveTarget | None:
@@ -36,7 +37,7 @@ def live_target(prior: list[Recorded], target_class: str) -> LiveTarget | None:
     for module in observed.modules:
         if module.introspection.class_path == target_class:
             dtype = module.dtype or observed.dtype
-            return LiveTarget(module.introspection, tuple(module.input_shape), dtype)
+            return LiveTarget(module.introspection, tuple(module.input_shape), dtype, module.computes)
     return None
 
 

@@ -118,6 +118,31 @@ def run_case(
     return CaseRun(output=out.detach().cpu())
 
 
+def run_op_case(
+    op: Callable[..., object], bases: list[torch.Tensor], layout: Callable[[torch.Tensor], torch.Tensor], guard: Guard
+) -> CaseRun:
+    """One call of an op of several operands (a gated MLP's gate and up) on one case: its output or the first
+    problem seen. Each operand is placed in guarded memory and viewed by `layout`."""
+    inputs = [layout(guard.place(base)) for base in bases]
+    before = [t.cpu().clone() for t in inputs]
+    try:
+        with torch.no_grad():
+            out = op(*inputs)
+    except Exception as exc:  # the candidate raising is a fact for the parent, not a crash of the child
+        return CaseRun(problem=("raised", f"{type(exc).__name__}: {exc}"[:500]))
+    if type(out) is not torch.Tensor:
+        return CaseRun(problem=("not-a-tensor", f"the wrapper returned a {type(out).__name__}"))
+    if _storages(out) & _storages(*inputs):
+        return CaseRun(problem=("aliases-input", "the output shares memory with an operand"))
+    for i, (now, then) in enumerate(zip(inputs, before, strict=True)):
+        if not same_bits(now.cpu(), then):
+            return CaseRun(problem=("modified-input", f"the kernel wrote to its operand {i}"))
+    broken = guard.broken()
+    if broken:
+        return CaseRun(problem=("guard-bytes", f"{broken} guard region(s) around the call's tensors were overwritten"))
+    return CaseRun(output=out.detach().cpu())
+
+
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bit for bit (NaN inputs included, which == would call changed)."""
     if a.shape != b.shape or a.dtype != b.dtype:

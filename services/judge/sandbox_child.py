@@ -77,7 +77,7 @@ def _prepare(job: dict):
     from services.core import kernels  # noqa: F401
     from services.core.pb import events_pb2 as pb  # noqa: F401
     from services.judge import cases, module_factory, poison, run_cases, tamper  # noqa: F401
-    from services.ops import row_reduction  # noqa: F401
+    from services.ops import gated_mlp, row_reduction  # noqa: F401
 
     if job["device"] == "cuda":
         import triton.testing  # noqa: F401
@@ -106,14 +106,13 @@ def _judge_phase(wall: AuditWall | None, scratch: Path) -> Iterator[None]:
             os.environ["TRITON_CACHE_DIR"] = saved
 
 
-def _time(main, candidate, job: dict, width: int, dtype, wall: AuditWall | None, tampered, namespaces, facts):
+def _time(main, candidate, job: dict, shapes, dtype, wall: AuditWall | None, tampered, namespaces, facts):
     """Prepare the baselines in a judge phase, snapshot again, then time with the poisoning lifted."""
     from services.core.pb import events_pb2 as pb
     from services.judge import tamper
     from services.judge.poison import POISON
     from services.judge.timing import ReplayMismatch, prepare_baselines, time_candidate
 
-    shapes = _timing_shapes(job, width)
     try:
         with _judge_phase(wall, Path.cwd()):
             baselines = prepare_baselines(main, shapes, dtype, job["eps"])
@@ -136,6 +135,143 @@ def _time(main, candidate, job: dict, width: int, dtype, wall: AuditWall | None,
 AFTER_CASES = 6  # cases run again after the timing (or stress) calls: a kernel right only at first is wrong
 
 
+class _NormSubject:
+    """A module-class candidate (a norm): the live class's instances hold each case's weight (and bias); the
+    candidate is called through its contract, as the server calls it."""
+
+    def __init__(self, job: dict, cls, ops, plan, loaded, empty, contract, cases: dict, device):
+        from services.core import kernels
+        from services.core.pb import events_pb2 as pb
+        from services.judge.module_factory import bias_binding, tensor_binding
+
+        self.job, self.cls, self.contract, self.cases, self.device = job, cls, contract, cases, device
+        self.wrapper = ops.make_forward(plan, loaded, empty=empty)
+        self.call = kernels.bind(contract, self.wrapper)
+        self.ghost_call = kernels.bind(contract, ops.make_forward(plan, loaded, empty=empty, launch=False))
+        self.weight_attr = (tensor_binding(contract) or pb.Binding(attr="weight")).attr
+        self.bias_attr = (bias_binding(contract) or pb.Binding()).attr
+        self.biases = cases.get("biases") or [None] * len(cases["bases"])
+        self.modules: dict = {}
+        self.count = len(cases["bases"])
+
+    def _state(self, index: int) -> dict:
+        """The case's module tensors by attribute: its weight, and its bias where the module has one."""
+        out = {self.weight_attr: self.cases["weights"][index]}
+        if self.bias_attr and self.biases[index] is not None:
+            out[self.bias_attr] = self.biases[index]
+        return out
+
+    def _module(self, width: int):
+        if width not in self.modules:
+            self.modules[width] = _oracle(
+                self.cls, self.job, width, self.device, seed=int(self.job["seed_base"]) + width
+            )
+        return self.modules[width]
+
+    def _width(self, index: int) -> int:
+        return int(self.cases["weights"][index].shape[0])
+
+    def run(self, index: int, guard):
+        from services.judge.cases import apply_layout
+        from services.judge.run_cases import run_case
+
+        width, layout = self._width(index), self.cases["layouts"][index]
+        view = lambda t: apply_layout(t, layout, width)  # noqa: E731
+        return run_case(self.call, self._module(width), self._state(index), self.cases["bases"][index], view, guard)
+
+    def again(self, index: int, ghost: bool):
+        """Case `index` as production calls it: weight and input in plain memory (the ghost: no launch)."""
+        import torch
+
+        from services.judge.cases import apply_layout
+
+        width = self._width(index)
+        module = self._module(width)
+        with torch.no_grad():
+            for attr, value in self._state(index).items():
+                getattr(module, attr).data = value.to(self.device)
+            x = apply_layout(self.cases["bases"][index].to(self.device), self.cases["layouts"][index], width)
+            return (self.ghost_call if ghost else self.call)(module, (x,), {}).detach().cpu()
+
+    def timed(self):
+        """(the oracle module, the candidate bound to it, the timing shapes)."""
+        from services.core import kernels
+
+        width = int(self.job["width"])
+        main = _oracle(self.cls, self.job, width, self.device, seed=int(self.job["seed_base"]))
+        return main, kernels.bound_forward(main, self.wrapper, self.contract), _timing_shapes(self.job, width)
+
+    def stress_input(self, dtype):
+        import torch
+
+        return torch.randn(1, int(self.job["width"])).to(device=self.device, dtype=dtype)
+
+
+def _pair_oracle(variant: str):
+    """torch's act(gate) * up as a module of one stacked (2, ..., width) input, for the timing's baselines (eager,
+    torch.compile) and its replay check; it counts the bytes the fused op must move."""
+    import torch
+
+    from services.ops import gated_mlp
+
+    fn = gated_mlp.reference(variant)
+
+    class GatedReference(torch.nn.Module):
+        def forward(self, gu):
+            return fn(gu[0], gu[1])
+
+        @staticmethod
+        def bytes_moved(gu) -> int:
+            return gated_mlp.bytes_moved(gu[0].numel(), gu.element_size())
+
+    return GatedReference().eval()
+
+
+class _PairSubject:
+    """An op of two operands (a gated MLP's act(gate) * up): the family's op called on each case's operands; the
+    layer around it (the projections) is the model's own code and not the candidate's."""
+
+    def __init__(self, job: dict, ops, plan, loaded, empty, cases: dict, device):
+        self.job, self.cases, self.device = job, cases, device
+        self.op = ops.make_op(plan, loaded, empty=empty)
+        self.ghost_op = ops.make_op(plan, loaded, empty=empty, launch=False)
+        self.count = len(cases["gates"])
+
+    def _view(self, index: int):
+        """The case's layout as a function of a base (its operands' width read off the base: row-strided pads)."""
+        from services.judge.cases import PAD, apply_layout
+
+        layout = self.cases["layouts"][index]
+        width = int(self.cases["gates"][index].shape[-1]) - (PAD if layout == "row-strided" else 0)
+        return lambda t: apply_layout(t, layout, width)
+
+    def _bases(self, index: int):
+        return [self.cases["gates"][index], self.cases["ups"][index]]
+
+    def run(self, index: int, guard):
+        from services.judge.run_cases import run_op_case
+
+        return run_op_case(self.op, self._bases(index), self._view(index), guard)
+
+    def again(self, index: int, ghost: bool):
+        view = self._view(index)
+        g, u = (view(base.to(self.device)) for base in self._bases(index))
+        return (self.ghost_op if ghost else self.op)(g, u).detach().cpu()
+
+    def timed(self):
+        width = int(self.job["width"])
+        live = tuple(int(d) for d in self.job["live_shape"]) or (1, width)
+        by_elements: dict[int, tuple[int, ...]] = {}
+        for shape in [live, (1, width), (4096, width), (32768, width)]:
+            by_elements.setdefault(_rows(shape) * width, (2, *shape))
+        return _pair_oracle(self.job["variant"]), lambda gu: self.op(gu[0], gu[1]), list(by_elements.values())
+
+    def stress_input(self, dtype):
+        import torch
+
+        return torch.randn(2, 1, int(self.job["width"])).to(device=self.device, dtype=dtype)
+
+
 def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     """(facts, TimingEvidence) for the job's candidate; the outputs go to `outputs.pt` in scratch."""
     import torch
@@ -143,11 +279,10 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     from services.core import kernels
     from services.core.pb import events_pb2 as pb
     from services.judge import tamper
-    from services.judge.cases import apply_layout
     from services.judge.module_factory import torch_dtype
     from services.judge.poison import NAN_BYTE, POISON
-    from services.judge.run_cases import Guard, Runs, run_case, stress, under_fill, under_random_fill
-    from services.ops import family
+    from services.judge.run_cases import Guard, Runs, stress, under_fill, under_random_fill
+    from services.ops import family, gated_mlp
 
     contract, plan = pb.Contract(), pb.LaunchPlan()
     contract.ParseFromString(base64.b64decode(job["contract"]))
@@ -171,8 +306,10 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
         names = sorted({launch.kernel for launch in plan.launches})
         loaded = kernels.load_kernels(kernels.write_source(Path.cwd() / "kernel", job["source"]), names)
         ops = family(plan.family)
-        wrapper = ops.make_forward(plan, loaded, empty=empty)
-        ghost = ops.make_forward(plan, loaded, empty=empty, launch=False)
+        if ops is gated_mlp:
+            subject = _PairSubject(job, ops, plan, loaded, empty, cases, device)
+        else:
+            subject = _NormSubject(job, cls, ops, plan, loaded, empty, contract, cases, device)
     except Exception as exc:
         facts["load_error"] = f"{type(exc).__name__}: {exc}"
         return facts, untimed
@@ -187,43 +324,18 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
 
     if tampered("on import"):
         return facts, pb.TimingEvidence(measured=False, reason="tampered: not timed")
-    call = kernels.bind(contract, wrapper)
-    ghost_call = kernels.bind(contract, ghost)
-    from services.judge.module_factory import bias_binding, tensor_binding
-
-    weight_attr = (tensor_binding(contract) or pb.Binding(attr="weight")).attr
-    bias_attr = (bias_binding(contract) or pb.Binding()).attr
-    biases = cases.get("biases") or [None] * len(cases["bases"])
-
-    def state(index: int) -> dict:
-        """The case's module tensors by attribute: its weight, and its bias where the module has one."""
-        out = {weight_attr: cases["weights"][index]}
-        if bias_attr and biases[index] is not None:
-            out[bias_attr] = biases[index]
-        return out
-
-    modules: dict[int, torch.nn.Module] = {}
-
-    def module_for(width: int) -> torch.nn.Module:
-        if width not in modules:
-            modules[width] = _oracle(cls, job, width, device, seed=int(job["seed_base"]) + width)
-        return modules[width]
-
     canary_seed = int(job["seed_base"]) * 7919 + 1  # the guard bytes of this judging, unknown to the kernel
 
     def run(index: int):
-        base, layout = cases["bases"][index], cases["layouts"][index]
-        width = int(cases["weights"][index].shape[0])
         guard = Guard(device, canary_seed)
         allocate["fn"] = guard.empty
         try:
-            view = lambda t: apply_layout(t, layout, width)  # noqa: E731
-            return run_case(call, module_for(width), state(index), base, view, guard)
+            return subject.run(index, guard)
         finally:
             allocate["fn"] = None
 
     runs = Runs()
-    for index in range(len(cases["bases"])):
+    for index in range(subject.count):
         runs.outputs.append(run(index))
         if runs.outputs[-1].problem:  # stop at the first: a kernel that wrote out of bounds may have hurt us
             break
@@ -232,39 +344,30 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     tampered("during the cases")
     clean = not facts["problems"] and not facts.get("tampered")
     if clean:
-        base = cases["bases"][0]
-        width = int(cases["weights"][0].shape[0])
-        module = module_for(width)
-        with torch.no_grad():
-            # The first case again as production calls it: no guard bytes, no poison, the weight and input in
-            # plain memory, the output's memory holding random bytes. A kernel that behaves only where it sees
-            # the judge's canaries or fills answers differently here.
-            for attr, value in state(0).items():
-                getattr(module, attr).data = value.to(device)
-            x = apply_layout(base.to(device), cases["layouts"][0], width)
-            allocate["fn"] = under_random_fill(canary_seed + 1)
-            saved["second"] = call(module, (x,), {}).detach().cpu()
-            # The launch skipped, into memory full of NaN (not the block the last answer was just freed from,
-            # which the CUDA caching allocator would hand back): the answer must differ.
-            allocate["fn"] = under_fill(NAN_BYTE)
-            saved["ghost"] = ghost_call(module, (x,), {}).detach().cpu()
-            allocate["fn"] = None
+        # The first case again as production calls it: no guard bytes, no poison, the weight and input in
+        # plain memory, the output's memory holding random bytes. A kernel that behaves only where it sees
+        # the judge's canaries or fills answers differently here.
+        allocate["fn"] = under_random_fill(canary_seed + 1)
+        saved["second"] = subject.again(0, ghost=False)
+        # The launch skipped, into memory full of NaN (not the block the last answer was just freed from,
+        # which the CUDA caching allocator would hand back): the answer must differ.
+        allocate["fn"] = under_fill(NAN_BYTE)
+        saved["ghost"] = subject.again(0, ghost=True)
+        allocate["fn"] = None
     torch.save(saved, Path.cwd() / OUTPUTS_FILE)
     (Path.cwd() / FIRST_PASS_FILE).write_text(json.dumps(facts))
     timing = pb.TimingEvidence(measured=False, reason="incorrect: not timed")
     if not clean or not _go_ahead(int(job.get("ready_fd", -1))):
         return facts, timing  # the parent saw the first pass fail (or it failed here): no timing for it
-    main = _oracle(cls, job, int(job["width"]), device, seed=int(job["seed_base"]))
-    candidate = kernels.bound_forward(main, wrapper, contract)
+    main, candidate, shapes = subject.timed()
     if gpu:
-        timing = _time(main, candidate, job, int(job["width"]), dtype, wall, tampered, namespaces, facts)
+        timing = _time(main, candidate, job, shapes, dtype, wall, tampered, namespaces, facts)
     else:
         timing = pb.TimingEvidence(measured=False, reason="no GPU: correctness only under TRITON_INTERPRET=1")
-        one_row = torch.randn(1, int(job["width"])).to(device=device, dtype=dtype)
-        facts["stress_calls"] = stress(candidate, one_row, CPU_STRESS_CALLS)
+        facts["stress_calls"] = stress(candidate, subject.stress_input(dtype), CPU_STRESS_CALLS)
         tampered("during the further calls")
     # Run again after the timing calls: a kernel that is only right the first few times is wrong.
-    again = Runs([run(i) for i in range(min(AFTER_CASES, len(cases["bases"])))])
+    again = Runs([run(i) for i in range(min(AFTER_CASES, subject.count))])
     saved["after"] = [r.output for r in again.outputs]
     facts["after_problems"] = again.problems()
     torch.save(saved, Path.cwd() / OUTPUTS_FILE)

@@ -26,7 +26,7 @@ from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge import gpu_health, timing_check, verdict
 from services.judge.cases import CaseSpec, draw_cases
-from services.judge.contract_check import check_contract
+from services.judge.contract_check import check_contract, check_layer_contract
 from services.judge.domain import LiveTarget, derive_judged, live_target
 from services.judge.module_factory import (
     ModuleBuildError,
@@ -38,9 +38,10 @@ from services.judge.module_factory import (
     torch_dtype,
     width_and_eps,
 )
+from services.judge.pair_cases import PairSpec, draw_pair_cases
 from services.judge.sandbox import SandboxJob, SandboxLimits, run_job
 from services.judge.verdict import BoundError
-from services.ops import family
+from services.ops import family, gated_mlp, row_reduction
 
 log = logging.getLogger(__name__)
 
@@ -148,12 +149,16 @@ class JudgeService:
         # The GPU must still be sane after the child, or nothing it measured is believed.
         obs.sandbox.gpu_health = await gpu_health.probe() if self.use_gpu else "no GPU"
         if self.use_gpu and outcome.timing.measured:
-            checked = await asyncio.to_thread(timing_check.check, outcome.timing, outcome.sandbox, prepared.itemsizes)
+            checked = await asyncio.to_thread(
+                timing_check.check, outcome.timing, outcome.sandbox, prepared.itemsizes, proposal.plan.family
+            )
             obs.timing_check.CopyFrom(checked)
         return obs
 
     def prepare(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
         """The job, the cases drawn fresh, and their references: computed here, before the child exists."""
+        if proposal.plan.family == gated_mlp.FAMILY:
+            return self.prepare_pairs(proposal, target)
         intro = target.introspection
         width, eps = width_and_eps(intro, proposal.contract)
         eps_binding = float_binding(proposal.contract)
@@ -203,6 +208,44 @@ class JudgeService:
         x, w = spec.input_dtype, spec.param_dtype
         return Prepared(job, cases, refs, blob.getvalue(), (x.itemsize, w.itemsize, torch.promote_types(x, w).itemsize))
 
+    def prepare_pairs(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
+        """A gated MLP's: (gate, up) operand pairs of the live intermediate width, torch's act(gate) * up as the
+        oracle (the variant the server saw the module compute)."""
+        intro = target.introspection
+        children = {c.name: tuple(c.shape) for c in intro.children}
+        shapes = {b.param: children.get(b.attr, ()) for b in proposal.contract.bindings}
+        width = gated_mlp.intermediate_width(shapes)
+        if target.computes not in gated_mlp.VARIANTS:
+            raise ModuleBuildError(f"the profile does not say which activation {intro.class_path} computes")
+        dtype = target.dtype or "float32"
+        live = tuple(target.input_shape)[:-1] + (width,) if target.input_shape else (1, width)
+        seed_base = secrets.randbelow(1 << 30) + 1
+        job = SandboxJob(
+            source=proposal.source,
+            contract=proposal.contract.SerializeToString(deterministic=True),
+            plan=proposal.plan.SerializeToString(deterministic=True),
+            class_path=intro.class_path,
+            width=width,
+            eps=None,
+            eps_attr=None,
+            param_dtype=dtype,
+            input_dtype=dtype,
+            live_shape=list(live),
+            device="cuda" if self.use_gpu else "cpu",
+            seed_base=seed_base,
+            family=gated_mlp.FAMILY,
+            variant=target.computes,
+        )
+        blocks = tuple(gated_mlp.parse_grid(launch.grid) for launch in proposal.plan.launches)
+        spec = PairSpec(width, live, torch_dtype(dtype), self.use_gpu, blocks, examples=self.examples // 2)
+        cases = draw_pair_cases(spec, seed_base)
+        refs = verdict.pair_references(cases, target.computes)
+        blob = io.BytesIO()
+        torch.save({"gates": [c.gate for c in cases], "ups": [c.up for c in cases],
+                    "layouts": [c.layout for c in cases]}, blob)  # fmt: skip
+        size = torch_dtype(dtype).itemsize
+        return Prepared(job, cases, refs, blob.getvalue(), (size, size, size))
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -219,9 +262,9 @@ def row_blocks(plan: pb.LaunchPlan) -> tuple[int, ...]:
     return tuple(sorted(b for b in blocks if b <= 64))
 
 
-# Families whose cases, oracle and baselines the judge has: a plan of another family (the gated MLP's layer
-# rewrite, until its cases are drawn) is refused at the contract, never run against a norm's oracle.
-JUDGED_FAMILIES = ("row_reduction",)
+# Families whose cases, oracle and baselines the judge has: a plan of another family is refused at the contract,
+# never run against another op's oracle.
+JUDGED_FAMILIES = (row_reduction.FAMILY, gated_mlp.FAMILY)
 
 
 def family_contract(ops, contract: pb.Contract, intro: pb.ModuleIntrospection) -> pb.ContractEvidence:
@@ -240,4 +283,6 @@ def family_contract(ops, contract: pb.Contract, intro: pb.ModuleIntrospection) -
             error=f"the contract's entrypoint {contract.entrypoint!r} is not the {ops.FAMILY} wrapper "
             f"{ops.ENTRYPOINT!r}",
         )
+    if getattr(ops, "KIND", "module_class") == "layer":
+        return check_layer_contract(contract, intro, ops)
     return check_contract(contract, intro, list(ops.ENTRY_PARAMS), dict(ops.PARAM_KINDS), ops.OPTIONAL_PARAMS)

@@ -10,11 +10,10 @@ reward at +1 (services.judge.reward).
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 
 from services.core.pb import events_pb2 as pb
-from services.ops import row_reduction
+from services.ops import family, row_reduction
 
 SLACK = 0.9  # a figure may beat the floor by 10% (the ceiling is a median; caches help small shapes)
 CEILING_AGREEMENT = 0.75  # the child's ceiling within 25% of the parent's, or the child's clock is suspect
@@ -41,14 +40,18 @@ def parent_copy_ceiling() -> float:
     return 2 * src.numel() / (ms * 1e-3)
 
 
-def bytes_for(shape: str, x_bytes: int, w_bytes: int, y_bytes: int) -> float:
-    """Bytes a row-norm call on `shape` ("AxBxC") must move (the op family's count)."""
+def bytes_for(shape: str, x_bytes: int, w_bytes: int, y_bytes: int, family_name: str = row_reduction.FAMILY) -> float:
+    """Bytes a call of the op family on the timed `shape` ("AxBxC") must move (the family's count)."""
     dims = [int(d) for d in shape.split("x") if d]
-    return float(row_reduction.bytes_moved(math.prod(dims[:-1]), dims[-1], x_bytes, w_bytes, y_bytes))
+    return float(family(family_name).timed_bytes(dims, (x_bytes, w_bytes, y_bytes)))
 
 
 def judge_timing(
-    timing: pb.TimingEvidence, ceiling: float, child_wall_s: float, itemsizes: tuple[int, int, int]
+    timing: pb.TimingEvidence,
+    ceiling: float,
+    child_wall_s: float,
+    itemsizes: tuple[int, int, int],
+    family_name: str = row_reduction.FAMILY,
 ) -> pb.TimingCheck:
     """Pure: whether the child's figures are believed against the parent's ceiling and wall clock."""
     out = pb.TimingCheck(believed=True, copy_bytes_per_s=ceiling, child_wall_s=child_wall_s)
@@ -60,7 +63,7 @@ def judge_timing(
         )
     timed = 0.0
     for row in timing.rows:
-        floor_us = bytes_for(row.shape, *itemsizes) / ceiling * 1e6
+        floor_us = bytes_for(row.shape, *itemsizes, family_name) / ceiling * 1e6
         timed += row.candidate_us + row.eager_us + row.compile_us + row.native_us
         if row.candidate_us < SLACK * floor_us:
             reasons.append(f"{row.shape}: {row.candidate_us:.2f} us beats the copy floor {floor_us:.2f} us")
@@ -73,5 +76,10 @@ def judge_timing(
     return out
 
 
-def check(timing: pb.TimingEvidence, sandbox: pb.SandboxEvidence, itemsizes: tuple[int, int, int]) -> pb.TimingCheck:
-    return judge_timing(timing, parent_copy_ceiling(), sandbox.wall_s, itemsizes)
+def check(
+    timing: pb.TimingEvidence,
+    sandbox: pb.SandboxEvidence,
+    itemsizes: tuple[int, int, int],
+    family_name: str = row_reduction.FAMILY,
+) -> pb.TimingCheck:
+    return judge_timing(timing, parent_copy_ceiling(), sandbox.wall_s, itemsizes, family_name)

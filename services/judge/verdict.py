@@ -87,6 +87,47 @@ def references(cases: list[Case], build_module, weight_attr: str, bias_attr: str
     return out
 
 
+# The activation's own fp32 error, in units of fp32's roundoff per unit of |gate|: exp's argument is rounded
+# (|g|·2**-24 relative in exp(g)), and tanh near ±1 cancels in 1 + tanh (an absolute error of a few 2**-24
+# times |g|·|up| where GELU's output is nearly zero). An honest fp32 kernel and torch's differ by that much.
+ACT_ULPS = 8.0
+ACT_UNDERFLOW = 2.0**-120  # what an fp32 activation may flush to zero (pair_references)
+
+
+def pair_references(cases: list, variant: str) -> list[Reference]:
+    """One Reference per (gate, up) case of a gated MLP: torch's act(gate) * up in the live dtype (`own`) and in
+    float64 (`hi`, rounded to the dtype only where it overflows it: an honest kernel overflows there too)."""
+    from services.judge.rounding import FP32_U
+    from services.ops.gated_mlp import reference
+
+    fn = reference(variant)
+    cancels = 1.0 if variant.startswith("geglu") else 0.0  # 0.5·g·(1 + tanh(·)) near zero: absolute, not relative
+    out = []
+    for case in cases:
+        g = apply_layout(case.gate, case.layout, case.width)
+        u = apply_layout(case.up, case.layout, case.width)
+        with torch.no_grad():
+            own = fn(g, u)
+            exact = fn(g.double(), u.double())
+        rounded = exact.to(own.dtype)
+        hi = torch.where(torch.isinf(rounded) & torch.isfinite(exact), rounded.double(), exact)
+        bound = honest_bound([g.dtype, own.dtype], reduce_len=1, numel=own.numel())
+        gd, ud = g.double().abs(), u.double().abs()
+        # Near zero rounding is absolute: the activation's (a dtype subnormal's spacing; fp32 flushing denormals, as
+        # GPU kernels and some CPUs do; SiLU's x / (1 + exp(-x)) is -0 once exp(-x) overflows fp32, where the true
+        # value is under 88.7 * exp(-88.7) < 2**-120) times |up|, and the product's own.
+        info = torch.finfo(own.dtype)
+        underflow = max(info.smallest_normal * info.eps, ACT_UNDERFLOW)
+        act_term = ACT_ULPS * FP32_U * (1 + gd) * (hi.abs() + cancels * gd * ud) + underflow * (1 + ud)
+        check = compare(own, hi, bound, act_term)
+        if not check.ok:
+            raise BoundError(
+                f"{case.name}: torch's own act(gate) * up fails the honest bound ({check.rule}: {check.detail})"
+            )
+        out.append(Reference(hi=hi, own=own, bound=bound, row_error=act_term))
+    return out
+
+
 @dataclass
 class _Tally:
     run: int = 0

@@ -26,7 +26,7 @@ from services.ops.row_reduction import PlanError, check_launch
 
 FAMILY = "gated_mlp"
 VARIANTS = ("swiglu", "geglu_tanh", "geglu")
-WRITABLE: tuple[str, ...] = ()
+WRITABLE = ("swiglu", "geglu_tanh")  # exact GELU (erf) is recognised, not written
 PROBE_ROWS = 4
 
 
@@ -108,6 +108,40 @@ def recognise(module) -> str | None:
     return found[0] if found else None
 
 
+ROLES = ("gate_proj", "up_proj", "down_proj")  # the wrapper's parameter for each map, in identify()'s order
+
+
+def roles_of(module) -> dict[str, str]:
+    """{wrapper parameter: child attribute} of a gated MLP, found by running it; {} when it is not one."""
+    found = identify(module)
+    return dict(zip(ROLES, found[1:], strict=True)) if found else {}
+
+
+def reference(variant: str):
+    """What the HF module computes between its projections, as torch computes it: act(gate) * up, each op
+    rounding to the tensors' dtype (the oracle the judge holds a candidate to, in fp32 and in the live dtype)."""
+    act = _activations()[variant]
+    return lambda g, u: act(g) * u
+
+
+def bytes_moved(elements: int, itemsize: int) -> int:
+    """Bytes one fused call must move at least: gate and up read, the product written."""
+    return 3 * elements * itemsize
+
+
+def timed_bytes(dims: list[int], itemsizes: tuple[int, int, int]) -> int:
+    """Bytes a call on a timed input must move: the judge times (gate, up) stacked as one (2, ..., width) tensor."""
+    elements = 1
+    for d in dims[1:]:
+        elements *= d
+    return bytes_moved(elements, itemsizes[0])
+
+
+def unfused_bytes(elements: int, itemsize: int) -> int:
+    """What torch's two ops move: the activation reads the gate and writes it; the product reads two, writes one."""
+    return 5 * elements * itemsize
+
+
 # ---------------------------------------------------------------- launch plans and the layer wrapper
 
 KIND = "layer"  # the target is the MLP module, whose forward is rewritten keeping its projections
@@ -151,12 +185,12 @@ def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
     return []
 
 
-def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
-    """gated_mlp(hidden_states, gate_proj, up_proj, down_proj): down(kernel(gate(x), up(x))) with the plan's kernel
-    (checked by `check_plan`) between the module's own projections.
+def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
+    """gated(g, u) -> act(g) * u with the plan's kernel (checked by `check_plan`): the op the judge judges and
+    the layer wrapper runs between the projections.
 
-    `empty` allocates the intermediate (torch.empty's signature); `launch=False` skips the kernel (the judge's
-    ghost replay)."""
+    `empty` allocates the output (torch.empty's signature); `launch=False` skips the kernel (the judge's ghost
+    replay)."""
     import torch
 
     (only,) = plan.launches
@@ -165,22 +199,34 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
     constexprs = {name: _constexpr_value(name, text) for name, text in sorted(only.constexprs.items())}
     allocate = empty or torch.empty
 
-    def gated_mlp(hidden_states, gate_proj, up_proj, down_proj):
-        g, u = gate_proj(hidden_states), up_proj(hidden_states)
+    def gated(g, u):
         if not isinstance(g, torch.Tensor) or not isinstance(u, torch.Tensor) or g.shape != u.shape:
             raise ValueError("the gate and up projections must give tensors of one shape")
-        if not g.dtype.is_floating_point or g.device != u.device:
-            raise TypeError(f"gate and up must be floating tensors on one device, got {g.dtype} on {g.device}")
+        if not g.dtype.is_floating_point or g.device != u.device or g.dtype != u.dtype:
+            raise TypeError(f"gate and up must be floating tensors of one dtype on one device, got {g.dtype} on "
+                            f"{g.device} and {u.dtype} on {u.device}")  # fmt: skip
         g = g if g.is_contiguous() else g.contiguous()
         u = u if u.is_contiguous() else u.contiguous()
-        y = allocate(g.shape, dtype=torch.promote_types(g.dtype, u.dtype), device=g.device)
+        y = allocate(g.shape, dtype=g.dtype, device=g.device)
         n = g.numel()
         if n and launch:
             values = {"g": g, "u": u, "y": y, "n": n}
             launcher(-(-n // per_program), [values[a] for a in only.args], constexprs)
-        return down_proj(y)
+        return y
 
-    gated_mlp.launchers = [launcher]
+    gated.launchers = [launcher]
+    return gated
+
+
+def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
+    """gated_mlp(hidden_states, gate_proj, up_proj, down_proj): down(kernel(gate(x), up(x))), the op of `make_op`
+    between the module's own projections."""
+    op = make_op(plan, kernels, empty=empty, launch=launch)
+
+    def gated_mlp(hidden_states, gate_proj, up_proj, down_proj):
+        return down_proj(op(gate_proj(hidden_states), up_proj(hidden_states)))
+
+    gated_mlp.launchers = op.launchers
     return gated_mlp
 
 
@@ -189,12 +235,34 @@ def contract_for(module, class_path: str) -> pb.Contract | None:
     running it); None when it is not a gated MLP this family recognises."""
     import inspect
 
-    found = identify(module)
-    if found is None:
-        return None
-    _, gate, up, down = found
+    roles = roles_of(module)
     params = [p for p in inspect.signature(type(module).forward).parameters if p != "self"]
-    if len(params) != 1:
+    return layer_contract(class_path, params, roles)
+
+
+def roles_problem(shapes: Mapping[str, tuple[int, ...]]) -> str:
+    """Why maps of these weight shapes ({role: [out, in]}) cannot be a gated MLP's gate, up and down ("" when
+    they can)."""
+    gate, up, down = (tuple(shapes.get(role, ())) for role in ROLES)
+    if len(gate) != 2 or len(up) != 2 or len(down) != 2:
+        return f"gate, up and down must each be a linear map with a 2-D weight (shapes {gate}, {up}, {down})"
+    if gate != up or down != gate[::-1] or gate[0] == gate[1]:
+        return (
+            f"gate {list(gate)} and up {list(up)} must map the hidden width to the intermediate, down {list(down)} back"
+        )
+    return ""
+
+
+def intermediate_width(shapes: Mapping[str, tuple[int, ...]]) -> int:
+    """The width the kernel's operands have: the gate's output features."""
+    return int(tuple(shapes["gate_proj"])[0])
+
+
+def layer_contract(class_path: str, forward_params, roles: Mapping[str, str]) -> pb.Contract | None:
+    """The layer contract from what the profile recorded (pure: the coder derives it from the log): the forward's
+    one input, and the three maps bound by the roles found running it; None when they do not fit."""
+    params = list(forward_params)
+    if len(params) != 1 or sorted(roles) != sorted(ROLES):
         return None
     return pb.Contract(
         kind=KIND,
@@ -202,9 +270,5 @@ def contract_for(module, class_path: str) -> pb.Contract | None:
         entrypoint=ENTRYPOINT,
         inputs=params,
         entry_inputs=list(ENTRY_INPUTS) if params != list(ENTRY_INPUTS) else [],
-        bindings=[
-            pb.Binding(param="gate_proj", attr=gate, kind="module"),
-            pb.Binding(param="up_proj", attr=up, kind="module"),
-            pb.Binding(param="down_proj", attr=down, kind="module"),
-        ],
+        bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in ROLES],
     )

@@ -255,6 +255,14 @@ def bytes_moved(rows: int, cols: int, x_bytes: int, w_bytes: int, y_bytes: int) 
     return rows * cols * (x_bytes + y_bytes) + cols * w_bytes
 
 
+def timed_bytes(dims: list[int], itemsizes: tuple[int, int, int]) -> int:
+    """Bytes a call on a timed input of shape `dims` must move (itemsizes: input, weight, output)."""
+    rows = 1
+    for d in dims[:-1]:
+        rows *= d
+    return bytes_moved(rows, dims[-1], *itemsizes)
+
+
 def recognise(module) -> str | None:
     """The variant a live module computes, found by running it (torch imported only here)."""
     from services.ops.recognise_norm import recognise as run_and_compare

@@ -73,14 +73,30 @@ def _attributes(module: torch.nn.Module) -> list[pb.ModuleAttribute]:
     return out
 
 
+def _children(module: torch.nn.Module) -> list[pb.ModuleAttribute]:
+    """Its direct children (kind "module"), each with its 2-D weight's shape and dtype where it has one."""
+    out = []
+    for name, child in module.named_children():
+        weight = getattr(child, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+            out.append(
+                pb.ModuleAttribute(name=name, kind="module", shape=list(weight.shape), dtype=dtype_name(weight.dtype))
+            )
+        else:
+            out.append(pb.ModuleAttribute(name=name, kind="module"))
+    return out
+
+
 def introspect_module(module: torch.nn.Module) -> pb.ModuleIntrospection:
     """Introspection of `module`'s class, with the live values of this instance."""
     cls = type(module)
+    children = _children(module)
     return pb.ModuleIntrospection(
         class_path=class_path(cls),
         attributes=_attributes(module),
         forward_params=forward_params(cls),
-        leaf=not any(True for _ in module.children()),
+        leaf=not children,
+        children=children,
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from services.core.pb import events_pb2 as pb
-from services.ops import recognise
+from services.ops import family, recognise
 from services.server.introspection import class_path, dtype_name, introspect_module
 
 
@@ -47,6 +47,8 @@ class _ClassStats:
     shape_module: dict = field(default_factory=dict)  # input shape -> the first instance called with it
     input_bytes: int = 0
     output_bytes: int = 0
+    child_host_us: Counter = field(default_factory=Counter)  # child attribute name -> host µs inside it
+    child_events: list[tuple[str, object, object]] = field(default_factory=list)  # (child name, start, end)
 
 
 class ModuleProfiler:
@@ -58,8 +60,12 @@ class ModuleProfiler:
         self.stats: dict[str, _ClassStats] = {}
         self._starts: dict[int, list] = {}
         self._handles: list = []
+        self._parent: dict[int, tuple[str, str]] = {}  # id(child) -> (its parent's class path, its attribute name)
 
     def __enter__(self) -> ModuleProfiler:
+        for parent in self.model.modules():
+            for name, child in parent.named_children():
+                self._parent.setdefault(id(child), (class_path(parent), name))
         for module in self.model.modules():
             self.stats.setdefault(class_path(module), _ClassStats()).modules.append(module)
             self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
@@ -102,6 +108,13 @@ class ModuleProfiler:
             s.dtypes[first.dtype] += 1
         s.input_bytes += _nbytes(first)
         s.output_bytes += _nbytes(first_tensor(output))
+        parent = self._parent.get(id(module))
+        if parent is not None:  # the parent's time inside this child, by the child's attribute name
+            owner = self.stats[parent[0]]
+            if self.cuda:
+                owner.child_events.append((parent[1], start, end))
+            else:
+                owner.child_host_us[parent[1]] += (end - start) * 1e6
 
     def results(self) -> list[pb.ModuleClassProfile]:
         """One profile per module class, in the order classes first appear in the model."""
@@ -118,9 +131,14 @@ class ModuleProfiler:
         # (Qwen3's norm class is per-head q/k norms of width 128 and hidden-size norms of width 1536), and the
         # width, parameters and shape must describe the same calls.
         representative = s.shape_module.get(dominant, s.modules[0]) if dominant else s.modules[0]
-        found = recognise(representative)  # None for a container: only leaves compute one op
+        found = recognise(representative)  # a leaf's op, or a layer's (a gated MLP) found by running it
+        child_us = Counter(s.child_host_us)
+        for name, a, b in s.child_events:
+            child_us[name] += a.elapsed_time(b) * 1e3
         return pb.ModuleClassProfile(
             computes=found[1] if found else "",
+            roles=family_roles(representative, found),
+            child_time_us=dict(child_us),
             probed=True,
             introspection=introspect_module(representative),
             instances=len(s.modules),
@@ -134,6 +152,12 @@ class ModuleProfiler:
             input_bytes=round(s.input_bytes / s.calls) if s.calls else 0,
             output_bytes=round(s.output_bytes / s.calls) if s.calls else 0,
         )
+
+
+def family_roles(module: torch.nn.Module, found: tuple[str, str] | None) -> dict[str, str]:
+    """The parts its op family found `module`'s children to play ({} for a leaf op, or nothing found)."""
+    roles = getattr(family(found[0]), "roles_of", None) if found else None
+    return dict(roles(module) or {}) if roles else {}
 
 
 def _served_dtype(s: _ClassStats) -> str:

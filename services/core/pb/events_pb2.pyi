@@ -32,16 +32,18 @@ class ModuleAttribute(_message.Message):
     def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
 
 class ModuleIntrospection(_message.Message):
-    __slots__ = ("class_path", "attributes", "forward_params", "leaf")
+    __slots__ = ("class_path", "attributes", "forward_params", "leaf", "children")
     CLASS_PATH_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     FORWARD_PARAMS_FIELD_NUMBER: _ClassVar[int]
     LEAF_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
     class_path: str
     attributes: _containers.RepeatedCompositeFieldContainer[ModuleAttribute]
     forward_params: _containers.RepeatedScalarFieldContainer[str]
     leaf: bool
-    def __init__(self, class_path: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[ModuleAttribute, _Mapping]]] = ..., forward_params: _Optional[_Iterable[str]] = ..., leaf: bool = ...) -> None: ...
+    children: _containers.RepeatedCompositeFieldContainer[ModuleAttribute]
+    def __init__(self, class_path: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[ModuleAttribute, _Mapping]]] = ..., forward_params: _Optional[_Iterable[str]] = ..., leaf: bool = ..., children: _Optional[_Iterable[_Union[ModuleAttribute, _Mapping]]] = ...) -> None: ...
 
 class HardwareFigures(_message.Message):
     __slots__ = ("device", "device_name", "peak_bytes_per_s", "peak_flops", "calibrated")
@@ -115,7 +117,21 @@ class RunRequested(_message.Message):
     def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ...) -> None: ...
 
 class ModuleClassProfile(_message.Message):
-    __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed")
+    __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed", "child_time_us", "roles")
+    class ChildTimeUsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class RolesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     INTROSPECTION_FIELD_NUMBER: _ClassVar[int]
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
     CALLS_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +143,8 @@ class ModuleClassProfile(_message.Message):
     OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     COMPUTES_FIELD_NUMBER: _ClassVar[int]
     PROBED_FIELD_NUMBER: _ClassVar[int]
+    CHILD_TIME_US_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
     introspection: ModuleIntrospection
     instances: int
     calls: int
@@ -138,7 +156,9 @@ class ModuleClassProfile(_message.Message):
     output_bytes: int
     computes: str
     probed: bool
-    def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., computes: _Optional[str] = ..., probed: bool = ...) -> None: ...
+    child_time_us: _containers.ScalarMap[str, float]
+    roles: _containers.ScalarMap[str, str]
+    def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., computes: _Optional[str] = ..., probed: bool = ..., child_time_us: _Optional[_Mapping[str, float]] = ..., roles: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ProfileObservation(_message.Message):
     __slots__ = ("model", "dtype", "hardware", "modules", "captured_time_us", "decode_tokens_per_s", "tokens_generated", "requests", "time_source")

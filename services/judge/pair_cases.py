@@ -1,0 +1,105 @@
+"""The inputs the judge draws for an elementwise op of two operands: the gated MLP's (gate, up) pairs.
+
+What a fused act(gate) * up kernel gets wrong: the element count modulo its block (a missing mask
+reads or writes past the end), more elements than the live shape, non-contiguous operands (the
+wrapper must copy), value regimes where the activation saturates or cancels (huge gates of either
+sign, all-zero rows, tiny values, NaN/Inf, outlier channels), batched decode shapes. Both operands
+of a case share its shape and layout; each is drawn on its own from the case's generator.
+
+`draw_pair_cases` is deterministic in (spec, seed): the fixed cases (the live shape first), then
+`spec.examples` drawn from the seed. The CPU budget is a total of elements (the interpreter runs one
+program per block of elements); the GPU's too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from services.judge.cases import LAYOUTS, REGIMES, _base, _generator, _pick, _values
+
+CPU_ELEMENT_BUDGET = 60_000  # over all cases' operands on CPU (interpreted)
+GPU_ELEMENT_BUDGET = 32 * 2**20
+ODD_WIDTH = 97
+SMALL_ROWS = 3
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    width: int  # the operands' last dim (a gated MLP's intermediate size)
+    live_shape: tuple[int, ...]  # (..., width): the live call's operand shape
+    dtype: torch.dtype
+    gpu: bool
+    blocks: tuple[int, ...] = ()  # elements per program of the plan's grids: each is drawn at, below and past
+    examples: int = 12
+
+
+@dataclass(frozen=True)
+class PairCase:
+    name: str
+    shape: tuple[int, ...]
+    regime: str
+    layout: str
+    gate: torch.Tensor  # CPU, contiguous; the operand is apply_layout(gate, layout, width)
+    up: torch.Tensor
+
+    @property
+    def width(self) -> int:
+        return int(self.shape[-1])
+
+
+def _case(kind: str, shape, regime: str, layout: str, spec: PairSpec, g: torch.Generator) -> PairCase:
+    shape = tuple(int(d) for d in shape)
+    gate = _values(shape, regime, spec.dtype, g)
+    up = _values(shape, "normal" if regime == "huge" else regime, spec.dtype, g)  # huge x huge only overflows
+    name = f"{kind} {'x'.join(map(str, shape))} {regime} {layout}"
+    return PairCase(name, shape, regime, layout, _base(gate, layout), _base(up, layout))
+
+
+def _fixed_plan(spec: PairSpec) -> list[tuple[str, tuple[int, ...], str, str]]:
+    w = spec.width
+    live = tuple(spec.live_shape) or (1, w)
+    budget = GPU_ELEMENT_BUDGET if spec.gpu else CPU_ELEMENT_BUDGET
+    if math.prod(live) > budget // 8:  # CPU: keep the live rank and width, fewer rows
+        live = (1,) * (len(live) - 2) + (max(1, budget // 8 // w), w)
+    plan = [("live", live, "normal", "contiguous")]
+    plan += [("regime", (SMALL_ROWS, w), regime, "contiguous") for regime in REGIMES]
+    plan += [("decode", (batch, 1, w), "normal", "contiguous") for batch in ((2, 4) if spec.gpu else (2,))]
+    # A block's edges: one element short of it, exactly it, one past it and past two blocks (the mask's work).
+    for block in sorted(set(spec.blocks)):
+        for n in (block - 1, block, block + 1, 2 * block + 1):
+            if 0 < n <= budget // 8:
+                plan.append(("block-edge", (1, n), "normal", "contiguous"))
+    rows = math.prod(live[:-1])
+    beyond = min(max(2 * rows + 1, 3), max(rows + 1, budget // 4 // w))
+    plan.append(("rows-beyond", (beyond, w), "normal", "contiguous"))
+    plan.append(("odd-width", (SMALL_ROWS, ODD_WIDTH), "normal", "contiguous"))
+    plan += [("layout", (2, 2, w), "normal", layout) for layout in LAYOUTS]
+    return plan
+
+
+def draw_pair_cases(spec: PairSpec, seed: int) -> list[PairCase]:
+    """The fixed cases (the live shape first), then `spec.examples` drawn ones: deterministic in (spec, seed)."""
+    cases = [
+        _case(kind, shape, regime, layout, spec, _generator(seed, "pair-fixed", i))
+        for i, (kind, shape, regime, layout) in enumerate(_fixed_plan(spec))
+    ]
+    used = sum(c.gate.numel() for c in cases)
+    budget = GPU_ELEMENT_BUDGET if spec.gpu else CPU_ELEMENT_BUDGET
+    widest = max(spec.width, ODD_WIDTH)
+    max_rows = max(2, (budget - used) // max(1, 2 * spec.examples * widest))
+    g = _generator(seed, "pair-drawn")
+    names = {c.name for c in cases}
+    for i in range(spec.examples):
+        layout = _pick(g, LAYOUTS)
+        rows = max(2, int(torch.randint(1, max_rows + 1, (1,), generator=g)))
+        shape = (rows, _pick(g, (spec.width, ODD_WIDTH)))
+        case = _case("drawn", shape, _pick(g, REGIMES), layout, spec, _generator(seed, "pair-drawn", i))
+        name, k = case.name, 2
+        while name in names:
+            name, k = f"{case.name} #{k}", k + 1
+        names.add(name)
+        cases.append(PairCase(name, case.shape, case.regime, case.layout, case.gate, case.up))
+    return cases

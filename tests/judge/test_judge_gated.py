@@ -1,0 +1,129 @@
+"""The judge on the gated-MLP family: a layer contract checked against the live MLP's recorded children, (gate, up)
+operand pairs drawn at the live intermediate width, torch's act(gate) * up as the oracle. The template's kernel
+(Triton, interpreted) for what the module computes passes; another activation's, or one that drops an element
+past a block's edge, is rejected for what it got wrong."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from judge_testkit import log_of
+from transformers import GemmaConfig, LlamaConfig
+from transformers.models.gemma.modeling_gemma import GemmaMLP
+from transformers.models.llama.modeling_llama import LlamaMLP
+
+from services.coder.templates import gated
+from services.core.kernels import candidate_sha256
+from services.core.pb import events_pb2 as pb
+from services.judge.service import JudgeService
+from services.ops import gated_mlp
+from services.server.introspection import introspect_module
+
+HIDDEN, INTERMEDIATE = 32, 96
+
+
+def _mlp(kind: str) -> torch.nn.Module:
+    if kind == "llama":
+        return LlamaMLP(LlamaConfig(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, hidden_act="silu"))
+    config = GemmaConfig(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, hidden_activation="gelu_pytorch_tanh")
+    return GemmaMLP(config)
+
+
+def _captured(mlp: torch.nn.Module, dtype: str = "torch.bfloat16") -> pb.ProfileCaptured:
+    """What the server records of a live gated MLP: its introspection with its children, what it computes and the
+    roles its children play (found by running it), its live input shape."""
+    intro = introspect_module(mlp)
+    profile = pb.ModuleClassProfile(
+        introspection=intro,
+        instances=2,
+        calls=8,
+        input_shape=[1, 5, HIDDEN],
+        dtype=dtype,
+        computes=gated_mlp.recognise(mlp),
+        probed=True,
+        roles=gated_mlp.roles_of(mlp),
+    )
+    observed = pb.ProfileObservation(
+        model="t", dtype=dtype, hardware=pb.HardwareFigures(device="cpu"), modules=[profile]
+    )
+    ranked = pb.RankedTarget(class_path=intro.class_path, supported=True)
+    return pb.ProfileCaptured(observed=observed, ranking=[ranked], target_class=intro.class_path)
+
+
+def _proposal(captured: pb.ProfileCaptured, source: str, plan: pb.LaunchPlan, contract=None) -> pb.CandidateProposed:
+    profile = captured.observed.modules[0]
+    intro = profile.introspection
+    contract = contract or gated_mlp.layer_contract(intro.class_path, intro.forward_params, profile.roles)
+    digest = candidate_sha256(source, plan)
+    return pb.CandidateProposed(
+        candidate_id=f"c1-{digest[:10]}",
+        target_class=intro.class_path,
+        source=source,
+        source_sha256=digest,
+        plan=plan,
+        contract=contract,
+        origin="template",
+        attempt=1,
+    )
+
+
+async def _judge(mlp, variant: str, *, source: str | None = None, contract=None, dtype="torch.bfloat16"):
+    captured = _captured(mlp, dtype)
+    config = gated.search_configs(variant)[0]
+    candidate = _proposal(captured, source or gated.render(config), gated.plan(config), contract)
+    prior = log_of(captured, candidate)
+    [judged] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
+    return judged
+
+
+@pytest.mark.parametrize(
+    ("kind", "right", "wrong"), [("llama", "swiglu", "geglu_tanh"), ("gemma", "geglu_tanh", "swiglu")]
+)
+async def test_the_kernel_of_the_mlps_activation_passes_and_the_other_is_rejected(kind, right, wrong):
+    mlp = _mlp(kind)
+    assert gated_mlp.recognise(mlp) == right
+    passed = await _judge(mlp, right)
+    assert passed.reward == 1, passed.reason
+    evidence = passed.observed.correctness
+    assert evidence.checks_passed == evidence.checks_run > 20 and not evidence.error
+    assert {"huge", "nonfinite", "zeros", "tiny"} <= set(evidence.regimes)
+    block = gated.search_configs(right)[0].params["block"]
+    assert f"1x{block - 1}" in evidence.shapes and f"1x{block + 1}" in evidence.shapes  # a block's edges were drawn
+    assert (
+        passed.observed.contract.passed
+        and "the bound children's shapes fit their roles" in passed.observed.contract.checks
+    )
+    rejected = await _judge(mlp, wrong)
+    assert rejected.reward == -1 and rejected.reason.startswith("correctness failed: outside-tolerance"), (
+        rejected.reason
+    )
+
+
+async def test_fp32_operands_are_held_to_fp32s_rounding():
+    judged = await _judge(_mlp("gemma"), "geglu_tanh", dtype="torch.float32")
+    assert judged.reward == 1, judged.reason
+
+
+async def test_a_kernel_that_drops_the_last_element_of_a_block_edge_is_rejected():
+    source = gated.render(gated.search_configs("swiglu")[0]).replace("mask = offsets < n", "mask = offsets < n - 1")
+    judged = await _judge(_mlp("llama"), "swiglu", source=source)
+    assert judged.reward == -1 and "nan-output" in judged.reason, judged.reason
+
+
+async def test_a_contract_binding_the_down_projection_as_the_gate_is_refused():
+    mlp = _mlp("llama")
+    roles = dict(gated_mlp.roles_of(mlp))
+    roles["gate_proj"], roles["down_proj"] = roles["down_proj"], roles["gate_proj"]
+    intro = introspect_module(mlp)
+    contract = gated_mlp.layer_contract(intro.class_path, intro.forward_params, roles)
+    judged = await _judge(mlp, "swiglu", contract=contract)
+    assert judged.reward == -1 and judged.observed.contract.rule_id == "binding-roles", judged.reason
+
+
+async def test_a_gated_candidate_under_a_module_class_contract_is_refused():
+    mlp = _mlp("llama")
+    intro = introspect_module(mlp)
+    contract = gated_mlp.layer_contract(intro.class_path, intro.forward_params, gated_mlp.roles_of(mlp))
+    contract.kind = "module_class"
+    judged = await _judge(mlp, "swiglu", contract=contract)
+    assert judged.reward == -1 and judged.observed.contract.rule_id == "contract-kind", judged.reason
