@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
+from services import ops
 from services.coder.contract import ContractError, derive_contract
 from services.coder.templates import BY_FAMILY, BY_TEMPLATE, rmsnorm
 from services.core import events as ev
@@ -16,6 +17,7 @@ from services.core.events import Recorded
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive
+from services.ops import gated_mlp
 
 DEFAULT_MAX_CANDIDATES = 3
 # Proposals made at once (a search step): judged as one batch, the next batch is chosen from their verdicts.
@@ -63,8 +65,8 @@ def _run_request(prior: list[Recorded]) -> pb.RunRequested:
     return rec.msg if rec is not None else pb.RunRequested()
 
 
-def _config_key(config: pb.TemplateConfig) -> tuple[str, int, int]:
-    return (config.template, config.num_warps, config.rows_per_program)
+def _config_key(config: pb.TemplateConfig) -> tuple:
+    return (config.template, config.num_warps, config.rows_per_program, tuple(sorted(config.params.items())))
 
 
 def copy_fraction(judged: pb.CandidateJudged) -> float:
@@ -83,9 +85,10 @@ def _log2(n: int) -> int:
 def refine(untried: list[pb.TemplateConfig], verdicts: list[tuple[pb.TemplateConfig, pb.CandidateJudged]]):
     """The untried configs in the order the verdicts so far suggest (pure; ties keep the table's order).
 
-    Nearest first to the best candidate that passed (steps of warps and rows per program, both powers of
-    two): a search that found a good launch shape looks around it. Configs sharing the rows per program of
-    a rejected candidate go last: a kernel wrong on ragged rows is wrong for that row blocking.
+    Nearest first to the best candidate that passed (steps of warps, rows per program and a template's own
+    parameters such as a block size, all powers of two): a search that found a good launch shape looks around
+    it. Configs sharing the rows per program of a rejected candidate go last: a kernel wrong on ragged rows is
+    wrong for that row blocking.
     """
     passed = [(c, j) for c, j in verdicts if j.reward >= 1]
     best = max(passed, key=lambda cj: (cj[1].reward, cj[1].speedup_vs_eager), default=None)
@@ -99,6 +102,7 @@ def refine(untried: list[pb.TemplateConfig], verdicts: list[tuple[pb.TemplateCon
             distance = abs(_log2(config.num_warps) - _log2(b.num_warps)) + abs(
                 _log2(config.rows_per_program) - _log2(b.rows_per_program)
             )
+            distance += sum(abs(_log2(v) - _log2(b.params.get(k, 0))) for k, v in config.params.items())
         return (config.rows_per_program in failed_rows, distance, index)
 
     return [c for _, c in sorted(enumerate(untried), key=key)]
@@ -172,18 +176,26 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Messag
     if state.proposals or state.concluded is not None:
         return []  # this target is already being worked on
     run = _run_request(prior)
-    family = _op_family(prior, target)
+    profile = _profile(prior, target)
+    computes = profile.computes if profile is not None else ""  # what the server saw it compute ("" before it looked)
+    family = ops.family_of(computes) or _op_family(prior, target)
     if family not in BY_FAMILY:
         return [conclude(target, state, run, f"no template for op family {family!r}")]
     intro = _introspection(prior, target)
     if intro is None:
         return [conclude(target, state, run, f"ProfileCaptured holds no introspection of {target}")]
-    try:
-        contract = derive_contract(intro)
-    except ContractError as exc:
-        return [conclude(target, state, run, f"the module does not fit the template: {exc}")]
+    if family == gated_mlp.FAMILY:  # a layer: its maps bound by the roles the server found running it
+        contract = gated_mlp.layer_contract(intro.class_path, intro.forward_params, profile.roles)
+        if contract is None:
+            return [
+                conclude(target, state, run, f"{target} has no recorded gate, up and down roles for a layer contract")
+            ]
+    else:
+        try:
+            contract = derive_contract(intro)
+        except ContractError as exc:
+            return [conclude(target, state, run, f"the module does not fit the template: {exc}")]
     template = BY_FAMILY[family]
-    computes = _profile(prior, target).computes  # what the server saw it compute ("" before it looked)
     variant = template.variant_for(computes)
     if variant is None:
         return [conclude(target, state, run, f"the template does not write {computes}")]

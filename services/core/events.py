@@ -16,7 +16,10 @@ Envelope = envelope_pb2.Envelope
 # 3: candidates are data (kernel source + LaunchPlan, no host code), judged by the parent from the child's
 # outputs; a verdict written at 2 or earlier re-derives by the reward rules of its time (services.judge.reward).
 # 4: CandidateJudged.capabilities ("cuda-graph"), re-derived from the evidence of verdicts written at 4 on.
-SCHEMA_VERSION = 4
+# 5: the profiler ranks a layer an op family rewrites (a gated MLP: its time outside the projections it keeps,
+# from the server's per-child times and roles) and names every family's writable variants; runs written at 4 or
+# earlier hold no roles, so their rankings re-derive as they were, and their reasons keep their words.
+SCHEMA_VERSION = 5
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).
 RUN_EVENT_NAMES = (

@@ -276,6 +276,13 @@ def family_contract(ops, contract: pb.Contract, intro: pb.ModuleIntrospection) -
             error=f"the judge has no cases or oracle for op family {ops.FAMILY!r} yet (it judges "
             f"{', '.join(JUDGED_FAMILIES)})",
         )
+    kind = getattr(ops, "KIND", "module_class")
+    if contract.kind != kind:
+        return pb.ContractEvidence(
+            passed=False,
+            rule_id="contract-kind",
+            error=f"a {ops.FAMILY} candidate plugs in as a {kind!r} contract, not {contract.kind!r}",
+        )
     if contract.entrypoint != ops.ENTRYPOINT:
         return pb.ContractEvidence(
             passed=False,
@@ -283,6 +290,6 @@ def family_contract(ops, contract: pb.Contract, intro: pb.ModuleIntrospection) -
             error=f"the contract's entrypoint {contract.entrypoint!r} is not the {ops.FAMILY} wrapper "
             f"{ops.ENTRYPOINT!r}",
         )
-    if getattr(ops, "KIND", "module_class") == "layer":
+    if kind == "layer":
         return check_layer_contract(contract, intro, ops)
     return check_contract(contract, intro, list(ops.ENTRY_PARAMS), dict(ops.PARAM_KINDS), ops.OPTIONAL_PARAMS)

@@ -33,3 +33,8 @@ def recognise(module) -> tuple[str, str] | None:
         if variant:
             return name, variant
     return None
+
+
+def family_of(computes: str) -> str | None:
+    """The family whose variant a module was seen computing (ModuleClassProfile.computes); None for "" or unknown."""
+    return next((name for name, fam in FAMILIES.items() if computes and computes in fam.VARIANTS), None)

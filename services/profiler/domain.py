@@ -11,6 +11,7 @@ from services.core import run_state
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive, from_observed
+from services.ops import gated_mlp
 from services.ops.row_reduction import WRITABLE
 from services.profiler.roofline import SUPPORTED_FAMILIES, rank
 
@@ -66,8 +67,9 @@ def _computes(note: str) -> str:
     return next((part for part in note.split("; ") if part.startswith("computes ")), "is not writable")
 
 
-def choose_target(ranking: list[pb.RankedTarget]) -> tuple[str, str]:
-    """(target class, reason): the supported target with the most recoverable time, explained honestly."""
+def choose_target(ranking: list[pb.RankedTarget], writable: tuple[str, ...] = WRITABLE) -> tuple[str, str]:
+    """(target class, reason): the supported target with the most recoverable time, explained honestly.
+    `writable`: what the templates write, as the reason names it."""
     if not ranking:
         return "", "the profile holds no leaf module class that was called: nothing to optimise"
     top = ranking[0]
@@ -83,7 +85,7 @@ def choose_target(ranking: list[pb.RankedTarget]) -> tuple[str, str]:
         if known:  # recognised, but as something no template writes: say what it was seen computing
             found = "; ".join(f"{_short(t.class_path)} {_computes(t.note)}" for t in known[:3])
             return "", (
-                f"no target I can write: {found}, and the template writes {', '.join(WRITABLE)} only; "
+                f"no target I can write: {found}, and the template writes {', '.join(writable)} only; "
                 f"{_describe(top)} ranks first"
             )
         families = ", ".join(SUPPORTED_FAMILIES)
@@ -98,7 +100,9 @@ def choose_target(ranking: list[pb.RankedTarget]) -> tuple[str, str]:
 
 def derive_profile_captured(prior: list[Recorded], trigger: Recorded, observed: pb.ProfileObservation):
     ranking = rank(observed)
-    target, reason = choose_target(ranking)
+    # Since schema 5 the templates write gated MLPs too, and the reason says so; an older run keeps its words.
+    writable = WRITABLE + gated_mlp.WRITABLE if trigger.env.schema_version >= 5 else WRITABLE
+    target, reason = choose_target(ranking, writable)
     msg = pb.ProfileCaptured(ranking=ranking, target_class=target, reason=reason)
     msg.observed.CopyFrom(observed)
     return msg

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from services.core.pb import events_pb2 as pb
-from services.ops import row_reduction
+from services.ops import gated_mlp, row_reduction
 
 FAMILIES = ("row_reduction", "matmul", "elementwise", "gather", "other")
 # Op families the coder has templates for: only these are offered as targets.
@@ -194,11 +194,15 @@ def floor_us(phys: CallPhysics, calls: int, hw: pb.HardwareFigures) -> float:
     return calls * per_call_s * 1e6
 
 
-def achieved_fraction(phys: CallPhysics, profile: pb.ModuleClassProfile, hw: pb.HardwareFigures) -> float:
-    """Bytes per second the eager op achieved, over the copy ceiling."""
-    if profile.total_time_us <= 0 or hw.peak_bytes_per_s <= 0:
+def achieved_fraction(
+    phys: CallPhysics, profile: pb.ModuleClassProfile, hw: pb.HardwareFigures, time_us: float | None = None
+) -> float:
+    """Bytes per second the eager op achieved (in `time_us`, the class's whole time by default), over the copy
+    ceiling."""
+    time_us = profile.total_time_us if time_us is None else time_us
+    if time_us <= 0 or hw.peak_bytes_per_s <= 0:
         return 0.0
-    return phys.bytes * profile.calls / (profile.total_time_us * 1e-6) / hw.peak_bytes_per_s
+    return phys.bytes * profile.calls / (time_us * 1e-6) / hw.peak_bytes_per_s
 
 
 def fingerprint_vector(
@@ -223,10 +227,12 @@ def fingerprint_vector(
     return [round(x, _VECTOR_DECIMALS) for x in onehot + physics]
 
 
-def fingerprint(profile: pb.ModuleClassProfile, hw: pb.HardwareFigures) -> pb.Fingerprint:
-    phys = call_physics(profile)
+def fingerprint(profile: pb.ModuleClassProfile, hw: pb.HardwareFigures, phys: CallPhysics | None = None,
+                time_us: float | None = None) -> pb.Fingerprint:  # fmt: skip
+    """The physics of the class's op: its own calls, or (`phys`, `time_us`) the op a layer rewrite fuses."""
+    phys = phys or call_physics(profile)
     memory_bound = phys.intensity < ridge(hw)
-    achieved = achieved_fraction(phys, profile, hw)
+    achieved = achieved_fraction(phys, profile, hw, time_us)
     return pb.Fingerprint(
         op_family=phys.family,
         memory_bound=memory_bound,
@@ -239,6 +245,47 @@ def fingerprint(profile: pb.ModuleClassProfile, hw: pb.HardwareFigures) -> pb.Fi
             phys.family, phys.intensity, phys.row_width, phys.rows, phys.dtype_bytes, memory_bound, achieved
         ),
     )
+
+
+# A gated MLP's act(gate) * up: the activation (~4 FLOP an element: exp, add, divide, multiply) and the product.
+_GATED_FLOP_PER_ELEMENT = 5.0
+
+
+@dataclass(frozen=True)
+class LayerOp:
+    """The op a layer rewrite fuses, inside a layer's forward: its physics, calls, and the time it took (the layer's
+    time outside the children the rewrite keeps)."""
+
+    physics: CallPhysics
+    time_us: float
+    kept_us: float
+    computes: str
+
+
+def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
+    """A gated MLP's act(gate) * up seen inside its layer (its roles recorded by the server), or None.
+
+    Its time is the layer's minus its three projections': the activation, the product and the forward's own host
+    work, what the rewrite replaces. Its bytes are what the fused op must move (gate and up read, the product
+    written) per mean call, from the layer's mean input bytes (rows = input elements over the hidden width)."""
+    if profile.introspection.leaf or profile.computes not in gated_mlp.VARIANTS or not profile.roles:
+        return None
+    children = {c.name: tuple(c.shape) for c in profile.introspection.children}
+    shapes = {role: children.get(profile.roles.get(role, ""), ()) for role in gated_mlp.ROLES}
+    if gated_mlp.roles_problem(shapes):
+        return None
+    width, hidden = gated_mlp.intermediate_width(shapes), int(shapes["down_proj"][0])
+    elem = _data_dtype_bytes(profile)
+    if not elem or not hidden:
+        return None
+    elements = profile.input_bytes / elem / hidden * width
+    kept = sum(profile.child_time_us.get(profile.roles[role], 0.0) for role in gated_mlp.ROLES)
+    rows = _numel(profile.input_shape) // hidden if profile.input_shape else 0
+    physics = CallPhysics(
+        "elementwise", _GATED_FLOP_PER_ELEMENT * elements, float(gated_mlp.bytes_moved(elements, elem)), width, rows,
+        elem,
+    )  # fmt: skip
+    return LayerOp(physics, max(profile.total_time_us - kept, 0.0), kept, profile.computes)
 
 
 def writable(profile: pb.ModuleClassProfile, family: str) -> bool:
@@ -264,15 +311,22 @@ def _note(fp: pb.Fingerprint, calls: int, supported: bool, hw: pb.HardwareFigure
 
 
 def rank(obs: pb.ProfileObservation) -> list[pb.RankedTarget]:
-    """Leaf module classes by recoverable time, most first (ties by class path).
+    """Leaf module classes, and layers an op family rewrites, by recoverable time, most first (ties by class path).
 
-    Only leaves: a container's inclusive time contains its children's, so ranking it would count
-    the same microseconds twice.
+    Leaves, and of a layer only its time outside the children its rewrite keeps: a container's inclusive time
+    contains its children's, so ranking it whole would count the same microseconds twice. (A layer's activation
+    child is also ranked as a leaf of its own class; no template writes an activation alone.)
     """
     hw = obs.hardware
     out = []
     for profile in obs.modules:
-        if not profile.introspection.leaf or profile.calls == 0:
+        if profile.calls == 0:
+            continue
+        op = layer_op(profile)
+        if op is not None:
+            out.append(_layer_target(profile, op, obs, hw))
+            continue
+        if not profile.introspection.leaf:
             continue
         fp = fingerprint(profile, hw)
         floor = floor_us(call_physics(profile), profile.calls, hw)
@@ -290,3 +344,23 @@ def rank(obs: pb.ProfileObservation) -> list[pb.RankedTarget]:
         )
     out.sort(key=lambda t: (-t.recoverable_us, t.class_path))
     return out
+
+
+def _layer_target(profile: pb.ModuleClassProfile, op: LayerOp, obs: pb.ProfileObservation, hw) -> pb.RankedTarget:
+    fp = fingerprint(profile, hw, op.physics, op.time_us)
+    floor = floor_us(op.physics, profile.calls, hw)
+    supported = op.computes in gated_mlp.WRITABLE
+    note = _note(fp, profile.calls, supported, hw, op.computes)
+    note += (
+        f"; a layer: {op.time_us:,.0f} us of its {profile.total_time_us:,.0f} us outside the projections it keeps "
+        f"({gated_mlp.FAMILY} rewrite)"
+    )
+    return pb.RankedTarget(
+        class_path=profile.introspection.class_path,
+        time_share=op.time_us / obs.captured_time_us if obs.captured_time_us > 0 else 0.0,
+        floor_us=floor,
+        recoverable_us=max(op.time_us - floor, 0.0),
+        fingerprint=fp,
+        supported=supported,
+        note=note,
+    )

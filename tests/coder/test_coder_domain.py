@@ -221,3 +221,43 @@ def test_what_the_profile_saw_the_module_compute_chooses_the_kernel_variant():
     [concluded] = domain.decide(log.records, trigger)
     assert isinstance(concluded, pb.TargetConcluded) and not concluded.swap
     assert "the template does not write softmax" in concluded.reason
+
+
+def test_a_gated_mlp_target_is_written_as_a_layer_bound_by_the_roles_the_server_found():
+    """The profile's roles (found running the module) bind the layer contract; the search walks the gated
+    template's block sizes, nearest the best verdict first."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    from services.coder.templates import gated
+    from services.ops import gated_mlp
+
+    mlp = LlamaMLP(LlamaConfig(hidden_size=32, intermediate_size=96))
+    captured = profile_captured(mlp, op_family="elementwise")
+    profile = captured.observed.modules[0]
+    profile.computes, profile.roles["gate_proj"] = "swiglu", "gate_proj"
+    profile.roles.update(up_proj="up_proj", down_proj="down_proj")
+    log = Log()
+    log.append(pb.RunRequested(model="tiny-llama", max_candidates=4))
+    log.append(captured)
+    trigger = log.append(pb.SkillsRetrieved(target_class=captured.target_class))
+    first, second = _answers(log, trigger)
+    table = gated.search_configs("swiglu")
+    assert [first.msg.config, second.msg.config] == table[:2]
+    contract = first.msg.contract
+    assert contract.kind == "layer" and contract.entrypoint == gated_mlp.ENTRYPOINT
+    assert [(b.param, b.attr, b.kind) for b in contract.bindings] == [(r, r, "module") for r in gated_mlp.ROLES]
+    assert first.msg.plan.family == "gated_mlp" and first.msg.source == gated.render(table[0])
+    _judge(log, first, 1, speedup=1.0)
+    last = _judge(log, second, 2, speedup=1.4)  # 8 warps at the first block beat 4
+    third, fourth = _answers(log, last)
+    best = second.msg.config
+    assert third.msg.config.num_warps == best.num_warps  # one step away from the best: the next block size
+    assert {third.msg.config.params["block"], fourth.msg.config.params["block"]} <= {1024, 4096}
+
+    profile.roles.clear()  # roles not recorded (a profile from before they were): no layer contract to write
+    log = Log()
+    log.append(pb.RunRequested(model="tiny-llama"))
+    log.append(captured)
+    [concluded] = domain.decide(log.records, log.append(pb.SkillsRetrieved(target_class=captured.target_class)))
+    assert isinstance(concluded, pb.TargetConcluded) and "roles" in concluded.reason

@@ -64,8 +64,9 @@ async def test_a_contract_failure_stops_before_the_sandbox():
     assert not judged.observed.HasField("correctness")
 
 
-async def test_a_family_the_judge_cannot_judge_yet_is_refused_at_the_contract():
-    """A gated-MLP candidate (a real kernel of that family) offered against a norm: refused before anything runs."""
+async def test_a_candidate_of_another_family_than_its_contracts_is_refused_at_the_contract():
+    """A gated-MLP candidate (a real kernel of that family) offered against a norm under the norm's module-class
+    contract: refused before anything runs, never judged against the norm's oracle."""
     from services.coder.templates import gated
 
     captured = profile_captured(qwen_norm())
@@ -74,7 +75,7 @@ async def test_a_family_the_judge_cannot_judge_yet_is_refused_at_the_contract():
     prior = log_of(captured, candidate)
     [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
     assert judged.reward == -1 and judged.observed.contract.rule_id == "contract-kind"
-    assert "no cases or oracle for op family 'gated_mlp'" in judged.reason
+    assert "a gated_mlp candidate plugs in as a 'layer' contract, not 'module_class'" in judged.reason
     assert not judged.observed.HasField("correctness")
 
 

@@ -1,0 +1,62 @@
+"""A layer an op family rewrites, ranked from what the server records: a gated MLP's act(gate) * up is its time
+outside the projections it keeps (the server's per-child times), against the fused op's floor."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.core.pb import events_pb2 as pb
+from services.ops import gated_mlp
+from services.profiler import domain, roofline
+from services.server.engine import Engine
+from services.server.models import load_model
+
+H200 = pb.HardwareFigures(device="cuda", device_name="H200", peak_bytes_per_s=4.275e12, peak_flops=7.9e14)
+
+
+async def _observed(preset: str) -> pb.ProfileObservation:
+    engine = Engine(load_model(preset, "cpu"))
+    observed = await engine.capture_profile(["Hello there, how are you?"], 4)
+    observed.hardware.CopyFrom(H200)  # a ceiling, so the floor is not zero
+    return observed
+
+
+@pytest.mark.parametrize(("preset", "variant"), [("tiny-llama", "swiglu"), ("tiny-gemma", "geglu_tanh")])
+async def test_a_gated_mlp_is_ranked_by_its_time_outside_the_projections_it_keeps(preset, variant):
+    observed = await _observed(preset)
+    [mlp] = [m for m in observed.modules if m.computes == variant]
+    assert not mlp.introspection.leaf and dict(mlp.roles) == {r: r for r in gated_mlp.ROLES}
+    children = {c.name: list(c.shape) for c in mlp.introspection.children}
+    hidden, width = children["down_proj"]
+    assert children["gate_proj"] == children["up_proj"] == [width, hidden]
+    assert set(mlp.child_time_us) == {"gate_proj", "up_proj", "down_proj", "act_fn"}
+    kept = sum(mlp.child_time_us[r] for r in gated_mlp.ROLES)
+    assert 0 < kept < mlp.total_time_us
+
+    [ranked] = [t for t in roofline.rank(observed) if t.class_path == mlp.introspection.class_path]
+    assert ranked.supported and ranked.fingerprint.op_family == "elementwise"
+    assert ranked.fingerprint.row_width == width
+    tokens = mlp.input_bytes / 4 / hidden  # fp32 on CPU: the mean rows of a call
+    floor = mlp.calls * gated_mlp.bytes_moved(tokens * width, 4) / H200.peak_bytes_per_s * 1e6
+    assert ranked.floor_us == pytest.approx(floor)
+    assert ranked.recoverable_us == pytest.approx(mlp.total_time_us - kept - floor)
+    assert f"computes {variant}" in ranked.note and "outside the projections it keeps" in ranked.note
+
+
+async def test_a_profile_without_roles_ranks_no_layer():
+    """Runs recorded before the server recorded roles (schema 4) re-derive their ranking as it was: leaves only."""
+    observed = await _observed("tiny-llama")
+    for module in observed.modules:
+        module.ClearField("roles")
+    assert all(m.introspection.leaf for m in observed.modules if m.introspection.class_path in
+               {t.class_path for t in roofline.rank(observed)})  # fmt: skip
+
+
+async def test_the_gated_mlp_is_chosen_when_it_recovers_the_most():
+    observed = await _observed("tiny-llama")
+    mlp = next(m for m in observed.modules if m.computes == "swiglu")
+    for module in observed.modules:  # every other class far cheaper: the layer's op is where the time goes
+        if module is not mlp:
+            module.total_time_us = 1.0
+    target, reason = domain.choose_target(roofline.rank(observed))
+    assert target == mlp.introspection.class_path and "computes" not in reason and "elementwise" in reason
