@@ -6,10 +6,11 @@ baseline (per shape the fastest of eager, torch.compile and the native fused op)
 compare GPU time per call (services.judge.timing). A time the judge does not believe (still under
 the copy ceiling after re-measurement) caps the reward at +1, and so does a candidate slower than
 eager host-inclusive at some shape (its launch costs more than eager's whole call: swapped into a
-server that launches eagerly it would slow it down); a missing torch.compile baseline caps it at
-+2. Since schema 3 the judge's parent checks the child's figures against its own copy ceiling and
-clock (services.judge.timing_check): figures it does not believe cap the reward at +1. The reason
-names the layer and the rule.
+server that launches eagerly it would slow it down) unless, since schema 5, it was captured in CUDA
+graphs at every shape (a graph-serving server never pays the host's time; an eager one refuses it);
+a missing torch.compile baseline caps it at +2. Since schema 3 the judge's parent checks the child's
+figures against its own copy ceiling and clock (services.judge.timing_check): figures it does not
+believe cap the reward at +1. The reason names the layer and the rule.
 """
 
 from __future__ import annotations
@@ -59,10 +60,15 @@ def _rejected(obs: pb.JudgeObservation) -> str:
     return ""
 
 
-def judge_reward(obs: pb.JudgeObservation, *, parent_checks_timing: bool = True) -> tuple[int, str, float, float]:
+def judge_reward(
+    obs: pb.JudgeObservation, *, parent_checks_timing: bool = True, graphs_hide_the_host: bool = True
+) -> tuple[int, str, float, float]:
     """(reward, reason, speedup_vs_eager, speedup_vs_best) for what the judge observed.
 
     `parent_checks_timing` (schema 3 on): figures the parent did not believe, or did not check, earn +1 at most.
+    `graphs_hide_the_host` (schema 5 on): a kernel captured in CUDA graphs at every timed shape (the
+    "cuda-graph" capability) is not capped for its host-inclusive time: a server that decodes through graphs
+    never pays it, and one that serves eagerly refuses it itself (services.server.domain.host_problem).
     """
     rejected = _rejected(obs)
     if rejected:
@@ -90,9 +96,11 @@ def judge_reward(obs: pb.JudgeObservation, *, parent_checks_timing: bool = True)
         for row in timing.rows
         if row.candidate_host_us > 0 and row.eager_host_us > 0 and row.candidate_host_us > FASTER * row.eager_host_us
     ]
-    if slower_host:
+    if slower_host and not (graphs_hide_the_host and CUDA_GRAPH in capabilities(obs)):
         why = f"slower than eager host-inclusive at {', '.join(slower_host)}: it would slow an eager caller"
         return 1, f"{checked}; {figures}; {why}; reward capped at +1", vs_eager, vs_best
+    if slower_host:
+        figures += f"; slower than eager host-inclusive at {', '.join(slower_host)} (an eager server refuses it)"
     if any(row.remeasured for row in timing.rows) or vs_eager > SUSPICIOUS or vs_best > SUSPICIOUS:
         figures += f"; over {SUSPICIOUS:g}x somewhere: re-measured and kept"
     no_compile = [row.shape for row in timing.rows if row.compile_us <= 0]

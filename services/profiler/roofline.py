@@ -265,9 +265,10 @@ class LayerOp:
 def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
     """A gated MLP's act(gate) * up seen inside its layer (its roles recorded by the server), or None.
 
-    Its time is the layer's minus its three projections': the activation, the product and the forward's own host
-    work, what the rewrite replaces. Its bytes are what the fused op must move (gate and up read, the product
-    written) per mean call, from the layer's mean input bytes (rows = input elements over the hidden width)."""
+    Its time is the layer's minus its three projections' and minus the profiler's own hooks on its children: the
+    activation, the product and the forward's own host work, what the rewrite replaces. Its bytes are what the
+    fused op must move (gate and up read, the product written) per mean call, from the layer's mean input bytes
+    (rows = input elements over the hidden width)."""
     if profile.introspection.leaf or profile.computes not in gated_mlp.VARIANTS or not profile.roles:
         return None
     children = {c.name: tuple(c.shape) for c in profile.introspection.children}
@@ -285,7 +286,7 @@ def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
         "elementwise", _GATED_FLOP_PER_ELEMENT * elements, float(gated_mlp.bytes_moved(elements, elem)), width, rows,
         elem,
     )  # fmt: skip
-    return LayerOp(physics, max(profile.total_time_us - kept, 0.0), kept, profile.computes)
+    return LayerOp(physics, max(profile.total_time_us - kept - profile.child_hook_us, 0.0), kept, profile.computes)
 
 
 def writable(profile: pb.ModuleClassProfile, family: str) -> bool:

@@ -74,6 +74,31 @@ def graph_problem(prior: list[Recorded], concluded: pb.TargetConcluded, observed
     )
 
 
+FASTER = 1.05  # the judge's margin (services.judge.reward): within it, host times are the same
+
+
+def host_problem(prior: list[Recorded], concluded: pb.TargetConcluded, observed: pb.ParityObservation) -> str:
+    """Why a server serving eagerly must refuse this kernel: the judge timed its whole call slower than eager's
+    host-inclusive (its launch costs more than the op it replaces); "" when it was not, or the server serves
+    through CUDA graphs (where the host's time is not paid per call)."""
+    if observed.graphs:
+        return ""
+    judged = _judgement(prior, concluded)
+    if judged is None:
+        return ""
+    slower = [
+        f"{row.shape} ({row.candidate_host_us:.1f} vs {row.eager_host_us:.1f} us)"
+        for row in judged.observed.timing.rows
+        if row.candidate_host_us > 0 and row.eager_host_us > 0 and row.candidate_host_us > FASTER * row.eager_host_us
+    ]
+    if not slower:
+        return ""
+    return (
+        f"this server launches eagerly and the judge timed the kernel slower than eager host-inclusive at "
+        f"{', '.join(slower)}: it would slow every call; serve through CUDA graphs (YANTRA_GRAPHS unset)"
+    )
+
+
 def find_proposed(prior: list[Recorded], candidate_id: str) -> pb.CandidateProposed | None:
     return run_state.fold(prior).proposal(candidate_id)
 
@@ -147,6 +172,8 @@ def swap_outcome(
     if observed.judged_ok != judged_ok(prior, concluded):
         problems.append("the recorded judged_ok disagrees with the log")
     graphs = graph_problem(prior, concluded, observed)
+    if not graphs and trigger.env.schema_version >= 5:  # an eager server checks the host time since schema 5
+        graphs = host_problem(prior, concluded, observed)
     if graphs:
         return pb.SwapRejected(
             candidate_id=concluded.candidate_id, target_class=concluded.target_class, reason=graphs, observed=observed

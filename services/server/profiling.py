@@ -49,6 +49,7 @@ class _ClassStats:
     output_bytes: int = 0
     child_host_us: Counter = field(default_factory=Counter)  # child attribute name -> host µs inside it
     child_events: list[tuple[str, object, object]] = field(default_factory=list)  # (child name, start, end)
+    child_hook_us: float = 0.0  # host time of this profiler's hooks on the children, inside this class's calls
 
 
 class ModuleProfiler:
@@ -85,17 +86,27 @@ class ModuleProfiler:
         return time.perf_counter()
 
     def _pre(self, module, args, kwargs):
+        began = time.perf_counter()
         first = first_tensor(args)
         if first is None:
             first = first_tensor(list(kwargs.values()))
-        self._starts.setdefault(id(module), []).append((first, self._now()))
+        entry = [first, None]
+        self._starts.setdefault(id(module), []).append(entry)
+        self._charge_parent(module, began)
+        entry[1] = self._now()  # last: the hook's own work lies outside this call, inside its parent's
+
+    def _charge_parent(self, module, began: float) -> None:
+        parent = self._parent.get(id(module))
+        if parent is not None:
+            self.stats[parent[0]].child_hook_us += (time.perf_counter() - began) * 1e6
 
     def _post(self, module, args, kwargs, output):
+        end = self._now()  # first: the bookkeeping below is not the module's time
+        began = time.perf_counter()
         stack = self._starts.get(id(module))
         if not stack:
             return
         first, start = stack.pop()
-        end = self._now()
         s = self.stats[class_path(module)]
         s.calls += 1
         if self.cuda:
@@ -115,6 +126,7 @@ class ModuleProfiler:
                 owner.child_events.append((parent[1], start, end))
             else:
                 owner.child_host_us[parent[1]] += (end - start) * 1e6
+        self._charge_parent(module, began)
 
     def results(self) -> list[pb.ModuleClassProfile]:
         """One profile per module class, in the order classes first appear in the model."""
@@ -139,6 +151,7 @@ class ModuleProfiler:
             computes=found[1] if found else "",
             roles=family_roles(representative, found),
             child_time_us=dict(child_us),
+            child_hook_us=s.child_hook_us,
             probed=True,
             introspection=introspect_module(representative),
             instances=len(s.modules),

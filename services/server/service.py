@@ -97,7 +97,8 @@ class ServerService:
             dtype=self.engine.dtype, judged_ok=domain.judged_ok(prior, concluded), graphs=self.engine.graphs
         )
         # never import code the log does not vouch for, nor capture in a graph one never shown to run in one
-        if domain.log_problems(prior, concluded) or domain.graph_problem(prior, concluded, observed):
+        mode = domain.graph_problem(prior, concluded, observed) or domain.host_problem(prior, concluded, observed)
+        if domain.log_problems(prior, concluded) or mode:
             return domain.swap_outcome(prior, trigger, observed)
         proposed = domain.find_proposed(prior, concluded.candidate_id)
         assert proposed is not None  # log_problems checked it

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.core.pb import events_pb2 as pb
-from services.judge.reward import judge_reward, speedups
+from services.judge.reward import CUDA_GRAPH, capabilities, judge_reward, speedups
 
 PASSED_STATIC = pb.StaticEvidence(passed=True)
 PASSED_CONTRACT = pb.ContractEvidence(passed=True)
@@ -108,13 +108,20 @@ def test_a_correctness_failure_names_its_rule():
 
 
 def test_a_kernel_slower_than_eager_for_an_eager_caller_is_capped_at_plus_one():
+    """...where it could not be captured in a CUDA graph (then only an eager server can run it)."""
     row = _row(1.3, 12.5, compile_=1.7, native=2.6)  # GPU time: far ahead of every baseline
     row.candidate_host_us, row.eager_host_us = 90.0, 75.0  # but its launch costs more than eager's whole call
-    reward, reason, vs_eager, _ = judge_reward(_obs([row, _row(10.0, 20.0, 12.0, 12.0)]))
+
+    def observed():
+        obs = _obs([row, _row(10.0, 20.0, 12.0, 12.0)])
+        obs.timing.missing.append("candidate graph at 8x64: RuntimeError: operation not permitted when capturing")
+        return obs
+
+    reward, reason, vs_eager, _ = judge_reward(observed())
     assert reward == 1 and vs_eager > 1
     assert "slower than eager host-inclusive at 8x64 (90.0 vs 75.0 us)" in reason and "capped at +1" in reason
     row.candidate_host_us = 40.0  # a launch cheaper than eager's: the GPU figures decide again
-    assert judge_reward(_obs([row, _row(10.0, 20.0, 12.0, 12.0)]))[0] == 3
+    assert judge_reward(observed())[0] == 3
 
 
 def test_figures_the_parent_does_not_believe_or_did_not_check_never_reach_plus_two():
@@ -157,3 +164,18 @@ def test_a_kernel_captured_in_a_graph_at_every_shape_is_graph_safe():
     obs = _obs([_row(10.0, 20.0)])
     obs.timing.missing.append("compile graph at 8x64: RuntimeError: no")
     assert capabilities(obs) == [CUDA_GRAPH]
+
+
+def test_a_kernel_captured_in_graphs_is_judged_by_gpu_time_whatever_its_host_time():
+    """Since schema 5: a graph-serving server never pays the host's time; an eager one refuses the kernel itself."""
+    row = _row(1.3, 12.5, compile_=1.7, native=2.6)
+    row.candidate_host_us, row.eager_host_us = 90.0, 75.0
+    obs = _obs([row, _row(10.0, 20.0, 12.0, 12.0)])
+    assert CUDA_GRAPH in capabilities(obs)  # every shape timed in a graph
+    reward, reason, *_ = judge_reward(obs)
+    assert (
+        reward == 3 and "slower than eager host-inclusive at 8x64 (90.0 vs 75.0 us) (an eager server refuses" in reason
+    )
+    assert judge_reward(obs, graphs_hide_the_host=False)[0] == 1  # a verdict recorded at schema 4 keeps its rule
+    obs.timing.missing.append("candidate graph at 8x64: RuntimeError: capture failed")  # not graph-capable
+    assert judge_reward(obs)[0] == 1
