@@ -157,3 +157,25 @@ def test_a_kernel_whose_served_lane_logits_move_is_rejected_even_when_the_eager_
     assert problem.startswith("canary logits on the served lane (graphs) moved by")
     observed.served_logit_max_diff = float("nan")
     assert domain.parity_problems(observed)
+
+
+def test_an_eager_server_refuses_a_kernel_the_judge_timed_slower_than_eager_host_inclusive():
+    """Since schema 5 the judge lets GPU time decide for a kernel captured in graphs; a server that launches
+    eagerly pays the host's time per call, so it checks the judge's host-inclusive figures itself."""
+    envelopes = swap_run("eager-run", SOURCE)
+    env = next(e for e in envelopes if e.type == "CandidateJudged")
+    judged = pb.CandidateJudged.FromString(env.payload)
+    judged.observed.timing.rows.add(shape="1x1x1536", candidate_us=1.4, eager_us=3.3, candidate_host_us=33.0,
+                                    eager_host_us=24.0)  # fmt: skip
+    env.payload = judged.SerializeToString()
+    log = as_log(envelopes)
+    trigger = log[-1]
+    observed = good_observation()
+    problem = domain.host_problem(log[:-1], trigger.msg, observed)
+    assert "slower than eager host-inclusive at 1x1x1536 (33.0 vs 24.0 us)" in problem
+    out = domain.swap_outcome(log[:-1], trigger, observed)
+    assert isinstance(out, pb.SwapRejected) and out.reason == problem
+    observed.graphs = True  # through graphs the host's time is not paid per call (the graph rule still applies)
+    assert domain.host_problem(log[:-1], trigger.msg, observed) == ""
+    trigger.env.schema_version = 4  # a conclusion written before the rule re-derives as it was
+    assert isinstance(domain.swap_outcome(log[:-1], trigger, good_observation()), pb.SwapCommitted)
