@@ -58,3 +58,28 @@ def test_a_run_ends_once_at_the_event_its_rule_names():
     nothing = empty.add(pb.ProfileCaptured(target_class="", reason="nothing to optimise"), "profiler", request)
     assert run_state.outcome(run_state.fold(empty.log), nothing) == "no_target"
     assert run_state.outcome(run_state.fold(empty.log), request) == ""
+
+
+def test_several_targets_run_in_turn_and_the_run_ends_with_the_last():
+    """Since schema 5 the profile lists every target; each one's end starts the next, the last one's ends the run."""
+    mlp = "m.MLP"
+    run = RunLog()
+    request = run.add(pb.RunRequested(), "cli")
+    profile = run.add(pb.ProfileCaptured(target_class=NORM, targets=[NORM, mlp]), "profiler", request)
+    assert run_state.targets(run_state.fold(run.log)) == (NORM, mlp)
+    assert run_state.next_target(run_state.fold(run.log), profile) == ""  # a profile ends no target
+    kept = run.add(pb.TargetConcluded(target_class=NORM, candidate_id="c1", swap=True), "coder", profile)
+    assert run_state.next_target(run_state.fold(run.log), kept) == ""  # the server answers it first
+    committed = run.add(pb.SwapCommitted(swap_id="s1", candidate_id="c1", target_class=NORM), "server", kept)
+    state = run_state.fold(run.log)
+    assert run_state.next_target(state, committed) == mlp and run_state.outcome(state, committed) == ""
+    last = run.add(pb.TargetConcluded(target_class=mlp, reward=1, swap=False), "coder", committed)
+    state = run_state.fold(run.log)
+    assert run_state.next_target(state, last) == "" and run_state.outcome(state, last) == "no_swap"
+
+    old = RunLog()  # a profile of schema 4: its one target
+    request = old.add(pb.RunRequested(), "cli")
+    old.add(pb.ProfileCaptured(target_class=NORM), "profiler", request)
+    concluded = old.add(pb.TargetConcluded(target_class=NORM, swap=False), "coder")
+    assert run_state.targets(run_state.fold(old.log)) == (NORM,)
+    assert run_state.outcome(run_state.fold(old.log), concluded) == "no_swap"

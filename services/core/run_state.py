@@ -91,11 +91,31 @@ def fold(log: list[Recorded]) -> RunState:
     return state
 
 
+# The events that end one target's work: its conclusion without a swap, or the server's answer to one with.
+TARGET_ENDS = ("TargetConcluded", "SwapCommitted", "SwapRejected")
+
+
+def targets(state: RunState) -> tuple[str, ...]:
+    """The run's targets in order: the profile's list (schema 5), or its one chosen target before it."""
+    if state.profile is None:
+        return ()
+    return tuple(state.profile.targets) or ((state.profile.target_class,) if state.profile.target_class else ())
+
+
+def next_target(state: RunState, trigger: Recorded) -> str:
+    """The target whose work starts now that `trigger` ended the one before ("" when it ended none, or none is
+    left). `state` includes the trigger. Targets run one after another, so one not concluded yet is next."""
+    if trigger.type not in TARGET_ENDS or (trigger.type == "TargetConcluded" and trigger.msg.swap):
+        return ""
+    return next((t for t in targets(state) if t not in state.concluded), "")
+
+
 def outcome(state: RunState, trigger: Recorded) -> str:
     """The outcome `trigger` ends the run with ("" when it does not), in the state that includes it.
 
     A profile with no target ends it (nothing to optimise); a conclusion without a swap ends it; a
-    conclusion that swaps is answered by the server, whose SwapCommitted or SwapRejected ends it. A run
+    conclusion that swaps is answered by the server, whose SwapCommitted or SwapRejected ends it — each of
+    these only when it ends the run's last target (`next_target`: otherwise the next one starts). A run
     ends once: after its RunCompleted nothing does. A rollback never ends a run (it answers an operator's
     or the shadow check's request, after the commit that ended it).
     """
@@ -105,5 +125,7 @@ def outcome(state: RunState, trigger: Recorded) -> str:
     if trigger.type == "TargetConcluded" and msg.swap:
         return ""
     if trigger.type == "ProfileCaptured" and msg.target_class:
+        return ""
+    if next_target(state, trigger):  # another target's work starts: the run goes on
         return ""
     return OUTCOMES[trigger.type]

@@ -98,12 +98,27 @@ def choose_target(ranking: list[pb.RankedTarget], writable: tuple[str, ...] = WR
     )
 
 
+def choose_targets(ranking: list[pb.RankedTarget], first: str, limit: int = 0) -> list[str]:
+    """Every target the run works on, in ranked order from `first` (choose_target's): each supported one with
+    time to recover, at most `limit` (0: all)."""
+    if not first:
+        return []
+    chosen = [first] + [t.class_path for t in ranking if t.supported and t.recoverable_us > 0 and t.class_path != first]
+    return chosen[:limit] if limit else chosen
+
+
 def derive_profile_captured(prior: list[Recorded], trigger: Recorded, observed: pb.ProfileObservation):
     ranking = rank(observed)
-    # Since schema 5 the templates write gated MLPs too, and the reason says so; an older run keeps its words.
-    writable = WRITABLE + gated_mlp.WRITABLE if trigger.env.schema_version >= 5 else WRITABLE
-    target, reason = choose_target(ranking, writable)
+    # Since schema 5 the templates write gated MLPs too, and the reason says so; and a run works on several
+    # targets in turn. An older run keeps its words and its one target.
+    several = trigger.env.schema_version >= 5
+    target, reason = choose_target(ranking, WRITABLE + gated_mlp.WRITABLE if several else WRITABLE)
     msg = pb.ProfileCaptured(ranking=ranking, target_class=target, reason=reason)
+    if several:
+        request = ev.first(prior, "RunRequested")
+        msg.targets.extend(choose_targets(ranking, target, request.msg.max_targets if request else 0))
+        if len(msg.targets) > 1:
+            msg.reason += f"; then, in turn: {', '.join(_short(t) for t in msg.targets[1:])}"
     msg.observed.CopyFrom(observed)
     return msg
 
@@ -129,14 +144,22 @@ def derive_run_completed(prior: list[Recorded], trigger: Recorded, observed: pb.
     target = getattr(msg, "target_class", "")
     if not target and trigger.type != "ProfileCaptured":
         target = concluded.msg.target_class if concluded else (profiled.msg.target_class if profiled else "")
+    swapped = trigger.type == "SwapCommitted"
+    commits: list[str] = []
+    if trigger.env.schema_version >= 5:  # several targets: the run swapped if any of them was committed
+        commits = [r.msg.target_class for r in [*prior, trigger] if r.type == "SwapCommitted"]
+        commits = list(dict.fromkeys(commits))
+        swapped = bool(commits)
+        outcome = "swapped" if swapped else outcome
     out = pb.RunCompleted(
         tokens_per_s_before=before,
         tokens_per_s_after=after,
         speedup=after / before if before > 0 else 0.0,
-        swapped=trigger.type == "SwapCommitted",
+        swapped=swapped,
         outcome=outcome,
         target_class=target,
         reward=concluded.msg.reward if concluded else 0,
+        swapped_targets=commits,
     )
     out.observed.CopyFrom(observed)
     return out

@@ -68,18 +68,27 @@ def ucb1(candidates: list[pb.SkillCandidate], c: float = math.sqrt(2)) -> list[f
     return scores
 
 
-def target_fingerprint(profile: pb.ProfileCaptured) -> pb.Fingerprint:
-    target = next((t for t in profile.ranking if t.class_path == profile.target_class), None)
+def target_fingerprint(profile: pb.ProfileCaptured, target_class: str | None = None) -> pb.Fingerprint:
+    wanted = profile.target_class if target_class is None else target_class
+    target = next((t for t in profile.ranking if t.class_path == wanted), None)
     if target is None:
-        raise BadTrigger(f"ProfileCaptured names target {profile.target_class!r} but its ranking does not hold it")
+        raise BadTrigger(f"ProfileCaptured names target {wanted!r} but its ranking does not hold it")
     return target.fingerprint
+
+
+def target_starting(prior: list[Recorded], trigger: Recorded) -> str:
+    """The target whose search `trigger` starts: the profile's first, or the next one once the one before ended
+    (services.core.run_state.next_target); "" when it starts none."""
+    if trigger.type == "ProfileCaptured":
+        return trigger.msg.target_class
+    return run_state.next_target(run_state.fold(prior), trigger)
 
 
 def derive_skills_retrieved(
     prior: list[Recorded], trigger: Recorded, observed: pb.SkillsObservation
 ) -> pb.SkillsRetrieved:
     """Pick a skill among the near neighbours by UCB1; none near means a cold start (empty config)."""
-    profile = trigger.msg
+    profile = pb.ProfileCaptured(target_class=target_starting(prior, trigger))
     near = [i for i, k in enumerate(observed.neighbours) if k.distance <= DISTANCE_THRESHOLD]
     near_scores = ucb1([observed.neighbours[i] for i in near])
     scores = [-math.inf] * len(observed.neighbours)  # too far to be considered: never chosen
@@ -221,7 +230,8 @@ def decide_debit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCredi
 
 
 def decide(prior: list[Recorded], trigger: Recorded) -> list[Message]:
-    """The skill store's answer to a CandidateJudged, a SwapCommitted or a SwapRolledBack."""
+    """The skill store's answer to a CandidateJudged, a SwapCommitted or a SwapRolledBack (its credits; the next
+    target's SkillsRetrieved, which needs the index, is the service's)."""
     if trigger.type == "CandidateJudged":
         return [*decide_publish(prior, trigger), *decide_penalty(prior, trigger)]
     if trigger.type == "SwapCommitted":

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from google.protobuf.message import Message
 
 from services.core import events as ev
+from services.core import run_state
 from services.core.bus import Bus
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
@@ -25,26 +26,36 @@ APPLY_ATTEMPTS = 5
 
 class SkillstoreService:
     name = "skillstore"
-    consumes = ("ProfileCaptured", "CandidateJudged", "SwapCommitted", "SwapRolledBack")
+    consumes = (
+        "ProfileCaptured",
+        "CandidateJudged",
+        "SwapCommitted",
+        "SwapRolledBack",
+        "TargetConcluded",
+        "SwapRejected",
+    )
 
     def __init__(self, index: SkillIndex, k: int = domain.NEIGHBOURS_K):
         self.index = index
         self.k = k
 
     async def handle(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
-        if trigger.type != "ProfileCaptured":
-            return domain.decide(prior, trigger)
-        profile: pb.ProfileCaptured = trigger.msg
-        if not profile.target_class:
-            return []  # nothing to optimise: the profiler ends the run
+        out = domain.decide(prior, trigger)
+        # A target's search starts here: the profile's first, or the next once the one before has ended.
+        target = domain.target_starting(prior, trigger)
+        if not target:
+            return out  # nothing (more) to optimise: the profiler ends the run
+        profile = run_state.fold(prior).profile
         try:
-            fingerprint = domain.target_fingerprint(profile)
+            fingerprint = domain.target_fingerprint(
+                trigger.msg if trigger.type == "ProfileCaptured" else profile, target
+            )
         except domain.BadTrigger as exc:
             log.error("run %s: %s; not answering it", trigger.env.run_id, exc)
-            return []
+            return out
         neighbours = await asyncio.to_thread(self.index.neighbours, list(fingerprint.vector), self.k)
         observed = pb.SkillsObservation(neighbours=neighbours, library_size=self.index.size())
-        return [domain.derive_skills_retrieved(prior, trigger, observed)]
+        return [*out, domain.derive_skills_retrieved(prior, trigger, observed)]
 
 
 async def _apply(index: SkillIndex, rec: Recorded) -> None:

@@ -170,3 +170,37 @@ def test_nothing_to_publish_or_credit(new_run, profiled, config):
     assert domain.decide(run.log, swap) == []  # no skill behind it
     unknown = run.add(pb.SwapCommitted(swap_id="s2", candidate_id="nobody"), "server", trigger)
     assert domain.decide(run.log, unknown) == []
+
+
+async def test_the_next_targets_skills_are_retrieved_when_the_one_before_ends(new_run, tmp_path):
+    """A run of several targets (schema 5): the skill store answers the end of one with the next one's retrieval,
+    and replay re-derives it from the log."""
+    from conftest import norm_observation
+
+    from services.core.replay import verify
+    from services.profiler import domain as profiler_domain
+    from services.skillstore.library import JsonSkillLibrary
+    from services.skillstore.service import SkillstoreService
+
+    observed = norm_observation("m.NormA", 1536)
+    second = observed.modules.add()
+    second.CopyFrom(observed.modules[0])
+    second.introspection.class_path, second.total_time_us = "m.NormB", 2_000.0
+    run = new_run()
+    request = run.add(pb.RunRequested(prompts=["hi"], decode_tokens=4), "client")
+    captured = run.add(profiler_domain.derive_profile_captured(run.log, request, observed), "profiler", request)
+    assert list(captured.msg.targets) == ["m.NormA", "m.NormB"] and "then, in turn: NormB" in captured.msg.reason
+    service = SkillstoreService(JsonSkillLibrary(tmp_path / "skills"))
+    [first] = await service.handle(captured, run.log)
+    assert first.target_class == "m.NormA"
+    skills = run.add(first, "skillstore", captured)
+    ended = run.add(pb.TargetConcluded(target_class="m.NormA", reward=-1, reason="none passed"), "coder", skills)
+    [following] = await service.handle(ended, run.log)
+    assert isinstance(following, pb.SkillsRetrieved) and following.target_class == "m.NormB"
+    run.add(following, "skillstore", ended)
+    last = run.add(pb.TargetConcluded(target_class="m.NormB", reward=-1), "coder")
+    assert await service.handle(last, run.log) == []  # no target left: the profiler ends the run
+    rederive = {**domain.REDERIVE, **profiler_domain.REDERIVE}
+    assert [m for m in verify(run.log, rederive) if m.type in rederive] == []
+    one = run.add(pb.RunRequested(prompts=["hi"], decode_tokens=4, max_targets=1), "client")
+    assert list(profiler_domain.derive_profile_captured(run.log[-1:], one, observed).targets) == ["m.NormA"]

@@ -101,20 +101,22 @@ class TemplateConfig(_message.Message):
     def __init__(self, template: _Optional[str] = ..., num_warps: _Optional[int] = ..., rows_per_program: _Optional[int] = ..., variant: _Optional[str] = ..., params: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RunRequested(_message.Message):
-    __slots__ = ("model", "policy", "max_candidates", "prompts", "decode_tokens", "requested_by")
+    __slots__ = ("model", "policy", "max_candidates", "prompts", "decode_tokens", "requested_by", "max_targets")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     MAX_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     PROMPTS_FIELD_NUMBER: _ClassVar[int]
     DECODE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    MAX_TARGETS_FIELD_NUMBER: _ClassVar[int]
     model: str
     policy: SwapPolicy
     max_candidates: int
     prompts: _containers.RepeatedScalarFieldContainer[str]
     decode_tokens: int
     requested_by: str
-    def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ...) -> None: ...
+    max_targets: int
+    def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ..., max_targets: _Optional[int] = ...) -> None: ...
 
 class ModuleClassProfile(_message.Message):
     __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed", "child_time_us", "roles", "child_hook_us")
@@ -203,16 +205,18 @@ class RankedTarget(_message.Message):
     def __init__(self, class_path: _Optional[str] = ..., time_share: _Optional[float] = ..., floor_us: _Optional[float] = ..., recoverable_us: _Optional[float] = ..., fingerprint: _Optional[_Union[Fingerprint, _Mapping]] = ..., supported: bool = ..., note: _Optional[str] = ...) -> None: ...
 
 class ProfileCaptured(_message.Message):
-    __slots__ = ("observed", "ranking", "target_class", "reason")
+    __slots__ = ("observed", "ranking", "target_class", "reason", "targets")
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
     RANKING_FIELD_NUMBER: _ClassVar[int]
     TARGET_CLASS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
     observed: ProfileObservation
     ranking: _containers.RepeatedCompositeFieldContainer[RankedTarget]
     target_class: str
     reason: str
-    def __init__(self, observed: _Optional[_Union[ProfileObservation, _Mapping]] = ..., ranking: _Optional[_Iterable[_Union[RankedTarget, _Mapping]]] = ..., target_class: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    targets: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, observed: _Optional[_Union[ProfileObservation, _Mapping]] = ..., ranking: _Optional[_Iterable[_Union[RankedTarget, _Mapping]]] = ..., target_class: _Optional[str] = ..., reason: _Optional[str] = ..., targets: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SkillCandidate(_message.Message):
     __slots__ = ("skill_id", "distance", "pulls", "reward_sum", "config")
@@ -736,7 +740,7 @@ class RunObservation(_message.Message):
     def __init__(self, decode_tokens_per_s_after: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...
 
 class RunCompleted(_message.Message):
-    __slots__ = ("observed", "tokens_per_s_before", "tokens_per_s_after", "speedup", "swapped", "outcome", "target_class", "reward")
+    __slots__ = ("observed", "tokens_per_s_before", "tokens_per_s_after", "speedup", "swapped", "outcome", "target_class", "reward", "swapped_targets")
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_S_BEFORE_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_S_AFTER_FIELD_NUMBER: _ClassVar[int]
@@ -745,6 +749,7 @@ class RunCompleted(_message.Message):
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     TARGET_CLASS_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
+    SWAPPED_TARGETS_FIELD_NUMBER: _ClassVar[int]
     observed: RunObservation
     tokens_per_s_before: float
     tokens_per_s_after: float
@@ -753,7 +758,8 @@ class RunCompleted(_message.Message):
     outcome: str
     target_class: str
     reward: int
-    def __init__(self, observed: _Optional[_Union[RunObservation, _Mapping]] = ..., tokens_per_s_before: _Optional[float] = ..., tokens_per_s_after: _Optional[float] = ..., speedup: _Optional[float] = ..., swapped: bool = ..., outcome: _Optional[str] = ..., target_class: _Optional[str] = ..., reward: _Optional[int] = ...) -> None: ...
+    swapped_targets: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, observed: _Optional[_Union[RunObservation, _Mapping]] = ..., tokens_per_s_before: _Optional[float] = ..., tokens_per_s_after: _Optional[float] = ..., speedup: _Optional[float] = ..., swapped: bool = ..., outcome: _Optional[str] = ..., target_class: _Optional[str] = ..., reward: _Optional[int] = ..., swapped_targets: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunFailureObservation(_message.Message):
     __slots__ = ("service", "error", "attempts")
