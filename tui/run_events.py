@@ -77,7 +77,7 @@ def _profile_captured(run: RunView, m: Message, t: int) -> RunView:
             achieved_fraction=r.fingerprint.achieved_fraction,
             dtype_bytes=r.fingerprint.dtype_bytes,
             supported=r.supported,
-            chosen=bool(m.target_class) and r.class_path == m.target_class,
+            chosen=r.class_path in (set(m.targets) or {m.target_class} - {""}),  # every target of the run
             note=r.note,
         )
         for r in m.ranking

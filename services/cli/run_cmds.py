@@ -24,7 +24,14 @@ CANARY_PROMPT = "The quick brown fox"
 
 
 async def request_run(
-    bus: Bus, *, model: str, policy: pb.SwapPolicy, max_candidates: int, prompts: list[str], decode_tokens: int
+    bus: Bus,
+    *,
+    model: str,
+    policy: pb.SwapPolicy,
+    max_candidates: int,
+    prompts: list[str],
+    decode_tokens: int,
+    max_targets: int = 0,
 ) -> str:
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     msg = pb.RunRequested(
@@ -34,6 +41,7 @@ async def request_run(
         prompts=prompts,
         decode_tokens=decode_tokens,
         requested_by="yantra-cli",
+        max_targets=max_targets,
     )
     env = ev.make_envelope(run_id, msg, producer="cli", time_ns=time.time_ns(), event_id=str(uuid.uuid4()))
     await bus.publish(env)
@@ -98,6 +106,7 @@ async def start_run(bus: Bus, args, health) -> str:
         max_candidates=args.max_candidates,
         prompts=prompts,
         decode_tokens=args.decode_tokens,
+        max_targets=getattr(args, "max_targets", 0),
     )
     print(f"run {run_id}: optimising {health.model} on {health.device} ({health.dtype}), policy {policy.name}")
     return run_id
@@ -198,7 +207,15 @@ def add_run_options(sp: argparse.ArgumentParser) -> None:
         type=bounded(1, 32),
         default=3,
         metavar="N",
-        help="kernels to judge before concluding, 1..32 (default %(default)s)",
+        help="kernels to judge for each target before concluding it, 1..32 (default %(default)s)",
+    )
+    sp.add_argument(
+        "--max-targets",
+        type=bounded(0, 16),
+        default=0,
+        metavar="N",
+        help="targets to work on, one after another in the profiler's ranked order; 0 (default): every target a "
+        "template writes",
     )
     sp.add_argument(
         "--prompt", action="append", metavar="TEXT", help="a prompt to profile and measure with (repeatable)"

@@ -212,6 +212,8 @@ def _write_report(path: Path, run_id: str, log: list[ev.Recorded], before: list[
         "decode_tokens_per_s_after": done.tokens_per_s_after,
         "speedup": done.speedup,
         "greedy_tokens_equal": before == after,
+        "swapped_targets": list(done.swapped_targets),
+        "targets": target_results(log),
         "events": [
             {"seq": r.seq, "type": r.type, "producer": r.env.producer, "payload": MessageToDict(r.msg)} for r in log
         ],
@@ -233,10 +235,28 @@ def _outcome_lines(log: list[ev.Recorded]) -> list[str]:
     headline = ""
     if outside_noise(done.speedup, device):
         headline = f", decode x{done.speedup:.2f} {'faster' if done.speedup > 1 else 'slower'}"
-    return [
-        f"outcome: {done.outcome}{headline}, target {done.target_class or '-'}, reward {done.reward:+d}",
-        f"decode: {done.tokens_per_s_before:.1f} -> {done.tokens_per_s_after:.1f} tok/s: {ratio}",
-    ]
+    lines = [f"outcome: {done.outcome}{headline}, target {done.target_class or '-'}, reward {done.reward:+d}"]
+    results = target_results(log)
+    if len(results) > 1:  # several targets, in turn: each one's end
+        lines.append("targets: " + "; ".join(f"{t['target'].rsplit('.', 1)[-1]} {t['result']}" for t in results))
+    lines.append(f"decode: {done.tokens_per_s_before:.1f} -> {done.tokens_per_s_after:.1f} tok/s: {ratio}")
+    return lines
+
+
+def target_results(log: list[ev.Recorded]) -> list[dict]:
+    """Each target the run worked on, in order: its best reward and how its work ended."""
+    out: dict[str, dict] = {}
+    for rec in log:
+        msg = rec.msg
+        if rec.type == "TargetConcluded":
+            result = f"reward {msg.reward:+d}, " + ("swap asked" if msg.swap else "no swap")
+            out.setdefault(msg.target_class, {"target": msg.target_class, "reward": msg.reward, "result": result})
+        elif rec.type in ("SwapCommitted", "SwapRejected") and msg.target_class in out:
+            entry = out[msg.target_class]
+            entry["result"] = f"reward {entry['reward']:+d}, " + (
+                "swapped" if rec.type == "SwapCommitted" else f"swap rejected: {msg.reason[:80]}"
+            )
+    return list(out.values())
 
 
 def _summarise(run_id: str, log: list[ev.Recorded], before: list[int], after: list[int], data_dir: Path) -> int:

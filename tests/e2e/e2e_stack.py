@@ -38,8 +38,9 @@ def yantra_for(stack) -> Callable[..., subprocess.CompletedProcess]:
 
 
 async def request(bus, run_id: str, **fields) -> ev.Envelope:
-    """Publish a RunRequested as a client would (cpu-untimed policy unless given)."""
+    """Publish a RunRequested as a client would (cpu-untimed policy and one target unless given)."""
     fields.setdefault("policy", CPU_POLICY)
+    fields.setdefault("max_targets", 1)  # one target keeps these runs short (test_loop.py runs every target)
     msg = pb.RunRequested(model="tiny-qwen2", requested_by="e2e", **fields)
     env = ev.make_envelope(run_id, msg, producer="test", time_ns=time.time_ns(), event_id=f"req-{run_id}")
     await bus.publish(env)

@@ -73,7 +73,12 @@ async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus
         "RunCompleted",
     ):
         assert types[name] >= 1, (name, types)
-    assert types["SwapCommitted"] == 1 and types["RunCompleted"] == 1, types
+    # Every target the profile listed (the norm, then the gated MLP), each searched, concluded and swapped in turn.
+    targets = list(ev.first(log, "ProfileCaptured").msg.targets)
+    assert [t.rsplit(".", 1)[-1] for t in targets] == ["Qwen2RMSNorm", "Qwen2MLP"], targets
+    commits = [r.msg for r in log if r.type == "SwapCommitted"]
+    assert [c.target_class for c in commits] == targets and types["RunCompleted"] == 1, types
+    assert types["SkillsRetrieved"] == types["TargetConcluded"] == 2
     # every trigger answered exactly once: as many answers as its handling gave (a search step gives two)
     answers = Counter((r.env.causation_id, r.env.producer) for r in log if r.env.causation_id)
     owed = {(r.env.causation_id, r.env.producer): r.env.answers or 1 for r in log if r.env.causation_id}
@@ -81,8 +86,9 @@ async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus
 
     done = ev.last(log, "RunCompleted").msg
     assert done.outcome == "swapped" and done.tokens_per_s_before > 0 and done.tokens_per_s_after > 0
-    committed = ev.last(log, "SwapCommitted").msg
-    assert committed.modules_patched > 0 and committed.tokens_equal
+    assert list(done.swapped_targets) == targets
+    assert all(c.modules_patched > 0 and c.tokens_equal for c in commits)
+    committed = commits[0]
 
     after, _, _ = await generate_tokens(settings.server_addr, "The quick brown fox", 12)
     assert after == before  # greedy tokens unchanged by the swap
@@ -98,6 +104,9 @@ async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus
 
     listed = yantra("swaps")
     assert f"{committed.swap_id}  Qwen2RMSNorm" in listed.stdout and "log: live  server: committed" in listed.stdout
+    assert f"{commits[1].swap_id}  Qwen2MLP" in listed.stdout
+    mlp_out = yantra("rollback", commits[1].swap_id, "--reason", "e2e: the MLP first")
+    assert mlp_out.returncode == 0, mlp_out.stdout + mlp_out.stderr
 
     # The operator takes the kernel out: recorded in the swap's run, answered by the server process.
     rolled = yantra("rollback", committed.swap_id, "--reason", "e2e: taking it out")
