@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from services.coder.contract import derive_contract
-from services.coder.templates import rmsnorm
+from services.coder.templates import gated, rmsnorm
 from services.core.kernels import candidate_wrapper
 from services.core.pb import events_pb2 as pb
+from services.ops import gated_mlp
 from services.profiler.domain import choose_target
 from services.profiler.roofline import op_family, rank
 from services.server.engine import Engine
@@ -66,13 +67,14 @@ async def test_each_architectures_norm_is_recorded_with_what_it_computes_and_its
 ):
     """The profile records what each norm and gated MLP was seen computing; the template writes each (rmsnorm, Gemma's
     rmsnorm_offset, Cohere's bias-free LayerNorm, GPT-2's LayerNorm with its bias), and its kernel swaps in
-    with parity and the same greedy tokens — and every architecture serves through the batched lane with its
+    with parity and the same greedy tokens; the gated MLP's kernel then swaps in beside it (SwiGLU, Gemma's
+    GeGLU) with the same tokens again — and every architecture serves through the batched lane with its
     eager tokens."""
     engine = Engine(load_model(preset, "cpu"))
     try:
         observation = await engine.capture_profile(["Hello there"], 4)
         found = {m.introspection.class_path.rsplit(".", 1)[-1]: m.computes for m in observation.modules if m.computes}
-        # the norm, and the gated MLP (a container: recorded for what it computes, not ranked, not written yet)
+        # the norm, and the gated MLP (a layer: recorded for what it computes, with the roles of its children)
         assert found == {norm: computes, **mlp} and all(m.probed for m in observation.modules)
         target, reason = choose_target(rank(observation))
         # the template's kernel for what it computes swaps in with parity, greedy tokens unchanged
@@ -87,6 +89,20 @@ async def test_each_architectures_norm_is_recorded_with_what_it_computes_and_its
         assert observed.activations_passed == observed.activations_checked > 0
         assert list(observed.canary_tokens_before) == list(observed.canary_tokens_after)
         assert len(set(observed.canary_tokens_before)) > 1  # the canary's tokens vary: equal means something
+        for layer, variant in mlp.items():  # the gated MLP's kernel too, beside the norm's, bound as the coder binds
+            profile = next(m for m in observation.modules if m.introspection.class_path.endswith(f".{layer}"))
+            intro = profile.introspection
+            layer_contract = gated_mlp.layer_contract(intro.class_path, intro.forward_params, profile.roles)
+            config = gated.search_configs(variant)[0]
+            entry = candidate_wrapper(Path(tempfile.mkdtemp()), gated.render(config), gated.plan(config))
+            both = pb.ParityObservation()
+            mlp_handle = await engine.exclusive(
+                swap_with_parity, engine, layer_contract, entry, engine.encode("Hi"), both
+            )
+            assert mlp_handle is not None, both.error
+            assert both.activations_passed == both.activations_checked > 0
+            assert list(both.canary_tokens_after) == list(observed.canary_tokens_before)
+            await engine.exclusive(engine.revert, mlp_handle)
         await engine.exclusive(engine.revert, handle)
         ids = engine.encode("Hello there")
         served = [t async for chunk in engine.generate(ids, 8, stop_at_eos=False) for t in chunk]
