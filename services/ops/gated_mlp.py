@@ -6,9 +6,11 @@ intermediate activations, as a rewrite of the MLP's forward that keeps its proje
 `contract_for` binds the module's three maps by role, `make_forward` runs gate and up, the plan's kernel,
 then down; the server swaps it with parity like any other, tests/server/test_gated_swap.py). It says what a
 live module computes by running it, so the profile names a model's MLP for what it is
-(`ModuleClassProfile.computes`) whatever its class or attribute names. Still to come: the judge's cases and
-oracle for it (services.judge.service.JUDGED_FAMILIES refuses it until then) and the profiler ranking a
-layer's recoverable time; `WRITABLE` stays empty, so the loop never offers it, until they are.
+(`ModuleClassProfile.computes`, and the children's `roles`) whatever its class or attribute names. The
+judge judges the op itself, `make_op` (act(gate) · up on operand pairs against `reference`, torch's own;
+services/judge/pair_cases.py), with the bytes and the read/write mix the family declares (`timed_bytes`,
+`READS_PER_WRITE`); the profiler ranks the layer by its time outside the projections it keeps
+(services/profiler/roofline.layer_op); `layer_contract` is what the coder binds from the recorded roles.
 
 Which two maps are the gate and the up projection, and which the down, is read from their shapes (gate and
 up take the hidden width to the intermediate one, down takes it back); which of the first two is the gate,
