@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from services.ops import gated_mlp, row_reduction
+from services.ops import gated_mlp, rotary, row_reduction
 
-FAMILIES: dict[str, ModuleType] = {row_reduction.FAMILY: row_reduction, gated_mlp.FAMILY: gated_mlp}
+FAMILIES: dict[str, ModuleType] = {
+    row_reduction.FAMILY: row_reduction,
+    gated_mlp.FAMILY: gated_mlp,
+    rotary.FAMILY: rotary,
+}
 
 
 class UnknownFamily(ValueError):

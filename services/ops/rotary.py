@@ -1,0 +1,234 @@
+"""The rotary-embedding op family: a module-level function applying RoPE to q and k, recognised by what it computes.
+
+HF models apply rotary position embeddings in a module-level function of their modeling file
+(`apply_rotary_pos_emb(q, k, cos, sin, ...)`), which the attention's forward looks up by its global name on
+every call: swapping that global swaps the op (a `function` target), and putting the original back reverts it.
+Which function does it is found by running, not by name: every function defined in a modeling module that
+takes four or more parameters is called on probe tensors, and one whose answer is q and k rotated by cos and
+sin is this family's, in one of two layouts:
+
+- `rope_half` (Llama, Qwen2/3, Mistral, Gemma): x·cos + rotate_half(x)·sin with rotate_half(x) = (-x2, x1)
+  over the two halves of the head dimension, each op rounding to the tensors' dtype as torch's do;
+- `rope_interleaved` (Cohere): the same over (even, odd) pairs, computed in fp32 and cast once.
+
+The wrapper (`make_op`) takes q and k as attention passes them ((batch, heads, seq, head_dim) views, usually
+transposed out of the projections' layout, so any strides) and cos and sin of (batch, seq, head_dim), and runs
+one launch over both: one program per (position, q or k), every head of it, the position's cos and sin read
+once. Its outputs are new contiguous tensors of q's and k's shapes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+
+from services.core.pb import events_pb2 as pb
+from services.ops.launch import Launcher, launch_options
+from services.ops.row_reduction import PlanError, check_launch
+
+FAMILY = "rotary"
+VARIANTS = ("rope_half", "rope_interleaved")
+WRITABLE: tuple[str, ...] = ()  # written and swapped; the judge and the profiler take function targets next
+KIND = "function"
+ENTRYPOINT = "rope"
+# Runtime arguments a kernel may take: the operands and outputs, the positions (batch · seq) and seq, the
+# head counts, and the strides of q, k (batch, head, seq) and cos/sin (batch, seq) in elements.
+ARGS = (
+    "q", "k", "cos", "sin", "q_out", "k_out", "positions", "seq", "heads_q", "heads_k",
+    "q_sb", "q_sh", "q_ss", "k_sb", "k_sh", "k_ss", "c_sb", "c_ss",
+)  # fmt: skip
+CONSTEXPR_EXPRS = ("half", "block_half")  # half the head dim, and the next power of two >= it
+GRIDS = ("2 * positions",)
+MAX_HEAD_DIM = 1024
+PROBE = (2, 3, 2, 5, 8)  # batch, q heads, k heads, seq, head dim of the recognition probe
+
+
+# ---------------------------------------------------------------- what it computes
+
+
+def _reference(variant: str) -> Callable:
+    import torch
+
+    def rotate(x):
+        if variant == "rope_half":
+            half = x.shape[-1] // 2
+            return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+
+    def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        if variant == "rope_interleaved":  # computed in fp32 and cast once
+            dtype = q.dtype
+            q, k = q.float(), k.float()
+            return ((q * cos) + (rotate(q) * sin)).to(dtype), ((k * cos) + (rotate(k) * sin)).to(dtype)
+        return (q * cos) + (rotate(q) * sin), (k * cos) + (rotate(k) * sin)
+
+    return rope
+
+
+def reference(variant: str) -> Callable:
+    """rope(q, k, cos, sin, unsqueeze_dim=1) -> (q_embed, k_embed) as the HF functions compute it."""
+    if variant not in VARIANTS:
+        raise ValueError(f"no rotary variant {variant!r} (known: {', '.join(VARIANTS)})")
+    return _reference(variant)
+
+
+def _probe():
+    import torch
+
+    b, hq, hk, s, d = PROBE
+    gen = torch.Generator().manual_seed(d)
+    q, k = torch.randn(b, hq, s, d, generator=gen), torch.randn(b, hk, s, d, generator=gen)
+    angles = torch.rand(b, s, d // 2, generator=gen) * 6.0
+    return q, k, angles
+
+
+def recognise_function(fn: Callable) -> str | None:
+    """The variant `fn(q, k, cos, sin)` computes, found by calling it on probe tensors; None when it computes
+    neither (or cannot be called so). Both layouts' cos and sin are tried: half-split (cat(f, f)) and
+    interleaved (each angle twice in a row)."""
+    import torch
+
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return None
+    required = [p for p in params if p.default is p.empty]
+    if len(params) < 4 or len(required) > 4:
+        return None
+    q, k, angles = _probe()
+    layouts = {
+        "rope_half": torch.cat((angles, angles), dim=-1),
+        "rope_interleaved": torch.repeat_interleave(angles, 2, dim=-1),
+    }
+    for variant, theta in layouts.items():
+        cos, sin = theta.cos(), theta.sin()
+        try:
+            with torch.no_grad():
+                got = fn(q, k, cos, sin)
+        except Exception:  # not a function of (q, k, cos, sin): not this family's
+            return None
+        if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
+            return None
+        want = _reference(variant)(q, k, cos, sin)
+        if all(
+            g.shape == w.shape and torch.allclose(g, w, atol=1e-5, rtol=1e-5) for g, w in zip(got, want, strict=True)
+        ):
+            return variant
+    return None
+
+
+def find_functions(module) -> dict[str, str]:
+    """{"package.module.function": variant} for every function defined in the Python module `module` (a model's
+    modeling file) that computes a rotary embedding."""
+    found = {}
+    for name, fn in inspect.getmembers(module, inspect.isfunction):
+        if fn.__module__ != module.__name__:
+            continue  # imported from elsewhere: its own module's function
+        variant = recognise_function(fn)
+        if variant:
+            found[f"{module.__name__}.{name}"] = variant
+    return found
+
+
+def recognise(module) -> str | None:
+    """A module instance is never this family's (its target is a function): None, for services.ops.recognise."""
+    return None
+
+
+# ---------------------------------------------------------------- launch plans and the wrapper
+
+_GRID = re.compile(r"^2 \* positions$")
+
+
+def _constexpr_value(name: str, text: str) -> int | str:
+    if text in CONSTEXPR_EXPRS:
+        return text
+    if re.fullmatch(r"\d{1,4}", text) and int(text) <= MAX_HEAD_DIM:
+        return int(text)
+    raise PlanError(f"constexpr {name}={text!r} is neither an integer literal nor one of {', '.join(CONSTEXPR_EXPRS)}")
+
+
+def _parse_grid(text: str) -> str:
+    if not _GRID.match(text):
+        raise PlanError(f"grid {text!r} is not one of {', '.join(GRIDS)}")
+    return text
+
+
+def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
+    """Findings (rule `launch-plan`) for a plan of this family; [] when it fits. One launch serves every shape."""
+    try:
+        if plan.family != FAMILY:
+            raise PlanError(f"the plan is for family {plan.family!r}, this wrapper is {FAMILY!r}")
+        if len(plan.launches) != 1 or plan.launches[0].max_rows:
+            raise PlanError("a rotary plan is one launch that serves every shape (max_rows 0)")
+        check_launch(plan.launches[0], kernels, args=ARGS, grid=_parse_grid, value=_constexpr_value)
+    except PlanError as exc:
+        return [pb.Finding(rule_id="launch-plan", reason=str(exc))]
+    return []
+
+
+def _check(q, k, cos, sin) -> None:
+    import torch
+
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, cos, sin)):
+        raise TypeError("rope takes tensors for q, k, cos and sin")
+    if q.dim() != 4 or k.dim() != 4 or cos.dim() != 3 or sin.shape != cos.shape:
+        raise ValueError(
+            f"rope takes q and k of (batch, heads, seq, head_dim) and cos, sin of (batch, seq, head_dim); got q "
+            f"{tuple(q.shape)}, k {tuple(k.shape)}, cos {tuple(cos.shape)}, sin {tuple(sin.shape)}"
+        )
+    b, _, s, d = q.shape
+    if k.shape[0] != b or k.shape[2:] != q.shape[2:] or cos.shape[0] not in (1, b) or tuple(cos.shape[1:]) != (s, d):
+        raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)} and cos {tuple(cos.shape)} do not fit together")
+    if d % 2 or d > MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {d} must be even and at most {MAX_HEAD_DIM}")
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or cos.stride(-1) != 1 or sin.stride() != cos.stride():
+        raise ValueError("q, k, cos and sin must be contiguous in head_dim, and cos and sin laid out alike")
+    if len({q.device, k.device, cos.device, sin.device}) != 1 or q.dtype != k.dtype:
+        raise TypeError("q, k, cos and sin must be on one device, q and k of one dtype")
+
+
+def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
+    """rope(q, k, cos, sin, unsqueeze_dim=1) -> (q_embed, k_embed) with the plan's kernel (checked by
+    `check_plan`). `unsqueeze_dim` must be 1 (cos and sin broadcast over heads), what every HF caller passes."""
+    import torch
+
+    (only,) = plan.launches
+    launcher = Launcher(kernels[only.kernel], launch_options(only))
+    constexprs = {name: _constexpr_value(name, text) for name, text in sorted(only.constexprs.items())}
+    allocate = empty or torch.empty
+
+    def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
+        if unsqueeze_dim != 1:
+            raise ValueError(f"rope broadcasts cos and sin over the heads (unsqueeze_dim 1), not {unsqueeze_dim}")
+        _check(q, k, cos, sin)
+        b, hq, s, d = q.shape
+        q_out = allocate(q.shape, dtype=torch.promote_types(q.dtype, cos.dtype), device=q.device)
+        k_out = allocate(k.shape, dtype=torch.promote_types(k.dtype, cos.dtype), device=k.device)
+        positions = b * s
+        if positions and launch:
+            c_sb = cos.stride(0) if cos.shape[0] == b else 0
+            values = {
+                "q": q, "k": k, "cos": cos, "sin": sin, "q_out": q_out, "k_out": k_out, "positions": positions,
+                "seq": s, "heads_q": hq, "heads_k": k.shape[1], "q_sb": q.stride(0), "q_sh": q.stride(1),
+                "q_ss": q.stride(2), "k_sb": k.stride(0), "k_sh": k.stride(1), "k_ss": k.stride(2), "c_sb": c_sb,
+                "c_ss": cos.stride(1),
+            }  # fmt: skip
+            exprs = {"half": d // 2, "block_half": 1 << max(0, d // 2 - 1).bit_length()}
+            values_constexpr = {n: exprs[v] if isinstance(v, str) else v for n, v in constexprs.items()}
+            launcher(2 * positions, [values[a] for a in only.args], values_constexpr)
+        return q_out, k_out
+
+    rope.launchers = [launcher]
+    return rope
+
+
+def bytes_moved(q_elements: int, k_elements: int, cos_elements: int, itemsize: int) -> int:
+    """Bytes one call must move at least: q and k read and written, cos and sin read."""
+    return (2 * (q_elements + k_elements) + 2 * cos_elements) * itemsize
