@@ -229,6 +229,23 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     return rope
 
 
+make_forward = make_op  # a function target's wrapper is the op itself (services.core.kernels.candidate_wrapper)
+
+ENTRY_PARAMS = ("q", "k", "cos", "sin", "unsqueeze_dim")
+
+
+def function_contract(target: str, params) -> pb.Contract | None:
+    """The function contract of a recognised RoPE function: its parameters are the wrapper's, by position (its
+    own names mapped to the wrapper's); None when it takes other parameters than (q, k, cos, sin[, unsqueeze_dim])."""
+    params = list(params)
+    if not 4 <= len(params) <= len(ENTRY_PARAMS):
+        return None
+    entry = list(ENTRY_PARAMS[: len(params)])
+    return pb.Contract(
+        kind=KIND, target=target, entrypoint=ENTRYPOINT, inputs=params, entry_inputs=entry if params != entry else []
+    )
+
+
 def bytes_moved(q_elements: int, k_elements: int, cos_elements: int, itemsize: int) -> int:
     """Bytes one call must move at least: q and k read and written, cos and sin read."""
     return (2 * (q_elements + k_elements) + 2 * cos_elements) * itemsize

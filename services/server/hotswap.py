@@ -20,11 +20,15 @@ import torch
 
 from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
+from services.server.functions import FunctionSite, site_of
 from services.server.introspection import class_path, instances_of
 
 # A layer (a gated MLP) is patched exactly as a module class is: its forward, on every instance; the contract
 # binds its submodules, which keep serving inside the rewritten forward.
-SUPPORTED_KINDS = ("module_class", "layer")
+# A function (a modeling file's apply_rotary_pos_emb) is swapped by replacing its module global, the one
+# name every caller looks up (services.server.functions).
+SUPPORTED_KINDS = ("module_class", "layer", "function")
+KERNEL_MARK = "__yantra_kernel__"  # set on a swapped-in function: its output is no reference for parity
 _MISSING = object()
 
 
@@ -93,7 +97,9 @@ class SwapHandle:
     def modules(self) -> list[torch.nn.Module]:
         return [p.module for p in self.patched]
 
-    def own_forward(self, module: torch.nn.Module) -> Callable:
+    def own_forward(self, module) -> Callable:
+        if isinstance(module, FunctionSite):  # the function the global held before the swap
+            return next(p.previous for p in self.patched if p.module == module)
         previous = next((p.previous for p in self.patched if p.module is module), _MISSING)
         return type(module).forward.__get__(module) if previous is _MISSING else previous
 
@@ -117,7 +123,9 @@ class SwapHandle:
         if self.reverted:
             return
         for p in reversed(self.patched):
-            if p.previous is _MISSING:
+            if isinstance(p.module, FunctionSite):
+                p.module.set(p.previous)
+            elif p.previous is _MISSING:
                 p.module.__dict__.pop("forward", None)
             else:
                 p.module.__dict__["forward"] = p.previous
@@ -154,6 +162,8 @@ def apply_swap(model: torch.nn.Module, contract: pb.Contract, entry: Callable) -
         raise SwapRefused(f"contract kind {kind!r} is not served yet (supported: {', '.join(SUPPORTED_KINDS)})")
     if not contract.target:
         raise SwapRefused("the contract names no target class")
+    if kind == "function":
+        return _apply_function(contract, entry)
     instances = instances_of(model, contract.target)
     if not instances:
         present = sorted({class_path(m) for m in model.modules()})
@@ -172,6 +182,34 @@ def apply_swap(model: torch.nn.Module, contract: pb.Contract, entry: Callable) -
     except BaseException:
         handle.revert()
         raise
+    _forwards_changed()
+    return handle
+
+
+def _apply_function(contract: pb.Contract, entry: Callable) -> SwapHandle:
+    """Replace the module global `contract.target` with the kernel (through the one binder the judge uses); once
+    committed, an error falls back to the function it replaced."""
+    site = site_of(contract.target)
+    if site is None:
+        raise SwapRefused(f"no function {contract.target} to swap in the served model's modules")
+    handle = SwapHandle(contract.target)
+    call = bind(contract, entry)
+
+    def swapped(*args, **kwargs):
+        try:
+            out = call(None, args, kwargs)
+        except Exception as exc:
+            if handle.on_failure is None:  # not committed: the error is parity's verdict
+                raise
+            return handle.fall_back(site, exc, args, kwargs)
+        if handle.on_failure is not None:  # committed: keep some real inputs for the shadow check
+            handle.sample(site, args, kwargs)
+        return out
+
+    setattr(swapped, KERNEL_MARK, True)
+    swapped.__name__ = f"kernel_function[{getattr(entry, '__name__', 'entry')}]"
+    handle.patched.append(_Patched(site, site.current))
+    site.set(swapped)
     _forwards_changed()
     return handle
 

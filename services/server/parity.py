@@ -15,6 +15,7 @@ Any exception, NaN or miss reverts the patch before returning.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +26,8 @@ from services.core.pb import events_pb2 as pb
 from services.core.tolerances import tolerance, within
 from services.ops import gated_mlp
 from services.server.engine import Engine
-from services.server.hotswap import SwapHandle, SwapRefused, is_patched
+from services.server.functions import FunctionSite, model_functions, site_of, wrapped
+from services.server.hotswap import KERNEL_MARK, SwapHandle, SwapRefused, is_patched
 from services.server.introspection import class_path, instances_of
 
 CANARY_TOKENS = 8
@@ -123,6 +125,27 @@ def record_calls(engine: Engine, modules: list[torch.nn.Module], ids: list[int],
     return calls, tokens, logits
 
 
+def record_function_calls(engine: Engine, site: FunctionSite, ids: list[int], max_new: int, limit: int):
+    """Run the canary with `site`'s function recorded: (its first `limit` calls, canary tokens, canary logits)."""
+    calls: list[RecordedCall] = []
+
+    def recorder(original):
+        def record(*args, **kwargs):
+            out = original(*args, **kwargs)
+            if len(calls) < limit and not getattr(original, KERNEL_MARK, False):
+                try:
+                    calls.append(RecordedCall(site, _clone(args), _clone(kwargs), _clone(out)))
+                except TypeError:
+                    pass  # a call parity cannot replay: not kept
+            return out
+
+        return record
+
+    with wrapped(site, recorder):
+        tokens, logits = engine.decode(ids, max_new, keep_logits=True)
+    return calls, tokens, logits
+
+
 def record_live_inputs(engine: Engine, ids: list[int], max_new: int) -> dict[str, list[RecordedCall]]:
     """Real calls of every leaf module class during one request (their inputs and eager outputs, cloned): the
     first call of each input shape per class, up to CALLS_PER_INSTANCE. Taken when a profile is captured,
@@ -131,9 +154,12 @@ def record_live_inputs(engine: Engine, ids: list[int], max_new: int) -> dict[str
     shapes: dict[str, set] = {}
 
     def hook(module, args, kwargs, output):
-        if is_patched(module):  # a kernel answered: its output is no reference for the next candidate
+        if isinstance(module, FunctionSite):
+            name = module.target
+        elif is_patched(module):  # a kernel answered: its output is no reference for the next candidate
             return
-        name = class_path(module)
+        else:
+            name = class_path(module)
         key = tuple(tuple(a.shape) for a in _tensors(args))
         if key in shapes.setdefault(name, set()) or len(recorded.get(name, [])) >= CALLS_PER_INSTANCE:
             return
@@ -148,11 +174,31 @@ def record_live_inputs(engine: Engine, ids: list[int], max_new: int) -> dict[str
     leaves = [m for m in engine.model.modules() if not list(m.children()) or gated_mlp.roles(m) is not None]
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in leaves]
     try:
-        engine.decode(ids, max_new)
+        with contextlib.ExitStack() as stack:  # and the functions a family swaps (a modeling file's RoPE)
+            for target in model_functions(engine.model):
+                site = site_of(target)
+                if site is not None:
+                    stack.enter_context(wrapped(site, _recorder(site, hook)))
+            engine.decode(ids, max_new)
     finally:
         for h in handles:
             h.remove()
     return recorded
+
+
+def _recorder(site: FunctionSite, hook: Callable) -> Callable:
+    """A wrapper factory for `functions.wrapped`: each call of the function reported to `hook` as a module's is."""
+
+    def around(original):
+        def record(*args, **kwargs):
+            out = original(*args, **kwargs)
+            if not getattr(original, KERNEL_MARK, False):  # a kernel answered: no reference
+                hook(site, args, kwargs, out)
+            return out
+
+        return record
+
+    return around
 
 
 def replay_calls(calls: list[RecordedCall]) -> tuple[int, int, float]:
@@ -220,9 +266,15 @@ def swap_with_parity(
     """
     observed.dtype = engine.dtype
     observed.tolerance = tolerance(engine.loaded.dtype)[0]
-    modules = instances_of(engine.model, contract.target)
     try:
-        calls, before, before_logits = record_calls(engine, modules, canary_ids, CANARY_TOKENS)
+        if contract.kind == "function":
+            site = site_of(contract.target)
+            if site is None:
+                raise SwapRefused(f"no function {contract.target} to swap in the served model's modules")
+            record = record_function_calls(engine, site, canary_ids, CANARY_TOKENS, 4 * CALLS_PER_INSTANCE)
+        else:
+            record = record_calls(engine, instances_of(engine.model, contract.target), canary_ids, CANARY_TOKENS)
+        calls, before, before_logits = record
         handle = engine.apply(contract, entry)
     except (SwapRefused, TypeError) as exc:
         observed.error = str(exc)

@@ -1,0 +1,58 @@
+"""The rotary family's kernel (Triton, interpreted) swapped in as a function: the modeling file's RoPE global
+replaced, parity on the function's recorded live calls and the canary's tokens, and the original put back."""
+
+from __future__ import annotations
+
+import inspect
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from services.coder.templates import rotary as template
+from services.core.kernels import candidate_wrapper
+from services.core.pb import events_pb2 as pb
+from services.ops import rotary
+from services.server.engine import Engine
+from services.server.functions import model_functions, site_of
+from services.server.models import load_model
+from services.server.parity import swap_with_parity
+
+
+@pytest.mark.parametrize(
+    ("preset", "variant"),
+    [("tiny-qwen2", "rope_half"), ("tiny-llama", "rope_half"), ("tiny-gemma", "rope_half"),
+     ("tiny-cohere", "rope_interleaved"), ("tiny-mistral", "rope_half"), ("tiny-qwen3", "rope_half")],
+)  # fmt: skip
+async def test_the_rope_kernel_swaps_in_as_a_function_with_parity_and_reverts_exactly(preset, variant):
+    engine = Engine(load_model(preset, "cpu"))
+    try:
+        await engine.capture_profile(["Hello there"], 4)  # records the function's live calls for parity
+        [(target, found)] = model_functions(engine.model).items()
+        assert found == variant and target.endswith(".apply_rotary_pos_emb")
+        site = site_of(target)
+        original = site.current
+        assert len(engine.live_inputs[target]) >= 2  # prefill and decode calls
+        contract = rotary.function_contract(target, inspect.signature(original).parameters)
+        config = template.search_configs(variant)[0]
+        entry = candidate_wrapper(Path(tempfile.mkdtemp()), template.render(config), template.plan(config))
+        observed = pb.ParityObservation()
+        handle = await engine.exclusive(swap_with_parity, engine, contract, entry, engine.encode("Hello"), observed)
+        assert handle is not None, observed.error
+        assert site.current is not original and observed.modules_matched == 1
+        assert observed.activations_passed == observed.activations_checked > 0 and observed.profile_inputs_checked >= 2
+        assert observed.max_abs_err == 0.0  # bit for bit, as the HF function
+        assert list(observed.canary_tokens_before) == list(observed.canary_tokens_after)
+        ids = engine.encode("Hello there")
+        swapped = engine.decode(ids, 8)[0]
+        await engine.exclusive(engine.revert, handle)
+        assert site.current is original
+        assert engine.decode(ids, 8)[0] == swapped
+    finally:
+        engine.close()
+
+
+def test_a_function_of_other_parameters_gets_no_contract():
+    assert rotary.function_contract("m.f", ["q", "k"]) is None
+    contract = rotary.function_contract("m.f", ["query", "key", "c", "s"])
+    assert contract.kind == "function" and list(contract.entry_inputs) == ["q", "k", "cos", "sin"]
