@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from services.core.pb import events_pb2 as pb
-from services.ops import gated_mlp, row_reduction
+from services.ops import gated_mlp, rotary, row_reduction
 
 FAMILIES = ("row_reduction", "matmul", "elementwise", "gather", "other")
 # Op families the coder has templates for: only these are offered as targets.
@@ -107,6 +107,8 @@ def op_family(profile: pb.ModuleClassProfile) -> str:
         return "other"  # a container's time is its children's; its physics is theirs
     if profile.computes in row_reduction.VARIANTS:
         return "row_reduction"  # recognised by running it (any norm: with a bias, an offset weight, ...)
+    if profile.computes in rotary.VARIANTS:
+        return "elementwise"  # a modeling file's RoPE function: q and k rotated, element by element
     params = _parameters(profile)
     width = _row_width(profile)
     same_bytes = profile.input_bytes > 0 and profile.output_bytes == profile.input_bytes
@@ -292,6 +294,8 @@ def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
 def writable(profile: pb.ModuleClassProfile, family: str) -> bool:
     """Whether a template writes this class: its family has one and, when its forward was probed, the template
     writes what it computes (a LayerNorm is a row reduction the RMSNorm template must not be offered)."""
+    if profile.computes in rotary.VARIANTS:
+        return profile.computes in rotary.WRITABLE
     if family not in SUPPORTED_FAMILIES:
         return False
     return not profile.probed or profile.computes in row_reduction.WRITABLE

@@ -56,6 +56,16 @@ def site_of(target: str) -> FunctionSite | None:
     return FunctionSite(module, name) if callable(fn) and not isinstance(fn, type) else None
 
 
+def function_params(fn: Callable) -> list[str]:
+    """A function's parameter names (a swapped-in kernel's are the function's it replaced: `__wrapped__`)."""
+    import inspect
+
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
 def modeling_modules(model: torch.nn.Module) -> list:
     """The Python modules that define the served model's classes (its modeling files), in first-use order."""
     names = dict.fromkeys(type(m).__module__ for m in model.modules())

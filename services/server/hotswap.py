@@ -207,6 +207,7 @@ def _apply_function(contract: pb.Contract, entry: Callable) -> SwapHandle:
         return out
 
     setattr(swapped, KERNEL_MARK, True)
+    swapped.__wrapped__ = site.current  # its signature is the function's (services.server.functions.function_params)
     swapped.__name__ = f"kernel_function[{getattr(entry, '__name__', 'entry')}]"
     handle.patched.append(_Patched(site, site.current))
     site.set(swapped)

@@ -8,6 +8,7 @@ before and after a swap, so rankings and before/after comparisons are not skewed
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import torch
 
 from services.core.pb import events_pb2 as pb
 from services.ops import family, recognise
+from services.server.functions import FunctionSite, function_params, model_functions, site_of, wrapped
 from services.server.introspection import class_path, dtype_name, introspect_module
 
 
@@ -62,6 +64,8 @@ class ModuleProfiler:
         self._starts: dict[int, list] = {}
         self._handles: list = []
         self._parent: dict[int, tuple[str, str]] = {}  # id(child) -> (its parent's class path, its attribute name)
+        self._functions = contextlib.ExitStack()  # the modeling files' functions a family swaps, timed too
+        self.functions: dict[str, tuple[FunctionSite, str]] = {}  # target -> (its site, what it computes)
 
     def __enter__(self) -> ModuleProfiler:
         for parent in self.model.modules():
@@ -71,12 +75,36 @@ class ModuleProfiler:
             self.stats.setdefault(class_path(module), _ClassStats()).modules.append(module)
             self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._post, with_kwargs=True, always_call=True))
+        for target, variant in model_functions(self.model).items():
+            site = site_of(target)
+            if site is not None:
+                self.functions[target] = (site, variant)
+                self.stats.setdefault(target, _ClassStats())
+                self._functions.enter_context(wrapped(site, self._timed(site)))
         return self
 
     def __exit__(self, *exc) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        self._functions.close()
+
+    def _timed(self, site: FunctionSite):
+        """A wrapper factory (functions.wrapped): each call of the function timed and counted as a module's is."""
+
+        def around(original):
+            def timed(*args, **kwargs):
+                self._pre(site, args, kwargs)
+                out = None
+                try:
+                    out = original(*args, **kwargs)
+                    return out
+                finally:
+                    self._post(site, args, kwargs, out)
+
+            return timed
+
+        return around
 
     def _now(self):
         if self.cuda:
@@ -107,7 +135,7 @@ class ModuleProfiler:
         if not stack:
             return
         first, start = stack.pop()
-        s = self.stats[class_path(module)]
+        s = self.stats[module.target if isinstance(module, FunctionSite) else class_path(module)]
         s.calls += 1
         if self.cuda:
             s.events.append((start, end))
@@ -117,8 +145,12 @@ class ModuleProfiler:
             s.shapes[tuple(first.shape)] += 1
             s.shape_module.setdefault(tuple(first.shape), module)
             s.dtypes[first.dtype] += 1
-        s.input_bytes += _nbytes(first)
-        s.output_bytes += _nbytes(first_tensor(output))
+        if isinstance(module, FunctionSite):  # a function's operands and results: every tensor (q, k, cos, sin)
+            s.input_bytes += sum(_nbytes(a) for a in args if isinstance(a, torch.Tensor))
+            s.output_bytes += sum(_nbytes(o) for o in (output or ()) if isinstance(o, torch.Tensor))
+        else:
+            s.input_bytes += _nbytes(first)
+            s.output_bytes += _nbytes(first_tensor(output))
         parent = self._parent.get(id(module))
         if parent is not None:  # the parent's time inside this child, by the child's attribute name
             owner = self.stats[parent[0]]
@@ -129,10 +161,31 @@ class ModuleProfiler:
         self._charge_parent(module, began)
 
     def results(self) -> list[pb.ModuleClassProfile]:
-        """One profile per module class, in the order classes first appear in the model."""
+        """One profile per module class, in the order classes first appear in the model, then the functions."""
         if self.cuda:
             torch.cuda.synchronize()
-        return [self._profile(s) for s in self.stats.values()]
+        return [self._function_profile(name, s) if name in self.functions else self._profile(s)
+                for name, s in self.stats.items()]  # fmt: skip
+
+    def _function_profile(self, target: str, s: _ClassStats) -> pb.ModuleClassProfile:
+        """A function's profile in a module class's shape: its parameters as the forward's, what it computes."""
+        site, variant = self.functions[target]
+        total_us = s.host_us + sum(a.elapsed_time(b) * 1e3 for a, b in s.events)
+        dominant = s.shapes.most_common(1)[0][0] if s.shapes else ()
+        return pb.ModuleClassProfile(
+            computes=variant,
+            probed=True,
+            introspection=pb.ModuleIntrospection(
+                class_path=target, forward_params=function_params(site.current), leaf=True
+            ),
+            instances=1,
+            calls=s.calls,
+            total_time_us=total_us,
+            input_shape=list(dominant),
+            dtype=_served_dtype(s),
+            input_bytes=round(s.input_bytes / s.calls) if s.calls else 0,
+            output_bytes=round(s.output_bytes / s.calls) if s.calls else 0,
+        )
 
     def _profile(self, s: _ClassStats) -> pb.ModuleClassProfile:
         total_us = s.host_us + sum(a.elapsed_time(b) * 1e3 for a, b in s.events)
