@@ -12,12 +12,19 @@ from __future__ import annotations
 import torch
 
 from services.core.pb import events_pb2 as pb
-from services.judge.module_factory import ModuleBuildError, build, float_binding, import_class, width_and_eps
+from services.judge.module_factory import (
+    ModuleBuildError,
+    build,
+    float_binding,
+    import_class,
+    import_function,
+    width_and_eps,
+)
 
-SUPPORTED_KINDS = ("module_class", "layer")
+SUPPORTED_KINDS = ("module_class", "layer", "function")
 
 CONTRACT_RULES: dict[str, str] = {
-    "contract-kind": "the contract kind must be one the judge can check (module_class, layer) and its family's",
+    "contract-kind": "the contract kind must be its family's and one the judge checks (module_class, layer, function)",
     "contract-target": "the contract must target the live class the profiler saw",
     "contract-inputs": "the contract's inputs must be exactly the live forward's parameters, in order",
     "module-build": "the live class must import and build on the meta device from its introspection",
@@ -212,6 +219,60 @@ def _check_layer(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, chec
             f"children ({', '.join(declared)})",
         )
     checks.append(f"{contract.entrypoint}({', '.join(ops.ENTRY_PARAMS)}) = inputs + bound children")
+
+
+def _check_function(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, checks: list[str]) -> None:
+    """A function contract (a modeling file's global swapped whole): its target and parameters, importable as a
+    function, no bindings, its parameters the wrapper's by position."""
+    if contract.kind != ops.KIND:
+        raise ContractError(
+            "contract-kind", f"a {ops.FAMILY} candidate is a {ops.KIND!r} contract, not {contract.kind!r}"
+        )
+    if contract.target != intro.class_path:
+        raise ContractError(
+            "contract-target", f"the contract targets {contract.target!r} but the live function is {intro.class_path!r}"
+        )
+    checks.append(f"targets {intro.class_path}")
+    if list(contract.inputs) != list(intro.forward_params):
+        raise ContractError(
+            "contract-inputs",
+            f"inputs ({', '.join(contract.inputs)}) are not the function's parameters "
+            f"({', '.join(intro.forward_params)})",
+        )
+    checks.append(f"inputs = {intro.class_path.rsplit('.', 1)[-1]}({', '.join(contract.inputs)})")
+    try:
+        _, fn = import_function(intro.class_path)
+    except ModuleBuildError as exc:
+        raise ContractError("module-build", str(exc)) from exc
+    import inspect
+
+    if list(inspect.signature(fn).parameters) != list(contract.inputs):
+        raise ContractError(
+            "contract-inputs", f"{intro.class_path} takes ({', '.join(inspect.signature(fn).parameters)})"
+        )
+    checks.append("the function imports with those parameters")
+    if contract.bindings:
+        raise ContractError(
+            "binding-kind", "a function contract binds nothing: the function's arguments are all it has"
+        )
+    entry = list(contract.entry_inputs) or list(contract.inputs)
+    if entry != list(ops.ENTRY_PARAMS[: len(entry)]) or len(entry) != len(contract.inputs) or len(entry) < 4:
+        raise ContractError(
+            "entry-signature",
+            f"{contract.entrypoint}({', '.join(ops.ENTRY_PARAMS)}) does not take the function's parameters "
+            f"({', '.join(entry)}) by position",
+        )
+    checks.append(f"{contract.entrypoint}({', '.join(entry)}) = the function's parameters")
+
+
+def check_function_contract(contract: pb.Contract, intro: pb.ModuleIntrospection, ops) -> pb.ContractEvidence:
+    """The evidence of a function contract against the live function and the op family `ops`."""
+    checks: list[str] = []
+    try:
+        _check_function(contract, intro, ops, checks)
+    except ContractError as exc:
+        return pb.ContractEvidence(passed=False, checks=checks, error=str(exc), rule_id=exc.rule)
+    return pb.ContractEvidence(passed=True, checks=checks)
 
 
 def check_layer_contract(contract: pb.Contract, intro: pb.ModuleIntrospection, ops) -> pb.ContractEvidence:

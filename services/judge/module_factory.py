@@ -41,6 +41,21 @@ def import_class(class_path: str) -> type[torch.nn.Module]:
     return cls
 
 
+def import_function(path: str):
+    """(the Python module, the function) of a dotted function path; ModuleBuildError when it is not one."""
+    module_name, _, name = path.rpartition(".")
+    if not module_name:
+        raise ModuleBuildError(f"function path {path!r} is not of the form package.module.function")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import failure is the same answer: this function cannot be checked here
+        raise ModuleBuildError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+    fn = getattr(module, name, None)
+    if not inspect.isfunction(fn):
+        raise ModuleBuildError(f"{path} is not a function")
+    return module, fn
+
+
 def tensor_binding(contract: pb.Contract) -> pb.Binding | None:
     """The bound weight: the binding of the wrapper's `weight` (the first tensor binding in older contracts)."""
     named = next((b for b in contract.bindings if b.kind == "tensor" and b.param == "weight"), None)

@@ -119,11 +119,15 @@ def run_case(
 
 
 def run_op_case(
-    op: Callable[..., object], bases: list[torch.Tensor], layout: Callable[[torch.Tensor], torch.Tensor], guard: Guard
+    op: Callable[..., object],
+    bases: list[torch.Tensor],
+    view: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+    guard: Guard,
 ) -> CaseRun:
-    """One call of an op of several operands (a gated MLP's gate and up) on one case: its output or the first
-    problem seen. Each operand is placed in guarded memory and viewed by `layout`."""
-    inputs = [layout(guard.place(base)) for base in bases]
+    """One call of an op of several operands (a gated MLP's gate and up; RoPE's q, k, cos and sin) on one case:
+    its output or the first problem seen. The operands are placed in guarded memory and `view` lays them out as
+    the op is called with them. `op` returns a tensor (our code flattens an op of several outputs)."""
+    inputs = view([guard.place(base) for base in bases])
     before = [t.cpu().clone() for t in inputs]
     try:
         with torch.no_grad():

@@ -88,6 +88,11 @@ def _prepare(job: dict):
 
         interpreter_rounding.install()
     torch.set_grad_enabled(False)
+    if job.get("family") == "rotary":  # a function target: its module is the namespace the tamper check watches
+        from services.judge import rope_cases  # noqa: F401
+        from services.ops import rotary  # noqa: F401
+
+        return module_factory.import_function(job["class_path"])[0]
     return module_factory.import_class(job["class_path"])
 
 
@@ -253,7 +258,8 @@ class _PairSubject:
     def run(self, index: int, guard):
         from services.judge.run_cases import run_op_case
 
-        return run_op_case(self.op, self._bases(index), self._view(index), guard)
+        view = self._view(index)
+        return run_op_case(self.op, self._bases(index), lambda placed: [view(t) for t in placed], guard)
 
     def again(self, index: int, ghost: bool):
         view = self._view(index)
@@ -274,6 +280,80 @@ class _PairSubject:
         return torch.randn(2, 1, int(self.job["width"])).to(device=self.device, dtype=dtype)
 
 
+def _rope_oracle(fn, heads_q: int, heads_k: int):
+    """The live RoPE function as a module of one packed (batch, seq, heads_q + heads_k + 2, head_dim) input — q and
+    k heads, then cos and sin — for the timing's baselines (eager, torch.compile) and its replay check: q and k
+    unpacked as attention passes them (transposed views), cos and sin as strided views (no copy)."""
+    import torch
+
+    from services.ops import rotary
+
+    def unpack(x):
+        q = x[:, :, :heads_q].transpose(1, 2)
+        k = x[:, :, heads_q : heads_q + heads_k].transpose(1, 2)
+        return q, k, x[:, :, -2], x[:, :, -1]
+
+    class RopeReference(torch.nn.Module):
+        def forward(self, x):
+            return fn(*unpack(x))
+
+        @staticmethod
+        def bytes_moved(x) -> int:
+            b, s, _, d = x.shape
+            return rotary.bytes_moved(b * s * heads_q * d, b * s * heads_k * d, b * s * d, x.element_size())
+
+    return RopeReference().eval(), unpack
+
+
+class _RopeSubject:
+    """A rotary function: the family's op called on each case's (q, k, cos, sin), laid out as attention passes
+    them; its two outputs flattened into one tensor by our code (services.judge.rope_cases.flat)."""
+
+    def __init__(self, job: dict, module, ops, plan, loaded, empty, cases: dict, device):
+        from services.judge.rope_cases import flat
+
+        self.job, self.cases, self.device = job, cases, device
+        self.fn = getattr(module, job["class_path"].rsplit(".", 1)[-1])  # the live function: the timing's oracle
+        op = ops.make_op(plan, loaded, empty=empty)
+        ghost = ops.make_op(plan, loaded, empty=empty, launch=False)
+        self.op = lambda *operands: flat(op(*operands))
+        self.ghost_op = lambda *operands: flat(ghost(*operands))
+        self.raw_op = op
+        self.count = len(cases["sets"])
+
+    def _view(self, index: int):
+        from services.judge.rope_cases import operands
+
+        heads, layout = tuple(self.cases["heads"][index]), self.cases["layouts"][index]
+        dim = int(self.cases["sets"][index][2].shape[-1])
+        return lambda placed: list(operands(placed, layout, heads, dim))
+
+    def run(self, index: int, guard):
+        from services.judge.run_cases import run_op_case
+
+        return run_op_case(self.op, list(self.cases["sets"][index]), self._view(index), guard)
+
+    def again(self, index: int, ghost: bool):
+        placed = [t.to(self.device) for t in self.cases["sets"][index]]
+        return (self.ghost_op if ghost else self.op)(*self._view(index)(placed)).detach().cpu()
+
+    def timed(self):
+        live = tuple(int(d) for d in self.job["live_shape"])
+        b, hq, s, d = live if len(live) == 4 else (1, 4, 1, int(self.job["width"]))
+        main, unpack = _rope_oracle(self.fn, hq, hq)  # k as many heads as q: the profile records q's shape only
+        by_positions: dict[int, tuple[int, ...]] = {}
+        for shape in [(b, s), (1, 1), (1, 4096), (1, 32768)]:
+            by_positions.setdefault(shape[0] * shape[1], (*shape, 2 * hq + 2, d))
+        return main, lambda x: self.raw_op(*unpack(x)), list(by_positions.values())
+
+    def stress_input(self, dtype):
+        import torch
+
+        live = tuple(int(d) for d in self.job["live_shape"])
+        hq, d = (live[1], live[3]) if len(live) == 4 else (4, int(self.job["width"]))
+        return torch.randn(1, 1, 2 * hq + 2, d).to(device=self.device, dtype=dtype)
+
+
 def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     """(facts, TimingEvidence) for the job's candidate; the outputs go to `outputs.pt` in scratch."""
     import torch
@@ -284,7 +364,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     from services.judge.module_factory import torch_dtype
     from services.judge.poison import NAN_BYTE, POISON
     from services.judge.run_cases import Guard, Runs, stress, under_fill, under_random_fill
-    from services.ops import family, gated_mlp
+    from services.ops import family, gated_mlp, rotary
 
     contract, plan = pb.Contract(), pb.LaunchPlan()
     contract.ParseFromString(base64.b64decode(job["contract"]))
@@ -310,6 +390,8 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
         ops = family(plan.family)
         if ops is gated_mlp:
             subject = _PairSubject(job, ops, plan, loaded, empty, cases, device)
+        elif ops is rotary:
+            subject = _RopeSubject(job, cls, ops, plan, loaded, empty, cases, device)
         else:
             subject = _NormSubject(job, cls, ops, plan, loaded, empty, contract, cases, device)
     except Exception as exc:

@@ -26,7 +26,7 @@ from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge import gpu_health, timing_check, verdict
 from services.judge.cases import CaseSpec, draw_cases
-from services.judge.contract_check import check_contract, check_layer_contract
+from services.judge.contract_check import check_contract, check_function_contract, check_layer_contract
 from services.judge.domain import LiveTarget, derive_judged, live_target
 from services.judge.module_factory import (
     ModuleBuildError,
@@ -34,14 +34,16 @@ from services.judge.module_factory import (
     build,
     float_binding,
     import_class,
+    import_function,
     tensor_binding,
     torch_dtype,
     width_and_eps,
 )
 from services.judge.pair_cases import PairSpec, draw_pair_cases
+from services.judge.rope_cases import RopeSpec, draw_rope_cases, rope_references
 from services.judge.sandbox import SandboxJob, SandboxLimits, run_job
 from services.judge.verdict import BoundError
-from services.ops import family, gated_mlp, row_reduction
+from services.ops import family, gated_mlp, rotary, row_reduction
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +161,8 @@ class JudgeService:
         """The job, the cases drawn fresh, and their references: computed here, before the child exists."""
         if proposal.plan.family == gated_mlp.FAMILY:
             return self.prepare_pairs(proposal, target)
+        if proposal.plan.family == rotary.FAMILY:
+            return self.prepare_rope(proposal, target)
         intro = target.introspection
         width, eps = width_and_eps(intro, proposal.contract)
         eps_binding = float_binding(proposal.contract)
@@ -246,6 +250,47 @@ class JudgeService:
         size = torch_dtype(dtype).itemsize
         return Prepared(job, cases, refs, blob.getvalue(), (size, size, size))
 
+    def prepare_rope(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
+        """A rotary function's: (q, k, cos, sin) sets at the live head dim, the live function itself as the oracle
+        (imported here, run in the live dtype and in float64)."""
+        path = target.introspection.class_path
+        _, fn = import_function(path)
+        if target.computes not in rotary.VARIANTS:
+            raise ModuleBuildError(f"the profile does not say which rotary layout {path} computes")
+        dtype = target.dtype or "float32"
+        live = tuple(target.input_shape)
+        seed_base = secrets.randbelow(1 << 30) + 1
+        job = SandboxJob(
+            source=proposal.source,
+            contract=proposal.contract.SerializeToString(deterministic=True),
+            plan=proposal.plan.SerializeToString(deterministic=True),
+            class_path=path,
+            width=int(live[-1]) if live else 0,
+            eps=None,
+            eps_attr=None,
+            param_dtype=dtype,
+            input_dtype=dtype,
+            live_shape=list(live),
+            device="cuda" if self.use_gpu else "cpu",
+            seed_base=seed_base,
+            family=rotary.FAMILY,
+            variant=target.computes,
+        )
+        spec = RopeSpec(live, torch_dtype(dtype), self.use_gpu, examples=max(2, self.examples // 4))
+        cases = draw_rope_cases(spec, target.computes, seed_base)
+        refs = rope_references(cases, fn)
+        blob = io.BytesIO()
+        torch.save(
+            {
+                "sets": [[c.q, c.k, c.cos, c.sin] for c in cases],
+                "heads": [[c.shape[1], c.heads_k] for c in cases],
+                "layouts": [c.layout for c in cases],
+            },
+            blob,
+        )
+        size = torch_dtype(dtype).itemsize
+        return Prepared(job, cases, refs, blob.getvalue(), (size, size, size))
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -264,7 +309,7 @@ def row_blocks(plan: pb.LaunchPlan) -> tuple[int, ...]:
 
 # Families whose cases, oracle and baselines the judge has: a plan of another family is refused at the contract,
 # never run against another op's oracle.
-JUDGED_FAMILIES = (row_reduction.FAMILY, gated_mlp.FAMILY)
+JUDGED_FAMILIES = (row_reduction.FAMILY, gated_mlp.FAMILY, rotary.FAMILY)
 
 
 def family_contract(ops, contract: pb.Contract, intro: pb.ModuleIntrospection) -> pb.ContractEvidence:
@@ -292,4 +337,6 @@ def family_contract(ops, contract: pb.Contract, intro: pb.ModuleIntrospection) -
         )
     if kind == "layer":
         return check_layer_contract(contract, intro, ops)
+    if kind == "function":
+        return check_function_contract(contract, intro, ops)
     return check_contract(contract, intro, list(ops.ENTRY_PARAMS), dict(ops.PARAM_KINDS), ops.OPTIONAL_PARAMS)

@@ -48,8 +48,8 @@ def watched(oracle_class: type | None = None, *, gpu: bool = False) -> list[tupl
         ("run_cases", run_cases),
         ("row_reduction", row_reduction),
     ]
-    if oracle_class is not None:
-        out.append((oracle_class.__qualname__, oracle_class))
+    if oracle_class is not None:  # the live class, or a function target's module
+        out.append((getattr(oracle_class, "__qualname__", oracle_class.__name__), oracle_class))
     if gpu:
         import triton.testing
 

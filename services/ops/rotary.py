@@ -249,3 +249,10 @@ def function_contract(target: str, params) -> pb.Contract | None:
 def bytes_moved(q_elements: int, k_elements: int, cos_elements: int, itemsize: int) -> int:
     """Bytes one call must move at least: q and k read and written, cos and sin read."""
     return (2 * (q_elements + k_elements) + 2 * cos_elements) * itemsize
+
+
+def timed_bytes(dims: list[int], itemsizes: tuple[int, int, int]) -> int:
+    """Bytes a call on a timed input must move: the judge packs q and k heads, then cos and sin, as one
+    (batch, seq, heads + 2, head_dim) tensor (services.judge.sandbox_child._rope_oracle)."""
+    b, s, heads, d = dims
+    return bytes_moved(b * s * (heads - 2) * d, 0, b * s * d, itemsizes[0])

@@ -1,0 +1,169 @@
+"""The inputs the judge draws for a rotary-embedding function: (q, k, cos, sin) sets, and their references.
+
+What a fused RoPE kernel gets wrong: q and k as attention really passes them (transposed views of the
+projections, so strides that are not the contiguous ones), k with fewer heads than q (grouped and multi-query
+attention), one batch of cos and sin broadcast over several of q, a decode step and a prefill, value regimes
+(huge, zeros, tiny, NaN/Inf in q and k), angles of far positions. Each case keeps contiguous CPU bases and
+the layout that views them (`operands`), so the sandbox child and the parent build the same inputs.
+
+`draw_rope_cases` is deterministic in (spec, seed). `rope_references` holds a candidate to the live function
+itself run in float64 (the oracle is the modeling file's own function), with a bound from the dtype's
+rounding: each product and the sum round once in the dtype (the sum of two rounded products can cancel, so the
+bound is relative to |x·cos| + |rotate(x)·sin|, not to the result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from services.judge.cases import _generator, _values
+
+LAYOUTS = ("attention", "contiguous")  # attention: (batch, seq, heads·dim) projections viewed and transposed
+REGIMES = ("normal", "huge", "zeros", "tiny", "nonfinite")
+MAX_POSITION = 32768.0  # angles of positions this far (theta 1e4): cos and sin of large arguments
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    live_shape: tuple[int, ...]  # q's (batch, heads, seq, head_dim)
+    dtype: torch.dtype
+    gpu: bool
+    examples: int = 4
+
+
+@dataclass(frozen=True)
+class RopeCase:
+    name: str
+    shape: tuple[int, ...]  # q's (batch, heads_q, seq, dim)
+    heads_k: int
+    regime: str
+    layout: str
+    q: torch.Tensor  # CPU bases, contiguous: (batch, seq, heads·dim) for "attention", else (batch, heads, seq, dim)
+    k: torch.Tensor
+    cos: torch.Tensor  # (batch or 1, seq, dim)
+    sin: torch.Tensor
+
+
+def operands(case_or_bases, layout: str, heads: tuple[int, int], dim: int, place: Callable = lambda t: t):
+    """(q, k, cos, sin) as the function is called with them: `place` moves each base (to a device, into guarded
+    memory), the layout views q and k."""
+    q, k, cos, sin = (place(t) for t in case_or_bases)
+
+    def view(t, h):
+        if layout == "attention":
+            b, s, _ = t.shape
+            return t.view(b, s, h, dim).transpose(1, 2)
+        return t
+
+    return view(q, heads[0]), view(k, heads[1]), cos, sin
+
+
+def _angles(batch: int, seq: int, dim: int, variant_half: bool, g: torch.Generator, far: bool) -> torch.Tensor:
+    start = float(torch.randint(int(MAX_POSITION) - seq, (1,), generator=g)) if far else 0.0
+    positions = start + torch.arange(seq, dtype=torch.float64).repeat(batch, 1)
+    inv = 1.0 / (1e4 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    theta = positions[..., None] * inv  # (batch, seq, dim/2)
+    return torch.cat((theta, theta), -1) if variant_half else torch.repeat_interleave(theta, 2, -1)
+
+
+def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g) -> RopeCase:
+    b, hq, s, d = shape
+    dtype = spec.dtype
+
+    def base(heads):
+        full = (b, s, heads * d) if layout == "attention" else (b, heads, s, d)
+        return _values(full, regime, dtype, g).contiguous()
+
+    theta = _angles(cos_batch, s, d, variant == "rope_half", g, far)
+    name = f"{kind} q {b}x{hq}x{s}x{d} k-heads {heads_k} {regime} {layout}" + (" cos-batch-1" if cos_batch == 1 else "")
+    name += " far-positions" if far else ""
+    return RopeCase(
+        name,
+        (b, hq, s, d),
+        heads_k,
+        regime,
+        layout,
+        base(hq),
+        base(heads_k),
+        theta.cos().to(dtype),
+        theta.sin().to(dtype),
+    )
+
+
+def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
+    """The fixed cases (the live shape first), then `spec.examples` drawn ones: deterministic in (spec, seed)."""
+    live = tuple(int(x) for x in spec.live_shape) if len(spec.live_shape) == 4 else (1, 4, 1, 64)
+    b, hq, s, d = live
+    if not spec.gpu:  # the interpreter: a few positions
+        b, s = min(b, 2), min(s, 6)
+    gqa = max(1, hq // 2)
+    plan = [
+        ("live", (b, hq, s, d), gqa, "normal", "attention", b, False),
+        ("decode", (2, hq, 1, d), gqa, "normal", "attention", 2, True),
+        ("mha", (1, hq, 3, d), hq, "normal", "attention", 1, False),
+        ("mqa", (2, hq, 3, d), 1, "normal", "contiguous", 1, False),
+    ]
+    plan += [("regime", (1, hq, 2, d), gqa, regime, "attention", 1, False) for regime in REGIMES[1:]]
+    plan.append(("prefill", (1, hq, 33 if not spec.gpu else 1024, d), gqa, "normal", "attention", 1, True))
+    cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]
+    g = _generator(seed, "rope-drawn")
+    for i in range(spec.examples):
+        pick = lambda options: options[int(torch.randint(len(options), (1,), generator=g))]  # noqa: E731
+        shape = (1 + int(torch.randint(2, (1,), generator=g)), hq, 1 + int(torch.randint(8, (1,), generator=g)), d)
+        heads_k = pick([1, gqa, hq])
+        cases.append(
+            _case(
+                "drawn",
+                shape,
+                heads_k,
+                pick(REGIMES),
+                pick(LAYOUTS),
+                pick([1, shape[0]]),
+                bool(i % 2),
+                spec,
+                variant,
+                _generator(seed, "rope-drawn", i),
+            )  # fmt: skip
+        )
+    return cases
+
+
+def flat(pair) -> torch.Tensor:
+    """q's and k's outputs as one flat tensor (our code, not the candidate's): what the verdict compares."""
+    q_out, k_out = pair
+    return torch.cat((q_out.reshape(-1), k_out.reshape(-1)))
+
+
+def rope_references(cases: list[RopeCase], fn: Callable) -> list:
+    """One verdict.Reference per case: the live function `fn` in the dtype (`own`) and in float64 (`hi`)."""
+    from services.judge.rounding import FP32_U, compare, honest_bound
+    from services.judge.verdict import BoundError, Reference
+
+    out = []
+    for case in cases:
+        b, hq, s, d = case.shape
+        q, k, cos, sin = operands((case.q, case.k, case.cos, case.sin), case.layout, (hq, case.heads_k), d)
+        with torch.no_grad():
+            own = flat(fn(q, k, cos, sin))
+            exact = flat(fn(q.double(), k.double(), cos.double(), sin.double()))
+            # each element is x·cos ± x'·sin: the sum of its two products' magnitudes, |x·cos| + |x'·sin|, is the
+            # larger of the function run on magnitudes with sin's sign either way (a ± b for a, b >= 0)
+            qa, ka, ca, sa = q.double().abs(), k.double().abs(), cos.double().abs(), sin.double().abs()
+            mags = torch.maximum(flat(fn(qa, ka, ca, sa)).abs(), flat(fn(qa, ka, ca, -sa)).abs())
+        rounded = exact.to(own.dtype)
+        hi = torch.where(torch.isinf(rounded) & torch.isfinite(exact), rounded.double(), exact)
+        u = torch.finfo(own.dtype).eps / 2
+        bound = honest_bound([own.dtype], reduce_len=1, numel=own.numel())
+        # each product and the sum round once in the dtype (torch's ops, and a kernel that mimics them): 2u of the
+        # products' size; fp32's own rounding where the dtype is fp32; nothing finer than the dtype's normal range
+        term = (2 * u + 4 * FP32_U) * torch.nan_to_num(mags, posinf=0.0) + torch.finfo(own.dtype).smallest_normal
+        check = compare(own, hi, bound, term)
+        if not check.ok:
+            raise BoundError(
+                f"{case.name}: the function's own output fails the honest bound ({check.rule}: {check.detail})"
+            )
+        out.append(Reference(hi=hi, own=own, bound=bound, row_error=term))
+    return out

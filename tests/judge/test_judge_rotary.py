@@ -1,0 +1,77 @@
+"""The judge on the rotary family: a function contract checked against the live modeling file's function, (q, k,
+cos, sin) sets drawn as attention passes them, the live function itself as the oracle. The template's kernel
+(Triton, interpreted) of the function's layout passes; the other layout's is rejected for what it got wrong."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from judge_testkit import log_of
+
+from services.coder.templates import rotary as template
+from services.core.kernels import candidate_sha256
+from services.core.pb import events_pb2 as pb
+from services.judge.service import JudgeService
+from services.ops import rotary
+
+QWEN2 = "transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb"
+COHERE = "transformers.models.cohere.modeling_cohere.apply_rotary_pos_emb"
+
+
+def _captured(target: str, variant: str, dtype: str = "torch.bfloat16") -> pb.ProfileCaptured:
+    """What the server records of a modeling file's RoPE function (services.server.profiling)."""
+    from services.judge.module_factory import import_function
+
+    _, fn = import_function(target)
+    intro = pb.ModuleIntrospection(class_path=target, forward_params=list(inspect.signature(fn).parameters), leaf=True)
+    profile = pb.ModuleClassProfile(
+        introspection=intro, instances=1, calls=8, input_shape=[1, 4, 5, 16], dtype=dtype, computes=variant, probed=True
+    )
+    observed = pb.ProfileObservation(
+        model="t", dtype=dtype, hardware=pb.HardwareFigures(device="cpu"), modules=[profile]
+    )
+    return pb.ProfileCaptured(observed=observed, ranking=[pb.RankedTarget(class_path=target)], target_class=target)
+
+
+async def _judge(target: str, live_variant: str, kernel_variant: str, contract: pb.Contract | None = None):
+    captured = _captured(target, live_variant)
+    intro = captured.observed.modules[0].introspection
+    contract = contract or rotary.function_contract(target, intro.forward_params)
+    config = template.search_configs(kernel_variant)[0]
+    source, plan = template.render(config), template.plan(config)
+    digest = candidate_sha256(source, plan)
+    proposal = pb.CandidateProposed(
+        candidate_id=f"c1-{digest[:10]}", target_class=target, source=source, source_sha256=digest, plan=plan,
+        contract=contract, config=config, origin="template", attempt=1,
+    )  # fmt: skip
+    prior = log_of(captured, proposal)
+    [judged] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
+    return judged
+
+
+@pytest.mark.parametrize(
+    ("target", "right", "wrong"), [(QWEN2, "rope_half", "rope_interleaved"), (COHERE, "rope_interleaved", "rope_half")]
+)
+async def test_the_kernel_of_the_functions_layout_passes_and_the_other_is_rejected(target, right, wrong):
+    passed = await _judge(target, right, right)
+    assert passed.reward == 1, passed.reason
+    evidence = passed.observed.correctness
+    assert evidence.checks_passed == evidence.checks_run >= 12 and not evidence.error
+    assert {"huge", "nonfinite", "zeros", "tiny"} <= set(evidence.regimes)
+    assert "the function imports with those parameters" in passed.observed.contract.checks
+    rejected = await _judge(target, right, wrong)
+    assert rejected.reward == -1 and rejected.reason.startswith("correctness failed: outside-tolerance"), (
+        rejected.reason
+    )
+
+
+async def test_a_contract_that_does_not_fit_the_function_is_refused():
+    contract = rotary.function_contract(QWEN2, ["q", "k", "cos", "sin", "unsqueeze_dim"])
+    contract.target = COHERE
+    judged = await _judge(QWEN2, "rope_half", "rope_half", contract)
+    assert judged.reward == -1 and judged.observed.contract.rule_id == "contract-target", judged.reason
+    contract = rotary.function_contract(QWEN2, ["q", "k", "cos", "sin", "unsqueeze_dim"])
+    contract.bindings.add(param="weight", attr="inv_freq", kind="tensor")
+    judged = await _judge(QWEN2, "rope_half", "rope_half", contract)
+    assert judged.reward == -1 and judged.observed.contract.rule_id == "binding-kind", judged.reason
