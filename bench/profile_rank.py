@@ -30,7 +30,7 @@ async def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from services.ops import gated_mlp, row_reduction
+    from services.ops import gated_mlp, rotary, row_reduction
     from services.server.engine import Engine
     from services.server.models import load_model
 
@@ -38,7 +38,7 @@ async def main(argv: list[str] | None = None) -> int:
     engine = Engine(load_model(args.model, device))
     observed = await engine.capture_profile(list(DEFAULT_PROMPTS), args.tokens)
     ranking = rank(observed)
-    target, reason = choose_target(ranking, row_reduction.WRITABLE + gated_mlp.WRITABLE)
+    target, reason = choose_target(ranking, row_reduction.WRITABLE + gated_mlp.WRITABLE + rotary.WRITABLE)
     print(f"{args.model} on {device} ({observed.hardware.device_name}), {observed.decode_tokens_per_s:.1f} tok/s")
     for t in ranking[:8]:
         mark, name = "*" if t.supported else " ", t.class_path.rsplit(".", 1)[-1]

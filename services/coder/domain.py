@@ -17,7 +17,7 @@ from services.core.events import Recorded
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive
-from services.ops import gated_mlp
+from services.ops import gated_mlp, rotary
 
 DEFAULT_MAX_CANDIDATES = 3
 # Proposals made at once (a search step): judged as one batch, the next batch is chosen from their verdicts.
@@ -190,6 +190,11 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Messag
             return [
                 conclude(target, state, run, f"{target} has no recorded gate, up and down roles for a layer contract")
             ]
+    elif family == rotary.FAMILY:  # a function: its parameters are the wrapper's, by position
+        contract = rotary.function_contract(intro.class_path, intro.forward_params)
+        if contract is None:
+            params = ", ".join(intro.forward_params)
+            return [conclude(target, state, run, f"{target}({params}) does not take (q, k, cos, sin[, unsqueeze_dim])")]
     else:
         try:
             contract = derive_contract(intro)
