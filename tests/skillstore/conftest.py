@@ -77,3 +77,8 @@ def config() -> pb.TemplateConfig:
     out = pb.TemplateConfig()
     out.CopyFrom(CONFIG)
     return out
+
+
+@pytest.fixture
+def observation_of():
+    return norm_observation

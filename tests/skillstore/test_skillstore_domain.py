@@ -172,17 +172,15 @@ def test_nothing_to_publish_or_credit(new_run, profiled, config):
     assert domain.decide(run.log, unknown) == []
 
 
-async def test_the_next_targets_skills_are_retrieved_when_the_one_before_ends(new_run, tmp_path):
+async def test_the_next_targets_skills_are_retrieved_when_the_one_before_ends(new_run, observation_of, tmp_path):
     """A run of several targets (schema 5): the skill store answers the end of one with the next one's retrieval,
     and replay re-derives it from the log."""
-    from conftest import norm_observation
-
     from services.core.replay import verify
     from services.profiler import domain as profiler_domain
     from services.skillstore.library import JsonSkillLibrary
     from services.skillstore.service import SkillstoreService
 
-    observed = norm_observation("m.NormA", 1536)
+    observed = observation_of("m.NormA", 1536)
     second = observed.modules.add()
     second.CopyFrom(observed.modules[0])
     second.introspection.class_path, second.total_time_us = "m.NormB", 2_000.0
