@@ -56,7 +56,8 @@ async def test_capture_profile_covers_every_class_with_live_numbers(engine):
     prompts, n = ["Hello there", "profile me"], 6
     obs = await engine.capture_profile(prompts, n)
     classes = {class_path(m) for m in engine.model.modules()}
-    assert {m.introspection.class_path for m in obs.modules} == classes
+    functions = {"transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb"}  # the RoPE function, timed too
+    assert {m.introspection.class_path for m in obs.modules} == classes | functions
     assert obs.requests == 2 and obs.tokens_generated == 2 * n
     assert obs.captured_time_us > 0 and obs.decode_tokens_per_s > 0
     assert obs.time_source == "host_clock" and obs.model == "tiny-qwen2" and obs.dtype == "float32"

@@ -60,7 +60,8 @@ def test_revert_restores_an_instance_forward_that_was_already_there(engine, cont
     ("change", "why"),
     [
         ({"target": "nowhere.NoSuchNorm"}, "no module of class nowhere.NoSuchNorm"),
-        ({"kind": "function"}, "not served yet"),
+        ({"kind": "reshape"}, "not served yet"),
+        ({"kind": "function"}, "no function transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm to swap"),
         ({"target": ""}, "no target"),
     ],
 )
