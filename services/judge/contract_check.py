@@ -65,6 +65,24 @@ def _instance_state(instance: torch.nn.Module) -> set[str]:
     return names | set(instance._parameters) | set(instance._buffers)
 
 
+def _target_and_inputs(contract: pb.Contract, intro: pb.ModuleIntrospection, checks: list[str], what: str) -> None:
+    """The contract targets what the profiler saw and takes its parameters, in order (`what`: "class" or
+    "function", as the reasons name it)."""
+    if contract.target != intro.class_path:
+        raise ContractError(
+            "contract-target", f"the contract targets {contract.target!r} but the live {what} is {intro.class_path!r}"
+        )
+    checks.append(f"targets {intro.class_path}")
+    name = "forward" if what == "class" else intro.class_path.rsplit(".", 1)[-1]
+    if list(contract.inputs) != list(intro.forward_params):
+        owner = "the forward's" if what == "class" else "the function's"
+        raise ContractError(
+            "contract-inputs",
+            f"inputs ({', '.join(contract.inputs)}) are not {owner} parameters ({', '.join(intro.forward_params)})",
+        )
+    checks.append(f"inputs = {name}({', '.join(contract.inputs)})")
+
+
 def _check(
     contract: pb.Contract,
     intro: pb.ModuleIntrospection,
@@ -80,17 +98,7 @@ def _check(
             f"contract kind {contract.kind!r} is not the family's (module_class; the judge checks "
             f"{', '.join(SUPPORTED_KINDS)})",
         )
-    if contract.target != intro.class_path:
-        raise ContractError(
-            "contract-target", f"the contract targets {contract.target!r} but the live class is {intro.class_path!r}"
-        )
-    checks.append(f"targets {intro.class_path}")
-    if list(contract.inputs) != list(intro.forward_params):
-        forward = ", ".join(intro.forward_params)
-        raise ContractError(
-            "contract-inputs", f"inputs ({', '.join(contract.inputs)}) are not the forward's parameters ({forward})"
-        )
-    checks.append(f"inputs = forward({', '.join(contract.inputs)})")
+    _target_and_inputs(contract, intro, checks, "class")
 
     recorded = {a.name: a for a in intro.attributes}
     for binding in contract.bindings:
@@ -176,17 +184,7 @@ def _check_layer(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, chec
         raise ContractError(
             "contract-kind", f"a {ops.FAMILY} candidate is a {ops.KIND!r} contract, not {contract.kind!r}"
         )
-    if contract.target != intro.class_path:
-        raise ContractError(
-            "contract-target", f"the contract targets {contract.target!r} but the live class is {intro.class_path!r}"
-        )
-    checks.append(f"targets {intro.class_path}")
-    if list(contract.inputs) != list(intro.forward_params):
-        forward = ", ".join(intro.forward_params)
-        raise ContractError(
-            "contract-inputs", f"inputs ({', '.join(contract.inputs)}) are not the forward's parameters ({forward})"
-        )
-    checks.append(f"inputs = forward({', '.join(contract.inputs)})")
+    _target_and_inputs(contract, intro, checks, "class")
     try:
         import_class(intro.class_path)
     except ModuleBuildError as exc:
@@ -228,18 +226,7 @@ def _check_function(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, c
         raise ContractError(
             "contract-kind", f"a {ops.FAMILY} candidate is a {ops.KIND!r} contract, not {contract.kind!r}"
         )
-    if contract.target != intro.class_path:
-        raise ContractError(
-            "contract-target", f"the contract targets {contract.target!r} but the live function is {intro.class_path!r}"
-        )
-    checks.append(f"targets {intro.class_path}")
-    if list(contract.inputs) != list(intro.forward_params):
-        raise ContractError(
-            "contract-inputs",
-            f"inputs ({', '.join(contract.inputs)}) are not the function's parameters "
-            f"({', '.join(intro.forward_params)})",
-        )
-    checks.append(f"inputs = {intro.class_path.rsplit('.', 1)[-1]}({', '.join(contract.inputs)})")
+    _target_and_inputs(contract, intro, checks, "function")
     try:
         _, fn = import_function(intro.class_path)
     except ModuleBuildError as exc:

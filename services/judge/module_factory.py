@@ -27,14 +27,19 @@ def torch_dtype(name: str) -> torch.dtype:
     return dtype
 
 
-def import_class(class_path: str) -> type[torch.nn.Module]:
-    module_name, _, class_name = class_path.rpartition(".")
+def _import(path: str, form: str):
+    """(the Python module, the attribute's name) of a dotted path of the form package.module.`form`."""
+    module_name, _, name = path.rpartition(".")
     if not module_name:
-        raise ModuleBuildError(f"class path {class_path!r} is not of the form package.module.Class")
+        raise ModuleBuildError(f"{form.lower()} path {path!r} is not of the form package.module.{form}")
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # any import failure is the same answer: this class cannot be checked here
+        return importlib.import_module(module_name), name
+    except Exception as exc:  # any import failure is the same answer: this target cannot be checked here
         raise ModuleBuildError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+
+
+def import_class(class_path: str) -> type[torch.nn.Module]:
+    module, class_name = _import(class_path, "Class")
     cls = getattr(module, class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
         raise ModuleBuildError(f"{class_path} is not a torch.nn.Module class")
@@ -43,13 +48,7 @@ def import_class(class_path: str) -> type[torch.nn.Module]:
 
 def import_function(path: str):
     """(the Python module, the function) of a dotted function path; ModuleBuildError when it is not one."""
-    module_name, _, name = path.rpartition(".")
-    if not module_name:
-        raise ModuleBuildError(f"function path {path!r} is not of the form package.module.function")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # any import failure is the same answer: this function cannot be checked here
-        raise ModuleBuildError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+    module, name = _import(path, "function")
     fn = getattr(module, name, None)
     if not inspect.isfunction(fn):
         raise ModuleBuildError(f"{path} is not a function")

@@ -212,6 +212,27 @@ class JudgeService:
         x, w = spec.input_dtype, spec.param_dtype
         return Prepared(job, cases, refs, blob.getvalue(), (x.itemsize, w.itemsize, torch.promote_types(x, w).itemsize))
 
+    def _op_job(self, proposal: pb.CandidateProposed, target: LiveTarget, width: int, live) -> SandboxJob:
+        """The sandbox job of an op whose oracle is torch's or the live function's (no module state, no eps), with a
+        fresh seed: its family and the variant the server saw computed name the oracle."""
+        dtype = target.dtype or "float32"
+        return SandboxJob(
+            source=proposal.source,
+            contract=proposal.contract.SerializeToString(deterministic=True),
+            plan=proposal.plan.SerializeToString(deterministic=True),
+            class_path=target.introspection.class_path,
+            width=width,
+            eps=None,
+            eps_attr=None,
+            param_dtype=dtype,
+            input_dtype=dtype,
+            live_shape=list(live),
+            device="cuda" if self.use_gpu else "cpu",
+            seed_base=secrets.randbelow(1 << 30) + 1,
+            family=proposal.plan.family,
+            variant=target.computes,
+        )
+
     def prepare_pairs(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
         """A gated MLP's: (gate, up) operand pairs of the live intermediate width, torch's act(gate) * up as the
         oracle (the variant the server saw the module compute)."""
@@ -223,26 +244,10 @@ class JudgeService:
             raise ModuleBuildError(f"the profile does not say which activation {intro.class_path} computes")
         dtype = target.dtype or "float32"
         live = tuple(target.input_shape)[:-1] + (width,) if target.input_shape else (1, width)
-        seed_base = secrets.randbelow(1 << 30) + 1
-        job = SandboxJob(
-            source=proposal.source,
-            contract=proposal.contract.SerializeToString(deterministic=True),
-            plan=proposal.plan.SerializeToString(deterministic=True),
-            class_path=intro.class_path,
-            width=width,
-            eps=None,
-            eps_attr=None,
-            param_dtype=dtype,
-            input_dtype=dtype,
-            live_shape=list(live),
-            device="cuda" if self.use_gpu else "cpu",
-            seed_base=seed_base,
-            family=gated_mlp.FAMILY,
-            variant=target.computes,
-        )
+        job = self._op_job(proposal, target, width, live)
         blocks = tuple(gated_mlp.parse_grid(launch.grid) for launch in proposal.plan.launches)
         spec = PairSpec(width, live, torch_dtype(dtype), self.use_gpu, blocks, examples=self.examples // 2)
-        cases = draw_pair_cases(spec, seed_base)
+        cases = draw_pair_cases(spec, job.seed_base)
         refs = verdict.pair_references(cases, target.computes)
         blob = io.BytesIO()
         torch.save({"gates": [c.gate for c in cases], "ups": [c.up for c in cases],
@@ -259,25 +264,9 @@ class JudgeService:
             raise ModuleBuildError(f"the profile does not say which rotary layout {path} computes")
         dtype = target.dtype or "float32"
         live = tuple(target.input_shape)
-        seed_base = secrets.randbelow(1 << 30) + 1
-        job = SandboxJob(
-            source=proposal.source,
-            contract=proposal.contract.SerializeToString(deterministic=True),
-            plan=proposal.plan.SerializeToString(deterministic=True),
-            class_path=path,
-            width=int(live[-1]) if live else 0,
-            eps=None,
-            eps_attr=None,
-            param_dtype=dtype,
-            input_dtype=dtype,
-            live_shape=list(live),
-            device="cuda" if self.use_gpu else "cpu",
-            seed_base=seed_base,
-            family=rotary.FAMILY,
-            variant=target.computes,
-        )
+        job = self._op_job(proposal, target, int(live[-1]) if live else 0, live)
         spec = RopeSpec(live, torch_dtype(dtype), self.use_gpu, examples=max(2, self.examples // 4))
-        cases = draw_rope_cases(spec, target.computes, seed_base)
+        cases = draw_rope_cases(spec, target.computes, job.seed_base)
         refs = rope_references(cases, fn)
         blob = io.BytesIO()
         torch.save(

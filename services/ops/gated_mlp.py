@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
 from services.ops.launch import Launcher, launch_options
-from services.ops.row_reduction import PlanError, check_launch
+from services.ops.row_reduction import PlanError, check_one_launch
 
 FAMILY = "gated_mlp"
 VARIANTS = ("swiglu", "geglu_tanh", "geglu")
@@ -177,15 +177,7 @@ def _constexpr_value(name: str, text: str) -> int:
 
 def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
     """Findings (rule `launch-plan`) for a plan of this family; [] when it fits. One launch serves every size."""
-    try:
-        if plan.family != FAMILY:
-            raise PlanError(f"the plan is for family {plan.family!r}, this wrapper is {FAMILY!r}")
-        if len(plan.launches) != 1 or plan.launches[0].max_rows:
-            raise PlanError("a gated_mlp plan is one launch that serves every size (max_rows 0)")
-        check_launch(plan.launches[0], kernels, args=ARGS, grid=parse_grid, value=_constexpr_value)
-    except PlanError as exc:
-        return [pb.Finding(rule_id="launch-plan", reason=str(exc))]
-    return []
+    return check_one_launch(plan, kernels, FAMILY, args=ARGS, grid=parse_grid, value=_constexpr_value)
 
 
 def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
 from services.ops.launch import Launcher, launch_options
-from services.ops.row_reduction import PlanError, check_launch
+from services.ops.row_reduction import PlanError, check_one_launch
 
 FAMILY = "rotary"
 VARIANTS = ("rope_half", "rope_interleaved")
@@ -162,15 +162,7 @@ def _parse_grid(text: str) -> str:
 
 def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
     """Findings (rule `launch-plan`) for a plan of this family; [] when it fits. One launch serves every shape."""
-    try:
-        if plan.family != FAMILY:
-            raise PlanError(f"the plan is for family {plan.family!r}, this wrapper is {FAMILY!r}")
-        if len(plan.launches) != 1 or plan.launches[0].max_rows:
-            raise PlanError("a rotary plan is one launch that serves every shape (max_rows 0)")
-        check_launch(plan.launches[0], kernels, args=ARGS, grid=_parse_grid, value=_constexpr_value)
-    except PlanError as exc:
-        return [pb.Finding(rule_id="launch-plan", reason=str(exc))]
-    return []
+    return check_one_launch(plan, kernels, FAMILY, args=ARGS, grid=_parse_grid, value=_constexpr_value)
 
 
 def _check(q, k, cos, sin) -> None:

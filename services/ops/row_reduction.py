@@ -131,6 +131,20 @@ def check_launch(launch: pb.KernelLaunch, kernels: Mapping, args=ARGS, grid=pars
         raise PlanError(f"{launch.kernel}: num_stages={launch.num_stages} is over {MAX_STAGES}")
 
 
+def check_one_launch(plan: pb.LaunchPlan, kernels: Mapping, family: str, **vocabulary) -> list[pb.Finding]:
+    """Findings (rule `launch-plan`) for a family whose plan is one launch serving every size (the gated MLP's,
+    RoPE's), in its `vocabulary` (check_launch's args, grid, value); [] when it fits."""
+    try:
+        if plan.family != family:
+            raise PlanError(f"the plan is for family {plan.family!r}, this wrapper is {family!r}")
+        if len(plan.launches) != 1 or plan.launches[0].max_rows:
+            raise PlanError(f"a {family} plan is one launch that serves every size (max_rows 0)")
+        check_launch(plan.launches[0], kernels, **vocabulary)
+    except PlanError as exc:
+        return [pb.Finding(rule_id="launch-plan", reason=str(exc))]
+    return []
+
+
 def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
     """Findings (rule `launch-plan`) for a plan against the source's kernel signatures; [] when it fits.
 

@@ -133,6 +133,21 @@ class SwapHandle:
         _forwards_changed()
 
 
+def serve(handle: SwapHandle, owner, call: Callable, args: tuple, kwargs: dict):
+    """One live call of a swapped kernel (`call(owner, args, kwargs)`, the binder's). Before commit an error is
+    parity's verdict; once committed it falls back to `owner`'s own code and reverts the swap, and some real
+    inputs are kept for the shadow check."""
+    try:
+        out = call(owner, args, kwargs)
+    except Exception as exc:
+        if handle.on_failure is None:
+            raise
+        return handle.fall_back(owner, exc, args, kwargs)
+    if handle.on_failure is not None:
+        handle.sample(owner, args, kwargs)
+    return out
+
+
 def kernel_forward(entry: Callable, contract: pb.Contract, handle: SwapHandle) -> Callable:
     """forward(self, *inputs) calling `entry` through the one binder the judge uses too (kernels.bind).
 
@@ -141,15 +156,7 @@ def kernel_forward(entry: Callable, contract: pb.Contract, handle: SwapHandle) -
     call = bind(contract, entry)
 
     def forward(self, *args, **kwargs):
-        try:
-            out = call(self, args, kwargs)
-        except Exception as exc:
-            if handle.on_failure is None:  # not committed: the error is parity's verdict
-                raise
-            return handle.fall_back(self, exc, args, kwargs)
-        if handle.on_failure is not None:  # committed: keep some real inputs for the shadow check
-            handle.sample(self, args, kwargs)
-        return out
+        return serve(handle, self, call, args, kwargs)
 
     forward.__name__ = f"kernel_forward[{getattr(entry, '__name__', 'entry')}]"
     return forward
@@ -196,15 +203,7 @@ def _apply_function(contract: pb.Contract, entry: Callable) -> SwapHandle:
     call = bind(contract, entry)
 
     def swapped(*args, **kwargs):
-        try:
-            out = call(None, args, kwargs)
-        except Exception as exc:
-            if handle.on_failure is None:  # not committed: the error is parity's verdict
-                raise
-            return handle.fall_back(site, exc, args, kwargs)
-        if handle.on_failure is not None:  # committed: keep some real inputs for the shadow check
-            handle.sample(site, args, kwargs)
-        return out
+        return serve(handle, site, call, args, kwargs)
 
     setattr(swapped, KERNEL_MARK, True)
     swapped.__wrapped__ = site.current  # its signature is the function's (services.server.functions.function_params)
