@@ -273,7 +273,8 @@ def _summarise(run_id: str, log: list[ev.Recorded], before: list[int], after: li
     swapped = "SwapCommitted" in types
     if swapped and "cpu-untimed" in {r.msg.policy.name for r in log if r.type == "RunRequested"}:
         print("  (on CPU the swapped kernel runs in the Triton interpreter, so it is slower: speed is a GPU claim)")
-    what = "the swap" if swapped else "the run (nothing was swapped)"
+    commits = types.count("SwapCommitted")
+    what = ("the swaps" if commits > 1 else "the swap") if swapped else "the run (nothing was swapped)"
     print(f"  greedy tokens before == after {what}: {before == after} ({len(before)} tokens)")
     mismatches = verify(log, rederivers())
     verdict = "every event re-derived byte for byte" if not mismatches else f"{len(mismatches)} events differ"
