@@ -177,13 +177,17 @@ def _check(
     checks.append("each parameter is used as the kind bound to it")
 
 
-def _check_layer(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, checks: list[str]) -> None:
-    """A layer contract (the module's forward rewritten around children it keeps): its target and inputs, each
-    binding a recorded child module, their shapes fitting the roles (the family says), the wrapper's signature."""
+def _family_kind(contract: pb.Contract, ops) -> None:
     if contract.kind != ops.KIND:
         raise ContractError(
             "contract-kind", f"a {ops.FAMILY} candidate is a {ops.KIND!r} contract, not {contract.kind!r}"
         )
+
+
+def _check_layer(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, checks: list[str]) -> None:
+    """A layer contract (the module's forward rewritten around children it keeps): its target and inputs, each
+    binding a recorded child module, their shapes fitting the roles (the family says), the wrapper's signature."""
+    _family_kind(contract, ops)
     _target_and_inputs(contract, intro, checks, "class")
     try:
         import_class(intro.class_path)
@@ -222,10 +226,7 @@ def _check_layer(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, chec
 def _check_function(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, checks: list[str]) -> None:
     """A function contract (a modeling file's global swapped whole): its target and parameters, importable as a
     function, no bindings, its parameters the wrapper's by position."""
-    if contract.kind != ops.KIND:
-        raise ContractError(
-            "contract-kind", f"a {ops.FAMILY} candidate is a {ops.KIND!r} contract, not {contract.kind!r}"
-        )
+    _family_kind(contract, ops)
     _target_and_inputs(contract, intro, checks, "function")
     try:
         _, fn = import_function(intro.class_path)
@@ -233,10 +234,9 @@ def _check_function(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, c
         raise ContractError("module-build", str(exc)) from exc
     import inspect
 
-    if list(inspect.signature(fn).parameters) != list(contract.inputs):
-        raise ContractError(
-            "contract-inputs", f"{intro.class_path} takes ({', '.join(inspect.signature(fn).parameters)})"
-        )
+    takes = list(inspect.signature(fn).parameters)
+    if takes != list(contract.inputs):
+        raise ContractError("contract-inputs", f"{intro.class_path} takes ({', '.join(takes)})")
     checks.append("the function imports with those parameters")
     if contract.bindings:
         raise ContractError(
@@ -252,24 +252,25 @@ def _check_function(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, c
     checks.append(f"{contract.entrypoint}({', '.join(entry)}) = the function's parameters")
 
 
-def check_function_contract(contract: pb.Contract, intro: pb.ModuleIntrospection, ops) -> pb.ContractEvidence:
-    """The evidence of a function contract against the live function and the op family `ops`."""
+def _evidence(check, *args, **kwargs) -> pb.ContractEvidence:
+    """Run `check(*args, checks, **kwargs)`: every check that passed, and the first failure as `error` with its
+    `rule_id`."""
     checks: list[str] = []
     try:
-        _check_function(contract, intro, ops, checks)
+        check(*args, checks, **kwargs)
     except ContractError as exc:
         return pb.ContractEvidence(passed=False, checks=checks, error=str(exc), rule_id=exc.rule)
     return pb.ContractEvidence(passed=True, checks=checks)
+
+
+def check_function_contract(contract: pb.Contract, intro: pb.ModuleIntrospection, ops) -> pb.ContractEvidence:
+    """The evidence of a function contract against the live function and the op family `ops`."""
+    return _evidence(_check_function, contract, intro, ops)
 
 
 def check_layer_contract(contract: pb.Contract, intro: pb.ModuleIntrospection, ops) -> pb.ContractEvidence:
     """The evidence of a layer contract against the live class and the op family `ops` (its wrapper and roles)."""
-    checks: list[str] = []
-    try:
-        _check_layer(contract, intro, ops, checks)
-    except ContractError as exc:
-        return pb.ContractEvidence(passed=False, checks=checks, error=str(exc), rule_id=exc.rule)
-    return pb.ContractEvidence(passed=True, checks=checks)
+    return _evidence(_check_layer, contract, intro, ops)
 
 
 def check_contract(
@@ -280,9 +281,4 @@ def check_contract(
     optional: tuple[str, ...] = (),
 ) -> pb.ContractEvidence:
     """The contract evidence: every check that ran, and the first failure as `error` with its `rule_id`."""
-    checks: list[str] = []
-    try:
-        _check(contract, intro, entry_signature_params, uses or {}, checks, optional)
-    except ContractError as exc:
-        return pb.ContractEvidence(passed=False, checks=checks, error=str(exc), rule_id=exc.rule)
-    return pb.ContractEvidence(passed=True, checks=checks)
+    return _evidence(_check, contract, intro, entry_signature_params, uses or {}, optional=optional)

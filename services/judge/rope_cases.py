@@ -139,8 +139,8 @@ def flat(pair) -> torch.Tensor:
 
 def rope_references(cases: list[RopeCase], fn: Callable) -> list:
     """One verdict.Reference per case: the live function `fn` in the dtype (`own`) and in float64 (`hi`)."""
-    from services.judge.rounding import FP32_U, compare, honest_bound
-    from services.judge.verdict import BoundError, Reference
+    from services.judge.rounding import FP32_U, honest_bound
+    from services.judge.verdict import checked_reference, exact_as_served
 
     out = []
     for case in cases:
@@ -153,17 +153,11 @@ def rope_references(cases: list[RopeCase], fn: Callable) -> list:
             # larger of the function run on magnitudes with sin's sign either way (a ± b for a, b >= 0)
             qa, ka, ca, sa = q.double().abs(), k.double().abs(), cos.double().abs(), sin.double().abs()
             mags = torch.maximum(flat(fn(qa, ka, ca, sa)).abs(), flat(fn(qa, ka, ca, -sa)).abs())
-        rounded = exact.to(own.dtype)
-        hi = torch.where(torch.isinf(rounded) & torch.isfinite(exact), rounded.double(), exact)
+        hi = exact_as_served(exact, own.dtype)
         u = torch.finfo(own.dtype).eps / 2
         bound = honest_bound([own.dtype], reduce_len=1, numel=own.numel())
         # each product and the sum round once in the dtype (torch's ops, and a kernel that mimics them): 2u of the
         # products' size; fp32's own rounding where the dtype is fp32; nothing finer than the dtype's normal range
         term = (2 * u + 4 * FP32_U) * torch.nan_to_num(mags, posinf=0.0) + torch.finfo(own.dtype).smallest_normal
-        check = compare(own, hi, bound, term)
-        if not check.ok:
-            raise BoundError(
-                f"{case.name}: the function's own output fails the honest bound ({check.rule}: {check.detail})"
-            )
-        out.append(Reference(hi=hi, own=own, bound=bound, row_error=term))
+        out.append(checked_reference(case.name, "the function's own output", own, hi, bound, term))
     return out

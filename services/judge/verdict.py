@@ -57,6 +57,21 @@ class Reference:
     row_error: torch.Tensor | None = None  # a centred norm's per-row term (rounding.centred_row_error)
 
 
+def checked_reference(name: str, whose: str, own: torch.Tensor, hi: torch.Tensor, bound: Bound, term=None) -> Reference:
+    """The case's Reference once the live code's own output (`whose`, as the error names it) passes the honest
+    bound it derived; BoundError when it does not (the derivation is wrong, nothing is believed)."""
+    check = compare(own, hi, bound, term)
+    if not check.ok:
+        raise BoundError(f"{name}: {whose} fails the honest bound ({check.rule}: {check.detail})")
+    return Reference(hi=hi, own=own, bound=bound, row_error=term)
+
+
+def exact_as_served(exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A float64 reference, rounded to `dtype` only where it overflows it: an honest kernel overflows there too."""
+    rounded = exact.to(dtype)
+    return torch.where(torch.isinf(rounded) & torch.isfinite(exact), rounded.double(), exact)
+
+
 def references(cases: list[Case], build_module, weight_attr: str, bias_attr: str | None = None) -> list[Reference]:
     """One Reference per case. `build_module(width)` returns a fresh CPU instance of the live class; the case's
     weight (and bias, where the module has one under `bias_attr`) are set on it."""
@@ -78,12 +93,7 @@ def references(cases: list[Case], build_module, weight_attr: str, bias_attr: str
         bound = honest_bound([x.dtype, case.weight.dtype, own.dtype], reduce_len=case.width, numel=own.numel())
         eps = centred[case.width]
         row_error = None if eps is None else centred_row_error(x, case.weight, eps, case.width)
-        check = compare(own, hi, bound, row_error)
-        if not check.ok:
-            raise BoundError(
-                f"{case.name}: the module's own output fails the honest bound ({check.rule}: {check.detail})"
-            )
-        out.append(Reference(hi=hi, own=own, bound=bound, row_error=row_error))
+        out.append(checked_reference(case.name, "the module's own output", own, hi, bound, row_error))
     return out
 
 
@@ -109,8 +119,7 @@ def pair_references(cases: list, variant: str) -> list[Reference]:
         with torch.no_grad():
             own = fn(g, u)
             exact = fn(g.double(), u.double())
-        rounded = exact.to(own.dtype)
-        hi = torch.where(torch.isinf(rounded) & torch.isfinite(exact), rounded.double(), exact)
+        hi = exact_as_served(exact, own.dtype)
         bound = honest_bound([g.dtype, own.dtype], reduce_len=1, numel=own.numel())
         gd, ud = g.double().abs(), u.double().abs()
         # Near zero rounding is absolute: the activation's (a dtype subnormal's spacing; fp32 flushing denormals, as
@@ -119,12 +128,7 @@ def pair_references(cases: list, variant: str) -> list[Reference]:
         info = torch.finfo(own.dtype)
         underflow = max(info.smallest_normal * info.eps, ACT_UNDERFLOW)
         act_term = ACT_ULPS * FP32_U * (1 + gd) * (hi.abs() + cancels * gd * ud) + underflow * (1 + ud)
-        check = compare(own, hi, bound, act_term)
-        if not check.ok:
-            raise BoundError(
-                f"{case.name}: torch's own act(gate) * up fails the honest bound ({check.rule}: {check.detail})"
-            )
-        out.append(Reference(hi=hi, own=own, bound=bound, row_error=act_term))
+        out.append(checked_reference(case.name, "torch's own act(gate) * up", own, hi, bound, act_term))
     return out
 
 

@@ -148,7 +148,7 @@ def derive_run_completed(prior: list[Recorded], trigger: Recorded, observed: pb.
     swapped = trigger.type == "SwapCommitted"
     commits: list[str] = []
     if trigger.env.schema_version >= 5:  # several targets: the run swapped if any of them was committed
-        commits = [r.msg.target_class for r in [*prior, trigger] if r.type == "SwapCommitted"]
+        commits = [r.msg.target_class for r in prior if r.type == "SwapCommitted"]  # prior holds the trigger
         commits = list(dict.fromkeys(commits))
         swapped = bool(commits)
         outcome = "swapped" if swapped else outcome

@@ -129,19 +129,12 @@ def record_function_calls(engine: Engine, site: FunctionSite, ids: list[int], ma
     """Run the canary with `site`'s function recorded: (its first `limit` calls, canary tokens, canary logits)."""
     calls: list[RecordedCall] = []
 
-    def recorder(original):
-        def record(*args, **kwargs):
-            out = original(*args, **kwargs)
-            if len(calls) < limit and not getattr(original, KERNEL_MARK, False):
-                try:
-                    calls.append(RecordedCall(site, _clone(args), _clone(kwargs), _clone(out)))
-                except TypeError:
-                    pass  # a call parity cannot replay: not kept
-            return out
+    def hook(called, args, kwargs, out):
+        if len(calls) < limit:
+            with contextlib.suppress(TypeError):  # a call parity cannot replay: not kept
+                calls.append(RecordedCall(called, _clone(args), _clone(kwargs), _clone(out)))
 
-        return record
-
-    with wrapped(site, recorder):
+    with wrapped(site, _recorder(site, hook)):
         tokens, logits = engine.decode(ids, max_new, keep_logits=True)
     return calls, tokens, logits
 

@@ -148,3 +148,14 @@ async def serving(nats_url: str, services: list, run_id: str):
             await task
         for bus in buses:
             await bus.nc.close()
+
+
+def print_verdict(label: str, judged: pb.CandidateJudged) -> None:
+    """The verdict and each timed row, for a GPU test run with -s (what the H200 measured, in the log)."""
+    print(f"\n{label}: reward {judged.reward:+d}: {judged.reason}")
+    for row in judged.observed.timing.rows:
+        print(
+            f"  {row.shape}: candidate {row.candidate_us:.2f} us (host {row.candidate_host_us:.1f}), eager "
+            f"{row.eager_us:.2f} (host {row.eager_host_us:.1f}), compile {row.compile_us:.2f}; "
+            f"{row.floor_us / row.candidate_us:.0%} of copy"
+        )

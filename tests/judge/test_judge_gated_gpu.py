@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from judge_testkit import log_of
+from judge_testkit import log_of, print_verdict
 from test_judge_gated import _captured, _proposal
 
 from services.coder.templates import gated
@@ -34,13 +34,7 @@ def test_the_fused_gated_kernel_is_correct_and_timed_on_the_gpu(tmp_path, index)
     prior = log_of(captured, _proposal(captured, gated.render(config), gated.plan(config)))
     [judged] = asyncio.run(JudgeService(device="cuda", scratch_dir=tmp_path).handle(prior[-1], prior))
     obs = judged.observed
-    print(f"\n{config.num_warps} warps, block {config.params['block']}: reward {judged.reward:+d}: {judged.reason}")
-    for row in obs.timing.rows:
-        print(
-            f"  {row.shape}: candidate {row.candidate_us:.2f} us (host {row.candidate_host_us:.1f}), eager "
-            f"{row.eager_us:.2f} (host {row.eager_host_us:.1f}), compile {row.compile_us:.2f}; "
-            f"{row.floor_us / row.candidate_us:.0%} of copy"
-        )
+    print_verdict(f"{config.num_warps} warps, block {config.params['block']}", judged)
     assert obs.correctness.passed and not obs.correctness.interpreted, (obs.correctness.error, obs.sandbox)
     assert obs.timing.measured and obs.timing_check.believed, (obs.timing.reason, obs.timing_check)
     shapes = [row.shape for row in obs.timing.rows]

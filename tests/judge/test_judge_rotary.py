@@ -34,18 +34,21 @@ def _captured(target: str, variant: str, dtype: str = "torch.bfloat16") -> pb.Pr
     return pb.ProfileCaptured(observed=observed, ranking=[pb.RankedTarget(class_path=target)], target_class=target)
 
 
-async def _judge(target: str, live_variant: str, kernel_variant: str, contract: pb.Contract | None = None):
-    captured = _captured(target, live_variant)
+def _proposal(captured: pb.ProfileCaptured, config: pb.TemplateConfig, contract: pb.Contract | None = None):
+    """The coder's proposal of the template's kernel for `config`, under the function's contract by default."""
     intro = captured.observed.modules[0].introspection
-    contract = contract or rotary.function_contract(target, intro.forward_params)
-    config = template.search_configs(kernel_variant)[0]
+    contract = contract or rotary.function_contract(intro.class_path, intro.forward_params)
     source, plan = template.render(config), template.plan(config)
     digest = candidate_sha256(source, plan)
-    proposal = pb.CandidateProposed(
-        candidate_id=f"c1-{digest[:10]}", target_class=target, source=source, source_sha256=digest, plan=plan,
-        contract=contract, config=config, origin="template", attempt=1,
+    return pb.CandidateProposed(
+        candidate_id=f"c1-{digest[:10]}", target_class=intro.class_path, source=source, source_sha256=digest,
+        plan=plan, contract=contract, config=config, origin="template", attempt=1,
     )  # fmt: skip
-    prior = log_of(captured, proposal)
+
+
+async def _judge(target: str, live_variant: str, kernel_variant: str, contract: pb.Contract | None = None):
+    captured = _captured(target, live_variant)
+    prior = log_of(captured, _proposal(captured, template.search_configs(kernel_variant)[0], contract))
     [judged] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
     return judged
 
