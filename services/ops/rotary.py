@@ -128,6 +128,7 @@ def find_functions(module) -> dict[str, str]:
     modeling file) that computes a rotary embedding."""
     found = {}
     for name, fn in inspect.getmembers(module, inspect.isfunction):
+        fn = inspect.unwrap(fn)  # a kernel swapped in is recognised as the function it replaced (`__wrapped__`)
         if fn.__module__ != module.__name__:
             continue  # imported from elsewhere: its own module's function
         variant = recognise_function(fn)

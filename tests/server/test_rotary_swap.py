@@ -40,6 +40,7 @@ async def test_the_rope_kernel_swaps_in_as_a_function_with_parity_and_reverts_ex
         handle = await engine.exclusive(swap_with_parity, engine, contract, entry, engine.encode("Hello"), observed)
         assert handle is not None, observed.error
         assert site.current is not original and observed.modules_matched == 1
+        assert model_functions(engine.model) == {target: variant}  # still found (and profiled) while swapped
         assert observed.activations_passed == observed.activations_checked > 0 and observed.profile_inputs_checked >= 2
         assert observed.max_abs_err == 0.0  # bit for bit, as the HF function
         assert list(observed.canary_tokens_before) == list(observed.canary_tokens_after)
