@@ -81,6 +81,26 @@ def _storages(*tensors: torch.Tensor) -> set[int]:
     return {t.untyped_storage().data_ptr() for t in tensors if t.untyped_storage().nbytes() > 0}
 
 
+def _call(fn: Callable, *args) -> tuple[object, CaseRun | None]:
+    """(the candidate's output, None), or (None, the problem) when it raised or returned no plain tensor."""
+    try:
+        with torch.no_grad():
+            out = fn(*args)
+    except Exception as exc:  # the candidate raising is a fact for the parent, not a crash of the child
+        return None, CaseRun(problem=("raised", f"{type(exc).__name__}: {exc}"[:500]))
+    if type(out) is not torch.Tensor:
+        return None, CaseRun(problem=("not-a-tensor", f"the wrapper returned a {type(out).__name__}"))
+    return out, None
+
+
+def _finished(out: torch.Tensor, guard: Guard) -> CaseRun:
+    """The case's output (CPU), unless a guard region around the call's tensors was overwritten."""
+    broken = guard.broken()
+    if broken:
+        return CaseRun(problem=("guard-bytes", f"{broken} guard region(s) around the call's tensors were overwritten"))
+    return CaseRun(output=out.detach().cpu())
+
+
 def run_case(
     forward: Callable[[torch.nn.Module, tuple, dict], object],  # services.core.kernels.bind's call
     module: torch.nn.Module,
@@ -98,13 +118,9 @@ def run_case(
         for attr, value in live.items():
             getattr(module, attr).data = value
     x_before = x.cpu().clone()
-    try:
-        with torch.no_grad():
-            out = forward(module, (x,), {})
-    except Exception as exc:  # the candidate raising is a fact for the parent, not a crash of the child
-        return CaseRun(problem=("raised", f"{type(exc).__name__}: {exc}"[:500]))
-    if type(out) is not torch.Tensor:
-        return CaseRun(problem=("not-a-tensor", f"the wrapper returned a {type(out).__name__}"))
+    out, problem = _call(forward, module, (x,), {})
+    if problem:
+        return problem
     if _storages(out) & _storages(x, *live.values()):
         return CaseRun(problem=("aliases-input", "the output shares memory with the input or the module's tensors"))
     if not same_bits(x.cpu(), x_before):
@@ -112,10 +128,7 @@ def run_case(
     for attr, value in live.items():
         if not same_bits(value.cpu(), state[attr]):
             return CaseRun(problem=("modified-weights", f"the kernel wrote to the module's {attr}"))
-    broken = guard.broken()
-    if broken:
-        return CaseRun(problem=("guard-bytes", f"{broken} guard region(s) around the call's tensors were overwritten"))
-    return CaseRun(output=out.detach().cpu())
+    return _finished(out, guard)
 
 
 def run_op_case(
@@ -129,22 +142,15 @@ def run_op_case(
     the op is called with them. `op` returns a tensor (our code flattens an op of several outputs)."""
     inputs = view([guard.place(base) for base in bases])
     before = [t.cpu().clone() for t in inputs]
-    try:
-        with torch.no_grad():
-            out = op(*inputs)
-    except Exception as exc:  # the candidate raising is a fact for the parent, not a crash of the child
-        return CaseRun(problem=("raised", f"{type(exc).__name__}: {exc}"[:500]))
-    if type(out) is not torch.Tensor:
-        return CaseRun(problem=("not-a-tensor", f"the wrapper returned a {type(out).__name__}"))
+    out, problem = _call(op, *inputs)
+    if problem:
+        return problem
     if _storages(out) & _storages(*inputs):
         return CaseRun(problem=("aliases-input", "the output shares memory with an operand"))
     for i, (now, then) in enumerate(zip(inputs, before, strict=True)):
         if not same_bits(now.cpu(), then):
             return CaseRun(problem=("modified-input", f"the kernel wrote to its operand {i}"))
-    broken = guard.broken()
-    if broken:
-        return CaseRun(problem=("guard-bytes", f"{broken} guard region(s) around the call's tensors were overwritten"))
-    return CaseRun(output=out.detach().cpu())
+    return _finished(out, guard)
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
