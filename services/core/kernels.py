@@ -84,13 +84,15 @@ def candidate_wrapper(directory: Path, source: str, plan: pb.LaunchPlan, **optio
 def bind(contract: pb.Contract, entry: Callable) -> Callable:
     """call(module, args, kwargs): `entry` with the contract's inputs and the bindings read from `module`.
 
-    Strict: an argument the contract does not name is an error, never silently dropped, so parity on
-    recorded live calls catches a contract that does not fit how the model calls the module. Bindings
+    Strict: an argument the contract does not name is an error (unless it has a `**` input), never dropped, so
+    parity on recorded live calls catches a contract that does not fit how the model calls the module. Bindings
     are read on every call (not captured), so weights updated in place keep serving, and cast to
     their kind (a float eps stays a float whatever the module holds).
     """
-    inputs = list(contract.inputs)
-    renamed = dict(zip(inputs, contract.entry_inputs, strict=True)) if contract.entry_inputs else {}
+    # An input spelled "**name" (a layer's **kwargs, passed through to its children) lets other keywords pass.
+    inputs = [name for name in contract.inputs if not name.startswith("*")]
+    passes_keywords = any(name.startswith("**") for name in contract.inputs)
+    renamed = dict(zip(contract.inputs, contract.entry_inputs, strict=True)) if contract.entry_inputs else {}
     bindings = [(b.param, b.attr, _CASTS.get(b.kind)) for b in contract.bindings]
     target = contract.target
 
@@ -99,7 +101,7 @@ def bind(contract: pb.Contract, entry: Callable) -> Callable:
             raise TypeError(f"patched {target}.forward takes {len(inputs)} inputs {inputs}, got {len(args)}")
         named = dict(zip(inputs, args, strict=False))
         for name, value in kwargs.items():
-            if name not in inputs or name in named:
+            if name in named or (name not in inputs and not passes_keywords):
                 raise TypeError(f"patched {target}.forward got an unexpected argument {name!r}")
             named[name] = value
         if renamed:  # the forward's names for the inputs -> the entrypoint's

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from services.ops import gated_mlp, rotary, row_reduction
+from services.ops import gated_mlp, residual_norm, rotary, row_reduction
 
 FAMILIES: dict[str, ModuleType] = {
     row_reduction.FAMILY: row_reduction,
     gated_mlp.FAMILY: gated_mlp,
     rotary.FAMILY: rotary,
+    residual_norm.FAMILY: residual_norm,
 }
 
 

@@ -145,14 +145,15 @@ def check_one_launch(plan: pb.LaunchPlan, kernels: Mapping, family: str, **vocab
     return []
 
 
-def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
+def check_plan(plan: pb.LaunchPlan, kernels: Mapping, *, family: str = FAMILY, args=ARGS) -> list[pb.Finding]:
     """Findings (rule `launch-plan`) for a plan against the source's kernel signatures; [] when it fits.
 
-    `kernels` maps a kernel name to its signature (services.core.kernel_schema.KernelSignature).
+    `kernels` maps a kernel name to its signature (services.core.kernel_schema.KernelSignature). `family` and
+    `args` are another row family's (services.ops.residual_norm: these rows with a residual operand).
     """
     try:
-        if plan.family != FAMILY:
-            raise PlanError(f"the plan is for family {plan.family!r}, this wrapper is {FAMILY!r}")
+        if plan.family != family:
+            raise PlanError(f"the plan is for family {plan.family!r}, this wrapper is {family!r}")
         if not 1 <= len(plan.launches) <= MAX_LAUNCHES:
             raise PlanError(f"a plan holds 1..{MAX_LAUNCHES} launches, this one {len(plan.launches)}")
         limits = [launch.max_rows for launch in plan.launches]
@@ -163,7 +164,7 @@ def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
         if any(m > MAX_DISPATCH_ROWS for m in limits):
             raise PlanError(f"a row dispatch limit over {MAX_DISPATCH_ROWS} rows cannot be judged on both sides")
         for launch in plan.launches:
-            check_launch(launch, kernels)
+            check_launch(launch, kernels, args=args)
     except PlanError as exc:
         return [pb.Finding(rule_id="launch-plan", reason=str(exc))]
     return []
@@ -202,7 +203,7 @@ def _sms(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _check_inputs(hidden_states, weight, bias) -> None:
+def check_norm_inputs(hidden_states, weight, bias) -> None:
     import torch
 
     if not isinstance(hidden_states, torch.Tensor) or not isinstance(weight, torch.Tensor):
@@ -220,6 +221,38 @@ def _check_inputs(hidden_states, weight, bias) -> None:
         raise ValueError(f"hidden_states on {hidden_states.device} but weight on {weight.device}")
 
 
+class RowLaunches:
+    """A checked plan's launches, compiled once: picks the launch for a row count and launches it (every row
+    family's wrapper: the norm's, and the residual norm's)."""
+
+    def __init__(self, plan: pb.LaunchPlan, kernels: Mapping[str, Callable]):
+        self.items = _compile(plan, kernels)
+        self.takes_bias = any("b" in item.args for item in self.items)
+        self.launchers = [item.launcher for item in self.items]  # read by services.ops.launch.direct_launches
+
+    def check_bias(self, bias) -> None:
+        if self.takes_bias != (bias is not None):  # a LayerNorm's bias must be added, and only a LayerNorm has one
+            have = "a bias" if bias is not None else "no bias"
+            raise ValueError(
+                f"the plan's kernels {'take' if self.takes_bias else 'take no'} bias but the module has {have}"
+            )
+
+    def __call__(self, rows: int, n_cols: int, device, values: Mapping[str, object]) -> None:
+        """Launch the plan's launch for `rows` rows of `n_cols` with the runtime `values` by argument name."""
+        chosen = next(item for item in self.items if item.max_rows == 0 or rows <= item.max_rows)
+        exprs = {"cols": n_cols, "block_cols": block_cols(n_cols)}
+        constexprs = {k: exprs[v] if isinstance(v, str) else v for k, v in chosen.constexprs}
+        chosen.launcher(chosen.grid.programs(rows, _sms(device)), [values[a] for a in chosen.args], constexprs)
+
+
+def block_cols(n_cols: int) -> int:
+    """The next power of two >= the width: one row in one program's block; ValueError past MAX_BLOCK."""
+    block = 1 << max(0, n_cols - 1).bit_length()
+    if block > MAX_BLOCK:
+        raise ValueError(f"width {n_cols} is too wide for a one-pass row kernel (at most {MAX_BLOCK})")
+    return block
+
+
 def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
     """rmsnorm(hidden_states, weight, eps, bias=None) running `plan` (checked by `check_plan`) with the loaded kernels.
 
@@ -229,19 +262,14 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
     """
     import torch
 
-    launches = _compile(plan, kernels)
+    launches = RowLaunches(plan, kernels)
     allocate = empty or torch.empty
-    takes_bias = any("b" in item.args for item in launches)
 
     def rmsnorm(hidden_states, weight, eps, bias=None):
-        _check_inputs(hidden_states, weight, bias)
-        if takes_bias != (bias is not None):  # a LayerNorm's bias must be added, and only a LayerNorm has one
-            have = "a bias" if bias is not None else "no bias"
-            raise ValueError(f"the plan's kernels {'take' if takes_bias else 'take no'} bias but the module has {have}")
+        check_norm_inputs(hidden_states, weight, bias)
+        launches.check_bias(bias)
         n_cols = weight.shape[0]
-        block = 1 << max(0, n_cols - 1).bit_length()
-        if block > MAX_BLOCK:
-            raise ValueError(f"width {n_cols} is too wide for a one-pass row kernel (at most {MAX_BLOCK})")
+        block_cols(n_cols)
         # The rows are consecutive n_cols-wide slices of one contiguous buffer, whatever the leading dims: the
         # input as it is when it is so (no reshape, no copy: each torch call costs the host microseconds at
         # decode), a copy of it when not. The output is allocated in the input's shape.
@@ -250,17 +278,14 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
         rows = x.numel() // n_cols
         if rows == 0 or not launch:
             return y
-        chosen = next(item for item in launches if item.max_rows == 0 or rows <= item.max_rows)
         values = {
             "x": x, "w": weight.contiguous(), "b": None if bias is None else bias.contiguous(),
             "y": y, "rows": rows, "cols": n_cols, "eps": float(eps), "x_row_stride": n_cols, "y_row_stride": n_cols,
         }  # fmt: skip
-        exprs = {"cols": n_cols, "block_cols": block}
-        constexprs = {k: exprs[v] if isinstance(v, str) else v for k, v in chosen.constexprs}
-        chosen.launcher(chosen.grid.programs(rows, _sms(x.device)), [values[a] for a in chosen.args], constexprs)
+        launches(rows, n_cols, x.device, values)
         return y
 
-    rmsnorm.launchers = [item.launcher for item in launches]  # read by services.ops.launch.direct_launches
+    rmsnorm.launchers = launches.launchers
     return rmsnorm
 
 

@@ -1,0 +1,161 @@
+"""The residual-norm template (op family "residual_norm"): the attention's residual add and the post norm, one pass.
+
+A candidate is data: `render(config)` is the kernel source (only @triton.jit code) and `plan(config)` how to
+launch it in the family's vocabulary (services.ops.residual_norm, whose layer wrapper runs the decoder layer's
+own input norm, attention and MLP around it). Each row is read once from the attention output and the
+residual, their sum written (rounded to the dtype as torch's add rounds it) and normalised from that rounded
+sum exactly as the norm template's kernel of the same variant normalises its input
+(services.coder.templates.rmsnorm), so a layer swapped with it answers as the layer did.
+"""
+
+from __future__ import annotations
+
+from services.coder.templates.rmsnorm import NARROW_TABLE, NARROW_WIDTH, SEARCH_TABLE
+from services.core.pb import events_pb2 as pb
+from services.ops import residual_norm
+
+TEMPLATE = "add_norm_onepass"
+OP_FAMILY = residual_norm.FAMILY
+ENTRYPOINT = residual_norm.ENTRYPOINT
+ENTRY_INPUTS = residual_norm.ENTRY_INPUTS
+VARIANTS = residual_norm.WRITABLE  # a config always names its variant: what the layer was seen computing
+KERNELS = {v: f"_{v}_kernel" for v in VARIANTS}
+
+
+def variant_for(computes: str) -> str | None:
+    """The config variant that writes what a layer was seen computing; None when this template cannot."""
+    return computes if computes in VARIANTS else None
+
+
+def search_configs(variant: str = "add_rmsnorm", width: int = 0) -> list[pb.TemplateConfig]:
+    """The norm template's search space, in its order for this width: the same rows, one more operand each."""
+    table = NARROW_TABLE if 0 < width <= NARROW_WIDTH else SEARCH_TABLE
+    return [pb.TemplateConfig(template=TEMPLATE, num_warps=w, rows_per_program=r, variant=variant) for w, r in table]
+
+
+def valid(config: pb.TemplateConfig) -> bool:
+    def pow2(n: int, most: int) -> bool:
+        return 0 < n <= most and n & (n - 1) == 0
+
+    return (
+        config.template == TEMPLATE
+        and config.variant in VARIANTS
+        and pow2(config.num_warps, 32)
+        and pow2(config.rows_per_program, 64)
+    )
+
+
+def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
+    if not valid(config):
+        raise ValueError(
+            f"not a {TEMPLATE} config: variant={config.variant!r} num_warps={config.num_warps} "
+            f"rows_per_program={config.rows_per_program} (variants {VARIANTS}; warps and rows powers of two)"
+        )
+    return config
+
+
+def _bias(variant: str) -> bool:
+    return residual_norm.norm_variant(variant) == "layernorm"
+
+
+def render(config: pb.TemplateConfig) -> str:
+    """The kernel source of the config's variant (the same for every config of it: the config lives in the plan)."""
+    variant = _checked(config).variant
+    norm = _NORMS[residual_norm.norm_variant(variant)]
+    return (
+        _SKELETON.replace("@TEMPLATE@", TEMPLATE)
+        .replace("@VARIANT@", variant)
+        .replace("@KERNEL@", KERNELS[variant])
+        .replace("@BIAS_PARAM@", "    b_ptr,\n" if _bias(variant) else "")
+        .replace("@LOAD@", norm[0])
+        .replace("@NORM@", norm[1])
+    )
+
+
+def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
+    rows = _checked(config).rows_per_program
+    args = ["x", "r", "w", *(["b"] if _bias(config.variant) else []), "y", "s", "rows", "eps"]
+    launch = pb.KernelLaunch(
+        kernel=KERNELS[config.variant],
+        args=args,
+        constexprs={"N_COLS": "cols", "BLOCK": "block_cols", "ROWS": str(rows)},
+        grid="rows" if rows == 1 else f"cdiv(rows, {rows})",
+        num_warps=config.num_warps,
+    )
+    return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
+
+
+# Per norm variant: what is loaded once per program (the weight, its offset, the bias), and the lines that
+# normalise the fp32 row `x` (the rounded sum) into `y` — the norm template's arithmetic, line for line.
+_W = "    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n"
+_CENTRED = """\
+        mean = tl.sum(x, axis=0) / N_COLS
+        # the padding past N_COLS must not count in the variance: centre only the real columns
+        centred = tl.where(mask, x - mean, 0.0)
+        variance = tl.sum(centred * centred, axis=0) / N_COLS
+"""
+_NORMS = {
+    "rmsnorm": (
+        _W,
+        """\
+        variance = tl.sum(x * x, axis=0) / N_COLS
+        # HF casts the normalised row back to the input dtype before the weight multiply.
+        normed = (x * tl.rsqrt(variance + eps)).to(s_ptr.dtype.element_ty).to(tl.float32)
+        y = w * normed
+""",
+    ),
+    "rmsnorm_offset": (
+        "    scale = 1.0 + tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n",
+        """\
+        variance = tl.sum(x * x, axis=0) / N_COLS
+        y = x * tl.rsqrt(variance + eps) * scale
+""",
+    ),
+    "layernorm_no_bias": (_W, _CENTRED + "        y = centred * tl.rsqrt(variance + eps) * w\n"),
+    "layernorm": (
+        _W + "    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n",
+        _CENTRED + "        y = centred * tl.rsqrt(variance + eps) * w + b\n",
+    ),
+}
+
+_SKELETON = '''\
+"""Residual add fused with the post norm of a decoder layer (gpuyantra template @TEMPLATE@, variant @VARIANT@).
+
+Each row: s = a + x (the attention output and the residual) in fp32, rounded once to the dtype as torch's
+add rounds it, and stored; then the rounded sum is normalised as the layer's post norm does and stored.
+The launch plan sets ROWS (rows per program) and the warps.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def @KERNEL@(
+    x_ptr,
+    r_ptr,
+    w_ptr,
+@BIAS_PARAM@    y_ptr,
+    s_ptr,
+    n_rows,
+    eps,
+    N_COLS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    # N_COLS is also the row stride of every operand (the wrapper makes them contiguous).
+    first_row = tl.program_id(0) * ROWS
+    cols = tl.arange(0, BLOCK)
+    col_mask = cols < N_COLS
+@LOAD@    for r in tl.static_range(ROWS):
+        row = first_row + r
+        # Rows past the end (the last program of a ragged grid) load and store nothing.
+        mask = cols < tl.where(row < n_rows, N_COLS, 0)
+        offsets = row * N_COLS + cols
+        a = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        res = tl.load(r_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        summed = (a + res).to(s_ptr.dtype.element_ty)
+        tl.store(s_ptr + offsets, summed, mask=mask)
+        x = summed.to(tl.float32)
+@NORM@        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+'''
