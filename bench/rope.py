@@ -180,7 +180,7 @@ def _best(entries: dict, names, figure: str) -> str | None:
     return min(ok, key=lambda n: entries[n][figure]) if ok else None
 
 
-def bench_shape(model: str, seq: int, layout: str, ceiling: float, ours: dict) -> dict:
+def bench_shape(model: str, seq: int, layout: str, ceiling: float, ours: dict, device: str = "cuda") -> dict:
     heads_q, heads_k, dim, theta = MODELS[model]
     dtype = torch.bfloat16
     result = {
@@ -188,13 +188,13 @@ def bench_shape(model: str, seq: int, layout: str, ceiling: float, ours: dict) -
         "layout": layout, "dtype": str(dtype), "impls": {},
     }  # fmt: skip
     try:
-        peers = peer_impls("cuda")
-        sample = rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, "cuda")
+        peers = peer_impls(device)
+        sample = rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device)
         q, k, cos, _ = sample
         bytes_moved = rotary.bytes_moved(q.numel(), k.numel(), cos.numel(), dtype.itemsize)
         copies = min(MAX_COPIES, max(1, math.ceil(2 * L2_BYTES / input_bytes(sample))))
         inputs = [sample] + [
-            rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, "cuda", seed) for seed in range(1, copies)
+            rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed) for seed in range(1, copies)
         ]
     except torch.cuda.OutOfMemoryError as exc:
         result["skipped"] = f"out of memory: {exc}"[:300]

@@ -43,3 +43,9 @@ def recognise(module) -> tuple[str, str] | None:
 def family_of(computes: str) -> str | None:
     """The family whose variant a module was seen computing (ModuleClassProfile.computes); None for "" or unknown."""
     return next((name for name, fam in FAMILIES.items() if computes and computes in fam.VARIANTS), None)
+
+
+def rewrites_layer(module) -> bool:
+    """Whether an op family could rewrite `module` as a layer (its children kept): a gated MLP's shape, a decoder
+    layer's. Structural and cheap (a norm child's probe at most): what parity records calls of beside leaves."""
+    return gated_mlp.roles(module) is not None or residual_norm.decoder_shaped(module)

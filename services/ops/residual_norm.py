@@ -132,6 +132,11 @@ def _traced(layer, attention: str, mlp: str, probe) -> dict | None:
     }
 
 
+def decoder_shaped(module) -> bool:
+    """Two norm children and two others with parameters: what `identify` tries (its probe of the norms only)."""
+    return len(list(module.children())) == 4 and _norm_children(module) is not None
+
+
 def _same(a, b) -> bool:
     import torch
 

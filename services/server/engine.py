@@ -308,6 +308,13 @@ class Engine:
             tokens.append(token)
         return tokens, state.logits
 
+    def forward_without_cache(self, ids: list[int]) -> None:
+        """One forward of `ids` with no KV cache, on the calling thread: use inside `exclusive`. A decoder layer's
+        calls then carry no cache object, so parity can record and replay them (a replayed call with a cache
+        would append to it)."""
+        with torch.inference_mode():
+            self.model(input_ids=torch.tensor([ids], dtype=torch.long, device=self.loaded.device), use_cache=False)
+
     def _sync(self) -> None:
         if self.cuda:
             torch.cuda.synchronize()

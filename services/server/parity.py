@@ -24,7 +24,7 @@ import torch
 from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
 from services.core.tolerances import tolerance, within
-from services.ops import gated_mlp
+from services.ops import rewrites_layer
 from services.server.engine import Engine
 from services.server.functions import FunctionSite, model_functions, site_of, wrapped
 from services.server.hotswap import KERNEL_MARK, SwapHandle, SwapRefused, is_patched
@@ -108,19 +108,22 @@ def record_calls(engine: Engine, modules: list[torch.nn.Module], ids: list[int],
     def hook(module, args, kwargs, output):
         if counts.get(id(module), 0) >= CALLS_PER_INSTANCE:
             return
-        counts[id(module)] = counts.get(id(module), 0) + 1
         try:
             calls.append(RecordedCall(module, _clone(args), _clone(kwargs), _clone(output)))
-        except TypeError as exc:
+        except TypeError as exc:  # a call carrying a cache object: not replayable, not kept
             problems.append(str(exc))
+            return
+        counts[id(module)] = counts.get(id(module), 0) + 1
 
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in modules]
     try:
         tokens, logits = engine.decode(ids, max_new, keep_logits=True)
+        if any(id(m) not in counts for m in modules):  # a decoder layer's decode calls carry the KV cache
+            engine.forward_without_cache(ids)
     finally:
         for h in handles:
             h.remove()
-    if problems:
+    if problems and not calls:
         raise TypeError(problems[0])
     return calls, tokens, logits
 
@@ -163,8 +166,9 @@ def record_live_inputs(engine: Engine, ids: list[int], max_new: int) -> dict[str
         shapes[name].add(key)
         recorded.setdefault(name, []).append(call)
 
-    # leaves, and the layers a family rewrites whole (a gated MLP keeps its projections inside its new forward)
-    leaves = [m for m in engine.model.modules() if not list(m.children()) or gated_mlp.roles(m) is not None]
+    # leaves, and the layers a family rewrites whole (a gated MLP keeps its projections inside its new forward, a
+    # decoder layer its attention and MLP)
+    leaves = [m for m in engine.model.modules() if not list(m.children()) or rewrites_layer(m)]
     handles = [m.register_forward_hook(hook, with_kwargs=True) for m in leaves]
     try:
         with contextlib.ExitStack() as stack:  # and the functions a family swaps (a modeling file's RoPE)
@@ -173,6 +177,7 @@ def record_live_inputs(engine: Engine, ids: list[int], max_new: int) -> dict[str
                 if site is not None:
                     stack.enter_context(wrapped(site, _recorder(site, hook)))
             engine.decode(ids, max_new)
+            engine.forward_without_cache(ids)  # a decoder layer's calls, replayable without the KV cache
     finally:
         for h in handles:
             h.remove()
