@@ -311,12 +311,12 @@ def contract_for(module, class_path: str) -> pb.Contract | None:
     return layer_contract(class_path, forward_params(type(module)), roles_of(module))
 
 
-def roles_problem(widths: Mapping[str, int]) -> str:
-    """Why children with these norm widths ({role: width}, 0 where a role is not a norm) cannot be a decoder
-    layer's ("" when they can)."""
-    pre, post = widths.get("input_norm", 0), widths.get("post_norm", 0)
-    if not pre or pre != post:
-        return f"the input and post norms must be norms of one width (widths {pre} and {post})"
+def roles_problem(shapes: Mapping[str, tuple[int, ...]]) -> str:
+    """Why children with these weight shapes ({role: shape}, () where a child has none of its own) cannot be a
+    decoder layer's ("" when they can): its two norms must be of one width."""
+    pre, post = (tuple(shapes.get(role, ())) for role in ("input_norm", "post_norm"))
+    if len(pre) != 1 or pre != post:
+        return f"the input and post norms must be norms of one width (weights {list(pre)} and {list(post)})"
     return ""
 
 

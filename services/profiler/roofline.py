@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from services.core.pb import events_pb2 as pb
-from services.ops import gated_mlp, rotary, row_reduction
+from services.ops import gated_mlp, residual_norm, rotary, row_reduction
 
 FAMILIES = ("row_reduction", "matmul", "elementwise", "gather", "other")
 # Op families the coder has templates for: only these are offered as targets.
@@ -265,30 +265,45 @@ class LayerOp:
 
 
 def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
-    """A gated MLP's act(gate) * up seen inside its layer (its roles recorded by the server), or None.
+    """The op a layer rewrite fuses, seen inside its layer (its roles recorded by the server), or None: a gated
+    MLP's act(gate) * up, or a decoder layer's residual add and post norm.
 
-    Its time is the layer's minus its three projections' and minus the profiler's own hooks on its children: the
-    activation, the product and the forward's own host work, what the rewrite replaces. Its bytes are what the
-    fused op must move (gate and up read, the product written) per mean call, from the layer's mean input bytes
-    (rows = input elements over the hidden width)."""
-    if profile.introspection.leaf or profile.computes not in gated_mlp.VARIANTS or not profile.roles:
+    Its time is the layer's minus the children the rewrite keeps (a gated MLP's three projections; a decoder
+    layer's input norm, attention and MLP) and minus the profiler's own hooks on its children: what the rewrite
+    replaces, the forward's own host work included. Its bytes are what the fused op must move per mean call,
+    from the layer's mean input bytes."""
+    if profile.introspection.leaf or not profile.roles:
         return None
     children = {c.name: tuple(c.shape) for c in profile.introspection.children}
-    shapes = {role: children.get(profile.roles.get(role, ""), ()) for role in gated_mlp.ROLES}
-    if gated_mlp.roles_problem(shapes):
+    if profile.computes in gated_mlp.VARIANTS:
+        family, kept_roles = gated_mlp, ("gate_proj", "up_proj", "down_proj")
+    elif profile.computes in residual_norm.VARIANTS:
+        family, kept_roles = residual_norm, ("input_norm", "attention", "mlp")
+    else:
         return None
-    width, hidden = gated_mlp.intermediate_width(shapes), int(shapes["down_proj"][0])
+    shapes = {role: children.get(profile.roles.get(role, ""), ()) for role in family.ROLES}
     elem = _data_dtype_bytes(profile)
-    if not elem or not hidden:
+    if family.roles_problem(shapes) or not elem:
         return None
-    elements = profile.input_bytes / elem / hidden * width
-    kept = sum(profile.child_time_us.get(profile.roles[role], 0.0) for role in gated_mlp.ROLES)
-    rows = _numel(profile.input_shape) // hidden if profile.input_shape else 0
-    physics = CallPhysics(
-        "elementwise", _GATED_FLOP_PER_ELEMENT * elements, float(gated_mlp.bytes_moved(elements, elem)), width, rows,
-        elem,
-    )  # fmt: skip
-    return LayerOp(physics, max(profile.total_time_us - kept - profile.child_hook_us, 0.0), kept, profile.computes)
+    kept = sum(profile.child_time_us.get(profile.roles[role], 0.0) for role in kept_roles)
+    time_us = max(profile.total_time_us - kept - profile.child_hook_us, 0.0)
+    if family is gated_mlp:
+        width, hidden = gated_mlp.intermediate_width(shapes), int(shapes["down_proj"][0])
+        elements = profile.input_bytes / elem / hidden * width
+        rows = _numel(profile.input_shape) // hidden if profile.input_shape else 0
+        physics = CallPhysics(
+            "elementwise", _GATED_FLOP_PER_ELEMENT * elements, float(gated_mlp.bytes_moved(elements, elem)), width,
+            rows, elem,
+        )  # fmt: skip
+    else:  # the add and a norm's ~4 FLOP an element, over rows of the hidden width
+        hidden = int(shapes["post_norm"][0])
+        rows_mean = profile.input_bytes / elem / hidden
+        rows = _numel(profile.input_shape) // hidden if profile.input_shape else 0
+        physics = CallPhysics(
+            "row_reduction", 5.0 * rows_mean * hidden, float(residual_norm.bytes_moved(rows_mean, hidden, elem, elem)),
+            hidden, rows, elem,
+        )  # fmt: skip
+    return LayerOp(physics, time_us, kept, profile.computes)
 
 
 def writable(profile: pb.ModuleClassProfile, family: str) -> bool:
@@ -354,11 +369,13 @@ def rank(obs: pb.ProfileObservation) -> list[pb.RankedTarget]:
 def _layer_target(profile: pb.ModuleClassProfile, op: LayerOp, obs: pb.ProfileObservation, hw) -> pb.RankedTarget:
     fp = fingerprint(profile, hw, op.physics, op.time_us)
     floor = floor_us(op.physics, profile.calls, hw)
-    supported = op.computes in gated_mlp.WRITABLE
+    family = gated_mlp if op.computes in gated_mlp.VARIANTS else residual_norm
+    supported = op.computes in family.WRITABLE
     note = _note(fp, profile.calls, supported, hw, op.computes)
+    kept = "the projections" if family is gated_mlp else "the norm, attention and MLP"
     note += (
-        f"; a layer: {op.time_us:,.0f} us of its {profile.total_time_us:,.0f} us outside the projections it keeps "
-        f"({gated_mlp.FAMILY} rewrite)"
+        f"; a layer: {op.time_us:,.0f} us of its {profile.total_time_us:,.0f} us outside {kept} it keeps "
+        f"({family.FAMILY} rewrite)"
     )
     return pb.RankedTarget(
         class_path=profile.introspection.class_path,

@@ -74,11 +74,12 @@ def _attributes(module: torch.nn.Module) -> list[pb.ModuleAttribute]:
 
 
 def _children(module: torch.nn.Module) -> list[pb.ModuleAttribute]:
-    """Its direct children (kind "module"), each with its 2-D weight's shape and dtype where it has one."""
+    """Its direct children (kind "module"), each with its weight's shape and dtype where it has one: a linear
+    map's 2-D, a norm's 1-D."""
     out = []
     for name, child in module.named_children():
         weight = getattr(child, "weight", None)
-        if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        if isinstance(weight, torch.Tensor) and weight.dim() in (1, 2):
             out.append(
                 pb.ModuleAttribute(name=name, kind="module", shape=list(weight.shape), dtype=dtype_name(weight.dtype))
             )
