@@ -213,8 +213,11 @@ def _check_layer(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, chec
         raise ContractError("binding-roles", problem)
     checks.append("the bound children's shapes fit their roles")
     entry_names = list(contract.entry_inputs) or list(contract.inputs)
+    inputs = list(contract.inputs)
+    if getattr(ops, "PASSES_INPUTS", False):  # a decoder layer's: its first input, the rest passed to its children
+        entry_names, inputs = entry_names[:1], inputs[:1]
     declared = entry_names + [b.param for b in contract.bindings]
-    if sorted(declared) != sorted(ops.ENTRY_PARAMS) or len(entry_names) != len(contract.inputs):
+    if sorted(declared) != sorted(ops.ENTRY_PARAMS) or len(entry_names) != len(inputs):
         raise ContractError(
             "entry-signature",
             f"{contract.entrypoint}({', '.join(ops.ENTRY_PARAMS)}) does not take exactly the inputs and bound "

@@ -76,8 +76,15 @@ def _prepare(job: dict):
 
     from services.core import kernels  # noqa: F401
     from services.core.pb import events_pb2 as pb  # noqa: F401
-    from services.judge import cases, module_factory, poison, run_cases, tamper  # noqa: F401
-    from services.ops import gated_mlp, row_reduction  # noqa: F401
+    from services.judge import (  # noqa: F401
+        add_norm_cases,  # noqa: F401
+        cases,
+        module_factory,
+        poison,
+        run_cases,
+        tamper,
+    )
+    from services.ops import gated_mlp, residual_norm, row_reduction  # noqa: F401
 
     if job["device"] == "cuda":
         import triton.testing  # noqa: F401
@@ -280,6 +287,101 @@ class _PairSubject:
         return torch.randn(2, 1, int(self.job["width"])).to(device=self.device, dtype=dtype)
 
 
+def _add_norm_oracle(variant: str, width: int, device, dtype, seed: int):
+    """torch's add and the post norm as a module of one stacked (2, ..., width) input (the attention output, the
+    residual), with a weight (and bias) drawn around the module's init: the timing's eager and torch.compile
+    baselines and its replay check. Its native baseline is torch's add then its fused norm (torch has no fused
+    add-and-norm); it counts the bytes the fused op must move."""
+    import torch
+
+    from services.ops import residual_norm
+
+    fn = residual_norm.reference(variant)
+    inner = residual_norm.norm_variant(variant)
+    gen = torch.Generator().manual_seed(seed)
+    weight = (1 + 0.1 * torch.randn(width, generator=gen)).to(device=device, dtype=dtype)
+    bias = (0.1 * torch.randn(width, generator=gen)).to(device=device, dtype=dtype) if inner == "layernorm" else None
+    eps = 1e-6
+    F = torch.nn.functional
+
+    class AddNormReference(torch.nn.Module):
+        def forward(self, ax):
+            return fn(ax[0], ax[1], weight, eps, bias)
+
+        @staticmethod
+        def native_op(ax):
+            s = ax[1] + ax[0]
+            if inner.startswith("layernorm"):
+                return F.layer_norm(s, (width,), weight, bias, eps), s
+            scale = weight if inner == "rmsnorm" else (1.0 + weight.float()).to(weight.dtype)
+            return F.rms_norm(s, (width,), scale, eps), s
+
+        @staticmethod
+        def bytes_moved(ax) -> int:
+            return residual_norm.bytes_moved(ax[0].numel() // width, width, ax.element_size(), weight.element_size())
+
+    return AddNormReference().eval(), weight, bias, eps
+
+
+class _AddNormSubject:
+    """The residual norm's op (a decoder layer's attention add and post norm): the family's op called on each
+    case's (attention output, residual) with its weight, bias and epsilon; its two outputs flattened into one
+    tensor by our code (services.judge.add_norm_cases.flat). The layer around it is the model's own code."""
+
+    def __init__(self, job: dict, ops, plan, loaded, empty, cases: dict, device):
+        self.job, self.cases, self.device = job, cases, device
+        self.op = ops.make_op(plan, loaded, empty=empty)
+        self.ghost_op = ops.make_op(plan, loaded, empty=empty, launch=False)
+        self.count = len(cases["actives"])
+
+    def _bases(self, index: int):
+        biases = self.cases["biases"]
+        extra = [biases[index]] if biases else []
+        return [self.cases["actives"][index], self.cases["residuals"][index], self.cases["weights"][index], *extra]
+
+    def _view(self, index: int):
+        from services.judge.cases import PAD, apply_layout
+
+        layout = self.cases["layouts"][index]
+        width = int(self.cases["weights"][index].shape[0])
+        padded = width + (PAD if layout == "row-strided" else 0)
+        return lambda placed: [apply_layout(t, layout, width) if t.shape[-1] == padded and t.dim() > 1 else t
+                               for t in placed]  # fmt: skip
+
+    def _call(self, op, index: int):
+        from services.judge.add_norm_cases import flat
+
+        eps = float(self.cases["epsilons"][index])
+        return lambda a, x, w, b=None: flat(op(a, x, w, eps, b))
+
+    def run(self, index: int, guard):
+        from services.judge.run_cases import run_op_case
+
+        return run_op_case(self._call(self.op, index), self._bases(index), self._view(index), guard)
+
+    def again(self, index: int, ghost: bool):
+        placed = [t.to(self.device) for t in self._bases(index)]
+        return self._call(self.ghost_op if ghost else self.op, index)(*self._view(index)(placed)).detach().cpu()
+
+    def timed(self):
+        from services.judge.module_factory import torch_dtype
+
+        width = int(self.job["width"])
+        dtype = torch_dtype(self.job["input_dtype"])
+        main, weight, bias, eps = _add_norm_oracle(self.job["variant"], width, self.device, dtype,
+                                                   int(self.job["seed_base"]))  # fmt: skip
+        live = tuple(int(d) for d in self.job["live_shape"]) or (1, width)
+        by_rows: dict[int, tuple[int, ...]] = {}
+        for shape in [live, (1, width), (4096, width), (32768, width)]:
+            by_rows.setdefault(_rows(shape), (2, *shape))
+        return main, lambda ax: self.op(ax[0], ax[1], weight, eps, bias), list(by_rows.values())
+
+    def stress_input(self, dtype):
+        import torch
+
+        return torch.randn(2, 1, int(self.job["width"])).to(device=self.device, dtype=dtype)
+
+
 def _rope_oracle(fn, heads_q: int, heads_k: int):
     """The live RoPE function as a module of one packed (batch, seq, heads_q + heads_k + 2, head_dim) input — q and
     k heads, then cos and sin — for the timing's baselines (eager, torch.compile) and its replay check: q and k
@@ -364,7 +466,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     from services.judge.module_factory import torch_dtype
     from services.judge.poison import NAN_BYTE, POISON
     from services.judge.run_cases import Guard, Runs, stress, under_fill, under_random_fill
-    from services.ops import family, gated_mlp, rotary
+    from services.ops import family, gated_mlp, residual_norm, rotary
 
     contract, plan = pb.Contract(), pb.LaunchPlan()
     contract.ParseFromString(base64.b64decode(job["contract"]))
@@ -392,6 +494,8 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
             subject = _PairSubject(job, ops, plan, loaded, empty, cases, device)
         elif ops is rotary:
             subject = _RopeSubject(job, cls, ops, plan, loaded, empty, cases, device)
+        elif ops is residual_norm:
+            subject = _AddNormSubject(job, ops, plan, loaded, empty, cases, device)
         else:
             subject = _NormSubject(job, cls, ops, plan, loaded, empty, contract, cases, device)
     except Exception as exc:

@@ -25,6 +25,7 @@ from services.core.events import Recorded
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge import gpu_health, timing_check, verdict
+from services.judge.add_norm_cases import draw_add_norm_cases
 from services.judge.cases import CaseSpec, draw_cases
 from services.judge.contract_check import check_contract, check_function_contract, check_layer_contract
 from services.judge.domain import LiveTarget, derive_judged, live_target
@@ -43,7 +44,7 @@ from services.judge.pair_cases import PairSpec, draw_pair_cases
 from services.judge.rope_cases import RopeSpec, draw_rope_cases, rope_references
 from services.judge.sandbox import SandboxJob, SandboxLimits, run_job
 from services.judge.verdict import BoundError
-from services.ops import family, gated_mlp, rotary, row_reduction
+from services.ops import family, gated_mlp, residual_norm, rotary, row_reduction
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,8 @@ class JudgeService:
             return self.prepare_pairs(proposal, target)
         if proposal.plan.family == rotary.FAMILY:
             return self.prepare_rope(proposal, target)
+        if proposal.plan.family == residual_norm.FAMILY:
+            return self.prepare_add_norm(proposal, target)
         intro = target.introspection
         width, eps = width_and_eps(intro, proposal.contract)
         eps_binding = float_binding(proposal.contract)
@@ -255,6 +258,38 @@ class JudgeService:
         size = torch_dtype(dtype).itemsize
         return Prepared(job, cases, refs, blob.getvalue(), (size, size, size))
 
+    def prepare_add_norm(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
+        """A decoder layer's residual norm: (attention output, residual) pairs of the live hidden width with the
+        norm's weight (and bias) and an epsilon per case, torch's add then the post norm's formula as the oracle
+        (the variant the server saw the layer compute)."""
+        intro = target.introspection
+        if target.computes not in residual_norm.VARIANTS:
+            raise ModuleBuildError(f"the profile does not say which norm {intro.class_path} computes after its add")
+        dtype = target.dtype or "float32"
+        live = tuple(target.input_shape)
+        width = int(live[-1]) if live else 0
+        if not width:
+            raise ModuleBuildError(f"the profile recorded no input shape of {intro.class_path}")
+        job = self._op_job(proposal, target, width, live)
+        spec = PairSpec(width, live, torch_dtype(dtype), self.use_gpu, (), examples=self.examples // 2)
+        bias = residual_norm.norm_variant(target.computes) == "layernorm"
+        cases = draw_add_norm_cases(spec, job.seed_base, bias)
+        refs = verdict.add_norm_references(cases, target.computes)
+        blob = io.BytesIO()
+        torch.save(
+            {
+                "actives": [c.pair.gate for c in cases],
+                "residuals": [c.pair.up for c in cases],
+                "weights": [c.weight for c in cases],
+                "biases": [c.bias for c in cases] if bias else [],
+                "epsilons": [c.eps for c in cases],
+                "layouts": [c.layout for c in cases],
+            },
+            blob,
+        )
+        size = torch_dtype(dtype).itemsize
+        return Prepared(job, cases, refs, blob.getvalue(), (size, size, size))
+
     def prepare_rope(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
         """A rotary function's: (q, k, cos, sin) sets at the live head dim, the live function itself as the oracle
         (imported here, run in the live dtype and in float64)."""
@@ -298,7 +333,7 @@ def row_blocks(plan: pb.LaunchPlan) -> tuple[int, ...]:
 
 # Families whose cases, oracle and baselines the judge has: a plan of another family is refused at the contract,
 # never run against another op's oracle.
-JUDGED_FAMILIES = (row_reduction.FAMILY, gated_mlp.FAMILY, rotary.FAMILY)
+JUDGED_FAMILIES = (row_reduction.FAMILY, gated_mlp.FAMILY, rotary.FAMILY, residual_norm.FAMILY)
 
 
 def family_contract(ops, contract: pb.Contract, intro: pb.ModuleIntrospection) -> pb.ContractEvidence:

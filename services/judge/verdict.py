@@ -132,6 +132,38 @@ def pair_references(cases: list, variant: str) -> list[Reference]:
     return out
 
 
+def add_norm_references(cases: list, variant: str) -> list[Reference]:
+    """One Reference per case of the residual norm: torch's add then the post norm's formula (`own`, HF's casts in
+    the live dtype), and in float64 (`hi`: the sum exact, rounded only where it overflows; the norm of the sum
+    as served, since the layer rounds it to the dtype before normalising). Both outputs flattened, normed first
+    (services.judge.add_norm_cases.flat); a centred norm's row term on the normed part."""
+    from services.judge.add_norm_cases import flat
+    from services.ops.residual_norm import norm_variant, reference
+
+    fn = reference(variant)
+    centred = norm_variant(variant).startswith("layernorm")
+    out = []
+    for case in cases:
+        a = apply_layout(case.pair.gate, case.layout, case.width)
+        x = apply_layout(case.pair.up, case.layout, case.width)
+        b = case.bias
+        with torch.no_grad():
+            own_y, own_s = fn(a, x, case.weight, case.eps, b)
+            served = own_s.double()
+            hi_y, _ = fn(
+                torch.zeros_like(served), served, case.weight.double(), case.eps, None if b is None else b.double()
+            )
+            hi_s = exact_as_served(x.double() + a.double(), own_s.dtype)
+        own, hi = flat((own_y, own_s)), flat((hi_y, hi_s))
+        bound = honest_bound([a.dtype, case.weight.dtype, own_y.dtype], reduce_len=case.width, numel=own.numel())
+        term = None
+        if centred:
+            rows = centred_row_error(own_s, case.weight, case.eps, case.width).expand_as(own_y)
+            term = torch.cat([rows.reshape(-1), torch.zeros(own_s.numel(), dtype=rows.dtype)])
+        out.append(checked_reference(case.name, "torch's own add and norm", own, hi, bound, term))
+    return out
+
+
 @dataclass
 class _Tally:
     run: int = 0

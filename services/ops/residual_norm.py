@@ -42,6 +42,7 @@ ENTRY_INPUTS = ("hidden_states",)
 ROLES = ("input_norm", "attention", "post_norm", "mlp")  # the wrapper's parameter for each child, in order
 ENTRY_PARAMS = ("hidden_states", *ROLES)
 OPTIONAL_PARAMS: tuple[str, ...] = ()
+PASSES_INPUTS = True  # the layer's other inputs go to its attention as they came (not the wrapper's parameters)
 PARAM_KINDS = {"hidden_states": "tensor", **{role: "module" for role in ROLES}}
 # Runtime arguments a kernel may take: the norm family's, with the residual `r` read beside x and the sum `s`
 # written beside y (both rows of cols, contiguous like x and y).

@@ -1,0 +1,65 @@
+"""The inputs the judge draws for the residual norm's add_norm(a, x, weight, eps[, bias]).
+
+The two row operands — the attention output `a` and the residual `x` — are the gated pair's (same shape and
+layout, each drawn on its own: services.judge.pair_cases: the live shape first, value regimes, batched decode,
+more rows than the live call, an odd width, non-contiguous layouts); each case adds the norm's state drawn as
+the norm family's judge draws it (services.judge.cases: weights around one, signed, near zero, large, with
+zeros; a bias far from zero for a LayerNorm) and an epsilon, which the op takes as an argument: a kernel must
+use the one it is given. Deterministic in (spec, seed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from services.judge.cases import WEIGHTS, _bias, _generator, _weight
+from services.judge.pair_cases import PairCase, PairSpec, draw_pair_cases
+
+EPSILONS = (1e-6, 1e-5)
+
+
+@dataclass(frozen=True)
+class AddNormCase:
+    pair: PairCase  # pair.gate is the attention output a, pair.up the residual x
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    eps: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.pair.name} eps={self.eps:g}"
+
+    @property
+    def width(self) -> int:
+        return self.pair.width
+
+    @property
+    def layout(self) -> str:
+        return self.pair.layout
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.pair.shape
+
+    @property
+    def regime(self) -> str:
+        return self.pair.regime
+
+
+def draw_add_norm_cases(spec: PairSpec, seed: int, bias: bool) -> list[AddNormCase]:
+    """The pair cases at the hidden width, each with a weight (its kind cycling through every kind), a bias when
+    the norm has one, and an epsilon."""
+    out = []
+    for i, pair in enumerate(draw_pair_cases(spec, seed)):
+        g = _generator(seed, "add-norm-state", i)
+        weight = _weight(WEIGHTS[i % len(WEIGHTS)], pair.width, spec.dtype, g)
+        out.append(AddNormCase(pair, weight, _bias(pair.width, spec.dtype, g) if bias else None, EPSILONS[i % 2]))
+    return out
+
+
+def flat(outputs) -> torch.Tensor:
+    """The op's (normed, summed) as one 1-D tensor, normed first: what the child writes and the parent compares."""
+    normed, summed = outputs
+    return torch.cat([normed.reshape(-1), summed.reshape(-1)])
