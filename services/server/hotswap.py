@@ -59,6 +59,21 @@ SAMPLES_KEPT = 8  # live inputs a committed swap keeps for the shadow check (ser
 SAMPLE_EVERY = 64  # beyond the first call of each new size: one call in this many is kept
 
 
+PLAIN_VALUES = (type(None), bool, int, float, str)  # what a recorded call may carry beside tensors
+
+
+def replayable(value) -> bool:
+    """Whether a call's arguments are data a replay can run again: tensors and plain values, in tuples, lists
+    and dicts (not a cache object, whose state a replay would change)."""
+    if isinstance(value, (torch.Tensor, *PLAIN_VALUES)):
+        return True
+    if isinstance(value, (tuple, list)):
+        return all(replayable(v) for v in value)
+    if isinstance(value, dict):
+        return all(replayable(v) for v in value.values())
+    return False
+
+
 @dataclass
 class SwapHandle:
     target: str
@@ -74,6 +89,8 @@ class SwapHandle:
 
     def sample(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         self.calls += 1
+        if not replayable(args) or not replayable(kwargs):
+            return  # a decoder layer's call carries the request's KV cache: replaying it would append to it
         first = args[0] if args else next(iter(kwargs.values()), None)
         rows = first.numel() // max(1, first.shape[-1]) if isinstance(first, torch.Tensor) and first.dim() else 0
         size = 1 << max(0, rows - 1).bit_length()

@@ -27,7 +27,7 @@ from services.core.tolerances import tolerance, within
 from services.ops import rewrites_layer
 from services.server.engine import Engine
 from services.server.functions import FunctionSite, model_functions, site_of, wrapped
-from services.server.hotswap import KERNEL_MARK, SwapHandle, SwapRefused, is_patched
+from services.server.hotswap import KERNEL_MARK, PLAIN_VALUES, SwapHandle, SwapRefused, is_patched
 from services.server.introspection import class_path, instances_of
 
 CANARY_TOKENS = 8
@@ -63,14 +63,11 @@ class RecordedCall:
     output: object
 
 
-_PLAIN = (type(None), bool, int, float, str)
-
-
 def _clone(value):
     """A deep copy of tensors inside tuples/lists/dicts; other objects cannot be replayed faithfully."""
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
-    if isinstance(value, _PLAIN):
+    if isinstance(value, PLAIN_VALUES):
         return value
     if isinstance(value, (tuple, list)):
         return type(value)(_clone(v) for v in value)

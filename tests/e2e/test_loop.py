@@ -77,7 +77,7 @@ async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus
     # them), each searched, concluded and swapped in turn.
     targets = list(ev.first(log, "ProfileCaptured").msg.targets)
     names = sorted(t.rsplit(".", 1)[-1] for t in targets)
-    assert names == ["Qwen2MLP", "Qwen2RMSNorm", "apply_rotary_pos_emb"], targets
+    assert names == ["Qwen2DecoderLayer", "Qwen2MLP", "Qwen2RMSNorm", "apply_rotary_pos_emb"], targets
     commits = [r.msg for r in log if r.type == "SwapCommitted"]
     assert [c.target_class for c in commits] == targets and types["RunCompleted"] == 1, types
     assert types["SkillsRetrieved"] == types["TargetConcluded"] == 3
