@@ -19,6 +19,16 @@ FAMILIES: dict[str, ModuleType] = {
 }
 
 
+class Answered(RuntimeError):
+    """A layer rewrite's kernel failed after a child with state had run (a decoder layer's attention appends to
+    the KV cache): the rewrite answered the call with torch's own ops instead, and `answer` is that answer. The
+    server's fallback uses it rather than running the layer a second time; the failure still reverts the swap."""
+
+    def __init__(self, answer, cause: Exception):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.answer = answer
+
+
 class UnknownFamily(ValueError):
     """A launch plan names an op family this system has no wrapper for."""
 

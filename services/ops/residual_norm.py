@@ -297,8 +297,14 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
         attended = attention(input_norm(hidden_states), **passed)
         if isinstance(attended, tuple):  # (output, attention weights)
             attended = attended[0]
-        normed, summed = op(attended, hidden_states, post_norm.weight, epsilon_of(post_norm),
-                            getattr(post_norm, "bias", None))  # fmt: skip
+        try:
+            normed, summed = op(attended, hidden_states, post_norm.weight, epsilon_of(post_norm),
+                                getattr(post_norm, "bias", None))  # fmt: skip
+        except Exception as exc:  # the attention has run (its KV cache appended): answer here, never run it twice
+            from services.ops import Answered
+
+            summed = hidden_states + attended
+            raise Answered(summed + mlp(post_norm(summed)), exc) from exc
         return summed + mlp(normed)
 
     add_norm_layer.launchers = op.launchers

@@ -20,6 +20,7 @@ import torch
 
 from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
+from services.ops import Answered
 from services.server.functions import FunctionSite, site_of
 from services.server.introspection import class_path, instances_of
 
@@ -125,9 +126,14 @@ class SwapHandle:
 
         If that raises too, the input is at fault, not the kernel: its error propagates and the swap
         stays. Otherwise every instance is reverted now (the rest of this pass included) and the failure
-        is reported once.
+        is reported once. A layer rewrite whose kernel failed after a child with state ran (a decoder
+        layer's attention, which appended to the KV cache) answered the call itself (`ops.Answered`): its
+        answer stands, and the layer is not run again.
         """
-        out = self.own_forward(module)(*args, **kwargs)
+        answered = isinstance(error, Answered)
+        out = error.answer if answered else self.own_forward(module)(*args, **kwargs)
+        if answered:
+            error = error.__cause__ or error
         if not self.failure:
             self.failure = f"{type(error).__name__}: {error}"[:500]
             self.revert()
