@@ -1,12 +1,13 @@
 """A layer an op family rewrites, ranked from what the server records: a gated MLP's act(gate) * up is its time
-outside the projections it keeps (the server's per-child times), against the fused op's floor."""
+outside the projections it keeps, a decoder layer's residual add and post norm its time outside the input norm,
+attention and MLP it keeps (the server's per-child times), each against the fused op's floor."""
 
 from __future__ import annotations
 
 import pytest
 
 from services.core.pb import events_pb2 as pb
-from services.ops import gated_mlp
+from services.ops import gated_mlp, residual_norm
 from services.profiler import domain, roofline
 from services.server.engine import Engine
 from services.server.models import load_model
@@ -61,3 +62,26 @@ async def test_the_gated_mlp_is_chosen_when_it_recovers_the_most():
             module.total_time_us = 1.0
     target, reason = domain.choose_target(roofline.rank(observed))
     assert target == mlp.introspection.class_path and "computes" not in reason and "elementwise" in reason
+
+
+@pytest.mark.parametrize(("preset", "variant"), [("tiny-qwen2", "add_rmsnorm"), ("tiny-gpt2", "add_layernorm")])
+async def test_a_decoder_layer_is_ranked_by_its_time_outside_the_norm_attention_and_mlp_it_keeps(preset, variant):
+    observed = await _observed(preset)
+    [layer] = [m for m in observed.modules if m.computes == variant]
+    roles = dict(layer.roles)
+    assert sorted(roles) == sorted(residual_norm.ROLES) and not layer.introspection.leaf
+    children = {c.name: list(c.shape) for c in layer.introspection.children}
+    hidden = layer.input_shape[-1]
+    assert children[roles["input_norm"]] == children[roles["post_norm"]] == [hidden]  # the norms' widths
+    kept = sum(layer.child_time_us[roles[r]] for r in ("input_norm", "attention", "mlp"))
+    assert 0 < kept < layer.total_time_us
+
+    [ranked] = [t for t in roofline.rank(observed) if t.class_path == layer.introspection.class_path]
+    assert ranked.supported and ranked.fingerprint.op_family == "row_reduction"
+    assert ranked.fingerprint.row_width == hidden
+    rows = layer.input_bytes / 4 / hidden  # fp32 on CPU: the mean rows of a call
+    floor = layer.calls * residual_norm.bytes_moved(rows, hidden, 4, 4) / H200.peak_bytes_per_s * 1e6
+    assert ranked.floor_us == pytest.approx(floor)
+    # the post norm's time is the rewrite's to recover: it is not among what the layer keeps
+    assert ranked.recoverable_us == pytest.approx(layer.total_time_us - kept - layer.child_hook_us - floor)
+    assert f"computes {variant}" in ranked.note and "outside the norm, attention and MLP it keeps" in ranked.note
