@@ -73,14 +73,14 @@ async def test_loop_survives_a_killed_service_and_replays_exactly(stack, own_bus
         "RunCompleted",
     ):
         assert types[name] >= 1, (name, types)
-    # Every target the profile listed (the norm, the gated MLP and the RoPE function, in the order their time ranks
-    # them), each searched, concluded and swapped in turn.
+    # Every target the profile listed (the norm, the decoder layer's residual norm, the gated MLP and the RoPE
+    # function, in the order their time ranks them), each searched, concluded and swapped in turn.
     targets = list(ev.first(log, "ProfileCaptured").msg.targets)
     names = sorted(t.rsplit(".", 1)[-1] for t in targets)
     assert names == ["Qwen2DecoderLayer", "Qwen2MLP", "Qwen2RMSNorm", "apply_rotary_pos_emb"], targets
     commits = [r.msg for r in log if r.type == "SwapCommitted"]
     assert [c.target_class for c in commits] == targets and types["RunCompleted"] == 1, types
-    assert types["SkillsRetrieved"] == types["TargetConcluded"] == 3
+    assert types["SkillsRetrieved"] == types["TargetConcluded"] == len(targets) == 4
     # every trigger answered exactly once: as many answers as its handling gave (a search step gives two)
     answers = Counter((r.env.causation_id, r.env.producer) for r in log if r.env.causation_id)
     owed = {(r.env.causation_id, r.env.producer): r.env.answers or 1 for r in log if r.env.causation_id}
