@@ -10,7 +10,7 @@ sum exactly as the norm template's kernel of the same variant normalises its inp
 
 from __future__ import annotations
 
-from services.coder.templates.rmsnorm import NARROW_TABLE, NARROW_WIDTH, SEARCH_TABLE
+from services.coder.templates.rmsnorm import row_config_problem, row_configs
 from services.core.pb import events_pb2 as pb
 from services.ops import residual_norm
 
@@ -29,28 +29,17 @@ def variant_for(computes: str) -> str | None:
 
 def search_configs(variant: str = "add_rmsnorm", width: int = 0) -> list[pb.TemplateConfig]:
     """The norm template's search space, in its order for this width: the same rows, one more operand each."""
-    table = NARROW_TABLE if 0 < width <= NARROW_WIDTH else SEARCH_TABLE
-    return [pb.TemplateConfig(template=TEMPLATE, num_warps=w, rows_per_program=r, variant=variant) for w, r in table]
+    return row_configs(TEMPLATE, variant, width)
 
 
 def valid(config: pb.TemplateConfig) -> bool:
-    def pow2(n: int, most: int) -> bool:
-        return 0 < n <= most and n & (n - 1) == 0
-
-    return (
-        config.template == TEMPLATE
-        and config.variant in VARIANTS
-        and pow2(config.num_warps, 32)
-        and pow2(config.rows_per_program, 64)
-    )
+    return not row_config_problem(config, TEMPLATE, VARIANTS)
 
 
 def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
-    if not valid(config):
-        raise ValueError(
-            f"not a {TEMPLATE} config: variant={config.variant!r} num_warps={config.num_warps} "
-            f"rows_per_program={config.rows_per_program} (variants {VARIANTS}; warps and rows powers of two)"
-        )
+    problem = row_config_problem(config, TEMPLATE, VARIANTS)
+    if problem:
+        raise ValueError(problem)
     return config
 
 

@@ -60,31 +60,42 @@ NARROW_TABLE: tuple[tuple[int, int], ...] = (
 )  # fmt: skip
 
 
-def search_configs(variant: str = "", width: int = 0) -> list[pb.TemplateConfig]:
-    """The search space in the order it is tried; `width` (the live row width, 0 unknown) picks the order."""
+def row_configs(template: str, variant: str, width: int) -> list[pb.TemplateConfig]:
+    """A row template's search space (this one's, the residual norm's) in the order it is tried; `width` (the live
+    row width, 0 unknown) picks the order."""
     table = NARROW_TABLE if 0 < width <= NARROW_WIDTH else SEARCH_TABLE
-    return [pb.TemplateConfig(template=TEMPLATE, num_warps=w, rows_per_program=r, variant=variant) for w, r in table]
+    return [pb.TemplateConfig(template=template, num_warps=w, rows_per_program=r, variant=variant) for w, r in table]
 
 
-def valid(config: pb.TemplateConfig) -> bool:
+def row_config_problem(config: pb.TemplateConfig, template: str, variants) -> str:
+    """Why `config` is not one of a row template's ("" when it is): warps and rows powers of two, a known variant."""
+
     def pow2(n: int, most: int) -> bool:
         return 0 < n <= most and n & (n - 1) == 0
 
+    fits = config.template == template and config.variant in variants
+    if fits and pow2(config.num_warps, 32) and pow2(config.rows_per_program, 64):
+        return ""
     return (
-        config.template == TEMPLATE
-        and config.variant in VARIANTS
-        and pow2(config.num_warps, 32)
-        and pow2(config.rows_per_program, 64)
+        f"not a {template} config: template={config.template!r} num_warps={config.num_warps} "
+        f"rows_per_program={config.rows_per_program} variant={config.variant!r} (warps and rows must be powers "
+        f"of two; variants: {tuple(variants)})"
     )
 
 
+def search_configs(variant: str = "", width: int = 0) -> list[pb.TemplateConfig]:
+    """The search space in the order it is tried; `width` (the live row width, 0 unknown) picks the order."""
+    return row_configs(TEMPLATE, variant, width)
+
+
+def valid(config: pb.TemplateConfig) -> bool:
+    return not row_config_problem(config, TEMPLATE, VARIANTS)
+
+
 def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
-    if not valid(config):
-        raise ValueError(
-            f"not a {TEMPLATE} config: template={config.template!r} num_warps={config.num_warps} "
-            f"rows_per_program={config.rows_per_program} variant={config.variant!r} (warps and rows must be powers "
-            f"of two; variants: {VARIANTS})"
-        )
+    problem = row_config_problem(config, TEMPLATE, VARIANTS)
+    if problem:
+        raise ValueError(problem)
     return config
 
 
