@@ -17,7 +17,7 @@ from services.core.events import Recorded
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive
-from services.ops import gated_mlp, residual_norm, rotary
+from services.ops import gated_mlp, plain_mlp, residual_norm, rotary
 
 DEFAULT_MAX_CANDIDATES = 3
 # Proposals made at once (a search step): judged as one batch, the next batch is chosen from their verdicts.
@@ -184,10 +184,12 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Messag
     intro = _introspection(prior, target)
     if intro is None:
         return [conclude(target, state, run, f"ProfileCaptured holds no introspection of {target}")]
-    if family in (gated_mlp.FAMILY, residual_norm.FAMILY):  # a layer: its children bound by the roles found running it
+    if family in (gated_mlp.FAMILY, residual_norm.FAMILY, plain_mlp.FAMILY):  # a layer: children bound by their roles
         contract = ops.family(family).layer_contract(intro.class_path, intro.forward_params, profile.roles)
         if contract is None:
-            roles = "gate, up and down" if family == gated_mlp.FAMILY else "input norm, attention, post norm and MLP"
+            roles = {gated_mlp.FAMILY: "gate, up and down", plain_mlp.FAMILY: "fc and proj"}.get(
+                family, "input norm, attention, post norm and MLP"
+            )
             return [conclude(target, state, run, f"{target} has no recorded {roles} roles for a layer contract")]
     elif family == rotary.FAMILY:  # a function: its parameters are the wrapper's, by position
         contract = rotary.function_contract(intro.class_path, intro.forward_params)

@@ -19,8 +19,9 @@ Envelope = envelope_pb2.Envelope
 # 5: the profiler ranks a layer an op family rewrites (a gated MLP: its time outside the projections it keeps,
 # from the server's per-child times and roles) and names every family's writable variants; runs written at 4 or
 # earlier hold no roles, so their rankings re-derive as they were, and their reasons keep their words.
-# 6: the residual-norm family (a decoder layer's residual add fused with its post norm): the profiler names its
-# variants among the writable; a reason written at 5 keeps its words (its profiles recorded no decoder layer).
+# 6: the residual-norm family (a decoder layer's residual add fused with its post norm) and the plain-MLP family
+# (an ungated MLP's activation): the profiler ranks both layers and names their variants among the writable; a
+# reason written at 5 keeps its words (its profiles recorded neither).
 SCHEMA_VERSION = 6
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).

@@ -84,7 +84,7 @@ def _prepare(job: dict):
         run_cases,
         tamper,
     )
-    from services.ops import gated_mlp, residual_norm, row_reduction  # noqa: F401
+    from services.ops import gated_mlp, plain_mlp, residual_norm, row_reduction  # noqa: F401
 
     if job["device"] == "cuda":
         import triton.testing  # noqa: F401
@@ -287,6 +287,64 @@ class _PairSubject:
         return torch.randn(2, 1, int(self.job["width"])).to(device=self.device, dtype=dtype)
 
 
+def _unary_oracle(variant: str):
+    """torch's activation (HF's module, op by op) as a module, for the timing's baselines (eager, torch.compile)
+    and its replay check; it counts the bytes the fused op must move."""
+    import torch
+
+    from services.ops import plain_mlp
+
+    fn = plain_mlp.reference(variant)
+
+    class ActivationReference(torch.nn.Module):
+        def forward(self, x):
+            return fn(x)
+
+        @staticmethod
+        def bytes_moved(x) -> int:
+            return plain_mlp.bytes_moved(x.numel(), x.element_size())
+
+    return ActivationReference().eval()
+
+
+class _UnarySubject(_PairSubject):
+    """An op of one operand (a plain MLP's activation): the family's op called on each case's operand; the maps
+    around it are the model's own code and not the candidate's."""
+
+    def __init__(self, job: dict, ops, plan, loaded, empty, cases: dict, device):
+        self.job, self.cases, self.device = job, cases, device
+        self.op = ops.make_op(plan, loaded, empty=empty)
+        self.ghost_op = ops.make_op(plan, loaded, empty=empty, launch=False)
+        self.count = len(cases["operands"])
+
+    def _view(self, index: int):
+        from services.judge.cases import PAD, apply_layout
+
+        layout = self.cases["layouts"][index]
+        width = int(self.cases["operands"][index].shape[-1]) - (PAD if layout == "row-strided" else 0)
+        return lambda t: apply_layout(t, layout, width)
+
+    def _bases(self, index: int):
+        return [self.cases["operands"][index]]
+
+    def again(self, index: int, ghost: bool):
+        (x,) = (self._view(index)(base.to(self.device)) for base in self._bases(index))
+        return (self.ghost_op if ghost else self.op)(x).detach().cpu()
+
+    def timed(self):
+        width = int(self.job["width"])
+        live = tuple(int(d) for d in self.job["live_shape"]) or (1, width)
+        by_elements: dict[int, tuple[int, ...]] = {}
+        for shape in [live, (1, width), (4096, width), (32768, width)]:
+            by_elements.setdefault(_rows(shape) * width, shape)
+        return _unary_oracle(self.job["variant"]), self.op, list(by_elements.values())
+
+    def stress_input(self, dtype):
+        import torch
+
+        return torch.randn(1, int(self.job["width"])).to(device=self.device, dtype=dtype)
+
+
 def _add_norm_oracle(variant: str, width: int, device, dtype, seed: int):
     """torch's add and the post norm as a module of one stacked (2, ..., width) input (the attention output, the
     residual), with a weight (and bias) drawn around the module's init: the timing's eager and torch.compile
@@ -466,7 +524,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     from services.judge.module_factory import torch_dtype
     from services.judge.poison import NAN_BYTE, POISON
     from services.judge.run_cases import Guard, Runs, stress, under_fill, under_random_fill
-    from services.ops import family, gated_mlp, residual_norm, rotary
+    from services.ops import family, gated_mlp, plain_mlp, residual_norm, rotary
 
     contract, plan = pb.Contract(), pb.LaunchPlan()
     contract.ParseFromString(base64.b64decode(job["contract"]))
@@ -496,6 +554,8 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
             subject = _RopeSubject(job, cls, ops, plan, loaded, empty, cases, device)
         elif ops is residual_norm:
             subject = _AddNormSubject(job, ops, plan, loaded, empty, cases, device)
+        elif ops is plain_mlp:
+            subject = _UnarySubject(job, ops, plan, loaded, empty, cases, device)
         else:
             subject = _NormSubject(job, cls, ops, plan, loaded, empty, contract, cases, device)
     except Exception as exc:

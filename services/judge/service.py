@@ -44,7 +44,7 @@ from services.judge.pair_cases import PairSpec, draw_pair_cases
 from services.judge.rope_cases import RopeSpec, draw_rope_cases, rope_references
 from services.judge.sandbox import SandboxJob, SandboxLimits, run_job
 from services.judge.verdict import BoundError
-from services.ops import family, gated_mlp, residual_norm, rotary, row_reduction
+from services.ops import family, gated_mlp, plain_mlp, residual_norm, rotary, row_reduction
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,8 @@ class JudgeService:
             return self.prepare_rope(proposal, target)
         if proposal.plan.family == residual_norm.FAMILY:
             return self.prepare_add_norm(proposal, target)
+        if proposal.plan.family == plain_mlp.FAMILY:
+            return self.prepare_unary(proposal, target)
         intro = target.introspection
         width, eps = width_and_eps(intro, proposal.contract)
         eps_binding = float_binding(proposal.contract)
@@ -258,6 +260,30 @@ class JudgeService:
         size = torch_dtype(dtype).itemsize
         return Prepared(job, cases, refs, blob.getvalue(), (size, size, size))
 
+    def prepare_unary(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
+        """A plain MLP's activation: single operands of the live intermediate width (the gated pair's gates), torch's
+        own formula as the oracle (the variant the server saw the module compute)."""
+        intro = target.introspection
+        if target.computes not in plain_mlp.VARIANTS:
+            raise ModuleBuildError(f"the profile does not say which activation {intro.class_path} computes")
+        children = {c.name: tuple(c.shape) for c in intro.children}
+        shapes = {b.param: children.get(b.attr, ()) for b in proposal.contract.bindings}
+        hidden = int(target.input_shape[-1]) if target.input_shape else 0
+        if not hidden or plain_mlp.roles_problem(shapes):
+            raise ModuleBuildError(f"the profile records no input shape or no fc and proj maps of {intro.class_path}")
+        width = plain_mlp.intermediate_width(shapes, hidden)
+        dtype = target.dtype or "float32"
+        live = tuple(target.input_shape)[:-1] + (width,)
+        job = self._op_job(proposal, target, width, live)
+        blocks = tuple(plain_mlp.parse_grid(launch.grid) for launch in proposal.plan.launches)
+        spec = PairSpec(width, live, torch_dtype(dtype), self.use_gpu, blocks, examples=self.examples // 2)
+        cases = draw_pair_cases(spec, job.seed_base)
+        refs = verdict.unary_references(cases, target.computes)
+        blob = io.BytesIO()
+        torch.save({"operands": [c.gate for c in cases], "layouts": [c.layout for c in cases]}, blob)
+        size = torch_dtype(dtype).itemsize
+        return Prepared(job, cases, refs, blob.getvalue(), (size, size, size))
+
     def prepare_add_norm(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
         """A decoder layer's residual norm: (attention output, residual) pairs of the live hidden width with the
         norm's weight (and bias) and an epsilon per case, torch's add then the post norm's formula as the oracle
@@ -333,7 +359,7 @@ def row_blocks(plan: pb.LaunchPlan) -> tuple[int, ...]:
 
 # Families whose cases, oracle and baselines the judge has: a plan of another family is refused at the contract,
 # never run against another op's oracle.
-JUDGED_FAMILIES = (row_reduction.FAMILY, gated_mlp.FAMILY, rotary.FAMILY, residual_norm.FAMILY)
+JUDGED_FAMILIES = (row_reduction.FAMILY, gated_mlp.FAMILY, rotary.FAMILY, residual_norm.FAMILY, plain_mlp.FAMILY)
 
 
 def family_contract(ops, contract: pb.Contract, intro: pb.ModuleIntrospection) -> pb.ContractEvidence:

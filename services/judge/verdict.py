@@ -164,6 +164,36 @@ def add_norm_references(cases: list, variant: str) -> list[Reference]:
     return out
 
 
+# GPT-2's gelu_new in eager is seven torch ops after the cube, each rounding to the dtype: the module's own answer
+# is off the exact one by up to that many roundings of |x| and of the answer (and 1 + tanh cancels where x is very
+# negative, absolutely, at |x|'s scale). An honest fused kernel rounds once; both must pass.
+EAGER_ROUNDINGS = 8
+
+
+def unary_references(cases: list, variant: str) -> list[Reference]:
+    """One Reference per case of a plain MLP's activation: torch's own formula (HF's module, op by op) in the live
+    dtype (`own`) and in float64 (`hi`, rounded only where it overflows the dtype)."""
+    from services.judge.rounding import FP32_U, unit_roundoff
+    from services.ops.plain_mlp import reference
+
+    fn = reference(variant)
+    out = []
+    for case in cases:
+        x = apply_layout(case.gate, case.layout, case.width)
+        with torch.no_grad():
+            own = fn(x)
+            exact = fn(x.double())
+        hi = exact_as_served(exact, own.dtype)
+        bound = honest_bound([x.dtype, own.dtype], reduce_len=1, numel=own.numel())
+        xd = x.double().abs()
+        scale = hi.abs() + xd
+        info = torch.finfo(own.dtype)
+        term = (EAGER_ROUNDINGS * unit_roundoff(own.dtype) + ACT_ULPS * FP32_U * (1 + xd)) * scale
+        term = term + max(info.smallest_normal * info.eps, ACT_UNDERFLOW) * (1 + xd)
+        out.append(checked_reference(case.name, "torch's own activation", own, hi, bound, term))
+    return out
+
+
 @dataclass
 class _Tally:
     run: int = 0

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from services.ops import gated_mlp, residual_norm, rotary, row_reduction
+from services.ops import gated_mlp, plain_mlp, residual_norm, rotary, row_reduction
 
 FAMILIES: dict[str, ModuleType] = {
     row_reduction.FAMILY: row_reduction,
     gated_mlp.FAMILY: gated_mlp,
     rotary.FAMILY: rotary,
     residual_norm.FAMILY: residual_norm,
+    plain_mlp.FAMILY: plain_mlp,
 }
 
 
@@ -57,5 +58,10 @@ def family_of(computes: str) -> str | None:
 
 def rewrites_layer(module) -> bool:
     """Whether an op family could rewrite `module` as a layer (its children kept): a gated MLP's shape, a decoder
-    layer's. Structural and cheap (a norm child's probe at most): what parity records calls of beside leaves."""
-    return gated_mlp.roles(module) is not None or residual_norm.decoder_shaped(module)
+    layer's, a plain MLP's. Structural and cheap (a norm child's probe at most): what parity records calls of
+    beside leaves."""
+    return (
+        gated_mlp.roles(module) is not None
+        or plain_mlp.recognise(module) is not None
+        or residual_norm.decoder_shaped(module)
+    )

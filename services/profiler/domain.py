@@ -11,7 +11,7 @@ from services.core import run_state
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive, from_observed
-from services.ops import gated_mlp, residual_norm, rotary
+from services.ops import gated_mlp, plain_mlp, residual_norm, rotary
 from services.ops.row_reduction import WRITABLE
 from services.profiler.roofline import SUPPORTED_FAMILIES, rank
 
@@ -113,8 +113,8 @@ def derive_profile_captured(prior: list[Recorded], trigger: Recorded, observed: 
     # targets in turn. An older run keeps its words and its one target.
     several = trigger.env.schema_version >= 5
     writable = WRITABLE + gated_mlp.WRITABLE + rotary.WRITABLE if several else WRITABLE
-    if trigger.env.schema_version >= 6:  # and the residual norm since schema 6
-        writable += residual_norm.WRITABLE
+    if trigger.env.schema_version >= 6:  # and the residual norm and the plain MLP's activation since schema 6
+        writable += residual_norm.WRITABLE + plain_mlp.WRITABLE
     target, reason = choose_target(ranking, writable)
     msg = pb.ProfileCaptured(ranking=ranking, target_class=target, reason=reason)
     if several:

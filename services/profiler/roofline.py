@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from services.core.pb import events_pb2 as pb
-from services.ops import gated_mlp, residual_norm, rotary, row_reduction
+from services.ops import gated_mlp, plain_mlp, residual_norm, rotary, row_reduction
 
 FAMILIES = ("row_reduction", "matmul", "elementwise", "gather", "other")
 # Op families the coder has templates for: only these are offered as targets.
@@ -266,7 +266,7 @@ class LayerOp:
 
 def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
     """The op a layer rewrite fuses, seen inside its layer (its roles recorded by the server), or None: a gated
-    MLP's act(gate) * up, or a decoder layer's residual add and post norm.
+    MLP's act(gate) * up, a plain MLP's activation, or a decoder layer's residual add and post norm.
 
     Its time is the layer's minus the children the rewrite keeps (a gated MLP's three projections; a decoder
     layer's input norm, attention and MLP) and minus the profiler's own hooks on its children: what the rewrite
@@ -279,6 +279,8 @@ def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
         family, kept_roles = gated_mlp, ("gate_proj", "up_proj", "down_proj")
     elif profile.computes in residual_norm.VARIANTS:
         family, kept_roles = residual_norm, ("input_norm", "attention", "mlp")
+    elif profile.computes in plain_mlp.VARIANTS:
+        family, kept_roles = plain_mlp, plain_mlp.ROLES
     else:
         return None
     shapes = {role: children.get(profile.roles.get(role, ""), ()) for role in family.ROLES}
@@ -293,6 +295,17 @@ def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
         rows = _numel(profile.input_shape) // hidden if profile.input_shape else 0
         physics = CallPhysics(
             "elementwise", _GATED_FLOP_PER_ELEMENT * elements, float(gated_mlp.bytes_moved(elements, elem)), width,
+            rows, elem,
+        )  # fmt: skip
+    elif family is plain_mlp:  # the activation alone, over the intermediate width
+        hidden = int(profile.input_shape[-1]) if profile.input_shape else 0
+        if not hidden:
+            return None
+        width = plain_mlp.intermediate_width(shapes, hidden)
+        elements = profile.input_bytes / elem / hidden * width
+        rows = _numel(profile.input_shape) // hidden
+        physics = CallPhysics(
+            "elementwise", _GATED_FLOP_PER_ELEMENT * elements, float(plain_mlp.bytes_moved(elements, elem)), width,
             rows, elem,
         )  # fmt: skip
     else:  # the add and a norm's ~4 FLOP an element, over rows of the hidden width
@@ -369,10 +382,10 @@ def rank(obs: pb.ProfileObservation) -> list[pb.RankedTarget]:
 def _layer_target(profile: pb.ModuleClassProfile, op: LayerOp, obs: pb.ProfileObservation, hw) -> pb.RankedTarget:
     fp = fingerprint(profile, hw, op.physics, op.time_us)
     floor = floor_us(op.physics, profile.calls, hw)
-    family = gated_mlp if op.computes in gated_mlp.VARIANTS else residual_norm
+    family = next(f for f in (gated_mlp, residual_norm, plain_mlp) if op.computes in f.VARIANTS)
     supported = op.computes in family.WRITABLE
     note = _note(fp, profile.calls, supported, hw, op.computes)
-    kept = "the projections" if family is gated_mlp else "the norm, attention and MLP"
+    kept = "the norm, attention and MLP" if family is residual_norm else "the projections"
     note += (
         f"; a layer: {op.time_us:,.0f} us of its {profile.total_time_us:,.0f} us outside {kept} it keeps "
         f"({family.FAMILY} rewrite)"

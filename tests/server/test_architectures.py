@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from services.coder.contract import derive_contract
-from services.coder.templates import add_norm, gated, rmsnorm
+from services.coder.templates import add_norm, gated, mlp_act, rmsnorm
 from services.core.kernels import candidate_wrapper
 from services.core.pb import events_pb2 as pb
-from services.ops import gated_mlp, residual_norm
+from services.ops import gated_mlp, plain_mlp, residual_norm
 from services.profiler.domain import choose_target, choose_targets
 from services.profiler.roofline import op_family, rank
 from services.server.engine import Engine
@@ -66,7 +66,8 @@ async def test_qwen3s_norm_class_of_two_widths_is_recognised_and_swaps_on_both()
         ),
         # Cohere's layer is a parallel block (one norm, attention and MLP side by side): no residual norm to fuse
         ("tiny-cohere", "CohereLayerNorm", "layernorm_no_bias", {"CohereMLP": "swiglu", ROPE_FN: "rope_interleaved"}),
-        ("tiny-gpt2", "LayerNorm", "layernorm", {"GPT2Block": "add_layernorm"}),  # its MLP is not gated, no RoPE
+        # its MLP is a plain one (two maps and gelu_new), no RoPE
+        ("tiny-gpt2", "LayerNorm", "layernorm", {"GPT2Block": "add_layernorm", "GPT2MLP": "mlp_gelu_tanh"}),
         (
             "tiny-mistral",
             "MistralRMSNorm",
@@ -78,12 +79,12 @@ async def test_qwen3s_norm_class_of_two_widths_is_recognised_and_swaps_on_both()
 async def test_each_architectures_norm_is_recorded_with_what_it_computes_and_its_kernel_swaps_in(
     preset, norm, computes, mlp
 ):
-    """The profile records what each norm and gated MLP was seen computing; the template writes each (rmsnorm, Gemma's
-    rmsnorm_offset, Cohere's bias-free LayerNorm, GPT-2's LayerNorm with its bias), and its kernel swaps in
-    with parity and the same greedy tokens; the gated MLP's kernel then swaps in beside it (SwiGLU, Gemma's
-    GeGLU), and so does the decoder layer's residual add fused with its post norm (every pre-norm layer; not
-    Cohere's parallel block), each with the same tokens again — and every architecture serves through the
-    batched lane with its eager tokens."""
+    """The profile records what each norm and MLP was seen computing; the template writes each norm (rmsnorm, Gemma's
+    rmsnorm_offset, Cohere's bias-free LayerNorm, GPT-2's LayerNorm with its bias), and its kernel swaps in with
+    parity and the same greedy tokens; the MLP's kernel then swaps in beside it (SwiGLU, Gemma's GeGLU, GPT-2's
+    plain MLP with gelu_new), and so does the decoder layer's residual add fused with its post norm (every pre-norm
+    layer; not Cohere's parallel block), each with the same tokens again — and every architecture serves through
+    the batched lane with its eager tokens."""
     engine = Engine(load_model(preset, "cpu"))
     try:
         observation = await engine.capture_profile(["Hello there"], 4)
@@ -109,11 +110,14 @@ async def test_each_architectures_norm_is_recorded_with_what_it_computes_and_its
         for layer, variant in mlp.items():
             if layer == ROPE_FN:
                 continue  # a function, swapped in tests/server/test_rotary_swap.py
-            # the gated MLP's and the decoder layer's residual norm kernels too, each beside the norm's, bound as
-            # the coder binds them
+            # the gated (or plain) MLP's and the decoder layer's residual norm kernels too, each beside the norm's,
+            # bound as the coder binds them
             profile = next(m for m in observation.modules if m.introspection.class_path.endswith(f".{layer}"))
             intro = profile.introspection
-            ops, template = (residual_norm, add_norm) if variant in residual_norm.VARIANTS else (gated_mlp, gated)
+            ops, template = next(
+                (f, t) for f, t in ((residual_norm, add_norm), (plain_mlp, mlp_act), (gated_mlp, gated))
+                if variant in f.VARIANTS
+            )  # fmt: skip
             layer_contract = ops.layer_contract(intro.class_path, intro.forward_params, profile.roles)
             config = template.search_configs(variant)[0]
             entry = candidate_wrapper(Path(tempfile.mkdtemp()), template.render(config), template.plan(config))

@@ -1,0 +1,96 @@
+"""The plain-MLP template (op family "plain_mlp"): the activation between an ungated MLP's two maps, one pass.
+
+A candidate is data: `render(config)` is the kernel source (only @triton.jit code) and `plan(config)` how to
+launch it in the family's vocabulary (services.ops.plain_mlp, whose wrapper runs the module's own maps around
+it). GPT-2's gelu_new is seven torch ops, each rounding to the dtype and each a pass over the intermediate
+activations; the kernel computes it in fp32 and rounds once (within the judge's bound of the eager module's own
+answer, not bit for bit in bf16).
+"""
+
+from __future__ import annotations
+
+from services.core.pb import events_pb2 as pb
+from services.ops import plain_mlp
+
+TEMPLATE = "mlp_activation"
+OP_FAMILY = plain_mlp.FAMILY
+ENTRYPOINT = plain_mlp.ENTRYPOINT
+VARIANTS = plain_mlp.WRITABLE
+KERNELS = {"mlp_gelu_tanh": "_gelu_tanh_kernel"}
+# Elements per program and warps, tried in this order (the gated template's: an elementwise pass).
+BLOCKS = (2048, 1024, 4096)
+NUM_WARPS = (4, 8)
+SEARCH_TABLE: tuple[tuple[int, int], ...] = tuple((w, b) for b in BLOCKS for w in NUM_WARPS)
+
+
+def variant_for(computes: str) -> str | None:
+    """The config variant that writes what a module was seen computing; None when this template cannot."""
+    return computes if computes in VARIANTS else None
+
+
+def search_configs(variant: str = "mlp_gelu_tanh", width: int = 0) -> list[pb.TemplateConfig]:
+    return [
+        pb.TemplateConfig(template=TEMPLATE, num_warps=w, variant=variant, params={"block": b}) for w, b in SEARCH_TABLE
+    ]
+
+
+def valid(config: pb.TemplateConfig) -> bool:
+    block = config.params.get("block", 0)
+    return (
+        config.template == TEMPLATE
+        and config.variant in VARIANTS
+        and config.num_warps in (1, 2, 4, 8, 16, 32)
+        and 0 < block <= plain_mlp.MAX_BLOCK
+        and block & (block - 1) == 0
+    )
+
+
+def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
+    if not valid(config):
+        raise ValueError(
+            f"not a {TEMPLATE} config: variant={config.variant!r} num_warps={config.num_warps} "
+            f"params={dict(config.params)} (variants {VARIANTS}; block a power of two)"
+        )
+    return config
+
+
+def render(config: pb.TemplateConfig) -> str:
+    return _SOURCES[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
+
+
+def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
+    block = _checked(config).params["block"]
+    launch = pb.KernelLaunch(
+        kernel=KERNELS[config.variant],
+        args=["x", "y", "n"],
+        constexprs={"BLOCK": str(block)},
+        grid=f"cdiv(n, {block})",
+        num_warps=config.num_warps,
+    )
+    return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
+
+
+_SOURCES = {
+    "mlp_gelu_tanh": '''\
+"""GPT-2's gelu_new between an MLP's maps (gpuyantra template @TEMPLATE@, variant mlp_gelu_tanh).
+
+0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) in fp32, rounded once to the output dtype. One program covers
+BLOCK elements.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _gelu_tanh_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    # tanh through exp (no tanh in every Triton's language), from exp(-2|z|) <= 1: nothing overflows
+    t = tl.exp(-2.0 * tl.abs(inner))
+    tanh = tl.where(inner >= 0, 1.0, -1.0) * (1.0 - t) / (1.0 + t)
+    tl.store(y_ptr + offsets, (0.5 * x * (1.0 + tanh)).to(y_ptr.dtype.element_ty), mask=mask)
+''',
+}
