@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from services.core.pb import events_pb2 as pb
-from services.ops import gated_mlp, residual_norm
+from services.ops import gated_mlp, plain_mlp, residual_norm
 from services.profiler import domain, roofline
 from services.server.engine import Engine
 from services.server.models import load_model
@@ -85,3 +85,20 @@ async def test_a_decoder_layer_is_ranked_by_its_time_outside_the_norm_attention_
     # the post norm's time is the rewrite's to recover: it is not among what the layer keeps
     assert ranked.recoverable_us == pytest.approx(layer.total_time_us - kept - layer.child_hook_us - floor)
     assert f"computes {variant}" in ranked.note and "outside the norm, attention and MLP it keeps" in ranked.note
+
+
+async def test_a_plain_mlp_is_ranked_by_its_time_outside_its_two_maps():
+    observed = await _observed("tiny-gpt2")
+    [mlp] = [m for m in observed.modules if m.computes == "mlp_gelu_tanh"]
+    assert dict(mlp.roles) == {"fc": "c_fc", "proj": "c_proj"}
+    hidden = mlp.input_shape[-1]
+    children = {c.name: list(c.shape) for c in mlp.introspection.children}
+    width = plain_mlp.intermediate_width({r: children[mlp.roles[r]] for r in plain_mlp.ROLES}, hidden)
+    kept = mlp.child_time_us["c_fc"] + mlp.child_time_us["c_proj"]
+    [ranked] = [t for t in roofline.rank(observed) if t.class_path == mlp.introspection.class_path]
+    assert ranked.supported and ranked.fingerprint.op_family == "elementwise" and ranked.fingerprint.row_width == width
+    elements = mlp.input_bytes / 4 / hidden * width
+    floor = mlp.calls * plain_mlp.bytes_moved(elements, 4) / H200.peak_bytes_per_s * 1e6
+    assert ranked.floor_us == pytest.approx(floor)
+    assert ranked.recoverable_us == pytest.approx(mlp.total_time_us - kept - mlp.child_hook_us - floor)
+    assert "outside the projections it keeps (plain_mlp rewrite)" in ranked.note
