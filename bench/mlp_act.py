@@ -1,0 +1,122 @@
+"""A plain MLP's activation (GPT-2's gelu_new) on the GPU, side by side in one run: eager, compile, native, ours.
+
+    python bench/mlp_act.py --out bench/results
+
+The op between the two maps of GPT-2's MLP: eager is what HF runs (`NewGELUActivation`: seven torch ops after the
+cube, each a pass over the intermediate activations), `torch.compile` of it, native (`F.gelu(approximate="tanh")`:
+torch's own fused kernel for the same formula), and the coder's mlp_act template at each config of its search
+table (best reported, all kept). Liger has no plain GELU (its GeGLU is the gated op). Shapes: the intermediate
+widths of GPT-2 (3,072) and GPT-2 XL (6,400), decode-sized (1 and 64 rows) and prefill-sized (4k and 32k rows).
+GPU time per call by CUDA-graph replay over inputs rotated past the L2 (bench/rmsnorm.py's procedure), do_bench's
+time beside it (host-inclusive where the host is slower), max |error| against eager in float32 terms, % of copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import triton
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, rotating, run_meta  # noqa: E402
+
+from services.coder.templates import mlp_act as template  # noqa: E402
+from services.core.kernels import load_kernels, write_source  # noqa: E402
+from services.ops import plain_mlp  # noqa: E402
+
+SHAPES = [(1, 3072), (64, 3072), (4096, 3072), (32768, 3072), (1, 6400), (64, 6400), (4096, 6400), (16384, 6400)]
+
+
+def implementations():
+    from transformers.activations import NewGELUActivation
+
+    eager = NewGELUActivation()
+    impls = {
+        "eager": eager,
+        "torch_compile": torch.compile(eager, dynamic=False),
+        "native": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    }
+    ours = {}
+    directory = Path(tempfile.mkdtemp())
+    for config in template.search_configs():
+        plan = template.plan(config)
+        kernels = load_kernels(write_source(directory, template.render(config)), [plan.launches[0].kernel])
+        ours[f"ours_w{config.num_warps}_b{config.params['block']}"] = plain_mlp.make_op(plan, kernels)
+    return impls, ours
+
+
+def bench_shape(rows: int, width: int, ceiling: float) -> dict:
+    dtype = torch.bfloat16
+    impls, ours = implementations()
+    bytes_moved = plain_mlp.bytes_moved(rows * width, dtype.itemsize)
+    copies = max(1, math.ceil(2 * L2_BYTES / (rows * width * dtype.itemsize)))
+    inputs = [torch.randn(rows, width, device="cuda", dtype=dtype) for _ in range(min(copies, 64))]
+    ref = impls["eager"](inputs[0]).float()
+    exact = impls["eager"](inputs[0].double())
+    result = {"rows": rows, "width": width, "dtype": str(dtype), "bytes": bytes_moved, "impls": {}}
+    with torch.no_grad():
+        for name, fn in {**impls, **ours}.items():
+            try:
+                out = fn(inputs[0])
+                us = triton.testing.do_bench(rotating(fn, inputs), warmup=25, rep=200, return_mode="median") * 1e3
+                graph_us = graph_time_us(fn, inputs)
+                result["impls"][name] = {
+                    "graph_us": graph_us,
+                    "us": us,
+                    "max_abs_err_vs_eager": float((out.float() - ref).abs().max()),
+                    "max_abs_err_vs_float64": float((out.double() - exact).abs().max()),
+                    "pct_of_copy": 100 * bytes_moved / (graph_us * 1e-6) / ceiling,
+                }
+            except Exception as exc:
+                result["impls"][name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    timed = {k: v for k, v in result["impls"].items() if k.startswith("ours") and "graph_us" in v}
+    if timed:
+        best = min(timed, key=lambda k: timed[k]["graph_us"])
+        base = result["impls"]
+        result["ours_best"] = best
+        result["ratios"] = {
+            f"{n}/ours": base[n]["graph_us"] / base[best]["graph_us"] for n in impls if "graph_us" in base[n]
+        }
+        peers = [base[n]["graph_us"] for n in impls if "graph_us" in base[n]]
+        result["best_peer_over_ours"] = min(peers) / base[best]["graph_us"]
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="where the JSON goes")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("bench/mlp_act.py needs a CUDA GPU")
+        return 2
+    ceiling = copy_bandwidth()
+    results = [bench_shape(r, w, ceiling) for r, w in SHAPES]
+    ratios = [r["best_peer_over_ours"] for r in results if r.get("best_peer_over_ours")]
+    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else 0.0
+    meta = run_meta("python bench/mlp_act.py --out bench/results", ceiling)
+    args.out.mkdir(parents=True, exist_ok=True)
+    payload = {"meta": meta, "summary": {"geomean_best_peer_over_ours": geomean}, "results": results}
+    (args.out / "mlp_act_h200.json").write_text(json.dumps(payload, indent=1))
+    print(f"copy ceiling {ceiling / 1e9:.0f} GB/s on {meta['gpu']}; GPU us by graph replay (do_bench us), % of copy")
+    for r in results:
+        cells = []
+        for name in ["eager", "torch_compile", "native", r.get("ours_best", "")]:
+            row = r["impls"].get(name, {})
+            cells.append(
+                f"{name[:8]}: {row['graph_us']:6.1f} ({row['us']:5.1f}) {row['pct_of_copy']:3.0f}%"
+                if "us" in row
+                else f"{name}: -"
+            )
+        print(f"{r['rows']:>6}x{r['width']:<5} " + "  ".join(cells))
+    print(f"geomean best peer / ours: {geomean:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The judge on the plain-MLP family on a CUDA GPU: GPT-2 (124M)'s MLP in bf16 (hidden 768, intermediate 3072), the
+template's fused gelu_new compiled behind the walls, timed against eager (HF's seven-op gelu_new), torch.compile
+and native (`F.gelu(approximate="tanh")`: torch's own fused op for the same formula) with the bytes the fused op
+must move. Runs where a GPU is (the root conftest skips `gpu` tests elsewhere)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from judge_testkit import log_of, print_verdict
+from test_judge_plain_mlp import _captured
+
+from services.coder.templates import mlp_act
+from services.core.kernels import candidate_sha256
+from services.core.pb import events_pb2 as pb
+from services.judge.service import JudgeService
+from services.ops import plain_mlp
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_fused_gelu_new_kernel_is_correct_and_timed_on_the_gpu(tmp_path, index):
+    import torch
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
+
+    captured = _captured(GPT2MLP(3072, GPT2Config(n_embd=768)).to(torch.bfloat16).eval(), "torch.bfloat16")
+    profile = captured.observed.modules[0]
+    profile.input_shape[:] = [1, 1, 768]  # a decode step
+    intro = profile.introspection
+    config = mlp_act.search_configs()[index]
+    source, plan = mlp_act.render(config), mlp_act.plan(config)
+    digest = candidate_sha256(source, plan)
+    candidate = pb.CandidateProposed(
+        candidate_id=f"c1-{digest[:10]}", target_class=intro.class_path, source=source, source_sha256=digest,
+        plan=plan, contract=plain_mlp.layer_contract(intro.class_path, intro.forward_params, profile.roles),
+        origin="template", attempt=1,
+    )  # fmt: skip
+    prior = log_of(captured, candidate)
+    [judged] = asyncio.run(JudgeService(device="cuda", scratch_dir=tmp_path).handle(prior[-1], prior))
+    obs = judged.observed
+    print_verdict(f"{config.num_warps} warps, block {config.params['block']}", judged)
+    assert obs.correctness.passed and not obs.correctness.interpreted, (obs.correctness.error, obs.sandbox)
+    assert obs.timing.measured and obs.timing_check.believed, (obs.timing.reason, obs.timing_check)
+    shapes = [row.shape for row in obs.timing.rows]
+    assert shapes[0] == "1x1x3072" and "32768x3072" in shapes
+    for row in obs.timing.rows:
+        elements = 1
+        for d in row.shape.split("x"):
+            elements *= int(d)
+        assert row.bytes_moved == plain_mlp.bytes_moved(elements, 2)
+        assert row.eager_us > 0 and row.compile_us > 0
+    assert judged.reward >= 2 or "host-inclusive" in judged.reason, judged.reason
