@@ -104,7 +104,7 @@ def ours_impls() -> dict:
     ours = {}
     for config in template.search_configs("rope_half"):
         entry = candidate_wrapper(Path(tempfile.mkdtemp()), template.render(config), template.plan(config))
-        ours[f"ours_w{config.num_warps}"] = entry
+        ours[f"ours_w{config.num_warps}_h{config.params['heads']}"] = entry
     return ours
 
 

@@ -14,7 +14,7 @@ sin is this family's, in one of two layouts:
 The wrapper (`make_op`) takes q and k as attention passes them ((batch, heads, seq, head_dim) views, usually
 transposed out of the projections' layout, so any strides) and cos and sin of (batch, seq, head_dim), and runs
 one launch over both: one program per (position, q or k), every head of it, the position's cos and sin read
-once. Its outputs are new contiguous tensors of q's and k's shapes.
+once. Its outputs are new tensors of q's and k's shapes (laid out as the plan's arguments say: `OUT_STRIDES`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,14 @@ WRITABLE = VARIANTS
 KIND = "function"
 ENTRYPOINT = "rope"
 # Runtime arguments a kernel may take: the operands and outputs, the positions (batch · seq) and seq, the
-# head counts, and the strides of q, k (batch, head, seq) and cos/sin (batch, seq) in elements.
+# head counts, and the strides of q, k (batch, head, seq) and cos/sin (batch, seq) in elements; and the outputs'
+# strides. A plan that takes the outputs' strides gets outputs laid out as q and k are when those are the
+# projections' transposed views ((batch, seq, heads, head_dim) memory, as HF's own elementwise ops return them:
+# each position's heads one contiguous run); a plan without them gets contiguous (batch, heads, seq, head_dim).
+OUT_STRIDES = ("qo_sb", "qo_sh", "qo_ss", "ko_sb", "ko_sh", "ko_ss")
 ARGS = (
     "q", "k", "cos", "sin", "q_out", "k_out", "positions", "seq", "heads_q", "heads_k",
-    "q_sb", "q_sh", "q_ss", "k_sb", "k_sh", "k_ss", "c_sb", "c_ss",
+    "q_sb", "q_sh", "q_ss", "k_sb", "k_sh", "k_ss", "c_sb", "c_ss", *OUT_STRIDES,
 )  # fmt: skip
 CONSTEXPR_EXPRS = ("half", "block_half")  # half the head dim, and the next power of two >= it
 GRIDS = ("2 * positions",)
@@ -199,14 +203,23 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     launcher = Launcher(kernels[only.kernel], {**launch_options(only), "enable_fp_fusion": False})
     constexprs = {name: _constexpr_value(name, text) for name, text in sorted(only.constexprs.items())}
     allocate = empty or torch.empty
+    strided = any(a in OUT_STRIDES for a in only.args)
+
+    def output(x, dtype):
+        """x's output: in x's (batch, seq, heads, head_dim) memory where x is laid out so and the plan says where
+        to write (its output strides), contiguous (batch, heads, seq, head_dim) otherwise."""
+        b, h, s, d = x.shape
+        if strided and x.stride(1) == d and x.stride(2) == h * d and x.stride(0) == s * h * d:
+            return allocate((b, s, h, d), dtype=dtype, device=x.device).transpose(1, 2)
+        return allocate(x.shape, dtype=dtype, device=x.device)
 
     def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
         if unsqueeze_dim != 1:
             raise ValueError(f"rope broadcasts cos and sin over the heads (unsqueeze_dim 1), not {unsqueeze_dim}")
         _check(q, k, cos, sin)
         b, hq, s, d = q.shape
-        q_out = allocate(q.shape, dtype=torch.promote_types(q.dtype, cos.dtype), device=q.device)
-        k_out = allocate(k.shape, dtype=torch.promote_types(k.dtype, cos.dtype), device=k.device)
+        q_out = output(q, torch.promote_types(q.dtype, cos.dtype))
+        k_out = output(k, torch.promote_types(k.dtype, cos.dtype))
         positions = b * s
         if positions and launch:
             c_sb = cos.stride(0) if cos.shape[0] == b else 0
@@ -214,7 +227,8 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
                 "q": q, "k": k, "cos": cos, "sin": sin, "q_out": q_out, "k_out": k_out, "positions": positions,
                 "seq": s, "heads_q": hq, "heads_k": k.shape[1], "q_sb": q.stride(0), "q_sh": q.stride(1),
                 "q_ss": q.stride(2), "k_sb": k.stride(0), "k_sh": k.stride(1), "k_ss": k.stride(2), "c_sb": c_sb,
-                "c_ss": cos.stride(1),
+                "c_ss": cos.stride(1), "qo_sb": q_out.stride(0), "qo_sh": q_out.stride(1), "qo_ss": q_out.stride(2),
+                "ko_sb": k_out.stride(0), "ko_sh": k_out.stride(1), "ko_ss": k_out.stride(2),
             }  # fmt: skip
             exprs = {"half": d // 2, "block_half": 1 << max(0, d // 2 - 1).bit_length()}
             values_constexpr = {n: exprs[v] if isinstance(v, str) else v for n, v in constexprs.items()}
