@@ -27,6 +27,7 @@ class LiveTarget:
     input_shape: tuple[int, ...]
     dtype: str
     computes: str = ""  # what the server saw its forward compute (services.ops), "" when unknown
+    second_shape: tuple[int, ...] = ()  # a function's second operand on the dominant calls (RoPE's k)
 
 
 def live_target(prior: list[Recorded], target_class: str) -> LiveTarget | None:
@@ -37,7 +38,9 @@ def live_target(prior: list[Recorded], target_class: str) -> LiveTarget | None:
     for module in observed.modules:
         if module.introspection.class_path == target_class:
             dtype = module.dtype or observed.dtype
-            return LiveTarget(module.introspection, tuple(module.input_shape), dtype, module.computes)
+            return LiveTarget(
+                module.introspection, tuple(module.input_shape), dtype, module.computes, tuple(module.second_shape)
+            )
     return None
 
 

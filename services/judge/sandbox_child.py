@@ -506,10 +506,13 @@ class _RopeSubject:
     def timed(self):
         live = tuple(int(d) for d in self.job["live_shape"])
         b, hq, s, d = live if len(live) == 4 else (1, 4, 1, int(self.job["width"]))
-        main, unpack = _rope_oracle(self.fn, hq, hq)  # k as many heads as q: the profile records q's shape only
+        second = tuple(int(x) for x in self.job.get("second_shape") or ())
+        # k's live heads (a GQA model has fewer than q); as many as q where the profile predates recording them
+        hk = second[1] if len(second) == 4 else hq
+        main, unpack = _rope_oracle(self.fn, hq, hk)
         by_positions: dict[int, tuple[int, ...]] = {}
         for shape in [(b, s), (1, 1), (1, 4096), (1, 32768)]:
-            by_positions.setdefault(shape[0] * shape[1], (*shape, 2 * hq + 2, d))
+            by_positions.setdefault(shape[0] * shape[1], (*shape, hq + hk + 2, d))
         return main, lambda x: self.raw_op(*unpack(x)), list(by_positions.values())
 
     def stress_input(self, dtype):

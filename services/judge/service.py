@@ -236,6 +236,7 @@ class JudgeService:
             seed_base=secrets.randbelow(1 << 30) + 1,
             family=proposal.plan.family,
             variant=target.computes,
+            second_shape=list(target.second_shape),
         )
 
     def prepare_pairs(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:

@@ -19,14 +19,15 @@ pytestmark = pytest.mark.gpu
 
 def test_the_rope_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
     captured = _captured(QWEN2, "rope_half")
-    captured.observed.modules[0].input_shape[:] = [1, 12, 1, 128]  # a decode step
+    captured.observed.modules[0].input_shape[:] = [1, 12, 1, 128]  # a decode step: q's 12 heads
+    captured.observed.modules[0].second_shape[:] = [1, 2, 1, 128]  # k's 2 (Qwen2.5-1.5B's GQA)
     config = template.search_configs("rope_half")[0]
     prior = log_of(captured, _proposal(captured, config))
     [judged] = asyncio.run(JudgeService(device="cuda", scratch_dir=tmp_path).handle(prior[-1], prior))
     obs = judged.observed
-    print_verdict(f"rope_half, {config.num_warps} warps", judged)
+    print_verdict(f"rope_half, {config.num_warps} warps, {config.params['heads']} heads a tile", judged)
     assert obs.correctness.passed and not obs.correctness.interpreted, (obs.correctness.error, obs.sandbox)
     assert obs.timing.measured and obs.timing_check.believed, (obs.timing.reason, obs.timing_check)
-    assert [row.shape for row in obs.timing.rows][0] == "1x1x26x128"
+    assert [row.shape for row in obs.timing.rows][0] == "1x1x16x128"  # 12 q heads, 2 k heads, cos, sin
     assert all(row.eager_us > 0 and row.compile_us > 0 for row in obs.timing.rows)
     assert judged.reward >= 2, judged.reason

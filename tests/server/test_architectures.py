@@ -91,6 +91,10 @@ async def test_each_architectures_norm_is_recorded_with_what_it_computes_and_its
         found = {m.introspection.class_path.rsplit(".", 1)[-1]: m.computes for m in observation.modules if m.computes}
         # the norm, the gated MLP (a layer, with the roles of its children) and the RoPE function
         assert found == {norm: computes, **mlp} and all(m.probed for m in observation.modules)
+        for rope in (m for m in observation.modules if m.introspection.class_path.endswith(f".{ROPE_FN}")):
+            config = engine.model.config  # q's heads first, then k's: the judge times GQA as served
+            assert rope.input_shape[1] == config.num_attention_heads
+            assert rope.second_shape[1] == getattr(config, "num_key_value_heads", config.num_attention_heads)
         ranking = rank(observation)
         first, reason = choose_target(ranking)
         # the norm is among the run's targets (which of norm and MLP ranks first is the profile's timing's call)
