@@ -72,7 +72,7 @@ def test_dispatch_limits_rise_end_in_a_catch_all_and_stay_judgeable(signatures):
     plan.launches[0].max_rows = row_reduction.MAX_DISPATCH_ROWS + 1
     [finding] = row_reduction.check_plan(plan, signatures)
     assert "cannot be judged on both sides" in finding.reason
-    with pytest.raises(UnknownFamily, match="known: gated_mlp, residual_norm, rotary, row_reduction"):
+    with pytest.raises(UnknownFamily, match="known: gated_mlp, plain_mlp, residual_norm, rotary, row_reduction"):
         family("softmax")
 
 
