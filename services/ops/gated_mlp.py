@@ -19,12 +19,10 @@ and which activation, from running the module's own forward on probe rows beside
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
-from services.ops.launch import Launcher, launch_options
-from services.ops.row_reduction import PlanError, check_one_launch
+from services.ops import elementwise
 
 FAMILY = "gated_mlp"
 VARIANTS = ("swiglu", "geglu_tanh", "geglu")
@@ -155,29 +153,15 @@ PARAM_KINDS = {"hidden_states": "tensor", "gate_proj": "module", "up_proj": "mod
 # Runtime arguments a kernel may take: the gate's and the up projection's outputs (same shape, contiguous),
 # the output, and their element count. One program covers N elements.
 ARGS = ("g", "u", "y", "n")
-GRIDS = ("cdiv(n, N)",)
-MAX_BLOCK = 1 << 16
+GRIDS = elementwise.GRIDS
+MAX_BLOCK = elementwise.MAX_BLOCK
 READS_PER_WRITE = 2  # gate and up read for each product written: the judge's floor is at that mix's ceiling
-_GRID = re.compile(r"^cdiv\(n, (?P<n>\d+)\)$")
-
-
-def parse_grid(text: str) -> int:
-    """Elements per program of a grid in this family's vocabulary."""
-    match = _GRID.match(text)
-    if match is None or not 1 <= int(match["n"]) <= MAX_BLOCK:
-        raise PlanError(f"grid {text!r} is not one of {', '.join(GRIDS)} (N 1..{MAX_BLOCK})")
-    return int(match["n"])
-
-
-def _constexpr_value(name: str, text: str) -> int:
-    if re.fullmatch(r"\d{1,6}", text) and int(text) <= MAX_BLOCK:
-        return int(text)
-    raise PlanError(f"constexpr {name}={text!r} is not an integer literal up to {MAX_BLOCK}")
+parse_grid = elementwise.parse_grid
 
 
 def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
     """Findings (rule `launch-plan`) for a plan of this family; [] when it fits. One launch serves every size."""
-    return check_one_launch(plan, kernels, FAMILY, args=ARGS, grid=parse_grid, value=_constexpr_value)
+    return elementwise.check_plan(plan, kernels, FAMILY, ARGS)
 
 
 def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
@@ -188,10 +172,7 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     replay)."""
     import torch
 
-    (only,) = plan.launches
-    launcher = Launcher(kernels[only.kernel], launch_options(only))
-    per_program = parse_grid(only.grid)
-    constexprs = {name: _constexpr_value(name, text) for name, text in sorted(only.constexprs.items())}
+    run = elementwise.Launch(plan, kernels)
     allocate = empty or torch.empty
 
     def gated(g, u):
@@ -205,11 +186,10 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
         y = allocate(g.shape, dtype=g.dtype, device=g.device)
         n = g.numel()
         if n and launch:
-            values = {"g": g, "u": u, "y": y, "n": n}
-            launcher(-(-n // per_program), [values[a] for a in only.args], constexprs)
+            run({"g": g, "u": u, "y": y, "n": n}, n)
         return y
 
-    gated.launchers = [launcher]
+    gated.launchers = [run.launcher]
     return gated
 
 

@@ -17,12 +17,10 @@ declares (`timed_bytes`); the profiler ranks the layer by its time outside the m
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
-from services.ops.launch import Launcher, launch_options
-from services.ops.row_reduction import PlanError, check_one_launch
+from services.ops import elementwise
 
 FAMILY = "plain_mlp"
 VARIANTS = ("mlp_gelu_tanh", "mlp_gelu", "mlp_relu", "mlp_silu")
@@ -36,11 +34,10 @@ OPTIONAL_PARAMS: tuple[str, ...] = ()
 PARAM_KINDS = {"hidden_states": "tensor", "fc": "module", "proj": "module"}
 # Runtime arguments a kernel may take: the first map's output (contiguous), the output, their element count.
 ARGS = ("x", "y", "n")
-GRIDS = ("cdiv(n, N)",)
-MAX_BLOCK = 1 << 16
+GRIDS = elementwise.GRIDS
+MAX_BLOCK = elementwise.MAX_BLOCK
 READS_PER_WRITE = 1
 PROBE_ROWS = 4
-_GRID = re.compile(r"^cdiv\(n, (?P<n>\d+)\)$")
 
 
 def _activations() -> dict[str, Callable]:
@@ -132,23 +129,12 @@ def timed_bytes(dims: list[int], itemsizes: tuple[int, int, int]) -> int:
 # ---------------------------------------------------------------- launch plans and the layer wrapper
 
 
-def parse_grid(text: str) -> int:
-    """Elements per program of a grid in this family's vocabulary."""
-    match = _GRID.match(text)
-    if match is None or not 1 <= int(match["n"]) <= MAX_BLOCK:
-        raise PlanError(f"grid {text!r} is not one of {', '.join(GRIDS)} (N 1..{MAX_BLOCK})")
-    return int(match["n"])
-
-
-def _constexpr_value(name: str, text: str) -> int:
-    if re.fullmatch(r"\d{1,6}", text) and int(text) <= MAX_BLOCK:
-        return int(text)
-    raise PlanError(f"constexpr {name}={text!r} is not an integer literal up to {MAX_BLOCK}")
+parse_grid = elementwise.parse_grid
 
 
 def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
     """Findings (rule `launch-plan`) for a plan of this family; [] when it fits. One launch serves every size."""
-    return check_one_launch(plan, kernels, FAMILY, args=ARGS, grid=parse_grid, value=_constexpr_value)
+    return elementwise.check_plan(plan, kernels, FAMILY, ARGS)
 
 
 def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
@@ -156,10 +142,7 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     between the maps. `empty` allocates the output; `launch=False` skips the kernel (the judge's ghost replay)."""
     import torch
 
-    (only,) = plan.launches
-    launcher = Launcher(kernels[only.kernel], launch_options(only))
-    per_program = parse_grid(only.grid)
-    constexprs = {name: _constexpr_value(name, text) for name, text in sorted(only.constexprs.items())}
+    run = elementwise.Launch(plan, kernels)
     allocate = empty or torch.empty
 
     def act(x):
@@ -169,11 +152,10 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
         y = allocate(x.shape, dtype=x.dtype, device=x.device)
         n = x.numel()
         if n and launch:
-            values = {"x": x, "y": y, "n": n}
-            launcher(-(-n // per_program), [values[a] for a in only.args], constexprs)
+            run({"x": x, "y": y, "n": n}, n)
         return y
 
-    act.launchers = [launcher]
+    act.launchers = [run.launcher]
     return act
 
 

@@ -11,7 +11,7 @@ multiplied by up in fp32 and rounded once more: what `act_fn(gate_proj(x)) * up_
 from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
-from services.ops import gated_mlp
+from services.ops import elementwise, gated_mlp
 
 TEMPLATE = "gated_elementwise"
 OP_FAMILY = gated_mlp.FAMILY
@@ -29,29 +29,35 @@ def variant_for(computes: str) -> str | None:
     return computes if computes in VARIANTS else None
 
 
-def search_configs(variant: str = "swiglu", width: int = 0) -> list[pb.TemplateConfig]:
-    return [
-        pb.TemplateConfig(template=TEMPLATE, num_warps=w, variant=variant, params={"block": b}) for w, b in SEARCH_TABLE
-    ]
+def block_configs(template: str, variant: str, table=SEARCH_TABLE) -> list[pb.TemplateConfig]:
+    """An elementwise template's search space (this one's, the plain MLP's) in the order it is tried."""
+    return [pb.TemplateConfig(template=template, num_warps=w, variant=variant, params={"block": b}) for w, b in table]
 
 
-def valid(config: pb.TemplateConfig) -> bool:
+def block_config_problem(config: pb.TemplateConfig, template: str, variants) -> str:
+    """Why `config` is not one of an elementwise template's ("" when it is): a known variant, a power-of-two block."""
     block = config.params.get("block", 0)
+    fits = config.template == template and config.variant in variants and config.num_warps in (1, 2, 4, 8, 16, 32)
+    if fits and 0 < block <= elementwise.MAX_BLOCK and block & (block - 1) == 0:
+        return ""
     return (
-        config.template == TEMPLATE
-        and config.variant in VARIANTS
-        and config.num_warps in (1, 2, 4, 8, 16, 32)
-        and 0 < block <= gated_mlp.MAX_BLOCK
-        and block & (block - 1) == 0
+        f"not a {template} config: variant={config.variant!r} num_warps={config.num_warps} "
+        f"params={dict(config.params)} (variants {tuple(variants)}; block a power of two)"
     )
 
 
+def search_configs(variant: str = "swiglu", width: int = 0) -> list[pb.TemplateConfig]:
+    return block_configs(TEMPLATE, variant)
+
+
+def valid(config: pb.TemplateConfig) -> bool:
+    return not block_config_problem(config, TEMPLATE, VARIANTS)
+
+
 def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
-    if not valid(config):
-        raise ValueError(
-            f"not a {TEMPLATE} config: variant={config.variant!r} num_warps={config.num_warps} "
-            f"params={dict(config.params)} (variants {VARIANTS}; block a power of two)"
-        )
+    problem = block_config_problem(config, TEMPLATE, VARIANTS)
+    if problem:
+        raise ValueError(problem)
     return config
 
 

@@ -9,6 +9,7 @@ answer, not bit for bit in bf16).
 
 from __future__ import annotations
 
+from services.coder.templates.gated import block_config_problem, block_configs
 from services.core.pb import events_pb2 as pb
 from services.ops import plain_mlp
 
@@ -17,10 +18,6 @@ OP_FAMILY = plain_mlp.FAMILY
 ENTRYPOINT = plain_mlp.ENTRYPOINT
 VARIANTS = plain_mlp.WRITABLE
 KERNELS = {"mlp_gelu_tanh": "_gelu_tanh_kernel"}
-# Elements per program and warps, tried in this order (the gated template's: an elementwise pass).
-BLOCKS = (2048, 1024, 4096)
-NUM_WARPS = (4, 8)
-SEARCH_TABLE: tuple[tuple[int, int], ...] = tuple((w, b) for b in BLOCKS for w in NUM_WARPS)
 
 
 def variant_for(computes: str) -> str | None:
@@ -29,28 +26,18 @@ def variant_for(computes: str) -> str | None:
 
 
 def search_configs(variant: str = "mlp_gelu_tanh", width: int = 0) -> list[pb.TemplateConfig]:
-    return [
-        pb.TemplateConfig(template=TEMPLATE, num_warps=w, variant=variant, params={"block": b}) for w, b in SEARCH_TABLE
-    ]
+    """The gated template's table (an elementwise pass: wide blocks, 4-8 warps)."""
+    return block_configs(TEMPLATE, variant)
 
 
 def valid(config: pb.TemplateConfig) -> bool:
-    block = config.params.get("block", 0)
-    return (
-        config.template == TEMPLATE
-        and config.variant in VARIANTS
-        and config.num_warps in (1, 2, 4, 8, 16, 32)
-        and 0 < block <= plain_mlp.MAX_BLOCK
-        and block & (block - 1) == 0
-    )
+    return not block_config_problem(config, TEMPLATE, VARIANTS)
 
 
 def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
-    if not valid(config):
-        raise ValueError(
-            f"not a {TEMPLATE} config: variant={config.variant!r} num_warps={config.num_warps} "
-            f"params={dict(config.params)} (variants {VARIANTS}; block a power of two)"
-        )
+    problem = block_config_problem(config, TEMPLATE, VARIANTS)
+    if problem:
+        raise ValueError(problem)
     return config
 
 
