@@ -81,3 +81,17 @@ async def test_a_kernel_failing_after_the_attention_answers_without_running_the_
         assert all(float((a - b).abs().max()) < 1e-4 for a, b in zip(after_logits, before_logits, strict=True))
     finally:
         engine.close()
+
+
+async def test_a_layer_serving_the_kernel_is_still_recognised_for_what_it_computes():
+    """A later profile (another run on the same server) still names the swapped layer's op: recognition runs the
+    class's own forward, whose post norm the kernel's forward never calls."""
+    engine = Engine(load_model("tiny-qwen2", "cpu"))
+    try:
+        contract, variant = _layer_contract(engine)
+        handle = await engine.exclusive(engine.apply, contract, _entry(variant))
+        layer = instances_of(engine.model, contract.target)[0]
+        assert "forward" in layer.__dict__ and residual_norm.recognise(layer) == variant
+        await engine.exclusive(engine.revert, handle)
+    finally:
+        engine.close()
