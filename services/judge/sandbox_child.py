@@ -245,22 +245,24 @@ class _PairSubject:
     """An op of two operands (a gated MLP's act(gate) * up): the family's op called on each case's operands; the
     layer around it (the projections) is the model's own code and not the candidate's."""
 
+    OPERANDS = ("gates", "ups")  # the cases' operand lists, in the op's argument order
+
     def __init__(self, job: dict, ops, plan, loaded, empty, cases: dict, device):
         self.job, self.cases, self.device = job, cases, device
         self.op = ops.make_op(plan, loaded, empty=empty)
         self.ghost_op = ops.make_op(plan, loaded, empty=empty, launch=False)
-        self.count = len(cases["gates"])
+        self.count = len(cases[self.OPERANDS[0]])
 
     def _view(self, index: int):
         """The case's layout as a function of a base (its operands' width read off the base: row-strided pads)."""
         from services.judge.cases import PAD, apply_layout
 
         layout = self.cases["layouts"][index]
-        width = int(self.cases["gates"][index].shape[-1]) - (PAD if layout == "row-strided" else 0)
+        width = int(self.cases[self.OPERANDS[0]][index].shape[-1]) - (PAD if layout == "row-strided" else 0)
         return lambda t: apply_layout(t, layout, width)
 
     def _bases(self, index: int):
-        return [self.cases["gates"][index], self.cases["ups"][index]]
+        return [self.cases[name][index] for name in self.OPERANDS]
 
     def run(self, index: int, guard):
         from services.judge.run_cases import run_op_case
@@ -270,16 +272,12 @@ class _PairSubject:
 
     def again(self, index: int, ghost: bool):
         view = self._view(index)
-        g, u = (view(base.to(self.device)) for base in self._bases(index))
-        return (self.ghost_op if ghost else self.op)(g, u).detach().cpu()
+        operands = [view(base.to(self.device)) for base in self._bases(index)]
+        return (self.ghost_op if ghost else self.op)(*operands).detach().cpu()
 
     def timed(self):
-        width = int(self.job["width"])
-        live = tuple(int(d) for d in self.job["live_shape"]) or (1, width)
-        by_elements: dict[int, tuple[int, ...]] = {}
-        for shape in [live, (1, width), (4096, width), (32768, width)]:
-            by_elements.setdefault(_rows(shape) * width, (2, *shape))
-        return _pair_oracle(self.job["variant"]), lambda gu: self.op(gu[0], gu[1]), list(by_elements.values())
+        shapes = [(2, *shape) for shape in _timing_shapes(self.job, int(self.job["width"]))]
+        return _pair_oracle(self.job["variant"]), lambda gu: self.op(gu[0], gu[1]), shapes
 
     def stress_input(self, dtype):
         import torch
@@ -317,33 +315,10 @@ class _UnarySubject(_PairSubject):
     """An op of one operand (a plain MLP's activation): the family's op called on each case's operand; the maps
     around it are the model's own code and not the candidate's."""
 
-    def __init__(self, job: dict, ops, plan, loaded, empty, cases: dict, device):
-        self.job, self.cases, self.device = job, cases, device
-        self.op = ops.make_op(plan, loaded, empty=empty)
-        self.ghost_op = ops.make_op(plan, loaded, empty=empty, launch=False)
-        self.count = len(cases["operands"])
-
-    def _view(self, index: int):
-        from services.judge.cases import PAD, apply_layout
-
-        layout = self.cases["layouts"][index]
-        width = int(self.cases["operands"][index].shape[-1]) - (PAD if layout == "row-strided" else 0)
-        return lambda t: apply_layout(t, layout, width)
-
-    def _bases(self, index: int):
-        return [self.cases["operands"][index]]
-
-    def again(self, index: int, ghost: bool):
-        (x,) = (self._view(index)(base.to(self.device)) for base in self._bases(index))
-        return (self.ghost_op if ghost else self.op)(x).detach().cpu()
+    OPERANDS = ("operands",)
 
     def timed(self):
-        width = int(self.job["width"])
-        live = tuple(int(d) for d in self.job["live_shape"]) or (1, width)
-        by_elements: dict[int, tuple[int, ...]] = {}
-        for shape in [live, (1, width), (4096, width), (32768, width)]:
-            by_elements.setdefault(_rows(shape) * width, shape)
-        return _unary_oracle(self.job["variant"]), self.op, list(by_elements.values())
+        return _unary_oracle(self.job["variant"]), self.op, _timing_shapes(self.job, int(self.job["width"]))
 
     def stress_input(self, dtype):
         import torch
@@ -434,11 +409,8 @@ class _AddNormSubject:
         dtype = torch_dtype(self.job["input_dtype"])
         main, weight, bias, eps = _add_norm_oracle(self.job["variant"], width, self.device, dtype,
                                                    int(self.job["seed_base"]))  # fmt: skip
-        live = tuple(int(d) for d in self.job["live_shape"]) or (1, width)
-        by_rows: dict[int, tuple[int, ...]] = {}
-        for shape in [live, (1, width), (4096, width), (32768, width)]:
-            by_rows.setdefault(_rows(shape), (2, *shape))
-        return main, lambda ax: self.op(ax[0], ax[1], weight, eps, bias), list(by_rows.values())
+        shapes = [(2, *shape) for shape in _timing_shapes(self.job, width)]
+        return main, lambda ax: self.op(ax[0], ax[1], weight, eps, bias), shapes
 
     def stress_input(self, dtype):
         import torch

@@ -40,8 +40,9 @@ def _activations():
     }
 
 
-def _linear_maps(module) -> dict | None:
-    """The module's three children that are linear maps ({name: child}), or None when it has not three."""
+def linear_maps(module, count: int) -> dict | None:
+    """{name: child} of the module's children that are linear maps (leaves with a 2-D weight), or None unless there
+    are exactly `count` of them (a gated MLP has three, a plain MLP two)."""
     import torch
 
     maps = {}
@@ -51,12 +52,12 @@ def _linear_maps(module) -> dict | None:
             if any(True for _ in child.children()):
                 return None
             maps[name] = child
-    return maps if len(maps) == 3 else None
+    return maps if len(maps) == count else None
 
 
 def roles(module) -> tuple[str, str, str] | None:
     """(one of gate/up, the other, down) by shape: two maps of one shape, and a third of the transposed shape."""
-    maps = _linear_maps(module)
+    maps = linear_maps(module, 3)
     if maps is None:
         return None
     shapes = {name: tuple(child.weight.shape) for name, child in maps.items()}

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
 from services.ops import elementwise
+from services.ops.gated_mlp import linear_maps
 
 FAMILY = "plain_mlp"
 VARIANTS = ("mlp_gelu_tanh", "mlp_gelu", "mlp_relu", "mlp_silu")
@@ -60,16 +61,7 @@ def reference(variant: str) -> Callable:
 
 def maps_of(module) -> dict | None:
     """{name: child} of the module's two children with 2-D weights (its maps), or None when it has not two."""
-    import torch
-
-    maps = {}
-    for name, child in module.named_children():
-        weight = getattr(child, "weight", None)
-        if isinstance(weight, torch.Tensor) and weight.dim() == 2:
-            if any(True for _ in child.children()):
-                return None
-            maps[name] = child
-    return maps if len(maps) == 2 else None
+    return linear_maps(module, 2)
 
 
 def identify(module) -> tuple[str, str, str] | None:
