@@ -104,7 +104,8 @@ def ours_impls() -> dict:
     ours = {}
     for config in template.search_configs("rope_half"):
         entry = candidate_wrapper(Path(tempfile.mkdtemp()), template.render(config), template.plan(config))
-        ours[f"ours_w{config.num_warps}_h{config.params['heads']}"] = entry
+        heads, together = config.params["heads"] or "all", "_qk" if config.params["together"] else ""
+        ours[f"ours_w{config.num_warps}_h{heads}{together}"] = entry
     return ours
 
 

@@ -21,8 +21,7 @@ from services.core.kernel_schema import check_kernel_source
 from services.ops import family, rotary
 
 
-def _op(variant: str, warps_index: int = 0):
-    config = template.search_configs(variant)[warps_index]
+def _op(config):
     source, plan = template.render(config), template.plan(config)
     report = check_kernel_source(source)
     assert not report.findings and family("rotary").check_plan(plan, report.kernels) == []
@@ -65,9 +64,13 @@ def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("variant", "hf"), [("rope_half", qwen2.apply_rotary_pos_emb),
                                              ("rope_interleaved", cohere.apply_rotary_pos_emb)])  # fmt: skip
-def test_the_kernel_answers_what_the_hf_function_answers_bit_for_bit(variant, hf, dtype):
+@pytest.mark.parametrize(("together", "heads"), [(1, 0), (0, 16), (1, 2)],
+                         ids=["q-and-k-one-program", "q-and-k-two-programs", "a-loop-over-head-tiles"])  # fmt: skip
+def test_the_kernel_answers_what_the_hf_function_answers_bit_for_bit(variant, hf, dtype, together, heads):
     interpreter_rounding.install()  # bf16 casts round to nearest, as a GPU's do
-    op = _op(variant)
+    config = template.search_configs(variant)[0]
+    config.params.update(heads=heads, together=together)
+    op = _op(config)
     q, k, cos, sin = _operands(variant, dtype)
     assert not q.is_contiguous()
     got, want = op(q, k, cos, sin), hf(q, k, cos, sin)
@@ -80,7 +83,7 @@ def test_the_kernel_answers_what_the_hf_function_answers_bit_for_bit(variant, hf
 
 
 def test_the_wrapper_refuses_what_it_cannot_rotate_with_a_clear_message():
-    op = _op("rope_half")
+    op = _op(template.search_configs("rope_half")[0])
     q, k, cos, sin = _operands("rope_half", torch.float32)
     with pytest.raises(ValueError, match="unsqueeze_dim 1"):
         op(q, k, cos, sin, unsqueeze_dim=2)

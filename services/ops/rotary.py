@@ -42,8 +42,10 @@ ARGS = (
     "q", "k", "cos", "sin", "q_out", "k_out", "positions", "seq", "heads_q", "heads_k",
     "q_sb", "q_sh", "q_ss", "k_sb", "k_sh", "k_ss", "c_sb", "c_ss", *OUT_STRIDES,
 )  # fmt: skip
-CONSTEXPR_EXPRS = ("half", "block_half")  # half the head dim, and the next power of two >= it
-GRIDS = ("2 * positions",)
+# half the head dim and the next power of two >= it; the next powers of two >= q's and k's head counts
+CONSTEXPR_EXPRS = ("half", "block_half", "block_heads_q", "block_heads_k")
+# a program per (position, q or k), or a program per position rotating both (cos and sin loaded once for both)
+GRIDS = ("2 * positions", "positions")
 MAX_HEAD_DIM = 1024
 PROBE = (2, 3, 2, 5, 8)  # batch, q heads, k heads, seq, head dim of the recognition probe
 
@@ -148,7 +150,7 @@ def recognise(module) -> str | None:
 
 # ---------------------------------------------------------------- launch plans and the wrapper
 
-_GRID = re.compile(r"^2 \* positions$")
+_GRID = re.compile(r"^(2 \* )?positions$")
 
 
 def _constexpr_value(name: str, text: str) -> int | str:
@@ -159,10 +161,11 @@ def _constexpr_value(name: str, text: str) -> int | str:
     raise PlanError(f"constexpr {name}={text!r} is neither an integer literal nor one of {', '.join(CONSTEXPR_EXPRS)}")
 
 
-def _parse_grid(text: str) -> str:
+def _parse_grid(text: str) -> int:
+    """Programs per position."""
     if not _GRID.match(text):
         raise PlanError(f"grid {text!r} is not one of {', '.join(GRIDS)}")
-    return text
+    return 2 if text.startswith("2") else 1
 
 
 def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
@@ -191,6 +194,11 @@ def _check(q, k, cos, sin) -> None:
         raise TypeError("q, k, cos and sin must be on one device, q and k of one dtype")
 
 
+def _pow2(n: int) -> int:
+    """The next power of two >= n (1 for n <= 1)."""
+    return 1 << max(0, n - 1).bit_length()
+
+
 def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
     """rope(q, k, cos, sin, unsqueeze_dim=1) -> (q_embed, k_embed) with the plan's kernel (checked by
     `check_plan`). `unsqueeze_dim` must be 1 (cos and sin broadcast over heads), what every HF caller passes."""
@@ -202,6 +210,7 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     # none with it off. The family decides this, not the candidate: its plan cannot turn it back on.
     launcher = Launcher(kernels[only.kernel], {**launch_options(only), "enable_fp_fusion": False})
     constexprs = {name: _constexpr_value(name, text) for name, text in sorted(only.constexprs.items())}
+    per_position = _parse_grid(only.grid)
     allocate = empty or torch.empty
     strided = any(a in OUT_STRIDES for a in only.args)
 
@@ -230,9 +239,10 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
                 "c_ss": cos.stride(1), "qo_sb": q_out.stride(0), "qo_sh": q_out.stride(1), "qo_ss": q_out.stride(2),
                 "ko_sb": k_out.stride(0), "ko_sh": k_out.stride(1), "ko_ss": k_out.stride(2),
             }  # fmt: skip
-            exprs = {"half": d // 2, "block_half": 1 << max(0, d // 2 - 1).bit_length()}
+            heads = {"block_heads_q": _pow2(hq), "block_heads_k": _pow2(k.shape[1])}
+            exprs = {"half": d // 2, "block_half": _pow2(d // 2), **heads}
             values_constexpr = {n: exprs[v] if isinstance(v, str) else v for n, v in constexprs.items()}
-            launcher(2 * positions, [values[a] for a in only.args], values_constexpr)
+            launcher(per_position * positions, [values[a] for a in only.args], values_constexpr)
         return q_out, k_out
 
     rope.launchers = [launcher]

@@ -25,7 +25,7 @@ def test_the_rope_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
     prior = log_of(captured, _proposal(captured, config))
     [judged] = asyncio.run(JudgeService(device="cuda", scratch_dir=tmp_path).handle(prior[-1], prior))
     obs = judged.observed
-    print_verdict(f"rope_half, {config.num_warps} warps, {config.params['heads']} heads a tile", judged)
+    print_verdict(f"rope_half, {config.num_warps} warps, params {dict(config.params)}", judged)
     assert obs.correctness.passed and not obs.correctness.interpreted, (obs.correctness.error, obs.sandbox)
     assert obs.timing.measured and obs.timing_check.believed, (obs.timing.reason, obs.timing_check)
     assert [row.shape for row in obs.timing.rows][0] == "1x1x16x128"  # 12 q heads, 2 k heads, cos, sin

@@ -19,11 +19,16 @@ OP_FAMILY = rotary.FAMILY
 ENTRYPOINT = rotary.ENTRYPOINT
 VARIANTS = rotary.VARIANTS
 KERNELS = {"rope_half": "_rope_half_kernel", "rope_interleaved": "_rope_interleaved_kernel"}
-# (warps, heads per program) in the order tried. Each program rotates one position's heads of q (or of k) as
-# [heads, head_dim / 2] tiles, HEADS heads at a time: at decode the whole of q is one tile (12-32 heads), where a
-# loop over heads, one at a time, left 2 programs walking 14-40 rows each (3.3 us against Liger's 1.4 on the H200,
-# `python bench/rope.py`).
-SEARCH_TABLE: tuple[tuple[int, int], ...] = ((4, 16), (1, 16), (2, 16), (4, 32), (8, 32), (2, 8))
+# (warps, heads a tile, together) in the order tried. A program rotates one position's heads as
+# [heads, head_dim / 2] tiles, `heads` at a time (0: all of a tensor's heads in one tile, q's and k's each a power
+# of two); `together` one program per position rotates q and then k with cos and sin loaded once, otherwise
+# q and k of a position are two programs. At decode the whole of q is one tile (12-32 heads), where a loop over
+# heads, one at a time, left 2 programs walking 14-40 rows each (3.3 us against Liger's 1.4 on the H200). At
+# prefill with Qwen's 12 q and 2 kv heads, a program per (position, q or k) with 16-head tiles reached 74-76% of
+# copy where Liger, a program per position, reached 102% (`python bench/rope.py`).
+SEARCH_TABLE: tuple[tuple[int, int, int], ...] = (
+    (4, 0, 1), (4, 16, 0), (8, 0, 1), (2, 0, 1), (1, 16, 0), (8, 32, 0),
+)  # fmt: skip
 MAX_HEADS = 64
 
 
@@ -33,7 +38,8 @@ def variant_for(computes: str) -> str | None:
 
 def search_configs(variant: str = "rope_half", width: int = 0) -> list[pb.TemplateConfig]:
     return [
-        pb.TemplateConfig(template=TEMPLATE, num_warps=w, variant=variant, params={"heads": h}) for w, h in SEARCH_TABLE
+        pb.TemplateConfig(template=TEMPLATE, num_warps=w, variant=variant, params={"heads": h, "together": t})
+        for w, h, t in SEARCH_TABLE
     ]
 
 
@@ -43,8 +49,9 @@ def valid(config: pb.TemplateConfig) -> bool:
         config.template == TEMPLATE
         and config.variant in VARIANTS
         and config.num_warps in (1, 2, 4, 8, 16, 32)
-        and 0 < heads <= MAX_HEADS
+        and 0 <= heads <= MAX_HEADS
         and heads & (heads - 1) == 0
+        and config.params.get("together", 0) in (0, 1)
     )
 
 
@@ -52,7 +59,8 @@ def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
     if not valid(config):
         raise ValueError(
             f"not a {TEMPLATE} config: variant={config.variant!r} num_warps={config.num_warps} "
-            f"params={dict(config.params)} (variants {VARIANTS}; heads a power of two up to {MAX_HEADS})"
+            f"params={dict(config.params)} (variants {VARIANTS}; heads 0 (all) or a power of two up to {MAX_HEADS}; "
+            "together 0 or 1)"
         )
     return config
 
@@ -62,11 +70,18 @@ def render(config: pb.TemplateConfig) -> str:
 
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
+    heads, together = config.params.get("heads", 0), config.params.get("together", 0)
     launch = pb.KernelLaunch(
         kernel=KERNELS[_checked(config).variant],
         args=list(rotary.ARGS),
-        constexprs={"HALF": "half", "BLOCK": "block_half", "HEADS": str(config.params["heads"])},
-        grid="2 * positions",
+        constexprs={
+            "HALF": "half",
+            "BLOCK": "block_half",
+            "HEADS_Q": str(heads) if heads else "block_heads_q",
+            "HEADS_K": str(heads) if heads else "block_heads_k",
+            "TOGETHER": str(together),
+        },
+        grid="positions" if together else "2 * positions",
         num_warps=config.num_warps,
     )
     return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
@@ -76,9 +91,10 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
 _SKELETON = '''\
 """q and k rotated by cos and sin (gpuyantra template @TEMPLATE@, variant {variant}).
 
-Program p < positions rotates the heads of q at position p, the rest the heads of k at p - positions, HEADS
-heads at a time as [HEADS, head_dim / 2] tiles; the position's cos and sin are loaded once. The outputs are
-written through their own strides (the wrapper lays them out).
+With TOGETHER, program p rotates the heads of q and then of k at position p; without, program p < positions
+rotates q's at p and the rest k's at p - positions. Heads are rotated as [HEADS, head_dim / 2] tiles; the
+position's cos and sin are loaded once. The outputs are written through their own strides (the wrapper lays
+them out).
 """
 
 import triton
@@ -86,30 +102,8 @@ import triton.language as tl
 
 
 @triton.jit
-def {kernel}(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, positions, seq, heads_q, heads_k,
-             q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, c_sb, c_ss, qo_sb, qo_sh, qo_ss, ko_sb, ko_sh, ko_ss,
-             HALF: tl.constexpr, BLOCK: tl.constexpr, HEADS: tl.constexpr):
-    pid = tl.program_id(0)
-    is_k = pid >= positions
-    pos = tl.where(is_k, pid - positions, pid)
-    b = (pos // seq).to(tl.int64)
-    s = (pos % seq).to(tl.int64)
-    j = tl.arange(0, BLOCK)[None, :]
+def {rotate_heads}(x_row, o_row, x_sh, o_sh, heads, j, c1, c2, s1, s2, HALF: tl.constexpr, HEADS: tl.constexpr):
     hh = tl.arange(0, HEADS)[:, None]
-    c_row = b * c_sb + s * c_ss
-{{load_angles}}
-    if is_k:
-        x_row = k_ptr + b * k_sb + s * k_ss
-        o_row = ko_ptr + b * ko_sb + s * ko_ss
-        x_sh = k_sh
-        o_sh = ko_sh
-        heads = heads_k
-    else:
-        x_row = q_ptr + b * q_sb + s * q_ss
-        o_row = qo_ptr + b * qo_sb + s * qo_ss
-        x_sh = q_sh
-        o_sh = qo_sh
-        heads = heads_q
     dt = o_row.dtype.element_ty
     for h0 in range(0, heads, HEADS):
         h = h0 + hh
@@ -117,6 +111,34 @@ def {kernel}(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, positions, seq, hea
         x = x_row + h.to(tl.int64) * x_sh
         o = o_row + h.to(tl.int64) * o_sh
 {{rotate}}
+
+
+@triton.jit
+def {kernel}(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, positions, seq, heads_q, heads_k,
+             q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, c_sb, c_ss, qo_sb, qo_sh, qo_ss, ko_sb, ko_sh, ko_ss,
+             HALF: tl.constexpr, BLOCK: tl.constexpr, HEADS_Q: tl.constexpr, HEADS_K: tl.constexpr,
+             TOGETHER: tl.constexpr):
+    pid = tl.program_id(0)
+    if TOGETHER:
+        pos = pid
+    else:
+        pos = tl.where(pid >= positions, pid - positions, pid)
+    b = (pos // seq).to(tl.int64)
+    s = (pos % seq).to(tl.int64)
+    j = tl.arange(0, BLOCK)[None, :]
+    c_row = b * c_sb + s * c_ss
+{{load_angles}}
+    q_row = q_ptr + b * q_sb + s * q_ss
+    qo_row = qo_ptr + b * qo_sb + s * qo_ss
+    k_row = k_ptr + b * k_sb + s * k_ss
+    ko_row = ko_ptr + b * ko_sb + s * ko_ss
+    if TOGETHER:
+        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, HEADS_Q)
+        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, HEADS_K)
+    elif pid < positions:
+        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, HEADS_Q)
+    else:
+        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, HEADS_K)
 '''
 
 _HALF_ANGLES = """\
@@ -149,7 +171,7 @@ _PAIR_ROTATE = """\
         tl.store(o + 2 * j + 1, (x2 * c2 + x1 * s2).to(dt), mask=mask)"""
 _PARTS = {"rope_half": (_HALF_ANGLES, _HALF_ROTATE), "rope_interleaved": (_PAIR_ANGLES, _PAIR_ROTATE)}
 _SOURCES = {
-    variant: _SKELETON.format(variant=variant, kernel=KERNELS[variant])
+    variant: _SKELETON.format(variant=variant, kernel=KERNELS[variant], rotate_heads=f"{KERNELS[variant]}_heads")
     .replace("{load_angles}", angles)
     .replace("{rotate}", rotate)
     for variant, (angles, rotate) in _PARTS.items()
