@@ -1,6 +1,7 @@
 """Runs untrusted candidate code in a child process: scrubbed environment, own scratch, walls, a kill.
 
-The child (`python -m services.judge.sandbox_child`, job on stdin) gets only what it needs:
+The child (`services.judge.sandbox_child`, job on stdin; forked from the judge's zygote, which has done the
+heavy imports once, or started as `python -m services.judge.sandbox_child`) gets only what it needs:
 PATH, HOME/TMPDIR/caches inside its scratch directory, PYTHONPATH = the repo root,
 CUDA_VISIBLE_DEVICES / LD_LIBRARY_PATH when set (the GPU driver libraries), TRITON_INTERPRET=1
 without a GPU. Nothing else crosses: an API key in the judge's environment is not readable there.
@@ -32,6 +33,7 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from services.core.pb import events_pb2 as pb
+from services.judge import zygote_client
 from services.judge.sandbox_walls import UID_BASE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +100,7 @@ class SandboxLimits:
     network_namespace: bool = True
     drop_root: bool = True
     audit_hook: bool = True
+    zygote: bool = True  # children forked from the judge's zygote (services.judge.zygote), not started afresh
 
     @classmethod
     def from_env(cls, timeout_s: float, env: dict[str, str] | None = None) -> SandboxLimits:
@@ -279,18 +282,15 @@ async def run_job(
     try:
         with log_path.open("wb") as log:
             ready_r, ready_w = os.pipe()  # the child writes one byte here once its outputs are on disk
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-s", "-m", "services.judge.sandbox_child",
-                    cwd=scratch, env=env, stdin=asyncio.subprocess.PIPE, stdout=log, stderr=log,
-                    start_new_session=True, pass_fds=(answer_fd, ready_w),
-                )  # fmt: skip
-            finally:
-                os.close(ready_w)  # the child's copy is the only one: its exit reads as end of file
-            payload = job.to_json(nonce, answer_fd, _walls(limits, use_gpu), ready_w).encode()
 
             def left() -> float:
                 return max(1.0, limits.timeout_s - (time.monotonic() - started))
+
+            try:
+                proc, fds = await _start_child(job, env, scratch, use_gpu, limits, log, answer_fd, ready_w, left)
+            finally:
+                os.close(ready_w)  # the child's copy is the only one: its exit reads as end of file
+            payload = job.to_json(nonce, fds[0], _walls(limits, use_gpu), fds[1]).encode()
 
             try:
                 await asyncio.wait_for(_send(proc, payload), timeout=limits.timeout_s)
@@ -322,6 +322,25 @@ async def run_job(
         os.close(answer_fd)
         if not keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _start_child(job, env, scratch, use_gpu, limits, log, answer_fd, ready_w, left):
+    """The child and the numbers of its answer and ready descriptors: forked from the zygote (its imports done
+    once for every child), or started afresh where the zygote is switched off or fails."""
+    if limits.zygote:
+        try:
+            zygote = zygote_client.zygote_for(use_gpu, lambda zscratch: child_env(zscratch, use_gpu))
+            spawn = zygote.spawn(env, scratch, job.class_path, log.fileno(), answer_fd, ready_w)
+            child = await asyncio.wait_for(spawn, timeout=left())
+            return child, (zygote_client.ANSWER_FD, zygote_client.READY_FD)
+        except (zygote_client.ZygoteUnavailable, TimeoutError) as exc:
+            zygote_client.failed(str(exc) or "no answer in time")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-s", "-m", "services.judge.sandbox_child",
+        cwd=scratch, env=env, stdin=asyncio.subprocess.PIPE, stdout=log, stderr=log,
+        start_new_session=True, pass_fds=(answer_fd, ready_w),
+    )  # fmt: skip
+    return proc, (answer_fd, ready_w)
 
 
 def _read_outputs(path: Path) -> bytes:

@@ -104,12 +104,15 @@ def prepared(
     return JudgeService(device=device, examples=examples).prepare(proposal(source, captured, plan=plan), target)
 
 
-async def run_prepared(ready, limits, scratch, *, use_gpu: bool = False):
-    """Run the prepared job in a sandbox child; (outcome, the parent's tally of its outputs)."""
+async def run_prepared(ready, limits, scratch, *, use_gpu: bool = False, while_waiting=None):
+    """Run the prepared job in a sandbox child; (outcome, the parent's tally of its outputs). `while_waiting()`
+    is called while the child waits for its go-ahead (alive, its walls up)."""
     from services.judge import verdict
     from services.judge.sandbox import run_job
 
     async def go_ahead(outputs: bytes, facts: dict) -> bool:
+        if while_waiting is not None:
+            while_waiting()
         return not verdict.judge_outputs(ready.cases, ready.refs, facts, outputs, first_pass=True).error
 
     outcome = await run_job(
