@@ -87,6 +87,11 @@ def _child(request: dict, fds: list[int]) -> None:
         os.closerange(READY_FD + 1, os.sysconf("SC_OPEN_MAX"))  # the zygote's socket, its pipes, the copies
         os.environ.clear()
         os.environ.update(request["env"])
+        # What the imports computed from the zygote's own scratch paths: recomputed from the job's (a write the
+        # child makes under the zygote's scratch is refused by its walls: fail closed, never let through)
+        import tempfile
+
+        tempfile.tempdir = None
         os.chdir(request["cwd"])
         sys.path[0] = request["cwd"]  # as `python -m` run there puts it
         sys.argv = ["services.judge.sandbox_child"]
