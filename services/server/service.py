@@ -235,7 +235,12 @@ async def shadow_loop(service: ServerService, stop: asyncio.Event, every_s: floa
         try:
             await asyncio.wait_for(stop.wait(), timeout=every_s)
         except TimeoutError:
-            for problem in await service.shadow_check():
+            try:
+                problems = await service.shadow_check()
+            except Exception:  # a check that cannot run is logged: it must not end the server (a task failure does)
+                log.exception("shadow check failed to run; the next pass tries again")
+                continue
+            for problem in problems:
                 log.error("shadow check: %s", problem)
 
 

@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+import torch
 from runlog import has, wait_for_log
 from server_fixtures import HERE, QWEN_NORM, swap_run
 
@@ -18,7 +19,7 @@ from services.core.runner import answer
 from services.server.domain import REDERIVE
 from services.server.hotswap import is_patched
 from services.server.introspection import instances_of
-from services.server.service import ServerService, request_rollbacks
+from services.server.service import ServerService, request_rollbacks, shadow_loop
 
 
 @pytest.fixture
@@ -190,3 +191,28 @@ async def test_a_kernel_silently_wrong_on_long_inputs_is_found_by_the_shadow_che
     assert rolled.env.causation_id == asked.env.event_id
     assert [(r.swap_id, r.state) for r in serving.swaps.records()][-1] == (committed.msg.swap_id, "rolled_back")
     assert _mine(verify(log, REDERIVE)) == []
+
+
+async def test_a_kept_input_the_check_cannot_replay_is_skipped_and_the_shadow_loop_keeps_running(
+    bus, run_id, engine, serving, good_source
+):
+    """One bad sample must not take the server down (a task failure ends it): a kept input the module's own
+    forward refuses says nothing about the kernel — skipped, the swap keeps serving, the loop goes on."""
+    await _publish(bus, swap_run(run_id, good_source))
+    committed = ev.last(await wait_for_log(bus, run_id, has("SwapCommitted")), "SwapCommitted")
+    [entry] = [e for e in serving.swaps.serving_entries() if e.swap_id == committed.msg.swap_id]
+    module = next(iter(instances_of(engine.model, QWEN_NORM)))
+    width = module.weight.shape[0]
+    entry.handle.samples.append((module, (torch.randn(3, width + 1),), {}))  # no norm of this width can run it
+    assert await serving.shadow_check() == []
+    assert not entry.handle.samples and all(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
+
+    stop = asyncio.Event()
+    entry.handle.samples.append((module, (torch.randn(3, width + 1),), {}))
+    loop = asyncio.create_task(shadow_loop(serving, stop, every_s=0.05))
+    await asyncio.sleep(0.3)  # several passes
+    assert not loop.done() and not entry.handle.samples
+    stop.set()
+    await asyncio.wait_for(loop, 5)
+    await serving.shadow_check()
+    assert [(r.swap_id, r.state) for r in serving.swaps.records()][-1] == (committed.msg.swap_id, "committed")
