@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from services.server.hotswap import forwards_version
+from services.server.hotswap import first_forward, forwards_version
 from services.server.slot_cache import SlotIndex, slot_cache
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # step sizes captured as graphs; a step runs the smallest that fits
@@ -126,7 +126,8 @@ class SlotDecoder:
             self.index.prefill = torch.tensor(slots, device=self.device)
             try:
                 keep = 1 if len(lasts) == 1 else torch.tensor(lasts, device=self.device)
-                logits = self._call(tensor, positions, causal.expand(len(prompts), 1, -1, -1), keep)
+                with first_forward():  # fresh slots: each prompt attends to itself only
+                    logits = self._call(tensor, positions, causal.expand(len(prompts), 1, -1, -1), keep)
             finally:
                 self.index.prefill = None
         for slot, n in zip(slots, lengths, strict=True):

@@ -27,7 +27,7 @@ from services.core.pb import events_pb2 as pb
 from services.server.batch_decode import SlotDecoder
 from services.server.batching import END, Batcher, Request
 from services.server.calibrate import calibrate
-from services.server.hotswap import SwapHandle, apply_swap
+from services.server.hotswap import SwapHandle, apply_swap, first_forward
 from services.server.introspection import dtype_name, instances_of, introspect_module
 from services.server.models import LoadedModel
 from services.server.profiling import ModuleProfiler
@@ -260,7 +260,8 @@ class Engine:
     def _start(self, ids: list[int], keep_logits: bool, sampling: Sampling = GREEDY) -> tuple[DecodeState, int]:
         state = DecodeState(self._new_cache(), keep_logits, sampling=sampling)
         state.gen = generator(sampling, torch.device(self.loaded.device))
-        return state, self._forward(state, ids)
+        with first_forward():
+            return state, self._forward(state, ids)
 
     def _advance(self, state: DecodeState, feed: int) -> int:
         return self._forward(state, [feed])

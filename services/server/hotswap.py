@@ -11,9 +11,11 @@ by the module's own forward, every instance goes back to it at once, and the fai
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import types
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -63,6 +65,39 @@ SAMPLE_EVERY = 64  # beyond the first call of each new size: one call in this ma
 PLAIN_VALUES = (type(None), bool, int, float, str)  # what a recorded call may carry beside tensors
 
 
+# Set by the engine around a forward that starts from an empty KV cache (a request's first prefill): its layers'
+# calls attend only to their own tokens, so the shadow check can replay them with no cache at all.
+_FIRST_FORWARD = contextvars.ContextVar("first_forward", default=False)
+
+
+@contextlib.contextmanager
+def first_forward() -> Iterator[None]:
+    """Around a forward whose KV cache starts empty (engine thread)."""
+    token = _FIRST_FORWARD.set(True)
+    try:
+        yield
+    finally:
+        _FIRST_FORWARD.reset(token)
+
+
+def _is_cache(value) -> bool:
+    from transformers.cache_utils import Cache
+
+    return isinstance(value, Cache)
+
+
+def without_cache(args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """A call carrying a KV cache as a call without it, where that is the same computation: in a forward that
+    started from an empty cache (`first_forward`) a layer attends to its own tokens only. None otherwise (a
+    decode step attends to what the cache holds: replayed without it, it is another computation; replayed
+    with it, it would append to a live request's cache)."""
+    if not _FIRST_FORWARD.get():
+        return None
+    args = tuple(None if _is_cache(a) else a for a in args)
+    kwargs = {k: None if _is_cache(v) else v for k, v in kwargs.items()}
+    return (args, kwargs) if replayable(args) and replayable(kwargs) else None
+
+
 def replayable(value) -> bool:
     """Whether a call's arguments are data a replay can run again: tensors and plain values, in tuples, lists
     and dicts (not a cache object, whose state a replay would change)."""
@@ -91,7 +126,10 @@ class SwapHandle:
     def sample(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         self.calls += 1
         if not replayable(args) or not replayable(kwargs):
-            return  # a decoder layer's call carries the request's KV cache: replaying it would append to it
+            plain = without_cache(args, kwargs)  # a decoder layer's call carries the request's KV cache
+            if plain is None:
+                return
+            args, kwargs = plain
         first = args[0] if args else next(iter(kwargs.values()), None)
         rows = first.numel() // max(1, first.shape[-1]) if isinstance(first, torch.Tensor) and first.dim() else 0
         size = 1 << max(0, rows - 1).bit_length()

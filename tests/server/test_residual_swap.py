@@ -1,5 +1,6 @@
 """The residual-norm family's kernel (Triton, interpreted on CPU) as a rewrite of a live decoder layer: parity on
-its cache-free calls and the canary, a shadow check that never keeps a call carrying the request's KV cache, and a
+its cache-free calls and the canary, a shadow check that keeps a request's prefill (without its KV cache) but never a
+decode step's call, finds a kernel wrong only on long prompts, and a
 kernel that fails after the attention has run answering the call without running the layer twice."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from transformers.cache_utils import Cache
 
 from services.coder.templates import add_norm
 from services.core.kernels import candidate_wrapper
@@ -31,7 +33,7 @@ def _layer_contract(engine: Engine) -> tuple[pb.Contract, str]:
 
 
 @pytest.mark.parametrize("preset", ["tiny-qwen2", "tiny-gpt2"])
-async def test_a_committed_layer_swap_serves_the_same_tokens_and_samples_no_cached_call(preset):
+async def test_a_committed_layer_swap_serves_the_same_tokens_and_samples_only_its_prefill(preset):
     engine = Engine(load_model(preset, "cpu"))
     try:
         await engine.capture_profile(["Hello there"], 4)  # records the layers' cache-free calls for parity
@@ -48,9 +50,13 @@ async def test_a_committed_layer_swap_serves_the_same_tokens_and_samples_no_cach
         assert list(observed.canary_tokens_before) == list(observed.canary_tokens_after)
         failures: list[str] = []
         handle.on_failure = failures.append  # committed
-        assert engine.decode(ids, 8)[0] == before  # every decode step's layer call carries the KV cache
-        assert not handle.samples and handle.calls > 0  # none kept: a replay would append to the request's cache
-        await engine.exclusive(engine.forward_without_cache, ids)
+        assert engine.decode(ids, 8)[0] == before  # every layer call carries the request's KV cache
+        # kept: the prefill's call (it started from an empty cache: the same computation without it), never a
+        # decode step's (it attends to what the cache holds; replayed with it, it would append to it)
+        [(_, args, kwargs)] = handle.samples
+        assert args[0].shape[-2] == len(ids) and not any(isinstance(v, Cache) for v in kwargs.values())
+        assert check_swap(handle) == "" and not failures
+        await engine.exclusive(engine.forward_without_cache, ids * 3)  # rows of a size not seen yet
         assert handle.samples and check_swap(handle) == "" and not failures  # a cache-free call is replayed
         await engine.exclusive(engine.revert, handle)
         assert not any("forward" in m.__dict__ for m in instances_of(engine.model, contract.target))
@@ -93,5 +99,32 @@ async def test_a_layer_serving_the_kernel_is_still_recognised_for_what_it_comput
         layer = instances_of(engine.model, contract.target)[0]
         assert "forward" in layer.__dict__ and residual_norm.recognise(layer) == variant
         await engine.exclusive(engine.revert, handle)
+    finally:
+        engine.close()
+
+
+async def test_a_layer_kernel_wrong_only_on_long_prompts_is_found_by_the_shadow_check():
+    """Parity's short canary never meets the bug; a live prompt's prefill does, and the shadow check replays it."""
+    engine = Engine(load_model("tiny-qwen2", "cpu"))
+    try:
+        await engine.capture_profile(["Hello there"], 4)
+        contract, variant = _layer_contract(engine)
+        source = add_norm.render(add_norm.search_configs(variant)[0])
+        wrong = source.replace("y = w * normed", "y = tl.where(n_rows > 16, 2.0 * w * normed, w * normed)")
+        assert wrong != source
+        observed = pb.ParityObservation()
+        handle = await engine.exclusive(
+            swap_with_parity, engine, contract, _entry(variant, wrong), engine.encode("Hi"), observed
+        )
+        assert handle is not None, observed.error  # the canary and the profile's inputs are short: it passes
+        handle.on_failure = lambda problem: None
+        assert check_swap(handle) == ""
+        long_ids = engine.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen")
+        assert len(long_ids) > 16
+        engine.decode(long_ids, 2)  # the eager lane
+        assert "off the module's own forward" in check_swap(handle)
+        if engine.decoder is not None:  # the batched lane: a prefill into fresh slots
+            engine.serve_decode(long_ids * 2, 2)  # rows of a size not seen yet: kept
+            assert handle.samples and "off the module's own forward" in check_swap(handle)
     finally:
         engine.close()
