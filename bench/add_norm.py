@@ -26,7 +26,7 @@ import torch
 import triton
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, rotating, run_meta  # noqa: E402
+from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, print_copy_floor, rotating, run_meta, with_copy_floor  # noqa: E402
 
 from services.coder.templates import add_norm as template  # noqa: E402
 from services.core.kernels import load_kernels, write_source  # noqa: E402
@@ -110,7 +110,7 @@ def bench_shape(rows: int, width: int, ceiling: float) -> dict:
         }
         peers = [base[n]["graph_us"] for n in impls if "graph_us" in base[n]]
         result["best_peer_over_ours"] = min(peers) / base[best]["graph_us"] if peers else 0.0
-    return result
+    return with_copy_floor(result, bytes_moved)
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -172,6 +172,7 @@ def main() -> int:
             )
         print(f"{r['rows']:>6}x{r['width']:<5} " + "  ".join(cells))
     print(f"geomean best peer / ours: {geomean:.2f}x")
+    print_copy_floor(results, lambda r: f"{r['rows']}x{r['width']}")
     return 0
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, run_meta  # noqa: E402
+from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, print_copy_floor, run_meta, with_copy_floor  # noqa: E402
 
 from services.coder.templates import gated as template  # noqa: E402
 from services.core.kernels import candidate_wrapper  # noqa: E402
@@ -93,7 +93,7 @@ def bench_shape(rows: int, width: int, ceiling: float) -> dict:
         base = result["impls"]
         best_us = base[best]["graph_us"]
         result["ratios"] = {f"{n}/ours": base[n]["graph_us"] / best_us for n in impls if "graph_us" in base[n]}
-    return result
+    return with_copy_floor(result, bytes_moved)
 
 
 def main() -> int:
@@ -115,6 +115,7 @@ def main() -> int:
             row = r["impls"].get(name, {})
             cells.append(f"{name}: {row['graph_us']:6.1f} ({row['pct_of_copy']:3.0f}%)" if "graph_us" in row else "-")
         print(f"{r['rows']:>6}x{r['width']:<6} " + "  ".join(cells))
+    print_copy_floor(results, lambda r: f"{r['rows']}x{r['width']}")
     return 0
 
 

@@ -61,6 +61,38 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / (ms * 1e-3)
 
 
+def same_size_copy_us(nbytes: int) -> float:
+    """GPU time of the fastest way torch moves `nbytes` (half read, half written to a new tensor, as the ops
+    write theirs) at this size, timed as the ops are (graph replay over sources rotated past the L2): the
+    floor a memory-bound call of this size reaches, its launch and tail included (the 1 GiB copy ceiling is no
+    floor at 4k rows). The faster of a copy (a memcpy node in a graph, which copy engines may serve) and an
+    elementwise kernel (negation: the SMs read and write every byte, as the ops do)."""
+    elems = max(1, nbytes // 4)  # bf16 elements on each side
+    count = min(64, math.ceil(2 * L2_BYTES / (2 * elems)))
+    sources = [torch.empty(elems, dtype=torch.bfloat16, device="cuda") for _ in range(count)]
+    return min(graph_time_us(torch.clone, sources), graph_time_us(torch.neg, sources))
+
+
+def with_copy_floor(result: dict, bytes_moved: int) -> dict:
+    """The shape's same-size copy time and each implementation's share of it (100: as fast as that copy)."""
+    copy_us = same_size_copy_us(bytes_moved)
+    result["same_size_copy_us"] = copy_us
+    for row in result["impls"].values():
+        if "graph_us" in row:
+            row["pct_of_same_size_copy"] = 100 * copy_us / row["graph_us"]
+    return result
+
+
+def print_copy_floor(results: list[dict], label) -> None:
+    """Ours (best config) against both floors, per shape: the 1 GiB copy ceiling and a copy of the same bytes."""
+    print("ours: % of the copy ceiling, % of a same-size copy (its GPU us)")
+    for r in results:
+        row = r["impls"].get(r.get("ours_best") or "", {})
+        if "pct_of_same_size_copy" in row:
+            print(f"  {label(r):>28}: {row['pct_of_copy']:5.1f}%  {row['pct_of_same_size_copy']:5.1f}%  "
+                  f"({r['same_size_copy_us']:.2f} us)")  # fmt: skip
+
+
 def run_meta(command: str, ceiling: float, **extra) -> dict:
     """What a result file says of its run: the command, the GPU and versions, the copy ceiling, when."""
     return {
@@ -169,7 +201,7 @@ def bench_shape(
         result["ratios"] = {
             f"{name}/ours": base[name][figure] / base[best][figure] for name in impls if figure in base.get(name, {})
         }
-    return result
+    return with_copy_floor(result, bytes_moved)
 
 
 def plot(results: list[dict], path: Path, variant: str = "rmsnorm") -> None:
@@ -232,6 +264,7 @@ def main() -> int:
                 f"{row['graph_us']:6.1f} ({row['us']:5.1f}) {row['pct_of_copy']:3.0f}%" if "us" in row else "-"
             )
         print(f"{r['rows']:>6}x{r['width']:<5} " + " ".join(f"{c:>20}" for c in cells))
+    print_copy_floor(results, lambda r: f"{r['rows']}x{r['width']}")
     return 0
 
 

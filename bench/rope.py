@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, run_meta  # noqa: E402
+from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, print_copy_floor, run_meta, with_copy_floor  # noqa: E402
 
 from services.coder.templates import rotary as template  # noqa: E402
 from services.core.kernels import candidate_wrapper  # noqa: E402
@@ -238,7 +238,7 @@ def bench_shape(model: str, seq: int, layout: str, ceiling: float, ours: dict, d
             }
     del inputs, sample
     torch.cuda.empty_cache()
-    return result
+    return with_copy_floor(result, bytes_moved)
 
 
 def geomean(values: list[float]) -> float | None:
@@ -425,6 +425,7 @@ def main() -> int:
     if summary["ours_not_bit_exact"]:
         print(f"ours not bit-exact with eager: {'; '.join(summary['ours_not_bit_exact'])}", file=sys.stderr)
         return 1
+    print_copy_floor(results, lambda r: f"{r['model']} S={r['seq']} {r['layout'][:5]}")
     return 0
 
 
