@@ -124,6 +124,8 @@ class SwapHandle:
     sizes_seen: set = field(default_factory=set)
 
     def sample(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return  # a decode step being captured: a clone here would join the graph and run on every replay
         self.calls += 1
         if not replayable(args) or not replayable(kwargs):
             plain = without_cache(args, kwargs)  # a decoder layer's call carries the request's KV cache
