@@ -185,8 +185,7 @@ def zygote_for(use_gpu: bool, make_env: Callable[[Path], dict[str, str]]) -> Zyg
         current.close()
     try:
         _ZYGOTES[use_gpu] = Zygote(make_env, loop)
-    except OSError as exc:
-        failed(f"could not start ({exc})")
+    except OSError as exc:  # counted by the caller, as every failure is
         raise ZygoteUnavailable(f"the zygote could not start ({exc})") from exc
     return _ZYGOTES[use_gpu]
 
