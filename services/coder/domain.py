@@ -54,10 +54,12 @@ def _op_family(prior: list[Recorded], target_class: str) -> str:
     return rmsnorm.OP_FAMILY  # unranked: the contract derivation decides whether it fits
 
 
-def _width(prior: list[Recorded], target_class: str) -> int:
-    """The live row width of the target (its profiled input's last dimension; 0 when unknown)."""
+def _table(template, variant: str, prior: list[Recorded], target_class: str) -> list[pb.TemplateConfig]:
+    """The template's search table for the target's live input (its row width, the last dimension, and its
+    shape; none when unknown), in the order tried."""
     profile = _profile(prior, target_class)
-    return int(profile.input_shape[-1]) if profile is not None and profile.input_shape else 0
+    shape = tuple(int(d) for d in profile.input_shape) if profile is not None else ()
+    return template.search_configs(variant, shape[-1] if shape else 0, live_shape=shape)
 
 
 def _run_request(prior: list[Recorded]) -> pb.RunRequested:
@@ -205,7 +207,7 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Messag
     variant = template.variant_for(computes)
     if variant is None:
         return [conclude(target, state, run, f"the template does not write {computes}")]
-    table = template.search_configs(variant, _width(prior, target))
+    table = _table(template, variant, prior, target)
     if template.valid(skills.config):
         config = pb.TemplateConfig()
         config.CopyFrom(skills.config)
@@ -243,7 +245,7 @@ def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged) -> list[Messag
         return [conclude(target, state, run, f"candidate budget of {max_candidates} spent")]
     template = BY_TEMPLATE.get(proposed.config.template)
     tried = {_config_key(p.config) for p in state.proposals}
-    table = template.search_configs(proposed.config.variant, _width(prior, target)) if template else []
+    table = _table(template, proposed.config.variant, prior, target) if template else []
     untried = [c for c in table if _config_key(c) not in tried]
     if not untried:
         return [conclude(target, state, run, "no untried config is left in the search table")]

@@ -261,3 +261,24 @@ def test_a_gated_mlp_target_is_written_as_a_layer_bound_by_the_roles_the_server_
     log.append(captured)
     [concluded] = domain.decide(log.records, log.append(pb.SkillsRetrieved(target_class=captured.target_class)))
     assert isinstance(concluded, pb.TargetConcluded) and "roles" in concluded.reason
+
+
+def test_a_rope_target_is_searched_in_the_order_its_live_positions_favour():
+    """At decode a program per (position, q or k) led on the H200, at prefill one per position: the first proposal
+    follows the profile's live q (batch, heads, seq, head_dim)."""
+    target = "transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb"
+    firsts = {}
+    for seq in (1, 4096):
+        log = Log()
+        log.append(pb.RunRequested(model="tiny-qwen2", max_candidates=2))
+        intro = pb.ModuleIntrospection(class_path=target, forward_params=["q", "k", "cos", "sin", "unsqueeze_dim"])
+        profile = pb.ModuleClassProfile(
+            introspection=intro, input_shape=[1, 12, seq, 128], second_shape=[1, 2, seq, 128], computes="rope_half"
+        )
+        ranked = pb.RankedTarget(class_path=target, fingerprint=pb.Fingerprint(op_family="rotary"))
+        log.append(pb.ProfileCaptured(observed=pb.ProfileObservation(modules=[profile]), ranking=[ranked]))
+        trigger = log.append(pb.SkillsRetrieved(target_class=target))
+        proposals = domain.decide(log.records, trigger)
+        assert proposals and all(p.config.template == "rotary_positions" for p in proposals), proposals
+        firsts[seq] = proposals[0].config.params["together"]
+    assert firsts == {1: 0, 4096: 1}

@@ -27,7 +27,9 @@ def variant_for(computes: str) -> str | None:
     return computes if computes in VARIANTS else None
 
 
-def search_configs(variant: str = "add_rmsnorm", width: int = 0) -> list[pb.TemplateConfig]:
+def search_configs(
+    variant: str = "add_rmsnorm", width: int = 0, live_shape: tuple[int, ...] = ()
+) -> list[pb.TemplateConfig]:
     """The norm template's search space, in its order for this width: the same rows, one more operand each."""
     return row_configs(TEMPLATE, variant, width)
 

@@ -46,7 +46,9 @@ def block_config_problem(config: pb.TemplateConfig, template: str, variants) -> 
     )
 
 
-def search_configs(variant: str = "swiglu", width: int = 0) -> list[pb.TemplateConfig]:
+def search_configs(
+    variant: str = "swiglu", width: int = 0, live_shape: tuple[int, ...] = ()
+) -> list[pb.TemplateConfig]:
     return block_configs(TEMPLATE, variant)
 
 

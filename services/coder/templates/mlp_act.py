@@ -25,7 +25,9 @@ def variant_for(computes: str) -> str | None:
     return computes if computes in VARIANTS else None
 
 
-def search_configs(variant: str = "mlp_gelu_tanh", width: int = 0) -> list[pb.TemplateConfig]:
+def search_configs(
+    variant: str = "mlp_gelu_tanh", width: int = 0, live_shape: tuple[int, ...] = ()
+) -> list[pb.TemplateConfig]:
     """The gated template's table (an elementwise pass: wide blocks, 4-8 warps)."""
     return block_configs(TEMPLATE, variant)
 

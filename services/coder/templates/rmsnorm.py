@@ -83,7 +83,7 @@ def row_config_problem(config: pb.TemplateConfig, template: str, variants) -> st
     )
 
 
-def search_configs(variant: str = "", width: int = 0) -> list[pb.TemplateConfig]:
+def search_configs(variant: str = "", width: int = 0, live_shape: tuple[int, ...] = ()) -> list[pb.TemplateConfig]:
     """The search space in the order it is tried; `width` (the live row width, 0 unknown) picks the order."""
     return row_configs(TEMPLATE, variant, width)
 

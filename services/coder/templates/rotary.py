@@ -36,10 +36,22 @@ def variant_for(computes: str) -> str | None:
     return computes if computes in VARIANTS else None
 
 
-def search_configs(variant: str = "rope_half", width: int = 0) -> list[pb.TemplateConfig]:
+# Up to this many positions (batch · seq) a program per (position, q or k) led on the H200 (decode: 1.50 against
+# 1.73 us; 1,024 positions: 4.57 against 4.67); beyond it a program per position mostly did (bench/rope.py).
+SEPARATE_UP_TO = 1024
+
+
+def search_configs(
+    variant: str = "rope_half", width: int = 0, live_shape: tuple[int, ...] = ()
+) -> list[pb.TemplateConfig]:
+    """The table in the order tried: for a live q of (batch, heads, seq, head_dim) of at most SEPARATE_UP_TO
+    positions (decode), the per-tensor programs first."""
+    table = list(SEARCH_TABLE)
+    if len(live_shape) == 4 and live_shape[0] * live_shape[2] <= SEPARATE_UP_TO:
+        table.sort(key=lambda row: row[2])  # stable: each launch shape keeps its own order
     return [
         pb.TemplateConfig(template=TEMPLATE, num_warps=w, variant=variant, params={"heads": h, "together": t})
-        for w, h, t in SEARCH_TABLE
+        for w, h, t in table
     ]
 
 
