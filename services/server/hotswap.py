@@ -124,8 +124,6 @@ class SwapHandle:
     sizes_seen: set = field(default_factory=set)
 
     def sample(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            return  # a decode step being captured: a clone here would join the graph and run on every replay
         self.calls += 1
         if not replayable(args) or not replayable(kwargs):
             plain = without_cache(args, kwargs)  # a decoder layer's call carries the request's KV cache
@@ -137,6 +135,8 @@ class SwapHandle:
         size = 1 << max(0, rows - 1).bit_length()
         if size in self.sizes_seen and self.calls % SAMPLE_EVERY:
             return
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return  # a decode step being captured: a clone here would join the graph and run on every replay
         self.sizes_seen.add(size)
         clone = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v  # noqa: E731
         self.samples.append((module, tuple(clone(a) for a in args), {k: clone(v) for k, v in kwargs.items()}))
