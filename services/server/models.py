@@ -128,6 +128,33 @@ def _llama(kwargs: dict):
     return LlamaConfig(**kwargs)
 
 
+def _starcoder2(kwargs: dict):
+    from transformers import Starcoder2Config
+
+    return Starcoder2Config(bos_token_id=0, eos_token_id=0, **kwargs)  # LayerNorms with a bias; a plain MLP
+
+
+def _phi(kwargs: dict):
+    from transformers import PhiConfig
+
+    return PhiConfig(bos_token_id=0, eos_token_id=0, **kwargs)  # a parallel block; RoPE on half of each head
+
+
+def _olmo2(kwargs: dict):
+    from transformers import Olmo2Config
+
+    return Olmo2Config(pad_token_id=0, bos_token_id=0, eos_token_id=0, **kwargs)  # norms after attention and MLP
+
+
+def _granite(kwargs: dict):
+    from transformers import GraniteConfig
+
+    # Granite's scalings as its checkpoints set them: the residual add scales the attention output (0.22), so its
+    # layer is no residual add a norm could fuse. Not its embedding multiplier (12): on random weights it drowns
+    # the layers and greedy decoding repeats one token (a canary that proves nothing)
+    return GraniteConfig(residual_multiplier=0.22, attention_multiplier=0.125, logits_scaling=8.0, **kwargs)
+
+
 # name -> (config builder, dtype on cuda). Tiny presets stay float32 everywhere so CPU and GPU agree on
 # the arithmetic; the 1.5B shape is served in bf16 on a GPU as a real deployment would be.
 PRESETS: dict[str, tuple[Callable[[], object], str]] = {
@@ -138,6 +165,10 @@ PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-cohere": (lambda: _cohere(_tiny()), "float32"),
     "tiny-gpt2": (lambda: _gpt2(_tiny()), "float32"),
     "tiny-mistral": (lambda: _mistral(_tiny()), "float32"),
+    "tiny-starcoder2": (lambda: _starcoder2(_tiny()), "float32"),
+    "tiny-phi": (lambda: _phi(_tiny()), "float32"),
+    "tiny-olmo2": (lambda: _olmo2(_tiny()), "float32"),
+    "tiny-granite": (lambda: _granite(_tiny()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 from pathlib import Path
 
@@ -9,12 +10,14 @@ import pytest
 
 from services.coder.contract import derive_contract
 from services.coder.templates import add_norm, gated, mlp_act, rmsnorm
+from services.coder.templates import rotary as rotary_template
 from services.core.kernels import candidate_wrapper
 from services.core.pb import events_pb2 as pb
-from services.ops import gated_mlp, plain_mlp, residual_norm
+from services.ops import gated_mlp, plain_mlp, residual_norm, rotary
 from services.profiler.domain import choose_target, choose_targets
 from services.profiler.roofline import op_family, rank
 from services.server.engine import Engine
+from services.server.functions import site_of
 from services.server.models import load_model
 from services.server.parity import swap_with_parity
 
@@ -137,5 +140,60 @@ async def test_each_architectures_norm_is_recorded_with_what_it_computes_and_its
         ids = engine.encode("Hello there")
         served = [t async for chunk in engine.generate(ids, 8, stop_at_eos=False) for t in chunk]
         assert served == engine.decode(ids, 8)[0] and engine.lane_problem is None
+    finally:
+        engine.close()
+
+
+def _template_and_contract(profile: pb.ModuleClassProfile):
+    """The coder's template and contract for what a profiled module or function computes."""
+    intro = profile.introspection
+    if profile.computes in rotary.VARIANTS:
+        contract = rotary.function_contract(
+            intro.class_path, inspect.signature(site_of(intro.class_path).current).parameters
+        )
+        return rotary_template, contract
+    for ops, template in ((residual_norm, add_norm), (plain_mlp, mlp_act), (gated_mlp, gated)):
+        if profile.computes in ops.VARIANTS:
+            return template, ops.layer_contract(intro.class_path, intro.forward_params, profile.roles)
+    return rmsnorm, derive_contract(intro)
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected"),
+    [
+        # LayerNorms with a bias, a pre-norm layer (its add fused with the post norm), a plain MLP of Linear maps
+        ("tiny-starcoder2", {"LayerNorm": "layernorm", "Starcoder2DecoderLayer": "add_layernorm",
+                             "Starcoder2MLP": "mlp_gelu_tanh", ROPE_FN: "rope_half"}),
+        # a parallel block (no residual norm to fuse), fc1 -> gelu_new -> fc2, RoPE on half of each head
+        ("tiny-phi", {"LayerNorm": "layernorm", "PhiMLP": "mlp_gelu_tanh", ROPE_FN: "rope_half"}),
+        # norms after attention and MLP (the add follows the norm: no residual norm), q/k norms of the full width
+        ("tiny-olmo2", {"Olmo2RMSNorm": "rmsnorm", "Olmo2MLP": "swiglu", ROPE_FN: "rope_half"}),
+        # the residual add scales the attention output by 0.22: no residual norm either
+        ("tiny-granite", {"GraniteRMSNorm": "rmsnorm", "GraniteMLP": "swiglu", ROPE_FN: "rope_half"}),
+    ],
+)  # fmt: skip
+async def test_architectures_beyond_the_list_are_recognised_by_what_they_compute_and_each_op_swaps(preset, expected):
+    """No per-model code: each op is found by running it, layers whose dataflow is not a residual add into the post
+    norm are not taken for one (never a wrong swap), and every op found swaps in alone with parity on the live
+    weights and the same greedy tokens, then reverts."""
+    engine = Engine(load_model(preset, "cpu"))
+    try:
+        observation = await engine.capture_profile(["Hello there"], 4)
+        profiles = {m.introspection.class_path.rsplit(".", 1)[-1]: m for m in observation.modules if m.computes}
+        assert {name: p.computes for name, p in profiles.items()} == expected
+        ids = engine.encode("Hello there")
+        before = engine.decode(ids, 8)[0]
+        assert len(set(before)) > 1
+        for name, profile in profiles.items():
+            template, contract = _template_and_contract(profile)
+            config = template.search_configs(template.variant_for(profile.computes))[0]
+            entry = candidate_wrapper(Path(tempfile.mkdtemp()), template.render(config), template.plan(config))
+            observed = pb.ParityObservation()
+            handle = await engine.exclusive(swap_with_parity, engine, contract, entry, engine.encode("Hi"), observed)
+            assert handle is not None, (name, observed.error)
+            assert observed.activations_passed == observed.activations_checked > 0, name
+            assert list(observed.canary_tokens_before) == list(observed.canary_tokens_after), name
+            assert engine.decode(ids, 8)[0] == before, name
+            await engine.exclusive(engine.revert, handle)
     finally:
         engine.close()
