@@ -67,9 +67,6 @@ class Zygote:
     def alive(self) -> bool:
         return not self.dead and self.proc.poll() is None
 
-    def _exit_future(self, pid: int) -> asyncio.Future:
-        return self.exits.setdefault(pid, self.loop.create_future())
-
     def _on_message(self) -> None:
         try:
             data = self.sock.recv(MAX_MESSAGE)
@@ -82,12 +79,14 @@ class Zygote:
             return
         message = json.loads(data)
         if "id" in message:
+            if "pid" in message:  # a child forked: its end is awaited from here on (in order: before its exit)
+                message["exited"] = self.exits[message["pid"]] = self.loop.create_future()
             future = self.replies.pop(message["id"], None)
             if future is not None and not future.done():
                 future.set_result(message)
-        elif "pid" in message:
-            future = self._exit_future(message["pid"])
-            if not future.done():
+        elif "pid" in message:  # popped: a pid the kernel hands out again later is another child
+            future = self.exits.pop(message["pid"], None)
+            if future is not None and not future.done():
                 future.set_result(int(message["code"]))
 
     def _died(self) -> None:
@@ -105,6 +104,7 @@ class Zygote:
             if not future.done():
                 future.set_result(-9)
         self.replies.clear()
+        self.exits.clear()
 
     async def spawn(self, env: dict[str, str], cwd: Path, preload: str, log_fd: int, answer_fd: int,
                     ready_fd: int) -> ZygoteChild:  # fmt: skip
@@ -139,7 +139,7 @@ class Zygote:
             lambda: asyncio.streams.FlowControlMixin(loop=self.loop), os.fdopen(stdin_w, "wb", buffering=0)
         )
         writer = asyncio.StreamWriter(transport, protocol, None, self.loop)
-        return ZygoteChild(pid, writer, self._exit_future(pid))
+        return ZygoteChild(pid, writer, message["exited"])
 
     def close(self) -> None:
         self._died()

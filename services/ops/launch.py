@@ -23,6 +23,11 @@ log = logging.getLogger(__name__)
 ALIGN = 16  # Triton specialises pointers and ints on divisibility by 16
 
 
+def next_pow2(n: int) -> int:
+    """The next power of two >= n (1 for n <= 1): Triton's block shapes, and size buckets."""
+    return 1 << max(0, n - 1).bit_length()
+
+
 def _spec(value) -> object:
     """This argument's share of Triton's specialisation key (a finer one is safe, a coarser one is not)."""
     import torch

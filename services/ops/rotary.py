@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
-from services.ops.launch import Launcher, launch_options
+from services.ops.launch import Launcher, launch_options, next_pow2
 from services.ops.row_reduction import PlanError, check_one_launch
 
 FAMILY = "rotary"
@@ -194,11 +194,6 @@ def _check(q, k, cos, sin) -> None:
         raise TypeError("q, k, cos and sin must be on one device, q and k of one dtype")
 
 
-def _pow2(n: int) -> int:
-    """The next power of two >= n (1 for n <= 1)."""
-    return 1 << max(0, n - 1).bit_length()
-
-
 def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
     """rope(q, k, cos, sin, unsqueeze_dim=1) -> (q_embed, k_embed) with the plan's kernel (checked by
     `check_plan`). `unsqueeze_dim` must be 1 (cos and sin broadcast over heads), what every HF caller passes."""
@@ -239,8 +234,8 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
                 "c_ss": cos.stride(1), "qo_sb": q_out.stride(0), "qo_sh": q_out.stride(1), "qo_ss": q_out.stride(2),
                 "ko_sb": k_out.stride(0), "ko_sh": k_out.stride(1), "ko_ss": k_out.stride(2),
             }  # fmt: skip
-            heads = {"block_heads_q": _pow2(hq), "block_heads_k": _pow2(k.shape[1])}
-            exprs = {"half": d // 2, "block_half": _pow2(d // 2), **heads}
+            heads = {"block_heads_q": next_pow2(hq), "block_heads_k": next_pow2(k.shape[1])}
+            exprs = {"half": d // 2, "block_half": next_pow2(d // 2), **heads}
             values_constexpr = {n: exprs[v] if isinstance(v, str) else v for n, v in constexprs.items()}
             launcher(per_position * positions, [values[a] for a in only.args], values_constexpr)
         return q_out, k_out

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from services.core.pb import events_pb2 as pb
-from services.ops.launch import Launcher, launch_options
+from services.ops.launch import Launcher, launch_options, next_pow2
 
 FAMILY = "row_reduction"
 # What this family's modules may compute (services.ops.recognise_norm), and which of those its template
@@ -247,7 +247,7 @@ class RowLaunches:
 
 def block_cols(n_cols: int) -> int:
     """The next power of two >= the width: one row in one program's block; ValueError past MAX_BLOCK."""
-    block = 1 << max(0, n_cols - 1).bit_length()
+    block = next_pow2(n_cols)
     if block > MAX_BLOCK:
         raise ValueError(f"width {n_cols} is too wide for a one-pass row kernel (at most {MAX_BLOCK})")
     return block

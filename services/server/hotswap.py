@@ -23,6 +23,7 @@ import torch
 from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
 from services.ops import Answered
+from services.ops.launch import next_pow2
 from services.server.functions import FunctionSite, site_of
 from services.server.introspection import class_path, instances_of
 
@@ -132,7 +133,7 @@ class SwapHandle:
             args, kwargs = plain
         first = args[0] if args else next(iter(kwargs.values()), None)
         rows = first.numel() // max(1, first.shape[-1]) if isinstance(first, torch.Tensor) and first.dim() else 0
-        size = 1 << max(0, rows - 1).bit_length()
+        size = next_pow2(rows)
         if size in self.sizes_seen and self.calls % SAMPLE_EVERY:
             return
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():

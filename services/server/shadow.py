@@ -32,13 +32,12 @@ def check_swap(handle) -> str:
                 calls.append(RecordedCall(module, args, kwargs, handle.own_forward(module)(*args, **kwargs)))
             except Exception as exc:  # the module's own forward refuses it: it says nothing about the kernel
                 log.warning("shadow check: a kept input the module's own forward cannot replay, skipped (%s)", exc)
-    samples = [(c.module, c.args, c.kwargs) for c in calls]
     try:
         checked, passed, max_abs = replay_calls(calls)
     except Exception as exc:  # the kernel wrote its input, or failed on an input its module's forward takes
         return f"{PREFIX}: {type(exc).__name__}: {exc}"
     if passed < checked:
-        shapes = sorted({tuple(args[0].shape) for _, args, _ in samples if args and hasattr(args[0], "shape")})
+        shapes = sorted({tuple(c.args[0].shape) for c in calls if c.args and hasattr(c.args[0], "shape")})
         return f"{PREFIX} on {checked - passed} of {checked} live inputs (shapes {shapes}; max abs err {max_abs:.3g})"
     return ""
 
