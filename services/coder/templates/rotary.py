@@ -36,8 +36,9 @@ def variant_for(computes: str) -> str | None:
     return computes if computes in VARIANTS else None
 
 
-# Up to this many positions (batch · seq) a program per (position, q or k) led on the H200 (decode: 1.50 against
-# 1.73 us; 1,024 positions: 4.57 against 4.67); beyond it a program per position mostly did (bench/rope.py).
+# Up to this many positions (batch · seq) a program per (position, q or k) led on the H200 (decode: 1.55 against
+# 1.80 us; 1,024 positions: 4.48 against 4.62); beyond it a program per position mostly did
+# (bench/results/rope_h200.json).
 SEPARATE_UP_TO = 1024
 
 
