@@ -44,7 +44,9 @@ def _perturbed(module: torch.nn.Module) -> torch.nn.Module:
         (torch.nn.RMSNorm(96, eps=1e-6), "rmsnorm"),
         (torch.nn.LayerNorm(96), "layernorm"),
         (torch.nn.LayerNorm(96, bias=False), "layernorm_no_bias"),
-        (torch.nn.RMSNorm(96, eps=1e-5, dtype=torch.bfloat16), "rmsnorm"),
+        (torch.nn.RMSNorm(96, eps=1e-5), "rmsnorm"),
+        # torch's own RMSNorm applies the weight in fp32 and rounds once (OLMo2's order, not Llama's)
+        (torch.nn.RMSNorm(96, eps=1e-5, dtype=torch.bfloat16), "rmsnorm_fp32_weight"),
         (torch.nn.LayerNorm(1000, dtype=torch.bfloat16), "layernorm"),
     ],
 )
@@ -57,8 +59,15 @@ def test_transformers_norms_of_every_casting_mode():
     from transformers.models.cohere.modeling_cohere import CohereLayerNorm
     from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
 
     assert variant_of(_perturbed(LlamaRMSNorm(64))) == "rmsnorm"
+    # where they round tells Llama's (the normalised row cast to bf16, then times the weight) from OLMo2's (the
+    # weight applied in fp32, one rounding); in fp32, or with a weight of ones, the two are one computation
+    assert variant_of(_perturbed(LlamaRMSNorm(64).to(torch.bfloat16))) == "rmsnorm"
+    assert variant_of(_perturbed(Olmo2RMSNorm(64).to(torch.bfloat16))) == "rmsnorm_fp32_weight"
+    assert variant_of(_perturbed(Olmo2RMSNorm(64))) == "rmsnorm"
+    assert variant_of(Olmo2RMSNorm(64).to(torch.bfloat16)) == "rmsnorm"
     assert variant_of(_perturbed(GemmaRMSNorm(64))) == "rmsnorm_offset"  # x * (1 + weight), forward(x)
     # one weight, an epsilon and forward(hidden_states), exactly like an RMSNorm — but it subtracts the mean
     assert variant_of(_perturbed(CohereLayerNorm(64))) == "layernorm_no_bias"

@@ -9,6 +9,7 @@ import pytest
 import torch
 from candidate_files import load
 
+from services.core import interpreter_rounding
 from services.core.kernel_schema import check_kernel_source
 from services.core.kernels import candidate_wrapper
 from services.core.pb import events_pb2 as pb
@@ -119,3 +120,62 @@ def test_layernorms_one_pass_moments_keep_rows_far_from_zero_and_outliers_first(
     expected = torch.nn.functional.layer_norm(x.float().double(), (100,), weight.float().double(),
                                               None if bias is None else bias.float().double(), 1e-6)  # fmt: skip
     assert float((got.double() - expected).abs().max()) < 2e-4
+
+
+@pytest.mark.parametrize(
+    ("norm", "variant", "other"),
+    [
+        ("olmo2.modeling_olmo2.Olmo2RMSNorm", "rmsnorm_fp32_weight", ""),
+        ("llama.modeling_llama.LlamaRMSNorm", "", "rmsnorm_fp32_weight"),
+    ],
+)
+def test_each_rmsnorm_casting_order_is_recognised_and_written_as_the_module_rounds(tmp_path, norm, variant, other):
+    # Llama rounds the normalised row to bf16 and then multiplies by the weight; OLMo2 (and torch.nn.RMSNorm)
+    # multiply in fp32 and round once. The same formula in fp32, told apart only by where they round: each
+    # module is recognised for its order and its kernel answers as it does, where the other order's does not.
+    import importlib
+
+    from services.coder.templates import rmsnorm as template
+    from services.ops.recognise_norm import recognise
+
+    interpreter_rounding.install()  # bf16 casts round to nearest, as a GPU's do
+    path, name = norm.rsplit(".", 1)
+    module = getattr(importlib.import_module(f"transformers.models.{path}"), name)(256, eps=1e-6).to(torch.bfloat16)
+    with torch.no_grad():
+        module.weight.add_(0.3 * torch.randn(256, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16))
+    assert recognise(module) == (variant or "rmsnorm")
+    x = (torch.randn(16, 256, generator=torch.Generator().manual_seed(2)) * 2 + 0.5).to(torch.bfloat16)
+    expected = module(x)
+
+    def mismatches(v: str) -> int:
+        config = pb.TemplateConfig(template=template.TEMPLATE, num_warps=2, rows_per_program=1, variant=v)
+        forward = candidate_wrapper(tmp_path / (v or "plain"), template.render(config), template.plan(config))
+        return int((forward(hidden_states=x, weight=module.weight, eps=1e-6) != expected).sum())
+
+    assert mismatches(variant) == 0
+    assert mismatches(other) > 100  # of 4,096: a bf16 rounding apart on a large share of elements
+
+
+@pytest.mark.parametrize("variant", ["add_rmsnorm", "add_rmsnorm_fp32_weight", "add_layernorm"])
+def test_the_residual_norms_kernel_rounds_as_its_reference(tmp_path, variant):
+    # The residual norm normalises the rounded sum exactly as the norm template does: each RMSNorm casting order
+    # bit for bit in bf16 against the family's reference (the judge's oracle), the LayerNorm's one-reduction
+    # moments within one rounding of it; the sum itself bit for bit.
+    from services.coder.templates import add_norm
+    from services.core.kernels import load_kernels, write_source
+    from services.ops import residual_norm
+
+    interpreter_rounding.install()
+    config = add_norm.search_configs(variant, 192)[0]
+    plan = add_norm.plan(config)
+    kernels = load_kernels(write_source(tmp_path, add_norm.render(config)), [plan.launches[0].kernel])
+    op = residual_norm.make_op(plan, kernels)
+    gen = torch.Generator().manual_seed(3)
+    a, x = ((torch.randn(12, 192, generator=gen) * 2 + 0.5).to(torch.bfloat16) for _ in range(2))
+    weight = (1 + 0.3 * torch.randn(192, generator=gen)).to(torch.bfloat16)
+    bias = torch.randn(192, generator=gen).to(torch.bfloat16) if variant == "add_layernorm" else None
+    normed, summed = op(a, x, weight, 1e-6, bias)
+    want_normed, want_summed = residual_norm.reference(variant)(a, x, weight, 1e-6, bias)
+    assert torch.equal(summed, want_summed)
+    steps = (normed.float() - want_normed.float()).abs() / want_normed.float().abs().clamp(min=1e-3)
+    assert torch.equal(normed, want_normed) if variant != "add_layernorm" else float(steps.max()) <= 2**-7

@@ -352,7 +352,7 @@ def _add_norm_oracle(variant: str, width: int, device, dtype, seed: int):
             s = ax[1] + ax[0]
             if inner.startswith("layernorm"):
                 return F.layer_norm(s, (width,), weight, bias, eps), s
-            scale = weight if inner == "rmsnorm" else (1.0 + weight.float()).to(weight.dtype)
+            scale = (1.0 + weight.float()).to(weight.dtype) if inner == "rmsnorm_offset" else weight
             return F.rms_norm(s, (width,), scale, eps), s
 
         @staticmethod

@@ -221,7 +221,7 @@ def native_op(module: torch.nn.Module, width: int, eps: float | None) -> Callabl
     if not isinstance(weight, torch.Tensor) or eps is None:
         return None
     variant = recognise(module) or "rmsnorm"  # a module the probe cannot run: the RMSNorm it was judged as
-    if variant == "rmsnorm" and hasattr(F, "rms_norm"):
+    if variant in ("rmsnorm", "rmsnorm_fp32_weight") and hasattr(F, "rms_norm"):
         return lambda x: F.rms_norm(x, (width,), weight, eps)
     if variant == "rmsnorm_offset" and hasattr(F, "rms_norm"):
         scale = (1.0 + weight.float()).to(weight.dtype)

@@ -7,12 +7,18 @@ variants disagree), and its output is compared with each formula computed in fp3
 weight, bias and epsilon:
 
   rmsnorm          weight · x / sqrt(mean(x²) + eps)            Llama, Qwen2/3, Mistral, torch.nn.RMSNorm
+                   (the normalised row cast to the dtype, then multiplied by the weight)
+  rmsnorm_fp32_weight  the same, the weight applied in fp32 and cast once   OLMo2
   rmsnorm_offset   (1 + weight) · x / sqrt(mean(x²) + eps)      Gemma
   layernorm        weight · (x − mean) / sqrt(var + eps) + bias GPT-2, BERT-style encoders (nn.LayerNorm)
   layernorm_no_bias  the same without a bias                    Cohere
 
 A module that matches none is not recognised (None): the profiler then says what it found, and nothing
 is written for it.
+
+The two RMSNorms differ only in where they round (once or twice), which a formula in fp32 cannot see: in a
+half dtype the module's own output is compared bit for bit with both casting orders computed as torch does.
+In fp32 they are one computation, named `rmsnorm`.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import torch
 
 from services.ops.row_reduction import EPS_ATTRS
 
-VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias")
+VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias", "rmsnorm_fp32_weight")
 PROBE_ROWS = 4
 # Relative to the output's scale: one rounding of the served dtype, with room for a different summation order.
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
@@ -76,4 +82,18 @@ def recognise(module: torch.nn.Module) -> str | None:
         expected = _formulas(probe.float(), weight.float(), None if bias is None else bias.float(), eps)
         scale = max(1.0, float(got.float().abs().max()))
         tol = TOLERANCE.get(weight.dtype, 1e-3) * scale
-        return next((v for v, value in expected.items() if float((got.float() - value).abs().max()) <= tol), None)
+        found = next((v for v, value in expected.items() if float((got.float() - value).abs().max()) <= tol), None)
+        return _casting(got, probe, weight, eps) if found == "rmsnorm" else found
+
+
+def _casting(got: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float) -> str:
+    """Which RMSNorm `got` (the module's output on `x`, in the weight's dtype) is: `rmsnorm` (Llama, Qwen: the
+    normalised row rounded to the dtype, then times the weight) or `rmsnorm_fp32_weight` (OLMo2: the weight
+    applied in fp32, one rounding at the end). A tie — fp32, or a weight of ones — is `rmsnorm`."""
+    if weight.dtype == torch.float32:
+        return "rmsnorm"
+    f = x.float()
+    normed = f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + eps)
+    orders = {"rmsnorm": weight * normed.to(x.dtype), "rmsnorm_fp32_weight": (weight * normed).to(x.dtype)}
+    errors = {v: float((got.float() - y.float()).abs().max()) for v, y in orders.items()}
+    return "rmsnorm_fp32_weight" if errors["rmsnorm_fp32_weight"] < errors["rmsnorm"] else "rmsnorm"

@@ -209,10 +209,12 @@ def reference(variant: str) -> Callable:
     def add_norm(a, x, weight, eps, bias=None):
         s = x + a
         f = s.float()
-        if inner in ("rmsnorm", "rmsnorm_offset"):
+        if inner.startswith("rmsnorm"):
             normed = f * torch.rsqrt(f.pow(2).mean(-1, keepdim=True) + eps)
             if inner == "rmsnorm":  # Llama/Qwen: cast back before the weight, in the promoted dtype
                 return weight * normed.to(s.dtype), s
+            if inner == "rmsnorm_fp32_weight":  # OLMo2: the weight applied in fp32, one rounding
+                return (weight * normed).to(s.dtype), s
             return (normed * (1.0 + weight.float())).to(s.dtype), s
         centred = f - f.mean(-1, keepdim=True)
         y = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight.float()

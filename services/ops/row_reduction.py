@@ -21,7 +21,7 @@ from services.ops.launch import Launcher, launch_options, next_pow2
 FAMILY = "row_reduction"
 # What this family's modules may compute (services.ops.recognise_norm), and which of those its template
 # writes today; the others are recognised, recorded and refused with that reason, never written wrong.
-VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias")
+VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias", "rmsnorm_fp32_weight")
 WRITABLE = VARIANTS
 ENTRYPOINT = "rmsnorm"  # the wrapper's name in a contract (it runs every variant; the name is what contracts hold)
 ENTRY_INPUTS = ("hidden_states",)  # forward inputs passed through

@@ -20,15 +20,17 @@ KERNEL = "_rmsnorm_fwd_kernel"
 # What the kernel computes (services.ops.recognise_norm): "" is the HF Llama/Qwen RMSNorm; "rmsnorm_offset"
 # is Gemma's, x·rsqrt(mean(x²)+eps)·(1 + weight) in fp32, cast once at the end; "layernorm_no_bias" is
 # Cohere's, (x − mean)·rsqrt(var+eps)·weight in fp32, cast once (same wrapper: weight and eps bound);
-# "layernorm" is torch.nn.LayerNorm's (GPT-2, BERT-style encoders): the same plus the bias, in fp32, cast once.
+# "layernorm" is torch.nn.LayerNorm's (GPT-2, BERT-style encoders): the same plus the bias, in fp32, cast once;
+# "rmsnorm_fp32_weight" is OLMo2's RMSNorm: the weight applied to the fp32 normalised row, cast once.
 # A config names its variant only when it is not the first, so configs (and candidates) of plain RMSNorm
 # are what they always were.
-VARIANTS = ("", "rmsnorm_offset", "layernorm_no_bias", "layernorm")
+VARIANTS = ("", "rmsnorm_offset", "layernorm_no_bias", "layernorm", "rmsnorm_fp32_weight")
 KERNELS = {
     "": KERNEL,
     "rmsnorm_offset": "_rmsnorm_offset_fwd_kernel",
     "layernorm_no_bias": "_layernorm_fwd_kernel",
     "layernorm": "_layernorm_bias_fwd_kernel",
+    "rmsnorm_fp32_weight": "_rmsnorm_fp32_weight_fwd_kernel",
 }
 ARGS = {"layernorm": ["x", "w", "b", "y", "rows", "eps"]}  # the other variants: ["x", "w", "y", "rows", "eps"]
 
@@ -106,9 +108,10 @@ def render(config: pb.TemplateConfig) -> str:
         "rmsnorm_offset": _OFFSET_SOURCE,
         "layernorm_no_bias": _LAYERNORM_SOURCE,
         "layernorm": _LAYERNORM_BIAS_SOURCE,
+        "rmsnorm_fp32_weight": _FP32_WEIGHT_SOURCE,
     }
     source = sources[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
-    return source.replace("@MOMENTS@", _MOMENTS.rstrip("\n"))
+    return source.replace("@MOMENTS@", MOMENTS)
 
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
@@ -204,6 +207,42 @@ def _rmsnorm_offset_fwd_kernel(
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
 
+_FP32_WEIGHT_SOURCE = '''\
+"""RMSNorm forward as in HF Olmo2RMSNorm (gpuyantra template @TEMPLATE@, variant rmsnorm_fp32_weight).
+
+Casting follows the HF module exactly: x is upcast to fp32, variance = mean(x^2), and
+weight * (x * rsqrt(variance + eps)) is computed in fp32 and cast to the input dtype once
+(Llama's casts the normalised row first and multiplies after). The launch plan sets ROWS and the warps.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rmsnorm_fp32_weight_fwd_kernel(
+    x_ptr,
+    w_ptr,
+    y_ptr,
+    n_rows,
+    eps,
+    N_COLS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    first_row = tl.program_id(0) * ROWS
+    cols = tl.arange(0, BLOCK)
+    col_mask = cols < N_COLS
+    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    for r in tl.static_range(ROWS):
+        row = first_row + r
+        mask = cols < tl.where(row < n_rows, N_COLS, 0)
+        x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
+        variance = tl.sum(x * x, axis=0) / N_COLS
+        y = w * (x * tl.rsqrt(variance + eps))
+        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+'''
+
 _LAYERNORM_SOURCE = '''\
 """LayerNorm without bias as in HF CohereLayerNorm (gpuyantra template @TEMPLATE@, variant layernorm_no_bias).
 
@@ -238,7 +277,8 @@ def _layernorm_fwd_kernel(
         row = first_row + r
         mask = cols < tl.where(row < n_rows, N_COLS, 0)
         x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
-        centred, rstd = _moments(x, x_ptr + row * N_COLS, mask, row < n_rows, eps, N_COLS)
+        first = tl.load(x_ptr + row * N_COLS, mask=row < n_rows, other=0.0).to(tl.float32)
+        centred, rstd = _moments(x, first, mask, eps, N_COLS)
         y = centred * rstd * w
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
@@ -280,30 +320,30 @@ def _layernorm_bias_fwd_kernel(
         row = first_row + r
         mask = cols < tl.where(row < n_rows, N_COLS, 0)
         x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
-        centred, rstd = _moments(x, x_ptr + row * N_COLS, mask, row < n_rows, eps, N_COLS)
+        first = tl.load(x_ptr + row * N_COLS, mask=row < n_rows, other=0.0).to(tl.float32)
+        centred, rstd = _moments(x, first, mask, eps, N_COLS)
         y = centred * rstd * w + b
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
 
-# LayerNorm's mean and variance, shared by its two variants' sources (render() puts it in place of @MOMENTS@).
-_MOMENTS = """@triton.jit
+# LayerNorm's mean and variance, shared by its two variants' sources (render() puts it in place of @MOMENTS@) and the
+# residual norm's (services/coder/templates/add_norm.py). `first` is the row's first element, as the row holds it.
+MOMENTS = """@triton.jit
 def _add_pair(a_sum, a_squares, b_sum, b_squares):
     return a_sum + b_sum, a_squares + b_squares
 
 
 @triton.jit
-def _moments(x, row_ptr, mask, live, eps, N_COLS: tl.constexpr):
+def _moments(x, first, mask, eps, N_COLS: tl.constexpr):
     # x - mean and 1/sqrt(var + eps) of a row from one fused reduction of (sum d, sum d^2) with d = x - x0,
     # shifted by the row's first element: one cross-warp round trip where centring first takes two (the
     # mean, then the centred squares), which is most of what a decode-sized call costs beyond its loads. The
     # shift bounds the cancellation in sum(d^2)/n - (sum(d)/n)^2: (x0 - mean)^2 is one of the n terms of
     # n * var, so var loses at most a factor (1 + n) of fp32 rounding (unshifted, a row far from zero such
     # as 100 +- 0.01 would lose every digit).
-    first = tl.load(row_ptr, mask=live, other=0.0).to(tl.float32)
     d = tl.where(mask, x - first, 0.0)
     total, squares = tl.reduce((d, d * d), 0, _add_pair)
     shift = total / N_COLS
     variance = tl.maximum(squares / N_COLS - shift * shift, 0.0)
     # the padding past N_COLS stays zero: it must not count in the output either
-    return tl.where(mask, d - shift, 0.0), tl.rsqrt(variance + eps)
-"""
+    return tl.where(mask, d - shift, 0.0), tl.rsqrt(variance + eps)"""
