@@ -65,3 +65,49 @@ def test_the_gate_is_found_by_running_not_by_name():
 )
 def test_what_is_not_a_silu_or_gelu_gate_is_not_recognised(module):
     assert recognise_gated(module) is None
+
+
+class FusedUpFirst(torch.nn.Module):
+    """One map to [up | gate] (the other order than Phi-3's): recognised by no form the rewrite runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate_up_proj = torch.nn.Linear(32, 128, bias=False)
+        self.down_proj = torch.nn.Linear(64, 32, bias=False)
+
+    def forward(self, h):
+        up, gate = self.gate_up_proj(h).chunk(2, dim=-1)
+        return self.down_proj(torch.nn.functional.silu(gate) * up)
+
+
+class NotPlainLinear(torch.nn.Linear):
+    """A map whose forward is not its weight (as a quantised or adapted one's may not be)."""
+
+
+def test_a_fused_gate_up_projection_is_a_gated_mlp_of_two_roles():
+    from transformers import Phi3Config
+    from transformers.models.glm.configuration_glm import GlmConfig
+    from transformers.models.glm.modeling_glm import GlmMLP
+    from transformers.models.phi3.modeling_phi3 import Phi3MLP
+
+    from services.ops import gated_mlp
+
+    phi3 = Phi3MLP(Phi3Config(**SMALL, hidden_act="silu"))
+    assert recognise(phi3) == ("gated_mlp", "swiglu")
+    assert gated_mlp.roles_of(phi3) == {"gate_up_proj": "gate_up_proj", "down_proj": "down_proj"}
+    assert recognise(GlmMLP(GlmConfig(**SMALL, hidden_act="silu"))) == ("gated_mlp", "swiglu")
+    assert recognise_gated(FusedUpFirst()) is None and gated_mlp.roles_of(FusedUpFirst()) == {}
+    wrapped = Phi3MLP(Phi3Config(**SMALL, hidden_act="silu"))
+    wrapped.gate_up_proj = NotPlainLinear(32, 128, bias=False)
+    assert recognise_gated(wrapped) is None
+
+
+def test_the_fused_forms_roles_are_checked_by_shape():
+    from services.ops import gated_mlp
+
+    assert gated_mlp.roles_problem({"gate_up_proj": (128, 32), "down_proj": (32, 64)}) == ""
+    assert gated_mlp.intermediate_width({"gate_up_proj": (128, 32), "down_proj": (32, 64)}) == 64
+    assert "twice the intermediate" in gated_mlp.roles_problem({"gate_up_proj": (64, 32), "down_proj": (32, 64)})
+    assert "binds gate_up_proj and down_proj" in gated_mlp.roles_problem(
+        {"gate_up_proj": (128, 32), "down_proj": (32, 64), "up_proj": (64, 32)}
+    )

@@ -217,7 +217,9 @@ def _check_layer(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, chec
     if getattr(ops, "PASSES_INPUTS", False):  # a decoder layer's: its first input, the rest passed to its children
         entry_names, inputs = entry_names[:1], inputs[:1]
     declared = entry_names + [b.param for b in contract.bindings]
-    if sorted(declared) != sorted(ops.ENTRY_PARAMS) or len(entry_names) != len(inputs):
+    required = set(ops.ENTRY_PARAMS) - set(ops.OPTIONAL_PARAMS)  # the optional: one form's roles or another's
+    fits = len(set(declared)) == len(declared) and required <= set(declared) <= set(ops.ENTRY_PARAMS)
+    if not fits or len(entry_names) != len(inputs):
         raise ContractError(
             "entry-signature",
             f"{contract.entrypoint}({', '.join(ops.ENTRY_PARAMS)}) does not take exactly the inputs and bound "

@@ -60,8 +60,4 @@ def rewrites_layer(module) -> bool:
     """Whether an op family could rewrite `module` as a layer (its children kept): a gated MLP's shape, a decoder
     layer's, a plain MLP's. Structural and cheap (a norm child's probe at most): what parity records calls of
     beside leaves."""
-    return (
-        gated_mlp.roles(module) is not None
-        or plain_mlp.recognise(module) is not None
-        or residual_norm.decoder_shaped(module)
-    )
+    return gated_mlp.shaped(module) or plain_mlp.recognise(module) is not None or residual_norm.decoder_shaped(module)

@@ -15,6 +15,12 @@ services/judge/pair_cases.py), with the bytes and the read/write mix the family 
 Which two maps are the gate and the up projection, and which the down, is read from their shapes (gate and
 up take the hidden width to the intermediate one, down takes it back); which of the first two is the gate,
 and which activation, from running the module's own forward on probe rows beside each candidate formula.
+
+Phi-3 and GLM fuse gate and up into one map to twice the intermediate width and chunk its output (gate
+first). Its halves are strided views that a one-pass kernel would have to copy, so the rewrite runs each half
+of the fused weight as its own map (two GEMMs on contiguous weight rows, no copy) and the kernel on their
+contiguous outputs: the same op, judged the same way; only plain `torch.nn.Linear` maps are taken so (a
+quantised or adapted map's forward is not its weight).
 """
 
 from __future__ import annotations
@@ -68,6 +74,69 @@ def roles(module) -> tuple[str, str, str] | None:
     return None
 
 
+def fused_roles(module) -> tuple[str, str] | None:
+    """(gate_up, down) of a fused gated MLP by shape: a plain Linear to twice the width the other takes back."""
+    import torch
+
+    maps = linear_maps(module, 2)
+    if maps is None or any(type(child) is not torch.nn.Linear for child in maps.values()):
+        return None
+    shapes = {name: tuple(child.weight.shape) for name, child in maps.items()}
+    for down, (hidden, width) in shapes.items():
+        (gate_up,) = (n for n in shapes if n != down)
+        if shapes[gate_up] == (2 * width, hidden) and maps[down].bias is None:
+            return gate_up, down
+    return None
+
+
+def _probe(module, hidden: int, weight):
+    """The module's output on probe rows, or None when its forward does not act as an MLP of this width."""
+    import torch
+
+    gen = torch.Generator().manual_seed(hidden)
+    probe = torch.randn(PROBE_ROWS, hidden, generator=gen).to(weight.device, weight.dtype)
+    with torch.inference_mode():
+        try:
+            got = module(probe)
+        except Exception:  # a forward that wants more than the hidden states is not an MLP of this shape
+            return None, None
+    if not isinstance(got, torch.Tensor) or got.shape != probe.shape:
+        return None, None
+    return probe, got.float()
+
+
+def _closest(got, candidates: dict, dtype) -> tuple | None:
+    """The key of the candidate output nearest `got`, when within one rounding of the dtype (relative)."""
+    from services.ops.recognise_norm import TOLERANCE
+
+    scale = max(1e-6, float(got.abs().max()))
+    errors = {key: float((got - value).abs().max()) / scale for key, value in candidates.items()}
+    key, error = min(errors.items(), key=lambda kv: kv[1])
+    return key if error <= TOLERANCE.get(dtype, 1e-3) else None
+
+
+def identify_fused(module) -> tuple[str, str, str] | None:
+    """(variant, gate_up, down) of a fused gated MLP whose first half is the gate; None otherwise. Runs it once."""
+    import torch
+
+    found = fused_roles(module)
+    if found is None:
+        return None
+    gate_up, down = found
+    maps = dict(module.named_children())
+    weight = maps[down].weight
+    probe, got = _probe(module, int(weight.shape[0]), weight)
+    if probe is None:
+        return None
+    with torch.inference_mode():
+        g, u = maps[gate_up](probe).float().chunk(2, dim=-1)
+        candidates = {
+            variant: maps[down]((act(g) * u).to(weight.dtype)).float() for variant, act in _activations().items()
+        }
+    variant = _closest(got, candidates, weight.dtype)
+    return (variant, gate_up, down) if variant else None
+
+
 def identify(module) -> tuple[str, str, str, str] | None:
     """(variant, gate, up, down) of a gated MLP, the roles by child name; None when `module` is not one.
     Runs its forward once on probe rows."""
@@ -78,44 +147,48 @@ def identify(module) -> tuple[str, str, str, str] | None:
         return None
     first, second, down = found
     maps = dict(module.named_children())
-    hidden = int(maps[down].weight.shape[0])
     weight = maps[down].weight
-    gen = torch.Generator().manual_seed(hidden)
-    probe = torch.randn(PROBE_ROWS, hidden, generator=gen).to(weight.device, weight.dtype)
+    probe, got = _probe(module, int(weight.shape[0]), weight)
+    if probe is None:
+        return None
     with torch.inference_mode():
-        try:
-            got = module(probe)
-        except Exception:  # a forward that wants more than the hidden states is not an MLP of this shape
-            return None
-        if not isinstance(got, torch.Tensor) or got.shape != probe.shape:
-            return None
-        got = got.float()
-        scale = max(1e-6, float(got.abs().max()))
-        errors = {}
+        candidates = {}
         for gate, up in ((first, second), (second, first)):
             g, u = maps[gate](probe).float(), maps[up](probe).float()
             for variant, act in _activations().items():
-                expected = maps[down]((act(g) * u).to(weight.dtype)).float()
-                errors[variant, gate, up] = float((got - expected).abs().max()) / scale
-    from services.ops.recognise_norm import TOLERANCE
+                candidates[variant, gate, up] = maps[down]((act(g) * u).to(weight.dtype)).float()
+    key = _closest(got, candidates, weight.dtype)
+    return (*key, down) if key else None
 
-    (variant, gate, up), error = min(errors.items(), key=lambda kv: kv[1])
-    return (variant, gate, up, down) if error <= TOLERANCE.get(weight.dtype, 1e-3) else None
+
+ROLES = ("gate_proj", "up_proj", "down_proj")  # the wrapper's parameter for each map, in identify()'s order
+FUSED_ROLES = ("gate_up_proj", "down_proj")  # the fused form's (identify_fused's order)
+
+
+def _found(module) -> tuple[str, dict[str, str]] | None:
+    """(variant, {wrapper parameter: child attribute}) of either form, found by running it; None otherwise."""
+    three = identify(module)
+    if three:
+        return three[0], dict(zip(ROLES, three[1:], strict=True))
+    fused = identify_fused(module)
+    return (fused[0], dict(zip(FUSED_ROLES, fused[1:], strict=True))) if fused else None
 
 
 def recognise(module) -> str | None:
     """The variant `module` computes (see VARIANTS), or None."""
-    found = identify(module)
+    found = _found(module)
     return found[0] if found else None
-
-
-ROLES = ("gate_proj", "up_proj", "down_proj")  # the wrapper's parameter for each map, in identify()'s order
 
 
 def roles_of(module) -> dict[str, str]:
     """{wrapper parameter: child attribute} of a gated MLP, found by running it; {} when it is not one."""
-    found = identify(module)
-    return dict(zip(ROLES, found[1:], strict=True)) if found else {}
+    found = _found(module)
+    return found[1] if found else {}
+
+
+def shaped(module) -> bool:
+    """Structural and cheap: whether `module` has the maps of either form (ops.rewrites_layer)."""
+    return roles(module) is not None or fused_roles(module) is not None
 
 
 def reference(variant: str):
@@ -148,9 +221,10 @@ def unfused_bytes(elements: int, itemsize: int) -> int:
 KIND = "layer"  # the target is the MLP module, whose forward is rewritten keeping its projections
 ENTRYPOINT = "gated_mlp"
 ENTRY_INPUTS = ("hidden_states",)
-ENTRY_PARAMS = ("hidden_states", "gate_proj", "up_proj", "down_proj")
-OPTIONAL_PARAMS: tuple[str, ...] = ()
-PARAM_KINDS = {"hidden_states": "tensor", "gate_proj": "module", "up_proj": "module", "down_proj": "module"}
+ENTRY_PARAMS = ("hidden_states", "gate_proj", "up_proj", "down_proj", "gate_up_proj")
+# A contract binds gate and up, or the fused gate_up (roles_problem says which sets fit).
+OPTIONAL_PARAMS: tuple[str, ...] = ("gate_proj", "up_proj", "gate_up_proj")
+PARAM_KINDS = {"hidden_states": "tensor", "gate_up_proj": "module"} | dict.fromkeys(ROLES, "module")
 # Runtime arguments a kernel may take: the gate's and the up projection's outputs (same shape, contiguous),
 # the output, and their element count. One program covers N elements.
 ARGS = ("g", "u", "y", "n")
@@ -199,8 +273,17 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
     between the module's own projections."""
     op = make_op(plan, kernels, empty=empty, launch=launch)
 
-    def gated_mlp(hidden_states, gate_proj, up_proj, down_proj):
-        return down_proj(op(gate_proj(hidden_states), up_proj(hidden_states)))
+    import torch.nn.functional as F
+
+    def gated_mlp(hidden_states, down_proj, gate_proj=None, up_proj=None, gate_up_proj=None):
+        if gate_up_proj is None:
+            return down_proj(op(gate_proj(hidden_states), up_proj(hidden_states)))
+        # the fused map's halves as two maps: contiguous weight rows, contiguous outputs (no chunk, no copy)
+        weight, bias = gate_up_proj.weight, gate_up_proj.bias
+        half = weight.shape[0] // 2
+        gate = F.linear(hidden_states, weight[:half], None if bias is None else bias[:half])
+        up = F.linear(hidden_states, weight[half:], None if bias is None else bias[half:])
+        return down_proj(op(gate, up))
 
     gated_mlp.launchers = op.launchers
     return gated_mlp
@@ -219,6 +302,13 @@ def contract_for(module, class_path: str) -> pb.Contract | None:
 def roles_problem(shapes: Mapping[str, tuple[int, ...]]) -> str:
     """Why maps of these weight shapes ({role: [out, in]}) cannot be a gated MLP's gate, up and down ("" when
     they can)."""
+    if "gate_up_proj" in shapes:
+        fused, down = (tuple(shapes.get(role, ())) for role in FUSED_ROLES)
+        if sorted(shapes) != sorted(FUSED_ROLES) or len(fused) != 2 or len(down) != 2:
+            return f"a fused gated MLP binds gate_up_proj and down_proj, each a 2-D weight (got {dict(shapes)})"
+        if fused != (2 * down[1], down[0]) or down[0] == down[1]:
+            return f"gate_up {list(fused)} must map the hidden width to twice the intermediate, down {list(down)} back"
+        return ""
     gate, up, down = (tuple(shapes.get(role, ())) for role in ROLES)
     if len(gate) != 2 or len(up) != 2 or len(down) != 2:
         return f"gate, up and down must each be a linear map with a 2-D weight (shapes {gate}, {up}, {down})"
@@ -230,7 +320,9 @@ def roles_problem(shapes: Mapping[str, tuple[int, ...]]) -> str:
 
 
 def intermediate_width(shapes: Mapping[str, tuple[int, ...]]) -> int:
-    """The width the kernel's operands have: the gate's output features."""
+    """The width the kernel's operands have: the gate's output features (half the fused map's)."""
+    if "gate_up_proj" in shapes:
+        return int(tuple(shapes["gate_up_proj"])[0]) // 2
     return int(tuple(shapes["gate_proj"])[0])
 
 
@@ -238,7 +330,8 @@ def layer_contract(class_path: str, forward_params, roles: Mapping[str, str]) ->
     """The layer contract from what the profile recorded (pure: the coder derives it from the log): the forward's
     one input, and the three maps bound by the roles found running it; None when they do not fit."""
     params = list(forward_params)
-    if len(params) != 1 or sorted(roles) != sorted(ROLES):
+    form = next((form for form in (ROLES, FUSED_ROLES) if sorted(roles) == sorted(form)), None)
+    if len(params) != 1 or form is None:
         return None
     return pb.Contract(
         kind=KIND,
@@ -246,5 +339,5 @@ def layer_contract(class_path: str, forward_params, roles: Mapping[str, str]) ->
         entrypoint=ENTRYPOINT,
         inputs=params,
         entry_inputs=list(ENTRY_INPUTS) if params != list(ENTRY_INPUTS) else [],
-        bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in ROLES],
+        bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in form],
     )

@@ -276,14 +276,15 @@ def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
         return None
     children = {c.name: tuple(c.shape) for c in profile.introspection.children}
     if profile.computes in gated_mlp.VARIANTS:
-        family, kept_roles = gated_mlp, ("gate_proj", "up_proj", "down_proj")
+        family, kept_roles = gated_mlp, tuple(profile.roles)  # all its maps: gate, up, down or the fused two
     elif profile.computes in residual_norm.VARIANTS:
         family, kept_roles = residual_norm, ("input_norm", "attention", "mlp")
     elif profile.computes in plain_mlp.VARIANTS:
         family, kept_roles = plain_mlp, plain_mlp.ROLES
     else:
         return None
-    shapes = {role: children.get(profile.roles.get(role, ""), ()) for role in family.ROLES}
+    roles = kept_roles if family is gated_mlp else family.ROLES
+    shapes = {role: children.get(profile.roles.get(role, ""), ()) for role in roles}
     elem = _data_dtype_bytes(profile)
     if family.roles_problem(shapes) or not elem:
         return None

@@ -146,6 +146,13 @@ def _olmo2(kwargs: dict):
     return Olmo2Config(pad_token_id=0, bos_token_id=0, eos_token_id=0, **kwargs)  # norms after attention and MLP
 
 
+def _phi3(kwargs: dict):
+    from transformers import Phi3Config
+
+    # gate and up fused in one projection (chunked), q/k/v fused too; pad 0 (its default id is past the vocab)
+    return Phi3Config(pad_token_id=0, bos_token_id=0, eos_token_id=0, **kwargs)
+
+
 def _granite(kwargs: dict):
     from transformers import GraniteConfig
 
@@ -169,6 +176,7 @@ PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-phi": (lambda: _phi(_tiny()), "float32"),
     "tiny-olmo2": (lambda: _olmo2(_tiny()), "float32"),
     "tiny-granite": (lambda: _granite(_tiny()), "float32"),
+    "tiny-phi3": (lambda: _phi3(_tiny()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0

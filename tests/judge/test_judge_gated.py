@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 from judge_testkit import log_of
-from transformers import GemmaConfig, LlamaConfig
+from transformers import GemmaConfig, LlamaConfig, Phi3Config
 from transformers.models.gemma.modeling_gemma import GemmaMLP
 from transformers.models.llama.modeling_llama import LlamaMLP
+from transformers.models.phi3.modeling_phi3 import Phi3MLP
 
 from services.coder.templates import gated
 from services.core.kernels import candidate_sha256
@@ -23,6 +24,8 @@ HIDDEN, INTERMEDIATE = 32, 96
 
 
 def _mlp(kind: str) -> torch.nn.Module:
+    if kind == "phi3":  # gate and up fused in one map, chunked
+        return Phi3MLP(Phi3Config(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, hidden_act="silu"))
     if kind == "llama":
         return LlamaMLP(LlamaConfig(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, hidden_act="silu"))
     config = GemmaConfig(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, hidden_activation="gelu_pytorch_tanh")
@@ -77,7 +80,8 @@ async def _judge(mlp, variant: str, *, source: str | None = None, contract=None,
 
 
 @pytest.mark.parametrize(
-    ("kind", "right", "wrong"), [("llama", "swiglu", "geglu_tanh"), ("gemma", "geglu_tanh", "swiglu")]
+    ("kind", "right", "wrong"),
+    [("llama", "swiglu", "geglu_tanh"), ("gemma", "geglu_tanh", "swiglu"), ("phi3", "swiglu", "geglu_tanh")],
 )
 async def test_the_kernel_of_the_mlps_activation_passes_and_the_other_is_rejected(kind, right, wrong):
     mlp = _mlp(kind)
@@ -127,3 +131,12 @@ async def test_a_gated_candidate_under_a_module_class_contract_is_refused():
     contract.kind = "module_class"
     judged = await _judge(mlp, "swiglu", contract=contract)
     assert judged.reward == -1 and judged.observed.contract.rule_id == "contract-kind", judged.reason
+
+
+async def test_a_fused_mlps_contract_binding_a_map_of_the_wrong_width_is_refused():
+    mlp = _mlp("phi3")
+    intro = introspect_module(mlp)
+    roles = {"gate_up_proj": "down_proj", "down_proj": "gate_up_proj"}  # swapped: neither shape fits its role
+    contract = gated_mlp.layer_contract(intro.class_path, intro.forward_params, roles)
+    judged = await _judge(mlp, "swiglu", contract=contract)
+    assert judged.reward == -1 and judged.observed.contract.rule_id == "binding-roles", judged.reason
