@@ -86,11 +86,20 @@ def _standins():
     return Attention(), Mlp()
 
 
+def _roled_children(layer) -> dict:
+    """{name: child} but its dropouts (Phi-3's around each add): identity in eval, where a server runs the model,
+    and so left out of the rewrite; `identify` runs the layer with them in place, so a dropout that is not the
+    identity when it is tried is no match."""
+    import torch
+
+    return {name: child for name, child in layer.named_children() if not isinstance(child, torch.nn.Dropout)}
+
+
 def _norm_children(layer) -> tuple[dict, dict] | None:
     """({name: norm variant} of its two norm children, {name: child} of its two others), or None."""
     from services.ops.recognise_norm import recognise
 
-    children = dict(layer.named_children())
+    children = _roled_children(layer)
     if len(children) != 4:
         return None
     norms = {name: v for name, child in children.items() if (v := recognise(child))}
@@ -100,7 +109,7 @@ def _norm_children(layer) -> tuple[dict, dict] | None:
     return norms, others
 
 
-def _traced(layer, attention: str, mlp: str, probe) -> dict | None:
+def _traced(layer, attention: str, mlp: str, norms, probe) -> dict | None:
     """The layer run on `probe` with its `attention` and `mlp` children stood in for: what each part was fed and
     gave ({"norms": {name: (input, output)}, "attention"/"mlp": (input, output), "out": the layer's output})."""
     import torch
@@ -110,7 +119,7 @@ def _traced(layer, attention: str, mlp: str, probe) -> dict | None:
     seen: dict[str, list] = {}
     handles = []
     for name, child in layer.named_children():
-        if name not in saved:
+        if name in norms:
             hook = lambda m, a, o, name=name: seen.setdefault(name, []).append((a[0] if a else None, o))  # noqa: E731
             handles.append(child.register_forward_hook(hook))
     layer._modules[attention], layer._modules[mlp] = att, mlp_standin
@@ -135,7 +144,7 @@ def _traced(layer, attention: str, mlp: str, probe) -> dict | None:
 
 def decoder_shaped(module) -> bool:
     """Two norm children and two others with parameters: what `identify` tries (its probe of the norms only)."""
-    return len(list(module.children())) == 4 and _norm_children(module) is not None
+    return len(_roled_children(module)) == 4 and _norm_children(module) is not None
 
 
 def _same(a, b) -> bool:
@@ -160,7 +169,7 @@ def identify(layer) -> tuple[str, dict[str, str]] | None:
     gen = torch.Generator().manual_seed(int(first.shape[0]))
     probe = torch.randn(*PROBE_SHAPE, int(first.shape[0]), generator=gen).to(first.device, first.dtype)
     for attention, mlp in itertools.permutations(others):
-        trace = _traced(layer, attention, mlp, probe)
+        trace = _traced(layer, attention, mlp, norms, probe)
         if trace is None:
             continue
         a_in, a_out = trace["attention"]
@@ -178,8 +187,9 @@ def identify(layer) -> tuple[str, dict[str, str]] | None:
 
 
 def recognise(module) -> str | None:
-    """The variant `module` computes (see VARIANTS), or None. Only a module of four children is tried."""
-    found = identify(module) if len(list(module.children())) == 4 else None
+    """The variant `module` computes (see VARIANTS), or None. Only a module of four children (and dropouts) is
+    tried."""
+    found = identify(module) if len(_roled_children(module)) == 4 else None
     return found[0] if found else None
 
 

@@ -123,3 +123,18 @@ async def test_a_contract_binding_the_mlp_as_the_post_norm_is_refused():
     contract = residual_norm.layer_contract(intro.class_path, intro.forward_params, roles)
     judged = await _judge(layer, contract=contract)
     assert judged.reward == -1 and judged.observed.contract.rule_id == "binding-roles", judged.reason
+
+
+def test_a_layer_whose_adds_pass_through_dropouts_is_one_when_they_are_the_identity():
+    """Phi-3's layer adds through a dropout on each branch: in eval (serving) they pass values through and the
+    layer is a residual norm; trained with a dropout that drops, its dataflow is not, and it is not taken."""
+    from transformers import Phi3Config
+    from transformers.models.phi3.modeling_phi3 import Phi3DecoderLayer
+
+    small = {"hidden_size": HIDDEN, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}
+    layer = Phi3DecoderLayer(Phi3Config(**small, resid_pdrop=0.5), layer_idx=0)
+    assert residual_norm.recognise(layer.eval()) == "add_rmsnorm"
+    assert set(residual_norm.roles_of(layer).values()) == {
+        "input_layernorm", "self_attn", "post_attention_layernorm", "mlp"
+    }  # fmt: skip
+    assert residual_norm.recognise(layer.train()) is None

@@ -170,9 +170,10 @@ def _template_and_contract(profile: pb.ModuleClassProfile):
         ("tiny-olmo2", {"Olmo2RMSNorm": "rmsnorm", "Olmo2MLP": "swiglu", ROPE_FN: "rope_half"}),
         # the residual add scales the attention output by 0.22: no residual norm either
         ("tiny-granite", {"GraniteRMSNorm": "rmsnorm", "GraniteMLP": "swiglu", ROPE_FN: "rope_half"}),
-        # gate and up fused in one projection, chunked: a gated MLP of two roles (its layer, with dropout
-        # children, is not taken for a residual norm)
-        ("tiny-phi3", {"Phi3RMSNorm": "rmsnorm", "Phi3MLP": "swiglu", ROPE_FN: "rope_half"}),
+        # gate and up fused in one projection, chunked: a gated MLP of two roles; a pre-norm layer whose adds go
+        # through dropouts (identity when serving)
+        ("tiny-phi3", {"Phi3RMSNorm": "rmsnorm", "Phi3MLP": "swiglu", "Phi3DecoderLayer": "add_rmsnorm",
+                       ROPE_FN: "rope_half"}),
     ],
 )  # fmt: skip
 async def test_architectures_beyond_the_list_are_recognised_by_what_they_compute_and_each_op_swaps(preset, expected):
