@@ -77,7 +77,8 @@ def add_common(sp: argparse.ArgumentParser, model: bool = False) -> None:
             "--model",
             metavar="NAME",
             help="preset (tiny-qwen2, tiny-llama, tiny-qwen3, tiny-gemma, tiny-cohere, tiny-gpt2, tiny-mistral,"
-            " tiny-starcoder2, tiny-phi, tiny-olmo2, tiny-granite, tiny-phi3, qwen2.5-1.5b-shape;"
+            " tiny-starcoder2, tiny-phi, tiny-olmo2, tiny-granite, tiny-phi3, tiny-glm,"
+            " qwen2.5-1.5b-shape;"
             " random weights), local path or hub id"
             " (default tiny-qwen2, or YANTRA_MODEL)",
         )

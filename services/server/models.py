@@ -153,6 +153,15 @@ def _phi3(kwargs: dict):
     return Phi3Config(pad_token_id=0, bos_token_id=0, eos_token_id=0, **kwargs)
 
 
+def _glm(kwargs: dict):
+    from transformers import GlmConfig
+
+    # gate and up fused in one projection; RoPE interleaved on half of each head (pairs 2i, 2i+1: not the rotary
+    # family's rotate_half, so not written); its config's head_dim defaults to 128 whatever the width
+    head_dim = kwargs["hidden_size"] // kwargs["num_attention_heads"]
+    return GlmConfig(pad_token_id=0, bos_token_id=0, eos_token_id=0, head_dim=head_dim, **kwargs)
+
+
 def _granite(kwargs: dict):
     from transformers import GraniteConfig
 
@@ -177,6 +186,7 @@ PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-olmo2": (lambda: _olmo2(_tiny()), "float32"),
     "tiny-granite": (lambda: _granite(_tiny()), "float32"),
     "tiny-phi3": (lambda: _phi3(_tiny()), "float32"),
+    "tiny-glm": (lambda: _glm(_tiny()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0
