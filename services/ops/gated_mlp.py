@@ -89,20 +89,24 @@ def fused_roles(module) -> tuple[str, str] | None:
     return None
 
 
-def _probe(module, hidden: int, weight):
-    """The module's output on probe rows, or None when its forward does not act as an MLP of this width."""
+def _probed(module, down: str):
+    """(its children, the down map's weight, probe rows, the module's output on them in fp32), or None when its
+    forward does not act as an MLP of the down map's width."""
     import torch
 
+    maps = dict(module.named_children())
+    weight = maps[down].weight
+    hidden = int(weight.shape[0])
     gen = torch.Generator().manual_seed(hidden)
     probe = torch.randn(PROBE_ROWS, hidden, generator=gen).to(weight.device, weight.dtype)
     with torch.inference_mode():
         try:
             got = module(probe)
         except Exception:  # a forward that wants more than the hidden states is not an MLP of this shape
-            return None, None
+            return None
     if not isinstance(got, torch.Tensor) or got.shape != probe.shape:
-        return None, None
-    return probe, got.float()
+        return None
+    return maps, weight, probe, got.float()
 
 
 def _closest(got, candidates: dict, dtype) -> tuple | None:
@@ -123,11 +127,10 @@ def identify_fused(module) -> tuple[str, str, str] | None:
     if found is None:
         return None
     gate_up, down = found
-    maps = dict(module.named_children())
-    weight = maps[down].weight
-    probe, got = _probe(module, int(weight.shape[0]), weight)
-    if probe is None:
+    probed = _probed(module, down)
+    if probed is None:
         return None
+    maps, weight, probe, got = probed
     with torch.inference_mode():
         g, u = maps[gate_up](probe).float().chunk(2, dim=-1)
         candidates = {
@@ -146,11 +149,10 @@ def identify(module) -> tuple[str, str, str, str] | None:
     if found is None:
         return None
     first, second, down = found
-    maps = dict(module.named_children())
-    weight = maps[down].weight
-    probe, got = _probe(module, int(weight.shape[0]), weight)
-    if probe is None:
+    probed = _probed(module, down)
+    if probed is None:
         return None
+    maps, weight, probe, got = probed
     with torch.inference_mode():
         candidates = {}
         for gate, up in ((first, second), (second, first)):

@@ -207,41 +207,35 @@ def _rmsnorm_offset_fwd_kernel(
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
 
-_FP32_WEIGHT_SOURCE = '''\
-"""RMSNorm forward as in HF Olmo2RMSNorm (gpuyantra template @TEMPLATE@, variant rmsnorm_fp32_weight).
 
-Casting follows the HF module exactly: x is upcast to fp32, variance = mean(x^2), and
-weight * (x * rsqrt(variance + eps)) is computed in fp32 and cast to the input dtype once
-(Llama's casts the normalised row first and multiplies after). The launch plan sets ROWS and the warps.
-"""
+def _rewritten(source: str, changes: dict[str, str]) -> str:
+    """`source` with each of `changes` made: every old text must be there exactly once (a change that no longer
+    applies fails at import, never yields a silently different kernel)."""
+    for old, new in changes.items():
+        if source.count(old) != 1:
+            raise RuntimeError(f"template text not found exactly once: {old!r}")
+        source = source.replace(old, new)
+    return source
 
-import triton
-import triton.language as tl
 
-
-@triton.jit
-def _rmsnorm_fp32_weight_fwd_kernel(
-    x_ptr,
-    w_ptr,
-    y_ptr,
-    n_rows,
-    eps,
-    N_COLS: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ROWS: tl.constexpr,
-):
-    first_row = tl.program_id(0) * ROWS
-    cols = tl.arange(0, BLOCK)
-    col_mask = cols < N_COLS
-    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    for r in tl.static_range(ROWS):
-        row = first_row + r
-        mask = cols < tl.where(row < n_rows, N_COLS, 0)
-        x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
-        variance = tl.sum(x * x, axis=0) / N_COLS
-        y = w * (x * tl.rsqrt(variance + eps))
-        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-'''
+# OLMo2's RMSNorm is Llama's kernel but for where it rounds: the weight applied to the fp32 row, one cast.
+_FP32_WEIGHT_SOURCE = _rewritten(
+    _SOURCE,
+    {
+        "as in HF Qwen2RMSNorm/LlamaRMSNorm (gpuyantra template @TEMPLATE@).": (
+            "as in HF Olmo2RMSNorm (gpuyantra template @TEMPLATE@, variant rmsnorm_fp32_weight)."
+        ),
+        "x * rsqrt(variance + eps) is cast back to the input dtype, then multiplied by the weight in\n"
+        "the promoted dtype of (weight, input).": (
+            "weight * (x * rsqrt(variance + eps)) is computed in fp32 and cast to the input dtype\n"
+            "once (Llama's casts the normalised row first)."
+        ),
+        "def _rmsnorm_fwd_kernel(": "def _rmsnorm_fp32_weight_fwd_kernel(",
+        """        # HF casts the normalised row back to the input dtype before the weight multiply.
+        normed = normed.to(x_ptr.dtype.element_ty).to(tl.float32)
+""": "",
+    },
+)
 
 _LAYERNORM_SOURCE = '''\
 """LayerNorm without bias as in HF CohereLayerNorm (gpuyantra template @TEMPLATE@, variant layernorm_no_bias).
