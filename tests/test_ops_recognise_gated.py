@@ -111,3 +111,30 @@ def test_the_fused_forms_roles_are_checked_by_shape():
     assert "binds gate_up_proj and down_proj" in gated_mlp.roles_problem(
         {"gate_up_proj": (128, 32), "down_proj": (32, 64), "up_proj": (64, 32)}
     )
+
+
+class FusedWithBiases(torch.nn.Module):
+    """A fused gate_up map with a bias, its intermediate as wide as the hidden width (unambiguous all the same)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate_up_proj = torch.nn.Linear(32, 64)
+        self.down_proj = torch.nn.Linear(32, 32)
+
+    def forward(self, h):
+        gate, up = self.gate_up_proj(h).chunk(2, dim=-1)
+        return self.down_proj(torch.nn.functional.silu(gate) * up)
+
+
+def test_the_fused_rewrite_runs_the_weights_halves_with_their_biases_as_the_module_does(tmp_path):
+    from services.coder.templates import gated
+    from services.core.kernels import bind, candidate_wrapper
+    from services.ops import gated_mlp
+
+    module = FusedWithBiases()
+    contract = gated_mlp.contract_for(module, "tests.FusedWithBiases")
+    assert [b.param for b in contract.bindings] == list(gated_mlp.FUSED_ROLES)
+    config = gated.search_configs("swiglu")[0]
+    call = bind(contract, candidate_wrapper(tmp_path, gated.render(config), gated.plan(config)))
+    x = torch.randn(3, 5, 32)
+    assert torch.allclose(call(module, (x,), {}), module(x), atol=1e-5)

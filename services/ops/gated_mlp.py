@@ -84,7 +84,7 @@ def fused_roles(module) -> tuple[str, str] | None:
     shapes = {name: tuple(child.weight.shape) for name, child in maps.items()}
     for down, (hidden, width) in shapes.items():
         (gate_up,) = (n for n in shapes if n != down)
-        if shapes[gate_up] == (2 * width, hidden) and maps[down].bias is None:
+        if shapes[gate_up] == (2 * width, hidden):
             return gate_up, down
     return None
 
@@ -292,8 +292,8 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
 
 
 def contract_for(module, class_path: str) -> pb.Contract | None:
-    """The layer contract of a live gated MLP: its forward's input, and its three maps bound by role (found by
-    running it); None when it is not a gated MLP this family recognises."""
+    """The layer contract of a live gated MLP: its forward's input, and its maps (three, or the fused two) bound
+    by role (found by running it); None when it is not a gated MLP this family recognises."""
     import inspect
 
     roles = roles_of(module)
@@ -308,7 +308,7 @@ def roles_problem(shapes: Mapping[str, tuple[int, ...]]) -> str:
         fused, down = (tuple(shapes.get(role, ())) for role in FUSED_ROLES)
         if sorted(shapes) != sorted(FUSED_ROLES) or len(fused) != 2 or len(down) != 2:
             return f"a fused gated MLP binds gate_up_proj and down_proj, each a 2-D weight (got {dict(shapes)})"
-        if fused != (2 * down[1], down[0]) or down[0] == down[1]:
+        if fused != (2 * down[1], down[0]):  # unambiguous even where the widths are equal
             return f"gate_up {list(fused)} must map the hidden width to twice the intermediate, down {list(down)} back"
         return ""
     gate, up, down = (tuple(shapes.get(role, ())) for role in ROLES)
