@@ -22,7 +22,10 @@ Envelope = envelope_pb2.Envelope
 # 6: the residual-norm family (a decoder layer's residual add fused with its post norm) and the plain-MLP family
 # (an ungated MLP's activation): the profiler ranks both layers and names their variants among the writable; a
 # reason written at 5 keeps its words (its profiles recorded neither).
-SCHEMA_VERSION = 6
+# 7: the RMSNorm that applies its weight in fp32 and rounds once (rmsnorm_fp32_weight, OLMo2's; and its residual
+# norm) is recognised and named among the writable; a reason written at 6 keeps its words. Gated MLPs of one fused
+# gate_up map are recorded with their two roles (a profile written before recorded no roles for them).
+SCHEMA_VERSION = 7
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).
 RUN_EVENT_NAMES = (

@@ -107,15 +107,23 @@ def choose_targets(ranking: list[pb.RankedTarget], first: str, limit: int = 0) -
     return chosen[:limit] if limit else chosen
 
 
+def writable_variants(schema_version: int) -> tuple[str, ...]:
+    """What the templates write, as a reason recorded at `schema_version` names it (an older run keeps its words)."""
+    writable = WRITABLE
+    if schema_version >= 5:  # gated MLPs and RoPE
+        writable += gated_mlp.WRITABLE + rotary.WRITABLE
+    if schema_version >= 6:  # the residual norm and the plain MLP's activation
+        writable += residual_norm.WRITABLE + plain_mlp.WRITABLE
+    if schema_version < 7:  # OLMo2's RMSNorm (its weight in fp32), alone and in a residual norm
+        writable = tuple(v for v in writable if not v.endswith("rmsnorm_fp32_weight"))
+    return writable
+
+
 def derive_profile_captured(prior: list[Recorded], trigger: Recorded, observed: pb.ProfileObservation):
     ranking = rank(observed)
-    # Since schema 5 the templates write gated MLPs too, and the reason says so; and a run works on several
-    # targets in turn. An older run keeps its words and its one target.
+    # Since schema 5 a run works on several targets in turn; an older run keeps its one target.
     several = trigger.env.schema_version >= 5
-    writable = WRITABLE + gated_mlp.WRITABLE + rotary.WRITABLE if several else WRITABLE
-    if trigger.env.schema_version >= 6:  # and the residual norm and the plain MLP's activation since schema 6
-        writable += residual_norm.WRITABLE + plain_mlp.WRITABLE
-    target, reason = choose_target(ranking, writable)
+    target, reason = choose_target(ranking, writable_variants(trigger.env.schema_version))
     msg = pb.ProfileCaptured(ranking=ranking, target_class=target, reason=reason)
     if several:
         request = ev.first(prior, "RunRequested")

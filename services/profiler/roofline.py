@@ -276,7 +276,8 @@ def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
         return None
     children = {c.name: tuple(c.shape) for c in profile.introspection.children}
     if profile.computes in gated_mlp.VARIANTS:
-        family, kept_roles = gated_mlp, tuple(profile.roles)  # all its maps: gate, up, down or the fused two
+        # all its maps, in the family's order (the kept time is a sum: one order, one rounding)
+        family, kept_roles = gated_mlp, gated_mlp.FUSED_ROLES if "gate_up_proj" in profile.roles else gated_mlp.ROLES
     elif profile.computes in residual_norm.VARIANTS:
         family, kept_roles = residual_norm, ("input_norm", "attention", "mlp")
     elif profile.computes in plain_mlp.VARIANTS:
