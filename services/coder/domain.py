@@ -110,6 +110,44 @@ def refine(untried: list[pb.TemplateConfig], verdicts: list[tuple[pb.TemplateCon
     return [c for _, c in sorted(enumerate(untried), key=key)]
 
 
+def _timed_rows(shape: str) -> int:
+    """The rows of a timed shape ("4096x1536", "1x1x1536"): every dimension but the last."""
+    dims = [int(d) for d in shape.split("x") if d.isdigit()]
+    rows = 1
+    for d in dims[:-1]:
+        rows *= d
+    return rows
+
+
+def dispatch_config(template, verdicts: list[tuple[pb.TemplateConfig, pb.CandidateJudged]]):
+    """A config dispatching by row count (pure), when the verdicts so far show one plain config fastest on
+    decode-sized calls (at most the template's DISPATCH_ROWS rows) and another beyond: the template's `combine`
+    of the two. Speed is GPU time over eager's at each timed shape, so candidates judged in different children
+    compare; untimed verdicts (CPU) show nothing. None where the template does not dispatch, or one config leads
+    both sides."""
+    combine = getattr(template, "combine", None)
+    if combine is None:
+        return None
+    limit = template.DISPATCH_ROWS
+    sides = []  # (config, mean candidate/eager at decode-sized rows, beyond), for passed plain configs
+    for config, judged in verdicts:
+        if judged.reward < 1 or config.params:
+            continue
+        small, large = [], []
+        for row in judged.observed.timing.rows:
+            if row.candidate_us > 0 and row.eager_us > 0:
+                (small if _timed_rows(row.shape) <= limit else large).append(row.candidate_us / row.eager_us)
+        if small and large:
+            sides.append((config, sum(small) / len(small), sum(large) / len(large)))
+    if len(sides) < 2:
+        return None
+    best_small = min(sides, key=lambda side: side[1])[0]
+    best_large = min(sides, key=lambda side: side[2])[0]
+    if _config_key(best_small) == _config_key(best_large):
+        return None
+    return combine(best_small, best_large, limit)
+
+
 def propose(
     template,
     target_class: str,
@@ -224,7 +262,7 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Messag
     return out
 
 
-def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged) -> list[Message]:
+def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged, dispatch: bool = True) -> list[Message]:
     whole = run_state.fold(prior)
     proposed = whole.proposal(judged.candidate_id)
     if proposed is None:
@@ -247,11 +285,16 @@ def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged) -> list[Messag
     tried = {_config_key(p.config) for p in state.proposals}
     table = _table(template, proposed.config.variant, prior, target) if template else []
     untried = [c for c in table if _config_key(c) not in tried]
-    if not untried:
-        return [conclude(target, state, run, "no untried config is left in the search table")]
     configs = {p.candidate_id: p.config for p in state.proposals}
     verdicts = [(configs[j.candidate_id], j) for j in state.judged]
-    step = refine(untried, verdicts)[: min(FAN_OUT, max_candidates - len(state.proposals))]
+    combined = dispatch_config(template, verdicts) if dispatch and template else None
+    if combined is not None and _config_key(combined) not in tried:
+        untried = [combined, *refine(untried, verdicts)]  # the two best launch shapes, each where it leads
+    else:
+        untried = refine(untried, verdicts)
+    if not untried:
+        return [conclude(target, state, run, "no untried config is left in the search table")]
+    step = untried[: min(FAN_OUT, max_candidates - len(state.proposals))]
     first = len(state.proposals) + 1
     return [
         propose(template, target, proposed.contract, config, attempt=first + i, origin="template")
@@ -264,7 +307,8 @@ def decide(prior: list[Recorded], trigger: Recorded) -> list[Message]:
     if trigger.type == "SkillsRetrieved":
         return _on_skills(prior, trigger.msg)
     if trigger.type == "CandidateJudged":
-        return _on_judged(prior, trigger.msg)
+        # a dispatch by row count is proposed since schema 7; a run recorded before re-derives its own search
+        return _on_judged(prior, trigger.msg, dispatch=trigger.env.schema_version >= 7)
     return []
 
 

@@ -6,6 +6,7 @@ from coder_testkit import Log, profile_captured
 
 from services.coder import domain
 from services.coder.templates import rmsnorm
+from services.core import events as ev
 from services.core.kernels import candidate_sha256, sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import verify
@@ -282,3 +283,45 @@ def test_a_rope_target_is_searched_in_the_order_its_live_positions_favour():
         assert proposals and all(p.config.template == "rotary_positions" for p in proposals), proposals
         firsts[seq] = proposals[0].config.params["together"]
     assert firsts == {1: 0, 4096: 1}
+
+
+def _judge_timed(log: Log, proposal_rec, ratios: dict[str, float]):
+    """A +2 verdict with GPU times at its shapes: candidate/eager at each (eager 10 us)."""
+    judged = pb.CandidateJudged(
+        candidate_id=proposal_rec.msg.candidate_id, source_sha256=proposal_rec.msg.source_sha256, reward=2,
+        speedup_vs_eager=2.0,
+    )  # fmt: skip
+    for shape, ratio in ratios.items():
+        judged.observed.timing.rows.add(shape=shape, candidate_us=10 * ratio, eager_us=10)
+    return log.append(judged, cause=proposal_rec)
+
+
+def test_two_configs_each_fastest_on_one_side_of_decode_sized_rows_are_combined_in_a_dispatch():
+    """A verdict's GPU times say where each launch shape leads: the next proposal serves calls of up to 64 rows with
+    the config fastest there and the rest with the config fastest beyond, in one candidate the judge draws both
+    sides of; untimed verdicts (CPU), one config leading both sides, or a run recorded at schema 6 propose none."""
+    log, trigger = _start(run=pb.RunRequested(max_candidates=4))
+    c1, c2 = _answers(log, trigger)
+    first = _judge_timed(log, c1, {"1x1x64": 0.5, "4096x64": 0.9, "32768x64": 0.9})
+    judged = _judge_timed(log, c2, {"1x1x64": 0.7, "4096x64": 0.6, "32768x64": 0.6})
+    dispatch, _ = _answers(log, judged)
+    config = dispatch.msg.config
+    assert _launch(dispatch) == _launch(c2) and dict(config.params) == {
+        "dispatch_rows": 64, "small_warps": c1.msg.config.num_warps, "small_rows": c1.msg.config.rows_per_program
+    }  # fmt: skip
+    small, large = dispatch.msg.plan.launches
+    assert (small.max_rows, small.num_warps, large.max_rows, large.num_warps) == (64, _launch(c1)[0], 0, _launch(c2)[0])
+    assert dispatch.msg.source == c1.msg.source  # the same kernel, launched two ways
+
+    verdicts = [(c1.msg.config, first.msg), (c2.msg.config, judged.msg)]
+    assert domain.dispatch_config(rmsnorm, verdicts) == config
+    untimed = [(c, pb.CandidateJudged(reward=1)) for c, _ in verdicts]
+    assert domain.dispatch_config(rmsnorm, untimed) is None
+    one_leads = pb.CandidateJudged(reward=2)
+    one_leads.observed.timing.rows.add(shape="1x1x64", candidate_us=1, eager_us=10)
+    one_leads.observed.timing.rows.add(shape="4096x64", candidate_us=1, eager_us=10)
+    assert domain.dispatch_config(rmsnorm, [verdicts[0], (c2.msg.config, one_leads)]) is None
+
+    old = ev.Recorded(judged.seq, judged.env)
+    old.env.schema_version = 6
+    assert all(not m.config.params for m in domain.decide(log.records[:-2], old))

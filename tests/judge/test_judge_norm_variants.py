@@ -91,3 +91,27 @@ def test_the_native_baseline_computes_what_the_module_computes(make):
     tol = 1e-5 if dtype == torch.float32 else 2**-7  # bf16: within a rounding
     with torch.no_grad():
         assert torch.allclose(native(x).float(), module(x).float(), atol=tol, rtol=tol)
+
+
+async def test_a_dispatch_by_row_count_is_judged_on_both_sides_of_its_limit():
+    """A candidate launching one shape for calls of up to 64 rows and another beyond: the judge draws rows at and
+    past the limit, so each launch meets inputs; a dispatch whose short-call launch is broken is rejected."""
+    from judge_testkit import qwen_norm
+
+    module = _perturbed(qwen_norm(64))
+    small, large = rmsnorm.search_configs("", 64)[:2]
+    config = rmsnorm.combine(small, large)
+    captured = profile_captured(module)
+    candidate = proposal(rmsnorm.render(config), captured, plan=rmsnorm.plan(config))
+    candidate.config.CopyFrom(config)
+    prior = log_of(captured, candidate)
+    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    assert judged.reward == 1, judged.reason
+    assert {"64x64", "65x64"} <= set(judged.observed.correctness.shapes), judged.observed.correctness.shapes
+
+    broken = rmsnorm.plan(config)
+    broken.launches[0].grid = "cdiv(rows, 2)"  # the short calls' launch: half the programs, one row each
+    candidate = proposal(rmsnorm.render(config), captured, plan=broken)
+    prior = log_of(captured, candidate)
+    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    assert judged.reward == -1, judged.reason

@@ -10,7 +10,7 @@ sum exactly as the norm template's kernel of the same variant normalises its inp
 
 from __future__ import annotations
 
-from services.coder.templates.rmsnorm import MOMENTS, row_config_problem, row_configs
+from services.coder.templates.rmsnorm import MOMENTS, row_config_problem, row_configs, row_launch
 from services.core.pb import events_pb2 as pb
 from services.ops import residual_norm
 
@@ -65,15 +65,9 @@ def render(config: pb.TemplateConfig) -> str:
 
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
-    rows = _checked(config).rows_per_program
+    _checked(config)
     args = ["x", "r", "w", *(["b"] if _bias(config.variant) else []), "y", "s", "rows", "eps"]
-    launch = pb.KernelLaunch(
-        kernel=KERNELS[config.variant],
-        args=args,
-        constexprs={"N_COLS": "cols", "BLOCK": "block_cols", "ROWS": str(rows)},
-        grid="rows" if rows == 1 else f"cdiv(rows, {rows})",
-        num_warps=config.num_warps,
-    )
+    launch = row_launch(KERNELS[config.variant], args, config.num_warps, config.rows_per_program)
     return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
 
 
