@@ -10,6 +10,7 @@ from services.core import events as ev
 from services.core.bus import Bus, BusUnavailable
 from services.core.settings import Settings
 from services.core.stack import StackError, check_data_dir, resolve_nats_url
+from services.server.models import PRESETS  # names only: torch loads when a model does
 
 
 class CliError(RuntimeError):
@@ -76,10 +77,7 @@ def add_common(sp: argparse.ArgumentParser, model: bool = False) -> None:
         sp.add_argument(
             "--model",
             metavar="NAME",
-            help="preset (tiny-qwen2, tiny-llama, tiny-qwen3, tiny-gemma, tiny-cohere, tiny-gpt2, tiny-mistral,"
-            " tiny-starcoder2, tiny-phi, tiny-olmo2, tiny-granite, tiny-phi3, tiny-glm,"
-            " qwen2.5-1.5b-shape;"
-            " random weights), local path or hub id"
+            help=f"preset ({', '.join(PRESETS)}; random weights), local path or hub id"
             " (default tiny-qwen2, or YANTRA_MODEL)",
         )
         sp.add_argument(

@@ -26,8 +26,8 @@ from __future__ import annotations
 import torch
 
 from services.ops.row_reduction import EPS_ATTRS
+from services.ops.row_reduction import VARIANTS as VARIANTS  # the family's variants are what is recognised
 
-VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias", "rmsnorm_fp32_weight")
 PROBE_ROWS = 4
 # Relative to the output's scale: one rounding of the served dtype, with room for a different summation order.
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
