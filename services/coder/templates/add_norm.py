@@ -10,7 +10,7 @@ sum exactly as the norm template's kernel of the same variant normalises its inp
 
 from __future__ import annotations
 
-from services.coder.templates.rmsnorm import MOMENTS, row_config_problem, row_configs, row_launch
+from services.coder.templates.rmsnorm import row_config_problem, row_configs, row_launch
 from services.core.pb import events_pb2 as pb
 from services.ops import residual_norm
 
@@ -60,7 +60,6 @@ def render(config: pb.TemplateConfig) -> str:
         .replace("@BIAS_PARAM@", "    b_ptr,\n" if _bias(variant) else "")
         .replace("@LOAD@", norm[0])
         .replace("@NORM@", norm[1])
-        .replace("@MOMENTS@", MOMENTS + "\n\n\n" if norm[1].startswith(_CENTRED) else "")
     )
 
 
@@ -74,12 +73,11 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
 # Per norm variant: what is loaded once per program (the weight, its offset, the bias), and the lines that
 # normalise the fp32 row `x` (the rounded sum) into `y` — the norm template's arithmetic, line for line.
 _W = "    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n"
-# LayerNorm's moments from one fused reduction shifted by the row's first element (the norm template's `_moments`):
-# that element is the rounded sum's, formed from the two loads at column 0 exactly as the row's sum is.
 _CENTRED = """\
-        first = tl.load(x_ptr + row * N_COLS, mask=row < n_rows, other=0.0).to(tl.float32)
-        first += tl.load(r_ptr + row * N_COLS, mask=row < n_rows, other=0.0).to(tl.float32)
-        centred, rstd = _moments(x, first.to(s_ptr.dtype.element_ty).to(tl.float32), mask, eps, N_COLS)
+        mean = tl.sum(x, axis=0) / N_COLS
+        # the padding past N_COLS must not count in the variance: centre only the real columns
+        centred = tl.where(mask, x - mean, 0.0)
+        variance = tl.sum(centred * centred, axis=0) / N_COLS
 """
 _NORMS = {
     "rmsnorm": (
@@ -106,10 +104,10 @@ _NORMS = {
         y = x * tl.rsqrt(variance + eps) * scale
 """,
     ),
-    "layernorm_no_bias": (_W, _CENTRED + "        y = centred * rstd * w\n"),
+    "layernorm_no_bias": (_W, _CENTRED + "        y = centred * tl.rsqrt(variance + eps) * w\n"),
     "layernorm": (
         _W + "    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n",
-        _CENTRED + "        y = centred * rstd * w + b\n",
+        _CENTRED + "        y = centred * tl.rsqrt(variance + eps) * w + b\n",
     ),
 }
 
@@ -125,7 +123,7 @@ import triton
 import triton.language as tl
 
 
-@MOMENTS@@triton.jit
+@triton.jit
 def @KERNEL@(
     x_ptr,
     r_ptr,

@@ -149,8 +149,7 @@ def render(config: pb.TemplateConfig) -> str:
         "layernorm": _LAYERNORM_BIAS_SOURCE,
         "rmsnorm_fp32_weight": _FP32_WEIGHT_SOURCE,
     }
-    source = sources[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
-    return source.replace("@MOMENTS@", MOMENTS)
+    return sources[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
 
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
@@ -286,9 +285,6 @@ import triton
 import triton.language as tl
 
 
-@MOMENTS@
-
-
 @triton.jit
 def _layernorm_fwd_kernel(
     x_ptr,
@@ -308,9 +304,11 @@ def _layernorm_fwd_kernel(
         row = first_row + r
         mask = cols < tl.where(row < n_rows, N_COLS, 0)
         x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
-        first = tl.load(x_ptr + row * N_COLS, mask=row < n_rows, other=0.0).to(tl.float32)
-        centred, rstd = _moments(x, first, mask, eps, N_COLS)
-        y = centred * rstd * w
+        mean = tl.sum(x, axis=0) / N_COLS
+        # the padding past N_COLS must not count in the variance: centre only the real columns
+        centred = tl.where(mask, x - mean, 0.0)
+        variance = tl.sum(centred * centred, axis=0) / N_COLS
+        y = centred * tl.rsqrt(variance + eps) * w
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
 
@@ -324,9 +322,6 @@ The launch plan sets ROWS (rows per program) and the warps.
 
 import triton
 import triton.language as tl
-
-
-@MOMENTS@
 
 
 @triton.jit
@@ -351,30 +346,9 @@ def _layernorm_bias_fwd_kernel(
         row = first_row + r
         mask = cols < tl.where(row < n_rows, N_COLS, 0)
         x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
-        first = tl.load(x_ptr + row * N_COLS, mask=row < n_rows, other=0.0).to(tl.float32)
-        centred, rstd = _moments(x, first, mask, eps, N_COLS)
-        y = centred * rstd * w + b
+        mean = tl.sum(x, axis=0) / N_COLS
+        centred = tl.where(mask, x - mean, 0.0)
+        variance = tl.sum(centred * centred, axis=0) / N_COLS
+        y = centred * tl.rsqrt(variance + eps) * w + b
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
-
-# LayerNorm's mean and variance, shared by its two variants' sources (render() puts it in place of @MOMENTS@) and the
-# residual norm's (services/coder/templates/add_norm.py). `first` is the row's first element, as the row holds it.
-MOMENTS = """@triton.jit
-def _add_pair(a_sum, a_squares, b_sum, b_squares):
-    return a_sum + b_sum, a_squares + b_squares
-
-
-@triton.jit
-def _moments(x, first, mask, eps, N_COLS: tl.constexpr):
-    # x - mean and 1/sqrt(var + eps) of a row from one fused reduction of (sum d, sum d^2) with d = x - x0,
-    # shifted by the row's first element: one cross-warp round trip where centring first takes two (the
-    # mean, then the centred squares), which is most of what a decode-sized call costs beyond its loads. The
-    # shift bounds the cancellation in sum(d^2)/n - (sum(d)/n)^2: (x0 - mean)^2 is one of the n terms of
-    # n * var, so var loses at most a factor (1 + n) of fp32 rounding (unshifted, a row far from zero such
-    # as 100 +- 0.01 would lose every digit).
-    d = tl.where(mask, x - first, 0.0)
-    total, squares = tl.reduce((d, d * d), 0, _add_pair)
-    shift = total / N_COLS
-    variance = tl.maximum(squares / N_COLS - shift * shift, 0.0)
-    # the padding past N_COLS stays zero: it must not count in the output either
-    return tl.where(mask, d - shift, 0.0), tl.rsqrt(variance + eps)"""
