@@ -66,20 +66,39 @@ def test_the_honest_kernel_is_correct_and_timed_on_the_gpu(tmp_path):
     assert reward >= 1 and vs_eager > 0 and vs_best > 0
 
 
-def test_a_layernorm_with_its_bias_is_judged_and_timed_against_f_layer_norm(tmp_path):
-    """GPT-2's norm (torch.nn.LayerNorm, weight and bias) at Qwen2.5-1.5B's width in bf16: the template's
-    layernorm variant passes the parent's cases (each with a bias of its own) and is timed against
-    F.layer_norm, which is torch's own eager and native op at once."""
+def _norm(variant: str):
     import torch
+    from transformers.models.cohere.modeling_cohere import CohereLayerNorm
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+    from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
 
-    from services.coder.templates import rmsnorm
-
-    module = torch.nn.LayerNorm(WIDTH).to(torch.bfloat16)
+    make = {
+        "layernorm": lambda: torch.nn.LayerNorm(WIDTH),
+        "layernorm_no_bias": lambda: CohereLayerNorm(WIDTH, eps=1e-5),
+        "rmsnorm_offset": lambda: GemmaRMSNorm(WIDTH, eps=1e-6),
+        "rmsnorm_fp32_weight": lambda: Olmo2RMSNorm(WIDTH, eps=1e-6),
+    }[variant]
+    module = make().to(torch.bfloat16)
     with torch.no_grad():
         module.weight.add_(0.1 * torch.randn(WIDTH).to(torch.bfloat16))
-        module.bias.add_(torch.randn(WIDTH).to(torch.bfloat16))
+        if getattr(module, "bias", None) is not None:
+            module.bias.add_(torch.randn(WIDTH).to(torch.bfloat16))
+    return module
+
+
+@pytest.mark.parametrize("variant", ["layernorm", "layernorm_no_bias", "rmsnorm_offset", "rmsnorm_fp32_weight"])
+def test_every_norm_variant_is_judged_and_timed_against_its_native_op(tmp_path, variant):
+    """GPT-2's norm (torch.nn.LayerNorm, weight and bias), Cohere's bias-free LayerNorm, Gemma's (1 + weight)
+    RMSNorm and OLMo2's (the weight applied in fp32) at Qwen2.5-1.5B's width in bf16: the template's kernel of
+    the variant passes the parent's cases (a LayerNorm's each with a bias of its own) and is timed against the
+    native op (F.layer_norm, which is torch's own eager and native op at once for torch's LayerNorm; F.rms_norm)."""
+    from services.coder.templates import rmsnorm
+    from services.ops.recognise_norm import recognise
+
+    module = _norm(variant)
+    assert recognise(module) == variant
     captured = profile_captured(module, input_shape=(1, 1, WIDTH), dtype="torch.bfloat16")
-    config = rmsnorm.search_configs("layernorm")[0]
+    config = rmsnorm.search_configs(variant)[0]
     candidate = proposal(rmsnorm.render(config), captured, plan=rmsnorm.plan(config))
     candidate.config.CopyFrom(config)
     prior = log_of(captured, candidate)
@@ -88,7 +107,7 @@ def test_a_layernorm_with_its_bias_is_judged_and_timed_against_f_layer_norm(tmp_
     cor, timing = judged.observed.correctness, judged.observed.timing
     assert cor.passed and not cor.interpreted and cor.cases > 40, cor.error
     assert timing.measured and not timing.missing, timing.reason
-    print(f"\nLayerNorm {WIDTH} bf16: reward {judged.reward:+d}: {judged.reason}")
+    print(f"\n{variant} {WIDTH} bf16: reward {judged.reward:+d}: {judged.reason}")
     for row in timing.rows:
         print(f"  {row.shape:>12}: candidate {row.candidate_us:8.2f} us, native {row.native_us:8.2f}, "
               f"compile {row.compile_us:8.2f}, floor {row.floor_us:6.2f}")  # fmt: skip

@@ -10,7 +10,13 @@ sum exactly as the norm template's kernel of the same variant normalises its inp
 
 from __future__ import annotations
 
-from services.coder.templates.rmsnorm import row_config_problem, row_configs, row_launch
+from services.coder.templates.rmsnorm import (
+    LAYERNORM_ADD_PAIR,
+    LAYERNORM_MOMENTS,
+    row_config_problem,
+    row_configs,
+    row_launch,
+)
 from services.core.pb import events_pb2 as pb
 from services.ops import residual_norm
 
@@ -49,6 +55,10 @@ def _bias(variant: str) -> bool:
     return residual_norm.norm_variant(variant) == "layernorm"
 
 
+def _centred(variant: str) -> bool:
+    return residual_norm.norm_variant(variant).startswith("layernorm")
+
+
 def render(config: pb.TemplateConfig) -> str:
     """The kernel source of the config's variant (the same for every config of it: the config lives in the plan)."""
     variant = _checked(config).variant
@@ -60,6 +70,7 @@ def render(config: pb.TemplateConfig) -> str:
         .replace("@BIAS_PARAM@", "    b_ptr,\n" if _bias(variant) else "")
         .replace("@LOAD@", norm[0])
         .replace("@NORM@", norm[1])
+        .replace("@HELPERS@", LAYERNORM_ADD_PAIR + "\n\n\n" if _centred(variant) else "")
     )
 
 
@@ -73,12 +84,6 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
 # Per norm variant: what is loaded once per program (the weight, its offset, the bias), and the lines that
 # normalise the fp32 row `x` (the rounded sum) into `y` — the norm template's arithmetic, line for line.
 _W = "    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n"
-_CENTRED = """\
-        mean = tl.sum(x, axis=0) / N_COLS
-        # the padding past N_COLS must not count in the variance: centre only the real columns
-        centred = tl.where(mask, x - mean, 0.0)
-        variance = tl.sum(centred * centred, axis=0) / N_COLS
-"""
 _NORMS = {
     "rmsnorm": (
         _W,
@@ -104,10 +109,10 @@ _NORMS = {
         y = x * tl.rsqrt(variance + eps) * scale
 """,
     ),
-    "layernorm_no_bias": (_W, _CENTRED + "        y = centred * tl.rsqrt(variance + eps) * w\n"),
+    "layernorm_no_bias": (_W, LAYERNORM_MOMENTS + "        y = centred * rstd * w\n"),
     "layernorm": (
         _W + "    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n",
-        _CENTRED + "        y = centred * tl.rsqrt(variance + eps) * w + b\n",
+        LAYERNORM_MOMENTS + "        y = centred * rstd * w + b\n",
     ),
 }
 
@@ -123,7 +128,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit
+@HELPERS@@triton.jit
 def @KERNEL@(
     x_ptr,
     r_ptr,
