@@ -10,13 +10,7 @@ sum exactly as the norm template's kernel of the same variant normalises its inp
 
 from __future__ import annotations
 
-from services.coder.templates.rmsnorm import (
-    LAYERNORM_ADD_PAIR,
-    LAYERNORM_MOMENTS,
-    row_config_problem,
-    row_configs,
-    row_launch,
-)
+from services.coder.templates.rmsnorm import row_config_problem, row_configs, row_launch
 from services.core.pb import events_pb2 as pb
 from services.ops import residual_norm
 
@@ -55,10 +49,6 @@ def _bias(variant: str) -> bool:
     return residual_norm.norm_variant(variant) == "layernorm"
 
 
-def _centred(variant: str) -> bool:
-    return residual_norm.norm_variant(variant).startswith("layernorm")
-
-
 def render(config: pb.TemplateConfig) -> str:
     """The kernel source of the config's variant (the same for every config of it: the config lives in the plan)."""
     variant = _checked(config).variant
@@ -70,7 +60,6 @@ def render(config: pb.TemplateConfig) -> str:
         .replace("@BIAS_PARAM@", "    b_ptr,\n" if _bias(variant) else "")
         .replace("@LOAD@", norm[0])
         .replace("@NORM@", norm[1])
-        .replace("@HELPERS@", LAYERNORM_ADD_PAIR + "\n\n\n" if _centred(variant) else "")
     )
 
 
@@ -84,6 +73,12 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
 # Per norm variant: what is loaded once per program (the weight, its offset, the bias), and the lines that
 # normalise the fp32 row `x` (the rounded sum) into `y` — the norm template's arithmetic, line for line.
 _W = "    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n"
+_CENTRED = """\
+        mean = tl.sum(x, axis=0) / N_COLS
+        # the padding past N_COLS must not count in the variance: centre only the real columns
+        centred = tl.where(mask, x - mean, 0.0)
+        variance = tl.sum(centred * centred, axis=0) / N_COLS
+"""
 _NORMS = {
     "rmsnorm": (
         _W,
@@ -109,10 +104,10 @@ _NORMS = {
         y = x * tl.rsqrt(variance + eps) * scale
 """,
     ),
-    "layernorm_no_bias": (_W, LAYERNORM_MOMENTS + "        y = centred * rstd * w\n"),
+    "layernorm_no_bias": (_W, _CENTRED + "        y = centred * tl.rsqrt(variance + eps) * w\n"),
     "layernorm": (
         _W + "    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n",
-        LAYERNORM_MOMENTS + "        y = centred * rstd * w + b\n",
+        _CENTRED + "        y = centred * tl.rsqrt(variance + eps) * w + b\n",
     ),
 }
 
@@ -128,7 +123,7 @@ import triton
 import triton.language as tl
 
 
-@HELPERS@@triton.jit
+@triton.jit
 def @KERNEL@(
     x_ptr,
     r_ptr,

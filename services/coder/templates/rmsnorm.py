@@ -277,16 +277,12 @@ _LAYERNORM_SOURCE = '''\
 """LayerNorm without bias as in HF CohereLayerNorm (gpuyantra template @TEMPLATE@, variant layernorm_no_bias).
 
 Casting follows the HF module exactly: x is upcast to fp32, centred on its mean, divided by
-sqrt(var + eps) (mean and variance from fp64 sums), multiplied by the fp32 weight and cast to the input
-dtype once.
+sqrt(var + eps), multiplied by the fp32 weight and cast to the input dtype once.
 The launch plan sets ROWS (rows per program) and the warps.
 """
 
 import triton
 import triton.language as tl
-
-
-@ADD_PAIR@
 
 
 @triton.jit
@@ -308,24 +304,24 @@ def _layernorm_fwd_kernel(
         row = first_row + r
         mask = cols < tl.where(row < n_rows, N_COLS, 0)
         x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
-@MOMENTS@        y = centred * rstd * w
+        mean = tl.sum(x, axis=0) / N_COLS
+        # the padding past N_COLS must not count in the variance: centre only the real columns
+        centred = tl.where(mask, x - mean, 0.0)
+        variance = tl.sum(centred * centred, axis=0) / N_COLS
+        y = centred * tl.rsqrt(variance + eps) * w
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
 
 _LAYERNORM_BIAS_SOURCE = '''\
 """LayerNorm as torch.nn.LayerNorm computes it (gpuyantra template @TEMPLATE@, variant layernorm).
 
-x is upcast to fp32, centred on its mean, divided by sqrt(var + eps) (the biased variance; mean and variance
-from fp64 sums),
+x is upcast to fp32, centred on its mean, divided by sqrt(var + eps) (the biased variance),
 multiplied by the weight and shifted by the bias in fp32, and cast to the output dtype once.
 The launch plan sets ROWS (rows per program) and the warps.
 """
 
 import triton
 import triton.language as tl
-
-
-@ADD_PAIR@
 
 
 @triton.jit
@@ -350,32 +346,9 @@ def _layernorm_bias_fwd_kernel(
         row = first_row + r
         mask = cols < tl.where(row < n_rows, N_COLS, 0)
         x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
-@MOMENTS@        y = centred * rstd * w + b
+        mean = tl.sum(x, axis=0) / N_COLS
+        centred = tl.where(mask, x - mean, 0.0)
+        variance = tl.sum(centred * centred, axis=0) / N_COLS
+        y = centred * tl.rsqrt(variance + eps) * w + b
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
-
-# LayerNorm's moments, shared line for line by the LayerNorm sources of this template and the residual norm's
-# (services.coder.templates.add_norm). Both moments come from one fused reduction of (sum x, sum x^2): one
-# cross-warp round trip where centring first takes two (the mean, then the centred squares), which is most of
-# what a decode-sized call costs beyond its loads. The sums are fp64, so E[x^2] - mean^2 cancels harmlessly:
-# x^2 of an fp32 x is exact in fp64 and the sums' rounding (n * 2^-53 relative) stays below fp32's unit
-# roundoff until |mean| / std passes ~10^3 at n = 4096 — bf16 rows that far from zero are constant to their
-# precision. (An fp32 one-pass sum, even shifted by the row's first element, left a per-row scale error of
-# one sign that the judge's bias check refused: bench/README.md, LayerNorm.) Each element is centred in fp64 on
-# the fp64 mean and rounded once: centring on the mean rounded to fp32 would shift a whole row far from zero by
-# up to half an ulp of its mean (100 +- 0.01: 4e-4 of the output).
-LAYERNORM_ADD_PAIR = """@triton.jit
-def _add_pair(a_sum, a_squares, b_sum, b_squares):
-    return a_sum + b_sum, a_squares + b_squares"""
-LAYERNORM_MOMENTS = """\
-        x64 = x.to(tl.float64)  # the padding past N_COLS loaded as 0: it adds nothing to either sum
-        total, squares = tl.reduce((x64, x64 * x64), 0, _add_pair)
-        mean = total / N_COLS
-        variance = tl.maximum(squares / N_COLS - mean * mean, 0.0).to(tl.float32)
-        centred = tl.where(mask, (x64 - mean).to(tl.float32), 0.0)  # one rounding: the fp64 mean's own
-        rstd = tl.rsqrt(variance + eps)
-"""
-_LAYERNORM_SOURCE, _LAYERNORM_BIAS_SOURCE = (
-    source.replace("@ADD_PAIR@", LAYERNORM_ADD_PAIR).replace("@MOMENTS@", LAYERNORM_MOMENTS)
-    for source in (_LAYERNORM_SOURCE, _LAYERNORM_BIAS_SOURCE)
-)
