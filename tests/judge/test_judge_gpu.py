@@ -114,6 +114,28 @@ def test_every_norm_variant_is_judged_and_timed_against_its_native_op(tmp_path, 
     assert judged.reward >= 1 and judged.speedup_vs_eager > 0
 
 
+def test_a_dispatch_by_row_count_is_judged_and_timed_on_both_sides_of_its_limit(tmp_path):
+    """Qwen2.5-1.5B's norm in bf16, one candidate launching 8 warps a row for calls of up to 64 rows and 2 warps
+    beyond (the benchmark's fastest at decode and at prefill): the judge draws rows at and past the limit and
+    times both launches in CUDA graphs (1 row and 32,768 rows are timed shapes)."""
+    from services.coder.templates import rmsnorm
+
+    config = rmsnorm.combine(
+        pb.TemplateConfig(template=rmsnorm.TEMPLATE, num_warps=8, rows_per_program=1),
+        pb.TemplateConfig(template=rmsnorm.TEMPLATE, num_warps=2, rows_per_program=1),
+    )
+    judged = _judge(rmsnorm.render(config), tmp_path, plan=rmsnorm.plan(config))
+    cor, timing = judged.observed.correctness, judged.observed.timing
+    assert cor.passed and not cor.interpreted, cor.error
+    assert {f"64x{WIDTH}", f"65x{WIDTH}"} <= set(cor.shapes), cor.shapes
+    assert timing.measured and not timing.missing, timing.reason
+    print(f"\ndispatch (8 warps up to 64 rows, 2 beyond): reward {judged.reward:+d}: {judged.reason}")
+    for row in timing.rows:
+        print(f"  {row.shape:>12}: candidate {row.candidate_us:8.2f} us, native {row.native_us:8.2f}, "
+              f"compile {row.compile_us:8.2f}")  # fmt: skip
+    assert judged.reward >= 2
+
+
 # Correct and very slow: one program walks every row, in chunks of 512 columns, two passes per row.
 # On the H200 a call at 32768 rows takes ~41 ms; at full counts (3 rounds of 200 host calls and 10
 # replays of a 20-call graph) that shape alone would take ~50 s of timing, and a kernel a few times
