@@ -17,6 +17,7 @@ from services.core.events import Recorded
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive
+from services.core.shapes import leading_rows
 from services.ops import gated_mlp, plain_mlp, residual_norm, rotary
 
 DEFAULT_MAX_CANDIDATES = 3
@@ -110,15 +111,6 @@ def refine(untried: list[pb.TemplateConfig], verdicts: list[tuple[pb.TemplateCon
     return [c for _, c in sorted(enumerate(untried), key=key)]
 
 
-def _timed_rows(shape: str) -> int:
-    """The rows of a timed shape ("4096x1536", "1x1x1536"): every dimension but the last."""
-    dims = [int(d) for d in shape.split("x") if d.isdigit()]
-    rows = 1
-    for d in dims[:-1]:
-        rows *= d
-    return rows
-
-
 def dispatch_config(template, verdicts: list[tuple[pb.TemplateConfig, pb.CandidateJudged]]):
     """A config dispatching by row count (pure), when the verdicts so far show one plain config fastest on
     decode-sized calls (at most the template's DISPATCH_ROWS rows) and another beyond: the template's `combine`
@@ -136,7 +128,7 @@ def dispatch_config(template, verdicts: list[tuple[pb.TemplateConfig, pb.Candida
         small, large = [], []
         for row in judged.observed.timing.rows:
             if row.candidate_us > 0 and row.eager_us > 0:
-                (small if _timed_rows(row.shape) <= limit else large).append(row.candidate_us / row.eager_us)
+                (small if leading_rows(row.shape) <= limit else large).append(row.candidate_us / row.eager_us)
         if small and large:
             sides.append((config, sum(small) / len(small), sum(large) / len(large)))
     if len(sides) < 2:

@@ -35,6 +35,7 @@ import torch
 from triton.testing import do_bench
 
 from services.core.pb import events_pb2 as pb
+from services.core.shapes import shape_text
 from services.core.tolerances import comparable, within
 
 ROUNDS = 3  # A/B interleaved: each round times every function once
@@ -263,8 +264,7 @@ def prepare_baselines(
                     fn(one)
                     per_shape[shape].append(name)
                 except Exception as exc:  # a baseline that cannot run this shape is left out, and said so
-                    text = "x".join(str(d) for d in shape)
-                    missing.append(f"{name} at {text}: {type(exc).__name__}: {str(exc)[:120]}")
+                    missing.append(f"{name} at {shape_text(shape)}: {type(exc).__name__}: {str(exc)[:120]}")
         _synchronize()
     return Baselines(fns, per_shape, missing)
 
@@ -288,7 +288,7 @@ def _time_shape(
     ceiling: float,
 ) -> pb.TimingRow:
     one = torch.randn(shape, device="cuda", dtype=dtype)
-    text = "x".join(str(d) for d in shape)
+    text = shape_text(shape)
     n = max(1, min(MAX_BUFFERS, -(-4 * l2 // max(1, one.numel() * one.element_size()))))
     buffers = [one] + [torch.randn_like(one) for _ in range(n - 1)]
     fns: dict[str, Callable] = {"candidate": candidate}

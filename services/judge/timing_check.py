@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from services.core.pb import events_pb2 as pb
+from services.core.shapes import shape_dims
 from services.ops import family, row_reduction
 
 SLACK = 0.9  # a figure may beat the floor by 10% (the ceiling is a median; caches help small shapes)
@@ -48,8 +49,7 @@ def parent_copy_ceiling(reads_per_write: int = 1) -> float:
 
 def bytes_for(shape: str, x_bytes: int, w_bytes: int, y_bytes: int, family_name: str = row_reduction.FAMILY) -> float:
     """Bytes a call of the op family on the timed `shape` ("AxBxC") must move (the family's count)."""
-    dims = [int(d) for d in shape.split("x") if d]
-    return float(family(family_name).timed_bytes(dims, (x_bytes, w_bytes, y_bytes)))
+    return float(family(family_name).timed_bytes(shape_dims(shape), (x_bytes, w_bytes, y_bytes)))
 
 
 def judge_timing(
@@ -69,8 +69,12 @@ def judge_timing(
         )
     timed = 0.0
     for row in timing.rows:
-        floor_us = bytes_for(row.shape, *itemsizes, family_name) / ceiling * 1e6
         timed += row.candidate_us + row.eager_us + row.compile_us + row.native_us
+        try:
+            floor_us = bytes_for(row.shape, *itemsizes, family_name) / ceiling * 1e6
+        except ValueError:  # the child's evidence names a shape that is none: nothing in it is believed
+            reasons.append(f"a timed shape {row.shape[:40]!r} is not a shape")
+            continue
         if row.candidate_us < SLACK * floor_us:
             reasons.append(f"{row.shape}: {row.candidate_us:.2f} us beats the copy floor {floor_us:.2f} us")
     out.timed_us = timed

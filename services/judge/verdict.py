@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from services.core.pb import events_pb2 as pb
+from services.core.shapes import shape_text
 from services.judge.cases import Case, apply_layout
 from services.judge.rounding import Bound, centred_row_error, compare, honest_bound
 from services.judge.run_cases import same_bits
@@ -327,7 +328,7 @@ def evidence(
         max_abs_err=tally.max_abs,
         max_rel_err=tally.max_rel,
         dtype=dtype,
-        shapes=list(dict.fromkeys("x".join(str(d) for d in c.shape) for c in cases)),
+        shapes=list(dict.fromkeys(shape_text(c.shape) for c in cases)),
         seeds=len(cases),
         error=tally.error,
         interpreted=interpreted,

@@ -151,6 +151,9 @@ def test_the_parent_disbelieves_figures_under_its_own_copy_floor_or_beyond_the_c
     assert "far under the parent's" in judge_timing(timing, 4.0e12, 30.0, sizes).reason
     timing.copy_bytes_per_s = 4.0e12
     assert "more than the child ran" in judge_timing(timing, 4.0e12, 1e-5, sizes).reason
+    row.shape = "4096x1536; rm -rf"  # evidence naming no shape is not believed, and is no exception
+    check = judge_timing(timing, 4.0e12, 30.0, sizes)
+    assert not check.believed and "is not a shape" in check.reason
 
 
 def test_a_kernel_captured_in_a_graph_at_every_shape_is_graph_safe():
