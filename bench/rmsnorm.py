@@ -44,11 +44,12 @@ NARROW_SHAPES = [(1, 64), (10, 64), (64, 64), (4096, 64)]
 
 
 def bench_configs(variant: str, narrow: bool = False) -> list:
-    """A slice of the coder's search table (all 15 configs would not fit one GPU call with the baselines);
-    for narrow rows, all of it (the shapes are small)."""
+    """A slice of the coder's search table (all 19 configs would not fit one GPU call with the baselines): one row
+    a program at every warp count, 4 warps at every row count, and the persistent grids; for narrow rows, all of
+    it (the shapes are small)."""
     if narrow:
         return template.search_configs(variant, 64)
-    return [c for c in template.search_configs(variant) if c.rows_per_program == 1 or c.num_warps == 4]
+    return [c for c in template.search_configs(variant) if c.rows_per_program == 1 or c.num_warps == 4 or c.params]
 
 
 L2_BYTES = 60 * 2**20
@@ -161,7 +162,7 @@ def implementations(width: int, dtype: torch.dtype, eps: float, variant: str = "
     extra = {"bias": bias} if bias is not None else {}
     for config in bench_configs(VARIANTS[variant][0], narrow):
         entry = candidate_wrapper(kernel_dir, template.render(config), template.plan(config))
-        key = f"ours_w{config.num_warps}_r{config.rows_per_program}"
+        key = f"ours_w{config.num_warps}_r{config.rows_per_program}{'_persistent' if config.params else ''}"
         ours[key] = (lambda e: lambda x: e(hidden_states=x, weight=hf.weight, eps=eps, **extra))(entry)
     return hf, impls, ours
 

@@ -156,3 +156,45 @@ def test_the_residual_norms_kernel_rounds_as_its_reference(tmp_path, variant):
     assert torch.equal(summed, want_summed)
     steps = (normed.float() - want_normed.float()).abs() / want_normed.float().abs().clamp(min=1e-3)
     assert torch.equal(normed, want_normed) if variant != "add_layernorm" else float(steps.max()) <= 2**-7
+
+
+@pytest.mark.parametrize("variant", ["", "rmsnorm_offset", "layernorm_no_bias", "layernorm", "rmsnorm_fp32_weight"])
+def test_a_persistent_grid_walks_every_row_as_the_plain_grid_computes_it(tmp_path, variant):
+    # At most one program per SM (the interpreter's CPU_SMS = 4): 19 rows two at a time make 10 row blocks, so each
+    # program walks two or three, the last block ragged. Same kernel arithmetic, so the same bits as one program a
+    # row block; the source is the plain one with its row loop nested in the strided one and nothing else changed.
+    from services.coder.templates import rmsnorm as template
+
+    plain = pb.TemplateConfig(template=template.TEMPLATE, num_warps=4, rows_per_program=2, variant=variant)
+    persistent = pb.TemplateConfig()
+    persistent.CopyFrom(plain)
+    persistent.params[template.PERSISTENT] = 1
+    assert template.plan(persistent).launches[0].grid == "min(sms, cdiv(rows, 2))"
+    outer = "for first_row in range(tl.program_id(0) * ROWS, n_rows, tl.num_programs(0) * ROWS):"
+    source = template.render(persistent)
+    assert outer in source and check_kernel_source(source).findings == ()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(19, 96, generator=gen)
+    bound = {"weight": 1 + 0.1 * torch.randn(96, generator=gen), "eps": 1e-6}
+    if variant == "layernorm":
+        bound["bias"] = torch.randn(96, generator=gen)
+    outs = []
+    for config, where in ((plain, tmp_path / "plain"), (persistent, tmp_path / "persistent")):
+        where.mkdir()
+        outs.append(candidate_wrapper(where, template.render(config), template.plan(config))(hidden_states=x, **bound))
+    assert torch.equal(outs[0], outs[1])
+    assert row_reduction.parse_grid("min(sms, cdiv(rows, 2))").programs(19, row_reduction.CPU_SMS) == 4
+
+
+def test_persistent_configs_come_last_and_take_no_other_params():
+    from services.coder.templates import rmsnorm as template
+
+    table = template.search_configs("", 1536)
+    assert [dict(c.params) for c in table[-len(template.PERSISTENT_TABLE) :]] == [{"persistent": 1}] * 4
+    assert not any(c.params for c in table[: -len(template.PERSISTENT_TABLE)])
+    config = table[-1]
+    config.params["persistent"] = 2
+    assert not template.valid(config)
+    config.params["persistent"] = 1
+    config.params.update(dispatch_rows=64, small_warps=8, small_rows=1)
+    assert not template.valid(config)

@@ -85,8 +85,9 @@ def test_wrapper_rejects_bad_input_with_a_clear_message(load):
 
 def test_render_is_deterministic_and_the_plan_follows_the_config():
     configs = rmsnorm.search_configs()
-    assert len(configs) == 15 and (configs[0].num_warps, configs[0].rows_per_program) == (4, 1)
-    assert len({(c.num_warps, c.rows_per_program) for c in configs}) == 15
+    assert len(configs) == 19 and (configs[0].num_warps, configs[0].rows_per_program) == (4, 1)
+    assert len({(c.num_warps, c.rows_per_program) for c in configs[:15]}) == 15  # then 4 persistent grids
+    assert rmsnorm.render(configs[15]) != rmsnorm.render(configs[0])  # a persistent grid's kernel walks rows
     eight_two = pb.TemplateConfig(template=rmsnorm.TEMPLATE, num_warps=8, rows_per_program=2)
     assert rmsnorm.render(configs[4]) == rmsnorm.render(eight_two) == rmsnorm.render(configs[0])  # kernels only
     plan = rmsnorm.plan(eight_two)

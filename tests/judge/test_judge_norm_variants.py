@@ -115,3 +115,26 @@ async def test_a_dispatch_by_row_count_is_judged_on_both_sides_of_its_limit():
     prior = log_of(captured, candidate)
     [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
     assert judged.reward == -1, judged.reason
+
+
+async def test_a_persistent_grid_is_judged_walking_several_rows_a_program():
+    """A candidate on a persistent grid (at most one program per SM, the interpreter's four): the judge's cases
+    of many rows make each program walk several row blocks, and it passes as the plain grid does; one whose
+    stride skips every other block is rejected."""
+    from judge_testkit import qwen_norm
+
+    module = _perturbed(qwen_norm(64))
+    config = rmsnorm.search_configs("", 64)[-1]
+    assert config.params["persistent"] == 1
+    captured = profile_captured(module)
+    candidate = proposal(rmsnorm.render(config), captured, plan=rmsnorm.plan(config))
+    candidate.config.CopyFrom(config)
+    prior = log_of(captured, candidate)
+    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    assert judged.reward == 1, judged.reason
+
+    skipping = rmsnorm.render(config).replace("tl.num_programs(0) * ROWS)", "2 * tl.num_programs(0) * ROWS)")
+    candidate = proposal(skipping, captured, plan=rmsnorm.plan(config))
+    prior = log_of(captured, candidate)
+    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    assert judged.reward == -1, judged.reason

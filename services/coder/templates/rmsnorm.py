@@ -76,6 +76,12 @@ def row_configs(template: str, variant: str, width: int) -> list[pb.TemplateConf
 # (services.coder.domain.dispatch_config). The judge draws both sides of the boundary (services.judge.cases).
 DISPATCH_PARAMS = ("dispatch_rows", "small_warps", "small_rows")
 DISPATCH_ROWS = 64
+# A persistent grid (the norm template's `persistent` = 1): at most one program per SM, each walking the rows ROWS
+# at a time, strided by the grid, the weight loaded once for all of them. Where a call has fewer row blocks than
+# SMs it is the plain grid; beyond, it trades launching a program per row block for a loop in each. Tried after
+# the plain configs (PERSISTENT_TABLE, appended to the search).
+PERSISTENT = "persistent"
+PERSISTENT_TABLE: tuple[tuple[int, int], ...] = ((16, 1), (32, 1), (8, 2), (16, 2))
 
 
 def _pow2(n: int, most: int) -> bool:
@@ -84,11 +90,14 @@ def _pow2(n: int, most: int) -> bool:
 
 def row_config_problem(config: pb.TemplateConfig, template: str, variants, dispatch: bool = False) -> str:
     """Why `config` is not one of a row template's ("" when it is): warps and rows powers of two, a known variant,
-    and (where the template dispatches by row count) a dispatch's limit, warps and rows, or no params at all."""
+    and (where the template dispatches by row count and has a persistent grid) a dispatch's limit, warps and rows,
+    or `persistent` = 1, or no params at all."""
     fits = config.template == template and config.variant in variants
     params = dict(config.params)
-    if params and (not dispatch or sorted(params) != sorted(DISPATCH_PARAMS)):
+    if params and (not dispatch or sorted(params) not in (sorted(DISPATCH_PARAMS), [PERSISTENT])):
         fits = False
+    elif PERSISTENT in params:
+        fits = fits and params[PERSISTENT] == 1
     elif params:
         limit, warps, rows = (params[k] for k in DISPATCH_PARAMS)
         fits = fits and _pow2(limit, row_reduction.MAX_DISPATCH_ROWS) and _pow2(warps, 32) and _pow2(rows, 64)
@@ -98,17 +107,21 @@ def row_config_problem(config: pb.TemplateConfig, template: str, variants, dispa
         f"not a {template} config: template={config.template!r} num_warps={config.num_warps} "
         f"rows_per_program={config.rows_per_program} variant={config.variant!r} params={params} (warps and rows "
         f"must be powers of two; variants: {tuple(variants)}; params: "
-        f"{'none, or ' + ', '.join(DISPATCH_PARAMS) + ' (powers of two)' if dispatch else 'none'})"
+        f"{'none, ' + ', '.join(DISPATCH_PARAMS) + ' (powers of two), or persistent=1' if dispatch else 'none'})"
     )
 
 
-def row_launch(kernel: str, args: list[str], num_warps: int, rows: int, max_rows: int = 0) -> pb.KernelLaunch:
-    """One launch of a row template's kernel: `rows` rows a program, calls of at most `max_rows` rows (0: any)."""
+def row_launch(
+    kernel: str, args: list[str], num_warps: int, rows: int, max_rows: int = 0, persistent: bool = False
+) -> pb.KernelLaunch:
+    """One launch of a row template's kernel: `rows` rows a program (a persistent grid's: at a time), calls of at
+    most `max_rows` rows (0: any)."""
+    grid = "rows" if rows == 1 else f"cdiv(rows, {rows})"
     return pb.KernelLaunch(
         kernel=kernel,
         args=args,
         constexprs={"N_COLS": "cols", "BLOCK": "block_cols", "ROWS": str(rows)},
-        grid="rows" if rows == 1 else f"cdiv(rows, {rows})",
+        grid=f"min(sms, cdiv(rows, {rows}))" if persistent else grid,
         num_warps=num_warps,
         max_rows=max_rows,
     )
@@ -125,8 +138,13 @@ def combine(small: pb.TemplateConfig, large: pb.TemplateConfig, limit: int = DIS
 
 
 def search_configs(variant: str = "", width: int = 0, live_shape: tuple[int, ...] = ()) -> list[pb.TemplateConfig]:
-    """The search space in the order it is tried; `width` (the live row width, 0 unknown) picks the order."""
-    return row_configs(TEMPLATE, variant, width)
+    """The search space in the order it is tried; `width` (the live row width, 0 unknown) picks the order. The
+    persistent grids come last."""
+    persistent = [pb.TemplateConfig(template=TEMPLATE, num_warps=w, rows_per_program=r, variant=variant)
+                  for w, r in PERSISTENT_TABLE]  # fmt: skip
+    for config in persistent:
+        config.params[PERSISTENT] = 1
+    return row_configs(TEMPLATE, variant, width) + persistent
 
 
 def valid(config: pb.TemplateConfig) -> bool:
@@ -149,13 +167,17 @@ def render(config: pb.TemplateConfig) -> str:
         "layernorm": _LAYERNORM_BIAS_SOURCE,
         "rmsnorm_fp32_weight": _FP32_WEIGHT_SOURCE,
     }
-    return sources[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
+    source = sources[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
+    return _persistent(source) if config.params.get(PERSISTENT) else source
 
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
     kernel, args = KERNELS[_checked(config).variant], ARGS.get(config.variant, ["x", "w", "y", "rows", "eps"])
-    launches = [row_launch(kernel, args, config.num_warps, config.rows_per_program)]
-    if config.params:  # a dispatch: short calls first, up to the limit; the config's own launch serves the rest
+    persistent = bool(config.params.get(PERSISTENT))
+    launches = [row_launch(kernel, args, config.num_warps, config.rows_per_program, persistent=persistent)]
+    if (
+        config.params and not persistent
+    ):  # a dispatch: short calls first, up to the limit; the config's own serves the rest
         small = row_launch(kernel, args, config.params["small_warps"], config.params["small_rows"],
                            max_rows=config.params["dispatch_rows"])  # fmt: skip
         launches.insert(0, small)
@@ -252,6 +274,22 @@ def _rewritten(source: str, changes: dict[str, str]) -> str:
             raise RuntimeError(f"template text not found exactly once: {old!r}")
         source = source.replace(old, new)
     return source
+
+
+_ROW_LOOP = "    for r in tl.static_range(ROWS):\n"
+
+
+def _persistent(source: str) -> str:
+    """A variant's kernel walking its rows in a loop strided by the grid (a persistent grid's): the program's row
+    loop nested in one over its row blocks, the rest byte for byte."""
+    head, loop = _rewritten(source, {"    first_row = tl.program_id(0) * ROWS\n": ""}).split(_ROW_LOOP)
+    head = _rewritten(head, {"The launch plan sets ROWS (rows per program) and the warps.": (
+        "The launch plan sets ROWS (rows at a time) and the warps; each program walks row blocks strided by the\n"
+        "grid (a persistent grid: at most one program per SM)."
+    )})  # fmt: skip
+    nested = "".join("    " + line if line.strip() else line for line in loop.splitlines(keepends=True))
+    outer = "    for first_row in range(tl.program_id(0) * ROWS, n_rows, tl.num_programs(0) * ROWS):\n"
+    return head + outer + "    " + _ROW_LOOP + nested
 
 
 # OLMo2's RMSNorm is Llama's kernel but for where it rounds: the weight applied to the fp32 row, one cast.
