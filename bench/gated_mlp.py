@@ -7,8 +7,8 @@ The op between the projections of a SwiGLU MLP (Llama, Qwen, Mistral): eager is 
 `swiglu_forward` (its fused kernel), and the coder's gated template at each config of its search table
 (best reported, all kept). Shapes: the intermediate widths of Qwen2.5-1.5B (8,960) and Llama-3-8B
 (14,336), decode-sized (1 and 64 rows) and prefill-sized (4k rows). GPU time per call by CUDA-graph
-replay over inputs rotated past the L2 (bench/rmsnorm.py's procedure), and host-inclusive (do_bench's median
-of back-to-back calls: `us`); ratios are by GPU time.
+replay over inputs rotated past the L2 (bench/rmsnorm.py's procedure), do_bench's median beside it (`us`), and at
+decode sizes host-inclusive (2,000 back-to-back calls: `host_us`, bench/rmsnorm.py:timings); ratios are by GPU time.
 There is no native fused op in torch for it.
 """
 
@@ -22,10 +22,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-import triton
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, print_copy_floor, rotating, run_meta, with_copy_floor  # noqa: E402
+from rmsnorm import L2_BYTES, copy_bandwidth, print_copy_floor, run_meta, timings, with_copy_floor  # noqa: E402
 
 from services.coder.templates import gated as template  # noqa: E402
 from services.core.kernels import candidate_wrapper  # noqa: E402
@@ -80,12 +79,10 @@ def bench_shape(rows: int, width: int, ceiling: float) -> dict:
             try:
                 out = fn(inputs[0]).float()
                 err = float((out - ref).abs().max())
-                # host-inclusive: do_bench's median over back-to-back calls (the launch path included)
-                us = triton.testing.do_bench(rotating(fn, inputs), warmup=25, rep=200, return_mode="median") * 1e3
-                graph_us = graph_time_us(fn, inputs)
+                figures = timings(fn, inputs, rows)
+                graph_us = figures["graph_us"]
                 result["impls"][name] = {
-                    "graph_us": graph_us,
-                    "us": us,
+                    **figures,
                     "max_abs_err_vs_eager": err,
                     "pct_of_copy": 100 * bytes_moved / (graph_us * 1e-6) / ceiling,
                 }

@@ -8,7 +8,8 @@ torch's own fused kernel for the same formula), and the coder's mlp_act template
 table (best reported, all kept). Liger has no plain GELU (its GeGLU is the gated op). Shapes: the intermediate
 widths of GPT-2 (3,072) and GPT-2 XL (6,400), decode-sized (1 and 64 rows) and prefill-sized (4k and 32k rows).
 GPU time per call by CUDA-graph replay over inputs rotated past the L2 (bench/rmsnorm.py's procedure), do_bench's
-time beside it (host-inclusive where the host is slower), max |error| against eager in float32 terms, % of copy.
+time beside it, host-inclusive at decode (`host_us`, bench/rmsnorm.py:timings), max |error| against eager in
+float32 terms, % of copy.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-import triton
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, print_copy_floor, rotating, run_meta, with_copy_floor  # noqa: E402
+from rmsnorm import L2_BYTES, copy_bandwidth, print_copy_floor, run_meta, timings, with_copy_floor  # noqa: E402
 
 from services.coder.templates import mlp_act as template  # noqa: E402
 from services.core.kernels import load_kernels, write_source  # noqa: E402
@@ -64,11 +64,10 @@ def bench_shape(rows: int, width: int, ceiling: float) -> dict:
         for name, fn in {**impls, **ours}.items():
             try:
                 out = fn(inputs[0])
-                us = triton.testing.do_bench(rotating(fn, inputs), warmup=25, rep=200, return_mode="median") * 1e3
-                graph_us = graph_time_us(fn, inputs)
+                figures = timings(fn, inputs, rows)
+                graph_us = figures["graph_us"]
                 result["impls"][name] = {
-                    "graph_us": graph_us,
-                    "us": us,
+                    **figures,
                     "max_abs_err_vs_eager": float((out.float() - ref).abs().max()),
                     "max_abs_err_vs_float64": float((out.double() - exact).abs().max()),
                     "pct_of_copy": 100 * bytes_moved / (graph_us * 1e-6) / ceiling,

@@ -39,13 +39,12 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
-from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, print_copy_floor, run_meta, with_copy_floor  # noqa: E402
+from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, host_us, print_copy_floor, run_meta, with_copy_floor  # noqa: E402
 
 from services.coder.templates import rotary as template  # noqa: E402
 from services.core.kernels import candidate_wrapper  # noqa: E402
@@ -61,7 +60,6 @@ LAYOUTS = ("transposed", "contiguous")
 BATCH = 1
 START = 1000  # the first position: cos and sin of position 0 are 1 and 0, which would check nothing
 MAX_COPIES = 64  # input sets rotated through (bench/gated_mlp.py's cap)
-HOST_CALLS = 2000
 PEERS_PLOTTED = ("eager", "torch_compile", "liger")
 CHECK_SHAPE = (2, 4, 2, 5, 128)  # batch, q heads, kv heads, positions, head_dim of --check
 
@@ -162,18 +160,6 @@ def check(impls: dict, sample) -> dict:
             except Exception as exc:
                 checks[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     return checks
-
-
-def host_us(fn, inputs, calls: int = HOST_CALLS) -> float:
-    """Host-inclusive time per call: `calls` back-to-back calls over the rotated inputs, synchronised around them."""
-    for i in range(20):
-        fn(inputs[i % len(inputs)])
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for i in range(calls):
-        fn(inputs[i % len(inputs)])
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 def _best(entries: dict, names, figure: str) -> str | None:

@@ -12,8 +12,9 @@ family, puts side by side what was measured and the most any kernel could have r
   geomean for any kernel of the op's contract: where it is below 1.15 the target cannot be met by a kernel, only
   by moving fewer bytes (fusing the op into a neighbour);
 - prefill (>= 1,024 rows) as % of a same-size copy (target >= 85%);
-- decode (<= 64 rows) host-inclusive: the best peer's time per call over ours, launch path included (do_bench's
-  median of back-to-back calls; RoPE's 2,000-call loop), where the result file has it.
+- decode (<= 64 rows) host-inclusive: the best peer's time per call over ours, launch path included (`host_us`:
+  2,000 back-to-back calls synchronised around them, bench/rmsnorm.py:timings; results made before it read
+  do_bench's median, `us`, which times the host only when it outlasts its cache flush and is bimodal at decode).
 """
 
 from __future__ import annotations
