@@ -11,6 +11,7 @@ import pytest
 import torch
 import transformers.models.cohere.modeling_cohere as cohere
 import transformers.models.gemma.modeling_gemma as gemma
+import transformers.models.glm.modeling_glm as glm
 import transformers.models.gpt2.modeling_gpt2 as gpt2
 import transformers.models.llama.modeling_llama as llama
 import transformers.models.qwen2.modeling_qwen2 as qwen2
@@ -29,23 +30,28 @@ def _op(config):
     return rotary.make_op(plan, kernels.load_kernels(path, [plan.launches[0].kernel]))
 
 
-def _operands(variant: str, dtype, batch=2, seq=5, heads_q=4, heads_k=2, dim=16):
-    """q and k as attention passes them: (batch, seq, heads·dim) projections viewed and transposed."""
+def _operands(variant: str, dtype, batch=2, seq=5, heads_q=4, heads_k=2, dim=16, rotary_dim=0):
+    """q and k as attention passes them: (batch, seq, heads·dim) projections viewed and transposed; cos and sin of
+    `rotary_dim` (the head's where 0), in the half layout but for Cohere's."""
     gen = torch.Generator().manual_seed(dim)
     q = torch.randn(batch, seq, heads_q * dim, generator=gen).to(dtype).view(batch, seq, heads_q, dim).transpose(1, 2)
     k = torch.randn(batch, seq, heads_k * dim, generator=gen).to(dtype).view(batch, seq, heads_k, dim).transpose(1, 2)
-    theta = torch.rand(batch, seq, dim // 2, generator=gen) * 6
-    theta = torch.cat((theta, theta), -1) if variant == "rope_half" else torch.repeat_interleave(theta, 2, -1)
+    theta = torch.rand(batch, seq, (rotary_dim or dim) // 2, generator=gen) * 6
+    interleaved = variant == "rope_interleaved"
+    theta = torch.repeat_interleave(theta, 2, -1) if interleaved else torch.cat((theta, theta), -1)
     return q, k, theta.cos().to(dtype), theta.sin().to(dtype)
 
 
 def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
-    found = {m.__name__.rsplit(".", 1)[-1]: rotary.find_functions(m) for m in (qwen2, llama, gemma, cohere, gpt2)}
+    modules = (qwen2, llama, gemma, cohere, glm, gpt2)
+    found = {m.__name__.rsplit(".", 1)[-1]: rotary.find_functions(m) for m in modules}
     assert found == {
         "modeling_qwen2": {"transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb": "rope_half"},
         "modeling_llama": {"transformers.models.llama.modeling_llama.apply_rotary_pos_emb": "rope_half"},
         "modeling_gemma": {"transformers.models.gemma.modeling_gemma.apply_rotary_pos_emb": "rope_half"},
         "modeling_cohere": {"transformers.models.cohere.modeling_cohere.apply_rotary_pos_emb": "rope_interleaved"},
+        # pairs rotated by the half layout's angles over cos's width, the rest of the head passed through
+        "modeling_glm": {"transformers.models.glm.modeling_glm.apply_rotary_pos_emb": "rope_pairs_partial"},
         "modeling_gpt2": {},  # learned positions: no rotary function
     }
 
@@ -62,16 +68,22 @@ def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("variant", "hf"), [("rope_half", qwen2.apply_rotary_pos_emb),
-                                             ("rope_interleaved", cohere.apply_rotary_pos_emb)])  # fmt: skip
+@pytest.mark.parametrize(("variant", "hf", "rotary_dim"), [
+    ("rope_half", qwen2.apply_rotary_pos_emb, 0),
+    ("rope_interleaved", cohere.apply_rotary_pos_emb, 0),
+    # GLM's: half the head (its default), an odd number of pairs, the whole head
+    ("rope_pairs_partial", glm.apply_rotary_pos_emb, 8),
+    ("rope_pairs_partial", glm.apply_rotary_pos_emb, 6),
+    ("rope_pairs_partial", glm.apply_rotary_pos_emb, 16),
+])  # fmt: skip
 @pytest.mark.parametrize(("together", "heads"), [(1, 0), (0, 16), (1, 2)],
                          ids=["q-and-k-one-program", "q-and-k-two-programs", "a-loop-over-head-tiles"])  # fmt: skip
-def test_the_kernel_answers_what_the_hf_function_answers_bit_for_bit(variant, hf, dtype, together, heads):
+def test_the_kernel_answers_what_the_hf_function_answers_bit_for_bit(variant, hf, rotary_dim, dtype, together, heads):
     interpreter_rounding.install()  # bf16 casts round to nearest, as a GPU's do
     config = template.search_configs(variant)[0]
     config.params.update(heads=heads, together=together)
     op = _op(config)
-    q, k, cos, sin = _operands(variant, dtype)
+    q, k, cos, sin = _operands(variant, dtype, rotary_dim=rotary_dim)
     assert not q.is_contiguous()
     got, want = op(q, k, cos, sin), hf(q, k, cos, sin)
     for g, w in zip(got, want, strict=True):
@@ -91,3 +103,10 @@ def test_the_wrapper_refuses_what_it_cannot_rotate_with_a_clear_message():
         op(q, k[:, :, :3], cos, sin)
     with pytest.raises(ValueError, match="head_dim"):
         op(q[..., :15], k[..., :15], cos[..., :15], sin[..., :15])
+    with pytest.raises(ValueError, match=r"do not fit together"):  # a rotary width narrower than the head
+        op(q, k, cos[..., :8], sin[..., :8])  # is the partial plan's alone
+    partial = _op(template.search_configs("rope_pairs_partial")[0])
+    with pytest.raises(ValueError, match=r"do not fit together"):
+        partial(q[..., :8], k[..., :8], cos, sin)  # nor wider than the head
+    with pytest.raises(ValueError, match="rotary width 5 must be even"):
+        partial(q, k, cos[..., :5], sin[..., :5])

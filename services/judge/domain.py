@@ -28,6 +28,7 @@ class LiveTarget:
     dtype: str
     computes: str = ""  # what the server saw its forward compute (services.ops), "" when unknown
     second_shape: tuple[int, ...] = ()  # a function's second operand on the dominant calls (RoPE's k)
+    third_shape: tuple[int, ...] = ()  # its third (RoPE's cos: the last dim is the rotary width)
 
 
 def live_target(prior: list[Recorded], target_class: str) -> LiveTarget | None:
@@ -39,7 +40,12 @@ def live_target(prior: list[Recorded], target_class: str) -> LiveTarget | None:
         if module.introspection.class_path == target_class:
             dtype = module.dtype or observed.dtype
             return LiveTarget(
-                module.introspection, tuple(module.input_shape), dtype, module.computes, tuple(module.second_shape)
+                module.introspection,
+                tuple(module.input_shape),
+                dtype,
+                module.computes,
+                tuple(module.second_shape),
+                tuple(module.third_shape),
             )
     return None
 

@@ -32,6 +32,7 @@ class RopeSpec:
     dtype: torch.dtype
     gpu: bool
     examples: int = 4
+    rotary_dim: int = 0  # cos's live width (a partial rotary's, narrower than the head); 0: the head's
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,11 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
         full = (b, s, heads * d) if layout == "attention" else (b, heads, s, d)
         return _values(full, regime, dtype, g).contiguous()
 
-    theta = _angles(cos_batch, s, d, variant == "rope_half", g, far)
+    partial = variant == "rope_pairs_partial"  # cos in the half layout of the live rotary width
+    width = (spec.rotary_dim or d) if partial else d
+    theta = _angles(cos_batch, s, width, variant != "rope_interleaved", g, far)
     name = f"{kind} q {b}x{hq}x{s}x{d} k-heads {heads_k} {regime} {layout}" + (" cos-batch-1" if cos_batch == 1 else "")
+    name += f" rotary-dim {width}" if width != d else ""
     name += " far-positions" if far else ""
     return RopeCase(
         name,

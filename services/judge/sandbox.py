@@ -79,6 +79,7 @@ class SandboxJob:
     family: str = "row_reduction"  # the op family whose wrapper runs the candidate (services.ops)
     variant: str = ""  # what the live module computes, where the family's oracle needs it (a gated MLP's act)
     second_shape: list[int] = field(default_factory=list)  # a function's second operand's live shape (RoPE's k)
+    third_shape: list[int] = field(default_factory=list)  # its third's (RoPE's cos: the rotary width last)
 
     def to_json(self, nonce: str, result_fd: int, walls: dict, ready_fd: int = -1) -> str:
         data = asdict(self)

@@ -418,10 +418,11 @@ class _AddNormSubject:
         return torch.randn(2, 1, int(self.job["width"])).to(device=self.device, dtype=dtype)
 
 
-def _rope_oracle(fn, heads_q: int, heads_k: int):
+def _rope_oracle(fn, heads_q: int, heads_k: int, rotary_dim: int = 0):
     """The live RoPE function as a module of one packed (batch, seq, heads_q + heads_k + 2, head_dim) input — q and
     k heads, then cos and sin — for the timing's baselines (eager, torch.compile) and its replay check: q and k
-    unpacked as attention passes them (transposed views), cos and sin as strided views (no copy)."""
+    unpacked as attention passes them (transposed views), cos and sin as strided views (no copy), the first
+    `rotary_dim` of their slots where the rotary width is narrower than the head."""
     import torch
 
     from services.ops import rotary
@@ -429,7 +430,8 @@ def _rope_oracle(fn, heads_q: int, heads_k: int):
     def unpack(x):
         q = x[:, :, :heads_q].transpose(1, 2)
         k = x[:, :, heads_q : heads_q + heads_k].transpose(1, 2)
-        return q, k, x[:, :, -2], x[:, :, -1]
+        width = rotary_dim or x.shape[-1]
+        return q, k, x[:, :, -2, :width], x[:, :, -1, :width]
 
     class RopeReference(torch.nn.Module):
         def forward(self, x):
@@ -438,7 +440,8 @@ def _rope_oracle(fn, heads_q: int, heads_k: int):
         @staticmethod
         def bytes_moved(x) -> int:
             b, s, _, d = x.shape
-            return rotary.bytes_moved(b * s * heads_q * d, b * s * heads_k * d, b * s * d, x.element_size())
+            cos = b * s * (rotary_dim or d)
+            return rotary.bytes_moved(b * s * heads_q * d, b * s * heads_k * d, cos, x.element_size())
 
     return RopeReference().eval(), unpack
 
@@ -463,7 +466,7 @@ class _RopeSubject:
         from services.judge.rope_cases import operands
 
         heads, layout = tuple(self.cases["heads"][index]), self.cases["layouts"][index]
-        dim = int(self.cases["sets"][index][2].shape[-1])
+        dim = int(self.cases["dims"][index])  # q's head dim (cos's may be a narrower rotary width)
         return lambda placed: list(operands(placed, layout, heads, dim))
 
     def run(self, index: int, guard):
@@ -481,7 +484,9 @@ class _RopeSubject:
         second = tuple(int(x) for x in self.job.get("second_shape") or ())
         # k's live heads (a GQA model has fewer than q); as many as q where the profile predates recording them
         hk = second[1] if len(second) == 4 else hq
-        main, unpack = _rope_oracle(self.fn, hq, hk)
+        cos = tuple(int(x) for x in self.job.get("third_shape") or ())
+        rotary_dim = cos[-1] if len(cos) == 3 and 0 < cos[-1] < d else 0  # a partial rotary's live width
+        main, unpack = _rope_oracle(self.fn, hq, hk, rotary_dim)
         by_positions: dict[int, tuple[int, ...]] = {}
         for shape in [(b, s), (1, 1), (1, 4096), (1, 32768)]:
             by_positions.setdefault(shape[0] * shape[1], (*shape, hq + hk + 2, d))

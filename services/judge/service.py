@@ -237,6 +237,7 @@ class JudgeService:
             family=proposal.plan.family,
             variant=target.computes,
             second_shape=list(target.second_shape),
+            third_shape=list(target.third_shape),
         )
 
     def prepare_pairs(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
@@ -327,7 +328,11 @@ class JudgeService:
         dtype = target.dtype or "float32"
         live = tuple(target.input_shape)
         job = self._op_job(proposal, target, int(live[-1]) if live else 0, live)
-        spec = RopeSpec(live, torch_dtype(dtype), self.use_gpu, examples=max(2, self.examples // 4))
+        cos = tuple(target.third_shape)
+        rotary_dim = int(cos[-1]) if len(cos) == 3 and live and 0 < cos[-1] <= live[-1] else 0
+        spec = RopeSpec(
+            live, torch_dtype(dtype), self.use_gpu, examples=max(2, self.examples // 4), rotary_dim=rotary_dim
+        )
         cases = draw_rope_cases(spec, target.computes, job.seed_base)
         refs = rope_references(cases, fn)
         blob = io.BytesIO()
@@ -335,6 +340,7 @@ class JudgeService:
             {
                 "sets": [[c.q, c.k, c.cos, c.sin] for c in cases],
                 "heads": [[c.shape[1], c.heads_k] for c in cases],
+                "dims": [c.shape[3] for c in cases],
                 "layouts": [c.layout for c in cases],
             },
             blob,

@@ -156,8 +156,8 @@ def _phi3(kwargs: dict):
 def _glm(kwargs: dict):
     from transformers import GlmConfig
 
-    # gate and up fused in one projection; RoPE interleaved on half of each head (pairs 2i, 2i+1: not the rotary
-    # family's rotate_half, so not written); its config's head_dim defaults to 128 whatever the width
+    # gate and up fused in one projection; RoPE over (even, odd) pairs of half of each head, the rest passed through
+    # (the rotary family's rope_pairs_partial); its config's head_dim defaults to 128 whatever the width
     head_dim = kwargs["hidden_size"] // kwargs["num_attention_heads"]
     return GlmConfig(pad_token_id=0, bos_token_id=0, eos_token_id=0, head_dim=head_dim, **kwargs)
 

@@ -48,6 +48,7 @@ class _ClassStats:
     dtypes: Counter = field(default_factory=Counter)
     shape_module: dict = field(default_factory=dict)  # input shape -> the first instance called with it
     second_shapes: dict = field(default_factory=dict)  # a function's: input shape -> its second tensor's shape
+    third_shapes: dict = field(default_factory=dict)  # and its third's (RoPE's cos)
     input_bytes: int = 0
     output_bytes: int = 0
     child_host_us: Counter = field(default_factory=Counter)  # child attribute name -> host µs inside it
@@ -150,6 +151,8 @@ class ModuleProfiler:
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
             if first is not None and len(tensors) > 1:
                 s.second_shapes.setdefault(tuple(first.shape), tuple(tensors[1].shape))
+            if first is not None and len(tensors) > 2:
+                s.third_shapes.setdefault(tuple(first.shape), tuple(tensors[2].shape))
             s.input_bytes += sum(_nbytes(a) for a in args if isinstance(a, torch.Tensor))
             s.output_bytes += sum(_nbytes(o) for o in (output or ()) if isinstance(o, torch.Tensor))
         else:
@@ -187,6 +190,7 @@ class ModuleProfiler:
             total_time_us=total_us,
             input_shape=list(dominant),
             second_shape=list(s.second_shapes.get(dominant, ())),
+            third_shape=list(s.third_shapes.get(dominant, ())),
             dtype=_served_dtype(s),
             input_bytes=round(s.input_bytes / s.calls) if s.calls else 0,
             output_bytes=round(s.output_bytes / s.calls) if s.calls else 0,

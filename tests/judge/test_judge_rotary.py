@@ -7,27 +7,32 @@ from __future__ import annotations
 import inspect
 
 import pytest
+import torch
 from judge_testkit import log_of
 
 from services.coder.templates import rotary as template
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
+from services.judge.rope_cases import RopeSpec, draw_rope_cases
 from services.judge.service import JudgeService
 from services.ops import rotary
 
 QWEN2 = "transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb"
 COHERE = "transformers.models.cohere.modeling_cohere.apply_rotary_pos_emb"
+GLM = "transformers.models.glm.modeling_glm.apply_rotary_pos_emb"
 
 
-def _captured(target: str, variant: str, dtype: str = "torch.bfloat16") -> pb.ProfileCaptured:
-    """What the server records of a modeling file's RoPE function (services.server.profiling)."""
+def _captured(target: str, variant: str, dtype: str = "torch.bfloat16", cos=(1, 5, 16)) -> pb.ProfileCaptured:
+    """What the server records of a modeling file's RoPE function (services.server.profiling): q of (1, 4, 5, 16),
+    cos of `cos` (narrower than the head where only part of it rotates)."""
     from services.judge.module_factory import import_function
 
     _, fn = import_function(target)
     intro = pb.ModuleIntrospection(class_path=target, forward_params=list(inspect.signature(fn).parameters), leaf=True)
     profile = pb.ModuleClassProfile(
-        introspection=intro, instances=1, calls=8, input_shape=[1, 4, 5, 16], dtype=dtype, computes=variant, probed=True
-    )
+        introspection=intro, instances=1, calls=8, input_shape=[1, 4, 5, 16], dtype=dtype, computes=variant,
+        probed=True, third_shape=list(cos),
+    )  # fmt: skip
     observed = pb.ProfileObservation(
         model="t", dtype=dtype, hardware=pb.HardwareFigures(device="cpu"), modules=[profile]
     )
@@ -46,8 +51,10 @@ def _proposal(captured: pb.ProfileCaptured, config: pb.TemplateConfig, contract:
     )  # fmt: skip
 
 
-async def _judge(target: str, live_variant: str, kernel_variant: str, contract: pb.Contract | None = None):
-    captured = _captured(target, live_variant)
+async def _judge(
+    target: str, live_variant: str, kernel_variant: str, contract: pb.Contract | None = None, cos=(1, 5, 16)
+):
+    captured = _captured(target, live_variant, cos=cos)
     prior = log_of(captured, _proposal(captured, template.search_configs(kernel_variant)[0], contract))
     [judged] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
     return judged
@@ -67,6 +74,20 @@ async def test_the_kernel_of_the_functions_layout_passes_and_the_other_is_reject
     assert rejected.reward == -1 and rejected.reason.startswith("correctness failed: outside-tolerance"), (
         rejected.reason
     )
+
+
+async def test_glms_partial_rotary_is_judged_at_its_live_width_and_a_whole_head_kernel_is_rejected():
+    """GLM rotates (even, odd) pairs over half of each head and passes the rest through: the cases draw cos at the
+    live rotary width the profile recorded; the pairs kernel passes, a kernel for cos as wide as the head fails."""
+    passed = await _judge(GLM, "rope_pairs_partial", "rope_pairs_partial", cos=(1, 5, 8))
+    assert passed.reward == 1, passed.reason
+    evidence = passed.observed.correctness
+    assert evidence.checks_passed == evidence.checks_run >= 12 and not evidence.error
+    spec = RopeSpec((1, 4, 5, 16), torch.bfloat16, gpu=False, rotary_dim=8)  # what the judge drew from
+    cases = draw_rope_cases(spec, "rope_pairs_partial", seed=1)
+    assert all(c.cos.shape[-1] == 8 and c.shape[-1] == 16 and "rotary-dim 8" in c.name for c in cases)
+    rejected = await _judge(GLM, "rope_pairs_partial", "rope_interleaved", cos=(1, 5, 8))
+    assert rejected.reward == -1 and rejected.reason.startswith("correctness failed"), rejected.reason
 
 
 async def test_a_contract_that_does_not_fit_the_function_is_refused():

@@ -174,8 +174,9 @@ def _template_and_contract(profile: pb.ModuleClassProfile):
         # through dropouts (identity when serving)
         ("tiny-phi3", {"Phi3RMSNorm": "rmsnorm", "Phi3MLP": "swiglu", "Phi3DecoderLayer": "add_rmsnorm",
                        ROPE_FN: "rope_half"}),
-        # the same fused MLP; its RoPE rotates interleaved pairs of half of each head: not rotate_half, not taken
-        ("tiny-glm", {"GlmRMSNorm": "rmsnorm", "GlmMLP": "swiglu", "GlmDecoderLayer": "add_rmsnorm"}),
+        # the same fused MLP; its RoPE rotates (even, odd) pairs over half of each head, the rest passed through
+        ("tiny-glm", {"GlmRMSNorm": "rmsnorm", "GlmMLP": "swiglu", "GlmDecoderLayer": "add_rmsnorm",
+                      ROPE_FN: "rope_pairs_partial"}),
     ],
 )  # fmt: skip
 async def test_architectures_beyond_the_list_are_recognised_by_what_they_compute_and_each_op_swaps(preset, expected):

@@ -6,7 +6,8 @@ them, any strides, and returns new tensors laid out as q and k are). One program
 rotates its heads as [heads, head_dim / 2] tiles with the position's cos and sin loaded once. The arithmetic
 follows the HF functions: `rope_half` rounds each product and the sum to the tensors' dtype as torch's separate
 ops do (x1·c - x2·s and x2·c + x1·s over the two halves); `rope_interleaved` (Cohere) computes in fp32 over
-(even, odd) pairs and casts once.
+(even, odd) pairs and casts once; `rope_pairs_partial` (GLM) rotates the first R dims (cos's width) over (even,
+odd) pairs, pair j by the half layout's angle j, rounding as `rope_half` does, and copies the rest of the head.
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ TEMPLATE = "rotary_positions"
 OP_FAMILY = rotary.FAMILY
 ENTRYPOINT = rotary.ENTRYPOINT
 VARIANTS = rotary.VARIANTS
-KERNELS = {"rope_half": "_rope_half_kernel", "rope_interleaved": "_rope_interleaved_kernel"}
+KERNELS = {
+    "rope_half": "_rope_half_kernel",
+    "rope_interleaved": "_rope_interleaved_kernel",
+    "rope_pairs_partial": "_rope_pairs_partial_kernel",
+}
 # (warps, heads a tile, together) in the order tried. A program rotates one position's heads as
 # [heads, head_dim / 2] tiles, `heads` at a time (0: all of a tensor's heads in one tile, q's and k's each a power
 # of two); `together` one program per position rotates q and then k with cos and sin loaded once, otherwise
@@ -84,12 +89,17 @@ def render(config: pb.TemplateConfig) -> str:
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
     heads, together = config.params.get("heads", 0), config.params.get("together", 0)
+    # a partial rotary width: pairs over half of cos's width, the rest of the head passed through
+    widths = (
+        {"HALF": "rot_half", "BLOCK": "block_rot_half", "PASS": "pass", "BLOCK_PASS": "block_pass"}
+        if _checked(config).variant == "rope_pairs_partial"
+        else {"HALF": "half", "BLOCK": "block_half"}
+    )
     launch = pb.KernelLaunch(
-        kernel=KERNELS[_checked(config).variant],
+        kernel=KERNELS[config.variant],
         args=list(rotary.ARGS),
         constexprs={
-            "HALF": "half",
-            "BLOCK": "block_half",
+            **widths,
             "HEADS_Q": str(heads) if heads else "block_heads_q",
             "HEADS_K": str(heads) if heads else "block_heads_k",
             "TOGETHER": str(together),
@@ -115,7 +125,8 @@ import triton.language as tl
 
 
 @triton.jit
-def {rotate_heads}(x_row, o_row, x_sh, o_sh, heads, j, c1, c2, s1, s2, HALF: tl.constexpr, HEADS: tl.constexpr):
+def {rotate_heads}(x_row, o_row, x_sh, o_sh, heads, j, c1, c2, s1, s2, HALF: tl.constexpr, HEADS: tl.constexpr\
+{{head_params}}):
     hh = tl.arange(0, HEADS)[:, None]
     dt = o_row.dtype.element_ty
     for h0 in range(0, heads, HEADS):
@@ -130,7 +141,7 @@ def {rotate_heads}(x_row, o_row, x_sh, o_sh, heads, j, c1, c2, s1, s2, HALF: tl.
 def {kernel}(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, positions, seq, heads_q, heads_k,
              q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, c_sb, c_ss, qo_sb, qo_sh, qo_ss, ko_sb, ko_sh, ko_ss,
              HALF: tl.constexpr, BLOCK: tl.constexpr, HEADS_Q: tl.constexpr, HEADS_K: tl.constexpr,
-             TOGETHER: tl.constexpr):
+             TOGETHER: tl.constexpr{{kernel_params}}):
     pid = tl.program_id(0)
     if TOGETHER:
         pos = pid
@@ -146,12 +157,12 @@ def {kernel}(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, positions, seq, hea
     k_row = k_ptr + b * k_sb + s * k_ss
     ko_row = ko_ptr + b * ko_sb + s * ko_ss
     if TOGETHER:
-        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, HEADS_Q)
-        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, HEADS_K)
+        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, HEADS_Q{{pass_args}})
+        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, HEADS_K{{pass_args}})
     elif pid < positions:
-        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, HEADS_Q)
+        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, HEADS_Q{{pass_args}})
     else:
-        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, HEADS_K)
+        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, HEADS_K{{pass_args}})
 '''
 
 _HALF_ANGLES = """\
@@ -182,10 +193,39 @@ _PAIR_ROTATE = """\
         # over (even, odd) pairs in fp32, cast once (Cohere)
         tl.store(o + 2 * j, (x1 * c1 - x2 * s1).to(dt), mask=mask)
         tl.store(o + 2 * j + 1, (x2 * c2 + x1 * s2).to(dt), mask=mask)"""
-_PARTS = {"rope_half": (_HALF_ANGLES, _HALF_ROTATE), "rope_interleaved": (_PAIR_ANGLES, _PAIR_ROTATE)}
+_PARTIAL_ANGLES = """\
+    angle_mask = j < HALF
+    # the half layout's first half: pair j's angle (GLM repeats each twice, one per element of the pair)
+    c1 = tl.load(cos_ptr + c_row + j, mask=angle_mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + c_row + j, mask=angle_mask, other=0.0).to(tl.float32)
+    c2 = c1
+    s2 = s1"""
+_PARTIAL_ROTATE = """\
+        x1 = tl.load(x + 2 * j, mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(x + 2 * j + 1, mask=mask, other=0.0).to(tl.float32)
+        # over (even, odd) pairs, each product and the sum rounded to the dtype as torch's ops round
+        a1 = (x1 * c1).to(dt).to(tl.float32)
+        b1 = (x2 * s1).to(dt).to(tl.float32)
+        a2 = (x2 * c2).to(dt).to(tl.float32)
+        b2 = (x1 * s2).to(dt).to(tl.float32)
+        tl.store(o + 2 * j, (a1 - b1).to(dt), mask=mask)
+        tl.store(o + 2 * j + 1, (a2 + b2).to(dt), mask=mask)
+        # the dims past the rotary width, as they are
+        p = tl.arange(0, BLOCK_PASS)[None, :]
+        kept = (h < heads) & (p < PASS)
+        tl.store(o + 2 * HALF + p, tl.load(x + 2 * HALF + p, mask=kept, other=0.0).to(dt), mask=kept)"""
+_PASS = (", PASS: tl.constexpr, BLOCK_PASS: tl.constexpr", ", PASS, BLOCK_PASS")
+_PARTS = {
+    "rope_half": (_HALF_ANGLES, _HALF_ROTATE, ("", "")),
+    "rope_interleaved": (_PAIR_ANGLES, _PAIR_ROTATE, ("", "")),
+    "rope_pairs_partial": (_PARTIAL_ANGLES, _PARTIAL_ROTATE, _PASS),
+}
 _SOURCES = {
     variant: _SKELETON.format(variant=variant, kernel=KERNELS[variant], rotate_heads=f"{KERNELS[variant]}_heads")
     .replace("{load_angles}", angles)
     .replace("{rotate}", rotate)
-    for variant, (angles, rotate) in _PARTS.items()
+    .replace("{head_params}", params)
+    .replace("{kernel_params}", params)
+    .replace("{pass_args}", args)
+    for variant, (angles, rotate, (params, args)) in _PARTS.items()
 }

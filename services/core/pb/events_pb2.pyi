@@ -119,7 +119,7 @@ class RunRequested(_message.Message):
     def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ..., max_targets: _Optional[int] = ...) -> None: ...
 
 class ModuleClassProfile(_message.Message):
-    __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed", "child_time_us", "roles", "child_hook_us", "second_shape")
+    __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed", "child_time_us", "roles", "child_hook_us", "second_shape", "third_shape")
     class ChildTimeUsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,7 @@ class ModuleClassProfile(_message.Message):
     ROLES_FIELD_NUMBER: _ClassVar[int]
     CHILD_HOOK_US_FIELD_NUMBER: _ClassVar[int]
     SECOND_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    THIRD_SHAPE_FIELD_NUMBER: _ClassVar[int]
     introspection: ModuleIntrospection
     instances: int
     calls: int
@@ -164,7 +165,8 @@ class ModuleClassProfile(_message.Message):
     roles: _containers.ScalarMap[str, str]
     child_hook_us: float
     second_shape: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., computes: _Optional[str] = ..., probed: bool = ..., child_time_us: _Optional[_Mapping[str, float]] = ..., roles: _Optional[_Mapping[str, str]] = ..., child_hook_us: _Optional[float] = ..., second_shape: _Optional[_Iterable[int]] = ...) -> None: ...
+    third_shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., computes: _Optional[str] = ..., probed: bool = ..., child_time_us: _Optional[_Mapping[str, float]] = ..., roles: _Optional[_Mapping[str, str]] = ..., child_hook_us: _Optional[float] = ..., second_shape: _Optional[_Iterable[int]] = ..., third_shape: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ProfileObservation(_message.Message):
     __slots__ = ("model", "dtype", "hardware", "modules", "captured_time_us", "decode_tokens_per_s", "tokens_generated", "requests", "time_source")
