@@ -162,6 +162,15 @@ def _glm(kwargs: dict):
     return GlmConfig(pad_token_id=0, bos_token_id=0, eos_token_id=0, head_dim=head_dim, **kwargs)
 
 
+def _glm4(kwargs: dict):
+    from transformers import Glm4Config
+
+    # GLM's RoPE and fused MLP in a sandwich layer: norms after attention and after the MLP too, so its residual
+    # adds feed no norm directly (no residual norm to fuse)
+    head_dim = kwargs["hidden_size"] // kwargs["num_attention_heads"]
+    return Glm4Config(pad_token_id=0, bos_token_id=0, eos_token_id=0, head_dim=head_dim, **kwargs)
+
+
 def _granite(kwargs: dict):
     from transformers import GraniteConfig
 
@@ -187,6 +196,7 @@ PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-granite": (lambda: _granite(_tiny()), "float32"),
     "tiny-phi3": (lambda: _phi3(_tiny()), "float32"),
     "tiny-glm": (lambda: _glm(_tiny()), "float32"),
+    "tiny-glm4": (lambda: _glm4(_tiny()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0

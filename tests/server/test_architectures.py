@@ -177,6 +177,8 @@ def _template_and_contract(profile: pb.ModuleClassProfile):
         # the same fused MLP; its RoPE rotates (even, odd) pairs over half of each head, the rest passed through
         ("tiny-glm", {"GlmRMSNorm": "rmsnorm", "GlmMLP": "swiglu", "GlmDecoderLayer": "add_rmsnorm",
                       ROPE_FN: "rope_pairs_partial"}),
+        # GLM-4: the same RoPE and MLP in a sandwich layer (norms after attention and MLP too): no residual norm
+        ("tiny-glm4", {"Glm4RMSNorm": "rmsnorm", "Glm4MLP": "swiglu", ROPE_FN: "rope_pairs_partial"}),
     ],
 )  # fmt: skip
 async def test_architectures_beyond_the_list_are_recognised_by_what_they_compute_and_each_op_swaps(preset, expected):
