@@ -3,6 +3,7 @@
     python bench/rope.py --out bench/results            # every shape, both q/k layouts
     python bench/rope.py --quick --out /tmp/rope        # 1 and 4,096 positions, transposed views only
     python bench/rope.py --check                        # correctness only, one small shape (runs on a CPU too)
+    python bench/rope.py --variant rope_pairs_partial --out bench/results   # GLM's: pairs over half the head
 
 The op is HF's `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)` (transformers' Qwen2 modeling file,
 `rotate_half` layout: x·cos + (-x2, x1)·sin over the two halves of the head dimension), bf16, q of
@@ -17,7 +18,11 @@ are kept. Shapes: Qwen2.5-1.5B's attention (12 q heads, 2 kv heads, head_dim 128
 128), batch 1, decode-sized (1, 64) and prefill-sized (1,024, 4,096, 32,768) positions. Two layouts of q and k:
 `transposed` (the projections' (batch, positions, heads·head_dim) output viewed and transposed: what attention
 passes) and `contiguous` ((batch, heads, positions, head_dim) contiguous). Cos and sin are HF's: cat(f, f) of
-the angles at positions 1,000.., cast to bf16.
+the angles at positions 1,000.., cast to bf16. `--variant rope_pairs_partial` times GLM's function instead
+(transformers' GLM modeling file: (even, odd) pairs over the first rotary_dim of the head, the rest passed
+through) at GLM-4-9B's attention (32 q heads, 2 kv heads, head_dim 128, half of it rotated), cos and sin of
+(batch, positions, 64); Liger has no such op, so its peers are eager and torch.compile; results go to
+rope_pairs_partial_h200.json/.png.
 
 Every implementation is checked against eager before it is timed (ours is expected bit-exact; max abs error
 of every one is in the JSON). GPU time per call by CUDA-graph replay over inputs rotated past the L2
@@ -51,8 +56,20 @@ from services.core.kernels import candidate_wrapper  # noqa: E402
 from services.core.tolerances import within  # noqa: E402
 from services.ops import rotary  # noqa: E402
 
-# name -> (q heads, kv heads, head_dim, rope theta)
-MODELS = {"qwen2.5-1.5b": (12, 2, 128, 1_000_000.0), "llama-3-8b": (32, 8, 128, 500_000.0)}
+# variant -> (the HF function timed, name -> (q heads, kv heads, head_dim, rope theta, rotary dim), result stem)
+VARIANTS = {
+    "rope_half": (
+        "transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb",
+        {"qwen2.5-1.5b": (12, 2, 128, 1_000_000.0, 128), "llama-3-8b": (32, 8, 128, 500_000.0, 128)},
+        "rope_h200",
+    ),
+    "rope_pairs_partial": (
+        "transformers.models.glm.modeling_glm.apply_rotary_pos_emb",
+        {"glm-4-9b": (32, 2, 128, 10_000.0, 64)},
+        "rope_pairs_partial_h200",
+    ),
+}
+MODELS = {name: shape for _, models, _ in VARIANTS.values() for name, shape in models.items()}
 DECODE_SEQS = (1, 64)
 PREFILL_SEQS = (1024, 4096, 32768)
 QUICK_SEQS = (1, 4096)
@@ -64,16 +81,18 @@ PEERS_PLOTTED = ("eager", "torch_compile", "liger")
 CHECK_SHAPE = (2, 4, 2, 5, 128)  # batch, q heads, kv heads, positions, head_dim of --check
 
 
-def hf_rope():
-    """transformers' Qwen2 apply_rotary_pos_emb, the function the modeling file calls (Llama's is the same)."""
-    from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
+def hf_rope(variant: str = "rope_half"):
+    """The HF function the modeling file calls: Qwen2's apply_rotary_pos_emb (Llama's is the same), or GLM's."""
+    import importlib
 
-    return apply_rotary_pos_emb
+    module, name = VARIANTS[variant][0].rsplit(".", 1)
+    return getattr(importlib.import_module(module), name)
 
 
-def rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed=0, batch=BATCH):
+def rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed=0, batch=BATCH, rotary_dim=None):
     """(q, k, cos, sin) as attention passes them; `layout` "transposed": q and k are (batch, seq, heads·dim)
-    projection outputs viewed as (batch, heads, seq, dim), "contiguous": (batch, heads, seq, dim) tensors."""
+    projection outputs viewed as (batch, heads, seq, dim), "contiguous": (batch, heads, seq, dim) tensors; cos
+    and sin of `rotary_dim` (the head's by default), as the model's rotary embedding makes them."""
     gen = torch.Generator(device=device).manual_seed(seed)
 
     def heads_major(heads):
@@ -84,11 +103,12 @@ def rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed=0
 
     q, k = heads_major(heads_q), heads_major(heads_k)
     # HF's rotary embedding: angles in fp32, emb = cat(freqs, freqs), cos/sin cast to the activations' dtype
-    inv_freq = 1.0 / theta ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim)
+    r = rotary_dim or dim
+    inv_freq = 1.0 / theta ** (torch.arange(0, r, 2, device=device, dtype=torch.float32) / r)
     positions = torch.arange(START, START + seq, device=device, dtype=torch.float32)
     emb = torch.cat((positions[:, None] * inv_freq[None],) * 2, dim=-1)
-    cos = emb.cos().to(dtype)[None].expand(batch, seq, dim).contiguous()
-    sin = emb.sin().to(dtype)[None].expand(batch, seq, dim).contiguous()
+    cos = emb.cos().to(dtype)[None].expand(batch, seq, r).contiguous()
+    sin = emb.sin().to(dtype)[None].expand(batch, seq, r).contiguous()
     return q, k, cos, sin
 
 
@@ -96,27 +116,30 @@ def input_bytes(inputs) -> int:
     return sum(t.numel() * t.element_size() for t in inputs)
 
 
-def ours_impls() -> dict:
+def ours_impls(variant: str = "rope_half") -> dict:
     """name -> rope(q, k, cos, sin) for every config of the template's search table, through the family's wrapper
     (services.ops.rotary.make_forward: ENTRYPOINT `rope`, ENTRY_PARAMS (q, k, cos, sin, unsqueeze_dim))."""
     ours = {}
-    for config in template.search_configs("rope_half"):
+    for config in template.search_configs(variant):
         entry = candidate_wrapper(Path(tempfile.mkdtemp()), template.render(config), template.plan(config))
         heads, together = config.params["heads"] or "all", "_qk" if config.params["together"] else ""
         ours[f"ours_w{config.num_warps}_h{heads}{together}"] = entry
     return ours
 
 
-def peer_impls(device: str) -> dict:
-    """name -> fn(q, k, cos, sin) -> (q_out, k_out): eager always; torch.compile and Liger on a CUDA device only.
+def peer_impls(device: str, variant: str = "rope_half") -> dict:
+    """name -> fn(q, k, cos, sin) -> (q_out, k_out): eager always; torch.compile and (rope_half) Liger on a CUDA
+    device only.
     torch.compile is made afresh (dynamo reset) so every shape and layout gets its own dynamic=False graph
     without running into dynamo's recompile limit."""
-    eager = hf_rope()
+    eager = hf_rope(variant)
     peers = {"eager": eager}
     if device != "cuda":
         return peers
     torch._dynamo.reset()
     peers["torch_compile"] = torch.compile(eager, dynamic=False)
+    if variant != "rope_half":
+        return peers  # Liger rotates halves (rotate_half) over the whole head only
     try:
         from liger_kernel.ops.rope import LigerRopeFunction
         from liger_kernel.transformers.rope import liger_rotary_pos_emb
@@ -132,9 +155,9 @@ def peer_impls(device: str) -> dict:
     return peers
 
 
-def implementations(device: str, ours: dict | None = None) -> tuple[dict, dict]:
+def implementations(device: str, ours: dict | None = None, variant: str = "rope_half") -> tuple[dict, dict]:
     """(peers, ours), each name -> fn(q, k, cos, sin) -> (q_embed, k_embed)."""
-    return peer_impls(device), ours if ours is not None else ours_impls()
+    return peer_impls(device, variant), ours if ours is not None else ours_impls(variant)
 
 
 def _clone(inputs):
@@ -167,21 +190,24 @@ def _best(entries: dict, names, figure: str) -> str | None:
     return min(ok, key=lambda n: entries[n][figure]) if ok else None
 
 
-def bench_shape(model: str, seq: int, layout: str, ceiling: float, ours: dict, device: str = "cuda") -> dict:
-    heads_q, heads_k, dim, theta = MODELS[model]
+def bench_shape(
+    model: str, seq: int, layout: str, ceiling: float, ours: dict, device: str = "cuda", variant: str = "rope_half"
+) -> dict:
+    heads_q, heads_k, dim, theta, rotary_dim = MODELS[model]
     dtype = torch.bfloat16
     result = {
         "model": model, "batch": BATCH, "seq": seq, "heads_q": heads_q, "heads_k": heads_k, "head_dim": dim,
-        "layout": layout, "dtype": str(dtype), "impls": {},
+        "rotary_dim": rotary_dim, "layout": layout, "dtype": str(dtype), "impls": {},
     }  # fmt: skip
     try:
-        peers = peer_impls(device)
-        sample = rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device)
+        peers = peer_impls(device, variant)
+        sample = rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device, rotary_dim=rotary_dim)
         q, k, cos, _ = sample
         bytes_moved = rotary.bytes_moved(q.numel(), k.numel(), cos.numel(), dtype.itemsize)
         copies = min(MAX_COPIES, max(1, math.ceil(2 * L2_BYTES / input_bytes(sample))))
         inputs = [sample] + [
-            rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed) for seed in range(1, copies)
+            rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed, rotary_dim=rotary_dim)
+            for seed in range(1, copies)
         ]
         impls = {**peers, **ours}
         entries = check(impls, sample)  # before anything is timed (Liger's timing rotates the inputs in place)
@@ -260,7 +286,7 @@ def summarise(results: list[dict], ours: dict) -> dict:
     }
 
 
-def plot(results: list[dict], path: Path) -> None:
+def plot(results: list[dict], path: Path, op: str = "apply_rotary_pos_emb") -> None:
     try:
         import matplotlib
     except ImportError:
@@ -287,12 +313,12 @@ def plot(results: list[dict], path: Path) -> None:
         ax.set_ylim(0, 1.2 * max([1.0, *ax.get_ylim()[1:]]))  # room for the legend above the bars
         ax.legend(fontsize=8, ncol=len(names), loc="upper left")
     gpu = torch.cuda.get_device_name()
-    fig.suptitle(f"RoPE (apply_rotary_pos_emb) bf16 on {gpu}: GPU time by CUDA-graph replay, rotating buffers")
+    fig.suptitle(f"RoPE ({op}) bf16 on {gpu}: GPU time by CUDA-graph replay, rotating buffers")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
-def check_small(device: str) -> list[dict]:
+def check_small(device: str, variant: str = "rope_half") -> list[dict]:
     """Build the implementations and check one small shape in both layouts against eager: bf16 on a GPU (every
     peer); on a CPU fp32 and bf16 with ours in the Triton interpreter (bf16 casts rounding to nearest even, as a
     GPU's do: services.core.interpreter_rounding), eager only beside it (no torch.compile, no Liger)."""
@@ -304,12 +330,15 @@ def check_small(device: str) -> list[dict]:
     else:
         dtypes = (torch.bfloat16,)
     batch, heads_q, heads_k, seq, dim = CHECK_SHAPE
-    ours = ours_impls()
+    rotary_dim = dim // 2 if variant == "rope_pairs_partial" else dim
+    ours = ours_impls(variant)
     out = []
     for dtype in dtypes:
         for layout in LAYOUTS:
-            peers, _ = implementations(device, ours)
-            sample = rope_inputs(heads_q, heads_k, seq, dim, 10_000.0, layout, dtype, device, batch=batch)
+            peers, _ = implementations(device, ours, variant)
+            sample = rope_inputs(
+                heads_q, heads_k, seq, dim, 10_000.0, layout, dtype, device, batch=batch, rotary_dim=rotary_dim
+            )
             assert layout == "contiguous" or not sample[0].is_contiguous()
             shape = {"batch": batch, "heads_q": heads_q, "heads_k": heads_k, "seq": seq, "head_dim": dim}
             out.append({**shape, "layout": layout, "dtype": str(dtype), "impls": check({**peers, **ours}, sample)})
@@ -318,7 +347,10 @@ def check_small(device: str) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="where rope_h200.json/.png go")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="where the result .json/.png go")
+    parser.add_argument(
+        "--variant", choices=sorted(VARIANTS), default="rope_half", help="Qwen's rotate_half (default) or GLM's"
+    )
     parser.add_argument("--quick", action="store_true", help=f"positions {QUICK_SEQS} only, transposed views only")
     parser.add_argument(
         "--layout",
@@ -336,7 +368,7 @@ def main() -> int:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cpu":
             os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are loaded, below
-        checks = check_small(device)
+        checks = check_small(device, args.variant)
         bad = []
         for c in checks:
             for name, v in c["impls"].items():
@@ -357,13 +389,14 @@ def main() -> int:
     seqs = QUICK_SEQS if args.quick else DECODE_SEQS + PREFILL_SEQS
     layout = args.layout or ("transposed" if args.quick else "both")
     layouts = LAYOUTS if layout == "both" else (layout,)
+    op, models, stem = VARIANTS[args.variant]
     ceiling = copy_bandwidth()
-    ours = ours_impls()
+    ours = ours_impls(args.variant)
     results = []
-    for model in MODELS:
+    for model in models:
         for seq in seqs:
             for lay in layouts:
-                results.append(bench_shape(model, seq, lay, ceiling, ours))
+                results.append(bench_shape(model, seq, lay, ceiling, ours, variant=args.variant))
                 r = results[-1]
                 print(
                     f"  {model} S={seq} {lay}: best ours {r.get('ours_best')}, best peer {r.get('best_peer')}",
@@ -380,7 +413,7 @@ def main() -> int:
     meta = run_meta(
         "python bench/rope.py " + " ".join(sys.argv[1:]),
         ceiling,
-        op="transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb (unsqueeze_dim=1)",
+        op=f"{op} (unsqueeze_dim=1)",
         dtype="bfloat16",
         layouts=list(layouts),
         transformers=transformers.__version__,
@@ -390,10 +423,8 @@ def main() -> int:
     )
     summary = summarise(results, ours)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "rope_h200.json").write_text(
-        json.dumps({"meta": meta, "summary": summary, "results": results}, indent=1)
-    )
-    plot(results, args.out / "rope_h200.png")
+    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "summary": summary, "results": results}, indent=1))
+    plot(results, args.out / f"{stem}.png", op.rsplit(".", 2)[-2] + "." + op.rsplit(".", 1)[-1])
     print(f"copy ceiling {ceiling / 1e9:.0f} GB/s on {meta['gpu']}; GPU us per call by graph replay (% of copy)")
     names = [*PEERS_PLOTTED, "ours"]
     print(f"{'shape':>28} " + " ".join(f"{n:>15}" for n in names) + "  best_peer/ours")
