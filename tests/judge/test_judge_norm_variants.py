@@ -14,6 +14,7 @@ from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
 
 from services.coder.contract import derive_contract
 from services.coder.templates import rmsnorm
+from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
 
 
@@ -93,6 +94,16 @@ def test_the_native_baseline_computes_what_the_module_computes(make):
         assert torch.allclose(native(x).float(), module(x).float(), atol=tol, rtol=tol)
 
 
+async def _judged_config(module, config, source: str | None = None, plan=None) -> pb.CandidateJudged:
+    """The CPU judge's verdict on the template's kernel for `config` (or another `source` or `plan` under it)."""
+    captured = profile_captured(module)
+    candidate = proposal(source or rmsnorm.render(config), captured, plan=plan or rmsnorm.plan(config))
+    candidate.config.CopyFrom(config)
+    prior = log_of(captured, candidate)
+    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    return judged
+
+
 async def test_a_dispatch_by_row_count_is_judged_on_both_sides_of_its_limit():
     """A candidate launching one shape for calls of up to 64 rows and another beyond: the judge draws rows at and
     past the limit, so each launch meets inputs; a dispatch whose short-call launch is broken is rejected."""
@@ -101,19 +112,13 @@ async def test_a_dispatch_by_row_count_is_judged_on_both_sides_of_its_limit():
     module = _perturbed(qwen_norm(64))
     small, large = rmsnorm.search_configs("", 64)[:2]
     config = rmsnorm.combine(small, large)
-    captured = profile_captured(module)
-    candidate = proposal(rmsnorm.render(config), captured, plan=rmsnorm.plan(config))
-    candidate.config.CopyFrom(config)
-    prior = log_of(captured, candidate)
-    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    judged = await _judged_config(module, config)
     assert judged.reward == 1, judged.reason
     assert {"64x64", "65x64"} <= set(judged.observed.correctness.shapes), judged.observed.correctness.shapes
 
     broken = rmsnorm.plan(config)
     broken.launches[0].grid = "cdiv(rows, 2)"  # the short calls' launch: half the programs, one row each
-    candidate = proposal(rmsnorm.render(config), captured, plan=broken)
-    prior = log_of(captured, candidate)
-    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    judged = await _judged_config(module, config, plan=broken)
     assert judged.reward == -1, judged.reason
 
 
@@ -126,15 +131,9 @@ async def test_a_persistent_grid_is_judged_walking_several_rows_a_program():
     module = _perturbed(qwen_norm(64))
     config = rmsnorm.search_configs("", 64)[-1]
     assert config.params["persistent"] == 1
-    captured = profile_captured(module)
-    candidate = proposal(rmsnorm.render(config), captured, plan=rmsnorm.plan(config))
-    candidate.config.CopyFrom(config)
-    prior = log_of(captured, candidate)
-    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    judged = await _judged_config(module, config)
     assert judged.reward == 1, judged.reason
 
     skipping = rmsnorm.render(config).replace("tl.num_programs(0) * ROWS)", "2 * tl.num_programs(0) * ROWS)")
-    candidate = proposal(skipping, captured, plan=rmsnorm.plan(config))
-    prior = log_of(captured, candidate)
-    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    judged = await _judged_config(module, config, source=skipping)
     assert judged.reward == -1, judged.reason
