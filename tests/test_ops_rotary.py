@@ -13,6 +13,7 @@ import transformers.models.cohere.modeling_cohere as cohere
 import transformers.models.gemma.modeling_gemma as gemma
 import transformers.models.glm.modeling_glm as glm
 import transformers.models.gpt2.modeling_gpt2 as gpt2
+import transformers.models.gpt_neox.modeling_gpt_neox as gpt_neox
 import transformers.models.llama.modeling_llama as llama
 import transformers.models.qwen2.modeling_qwen2 as qwen2
 
@@ -43,7 +44,7 @@ def _operands(variant: str, dtype, batch=2, seq=5, heads_q=4, heads_k=2, dim=16,
 
 
 def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
-    modules = (qwen2, llama, gemma, cohere, glm, gpt2)
+    modules = (qwen2, llama, gemma, cohere, glm, gpt_neox, gpt2)
     found = {m.__name__.rsplit(".", 1)[-1]: rotary.find_functions(m) for m in modules}
     assert found == {
         "modeling_qwen2": {"transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb": "rope_half"},
@@ -52,6 +53,11 @@ def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
         "modeling_cohere": {"transformers.models.cohere.modeling_cohere.apply_rotary_pos_emb": "rope_interleaved"},
         # pairs rotated by the half layout's angles over cos's width, the rest of the head passed through
         "modeling_glm": {"transformers.models.glm.modeling_glm.apply_rotary_pos_emb": "rope_pairs_partial"},
+        # rotate_half over cos's width, the rest passed through: with cos as wide as the head it computes rope_half,
+        # but Pythia calls it with a quarter of the head, which only the partial kernel takes
+        "modeling_gpt_neox": {
+            "transformers.models.gpt_neox.modeling_gpt_neox.apply_rotary_pos_emb": "rope_half_partial"
+        },
         "modeling_gpt2": {},  # learned positions: no rotary function
     }
 
@@ -75,6 +81,10 @@ def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
     ("rope_pairs_partial", glm.apply_rotary_pos_emb, 8),
     ("rope_pairs_partial", glm.apply_rotary_pos_emb, 6),
     ("rope_pairs_partial", glm.apply_rotary_pos_emb, 16),
+    # GPT-NeoX's: a quarter of the head (Pythia's), half, the whole head
+    ("rope_half_partial", gpt_neox.apply_rotary_pos_emb, 4),
+    ("rope_half_partial", gpt_neox.apply_rotary_pos_emb, 8),
+    ("rope_half_partial", gpt_neox.apply_rotary_pos_emb, 16),
 ])  # fmt: skip
 @pytest.mark.parametrize(("together", "heads"), [(1, 0), (0, 16), (1, 2)],
                          ids=["q-and-k-one-program", "q-and-k-two-programs", "a-loop-over-head-tiles"])  # fmt: skip

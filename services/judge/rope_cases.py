@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from services.judge.cases import _generator, _values
+from services.ops import rotary
 
 LAYOUTS = ("attention", "contiguous")  # attention: (batch, seq, heads·dim) projections viewed and transposed
 REGIMES = ("normal", "huge", "zeros", "tiny", "nonfinite")
@@ -78,7 +79,7 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
         full = (b, s, heads * d) if layout == "attention" else (b, heads, s, d)
         return _values(full, regime, dtype, g).contiguous()
 
-    partial = variant == "rope_pairs_partial"  # cos in the half layout of the live rotary width
+    partial = variant in rotary.PARTIAL_VARIANTS  # cos in the half layout of the live rotary width
     width = (spec.rotary_dim or d) if partial else d
     theta = _angles(cos_batch, s, width, variant != "rope_interleaved", g, far)
     name = f"{kind} q {b}x{hq}x{s}x{d} k-heads {heads_k} {regime} {layout}" + (" cos-batch-1" if cos_batch == 1 else "")

@@ -10,9 +10,10 @@ sin is this family's, in one of two layouts:
 - `rope_half` (Llama, Qwen2/3, Mistral, Gemma): x·cos + rotate_half(x)·sin with rotate_half(x) = (-x2, x1)
   over the two halves of the head dimension, each op rounding to the tensors' dtype as torch's do;
 - `rope_interleaved` (Cohere): the same over (even, odd) pairs, computed in fp32 and cast once;
-- `rope_pairs_partial` (GLM): cos and sin in the half layout of a rotary width R <= head_dim (their last dim);
-  the first R dims rotated over (even, odd) pairs, pair j by angle j, each op rounding as torch's do; the
-  other head_dim - R dims passed through.
+- `rope_half_partial` (GPT-NeoX, StableLM): cos and sin of a rotary width R <= head_dim (their last dim); the
+  first R dims rotated as `rope_half` rotates a head, the other head_dim - R dims passed through;
+- `rope_pairs_partial` (GLM): the same split, the first R dims rotated over (even, odd) pairs, pair j by the
+  half layout's angle j, each op rounding as torch's do.
 
 The wrapper (`make_op`) takes q and k as attention passes them ((batch, heads, seq, head_dim) views, usually
 transposed out of the projections' layout, so any strides) and cos and sin of (batch, seq, head_dim), and runs
@@ -31,7 +32,8 @@ from services.ops.launch import Launcher, launch_options, next_pow2
 from services.ops.row_reduction import PlanError, check_one_launch
 
 FAMILY = "rotary"
-VARIANTS = ("rope_half", "rope_interleaved", "rope_pairs_partial")
+PARTIAL_VARIANTS = ("rope_half_partial", "rope_pairs_partial")  # cos's width may be narrower than the head
+VARIANTS = ("rope_half", "rope_interleaved", *PARTIAL_VARIANTS)
 WRITABLE = VARIANTS
 KIND = "function"
 ENTRYPOINT = "rope"
@@ -65,7 +67,7 @@ def _reference(variant: str) -> Callable:
     import torch
 
     def rotate(x):
-        if variant == "rope_half":
+        if variant in ("rope_half", "rope_half_partial"):
             half = x.shape[-1] // 2
             return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
@@ -75,6 +77,7 @@ def _reference(variant: str) -> Callable:
         if variant == "rope_pairs_partial":  # the half layout's angles, each for one (even, odd) pair
             cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
             sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
+        if variant in PARTIAL_VARIANTS:  # the first cos-width dims rotated, the rest passed through
             r = cos.shape[-1]
             return tuple(torch.cat(((x[..., :r] * cos) + (rotate(x[..., :r]) * sin), x[..., r:]), -1) for x in (q, k))
         if variant == "rope_interleaved":  # computed in fp32 and cast once
@@ -103,10 +106,27 @@ def _probe():
     return q, k, angles
 
 
+def _answer(fn: Callable, q, k, theta):
+    """fn's (q_embed, k_embed) for cos and sin of `theta`; None when it raises or answers anything else."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            got = fn(q, k, theta.cos(), theta.sin())
+    except Exception:  # not a function of (q, k, cos, sin) of these widths
+        return None
+    if isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got):
+        return got
+    return None
+
+
 def recognise_function(fn: Callable) -> str | None:
     """The variant `fn(q, k, cos, sin)` computes, found by calling it on probe tensors; None when it computes
-    none of them (or cannot be called so). The layouts' cos and sin are tried in turn: half-split (cat(f, f)),
-    interleaved (each angle twice in a row), then half-split over half the head (a partial rotary width)."""
+    none of them (or cannot be called so). cos and sin half as wide as the head come first: a function that
+    splits the head at cos's width (GPT-NeoX's, GLM's) computes a whole-head variant too where cos is as wide as
+    the head, but its model may call it with a narrower cos, which only the partial variant's kernel takes; a
+    whole-head function cannot take them (it raises). Then half-split (cat(f, f)) and interleaved (each angle
+    twice in a row) cos and sin as wide as the head."""
     import torch
 
     try:
@@ -122,25 +142,24 @@ def recognise_function(fn: Callable) -> str | None:
         return None
     q, k, angles = _probe()
     quarter = angles[..., : angles.shape[-1] // 2]
-    layouts = {
-        "rope_half": torch.cat((angles, angles), dim=-1),
-        "rope_interleaved": torch.repeat_interleave(angles, 2, dim=-1),
-        "rope_pairs_partial": torch.cat((quarter, quarter), dim=-1),
-    }
-    for variant, theta in layouts.items():
-        cos, sin = theta.cos(), theta.sin()
-        try:
-            with torch.no_grad():
-                got = fn(q, k, cos, sin)
-        except Exception:  # not a function of (q, k, cos, sin): not this family's
-            return None
-        if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)):
-            return None
-        want = _reference(variant)(q, k, cos, sin)
-        if all(
-            g.shape == w.shape and torch.allclose(g, w, atol=1e-5, rtol=1e-5) for g, w in zip(got, want, strict=True)
-        ):
-            return variant
+    trials = (  # (cos and sin's angles, the variants they tell apart, whether the function may refuse them)
+        (torch.cat((quarter, quarter), dim=-1), PARTIAL_VARIANTS, True),
+        (torch.cat((angles, angles), dim=-1), ("rope_half",), False),
+        (torch.repeat_interleave(angles, 2, dim=-1), ("rope_interleaved",), False),
+    )
+    for theta, variants, may_refuse in trials:
+        got = _answer(fn, q, k, theta)
+        if got is None:
+            if may_refuse:
+                continue
+            return None  # not a function of (q, k, cos, sin): not this family's
+        for variant in variants:
+            want = _reference(variant)(q, k, theta.cos(), theta.sin())
+            if all(
+                g.shape == w.shape and torch.allclose(g, w, atol=1e-5, rtol=1e-5)
+                for g, w in zip(got, want, strict=True)
+            ):
+                return variant
     return None
 
 

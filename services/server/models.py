@@ -171,6 +171,16 @@ def _glm4(kwargs: dict):
     return Glm4Config(pad_token_id=0, bos_token_id=0, eos_token_id=0, head_dim=head_dim, **kwargs)
 
 
+def _gpt_neox(kwargs: dict):
+    from transformers import GPTNeoXConfig
+
+    # Pythia's shape: LayerNorms with a bias, a parallel block, a plain GELU MLP, RoPE on a quarter of each head
+    # inside its function (the rest passed through)
+    keep = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
+            "max_position_embeddings", "initializer_range", "tie_word_embeddings")  # fmt: skip
+    return GPTNeoXConfig(bos_token_id=0, eos_token_id=0, **{key: kwargs[key] for key in keep})
+
+
 def _granite(kwargs: dict):
     from transformers import GraniteConfig
 
@@ -197,6 +207,7 @@ PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-phi3": (lambda: _phi3(_tiny()), "float32"),
     "tiny-glm": (lambda: _glm(_tiny()), "float32"),
     "tiny-glm4": (lambda: _glm4(_tiny()), "float32"),
+    "tiny-gptneox": (lambda: _gpt_neox(_tiny()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0

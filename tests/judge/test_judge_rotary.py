@@ -20,6 +20,7 @@ from services.ops import rotary
 QWEN2 = "transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb"
 COHERE = "transformers.models.cohere.modeling_cohere.apply_rotary_pos_emb"
 GLM = "transformers.models.glm.modeling_glm.apply_rotary_pos_emb"
+NEOX = "transformers.models.gpt_neox.modeling_gpt_neox.apply_rotary_pos_emb"
 
 
 def _captured(target: str, variant: str, dtype: str = "torch.bfloat16", cos=(1, 5, 16)) -> pb.ProfileCaptured:
@@ -76,18 +77,28 @@ async def test_the_kernel_of_the_functions_layout_passes_and_the_other_is_reject
     )
 
 
-async def test_glms_partial_rotary_is_judged_at_its_live_width_and_a_whole_head_kernel_is_rejected():
-    """GLM rotates (even, odd) pairs over half of each head and passes the rest through: the cases draw cos at the
-    live rotary width the profile recorded; the pairs kernel passes, a kernel for cos as wide as the head fails."""
-    passed = await _judge(GLM, "rope_pairs_partial", "rope_pairs_partial", cos=(1, 5, 8))
+@pytest.mark.parametrize(
+    ("target", "variant", "other", "width"),
+    [(GLM, "rope_pairs_partial", "rope_half_partial", 8), (NEOX, "rope_half_partial", "rope_pairs_partial", 4)],
+)
+async def test_a_partial_rotary_is_judged_at_its_live_width(target, variant, other, width):
+    """GLM rotates (even, odd) pairs over half of each head, GPT-NeoX the halves of a quarter (Pythia's), and both
+    pass the rest through: the cases draw cos at the live rotary width the profile recorded; the function's kernel
+    passes, the other partial layout's is rejected for its answers and a whole-head kernel for taking no
+    narrower cos."""
+    passed = await _judge(target, variant, variant, cos=(1, 5, width))
     assert passed.reward == 1, passed.reason
     evidence = passed.observed.correctness
     assert evidence.checks_passed == evidence.checks_run >= 12 and not evidence.error
-    spec = RopeSpec((1, 4, 5, 16), torch.bfloat16, gpu=False, rotary_dim=8)  # what the judge drew from
-    cases = draw_rope_cases(spec, "rope_pairs_partial", seed=1)
-    assert all(c.cos.shape[-1] == 8 and c.shape[-1] == 16 and "rotary-dim 8" in c.name for c in cases)
-    rejected = await _judge(GLM, "rope_pairs_partial", "rope_interleaved", cos=(1, 5, 8))
-    assert rejected.reward == -1 and rejected.reason.startswith("correctness failed"), rejected.reason
+    spec = RopeSpec((1, 4, 5, 16), torch.bfloat16, gpu=False, rotary_dim=width)  # what the judge drew from
+    cases = draw_rope_cases(spec, variant, seed=1)
+    assert all(c.cos.shape[-1] == width and c.shape[-1] == 16 and f"rotary-dim {width}" in c.name for c in cases)
+    rejected = await _judge(target, variant, other, cos=(1, 5, width))
+    assert rejected.reward == -1 and rejected.reason.startswith("correctness failed: outside-tolerance"), (
+        rejected.reason
+    )
+    rejected = await _judge(target, variant, "rope_half", cos=(1, 5, width))
+    assert rejected.reward == -1 and "do not fit together" in rejected.reason, rejected.reason
 
 
 async def test_a_contract_that_does_not_fit_the_function_is_refused():

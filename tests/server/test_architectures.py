@@ -173,12 +173,14 @@ def _template_and_contract(profile: pb.ModuleClassProfile):
         # gate and up fused in one projection, chunked: a gated MLP of two roles; a pre-norm layer whose adds go
         # through dropouts (identity when serving)
         ("tiny-phi3", {"Phi3RMSNorm": "rmsnorm", "Phi3MLP": "swiglu", "Phi3DecoderLayer": "add_rmsnorm",
-                       ROPE_FN: "rope_half"}),
+                       ROPE_FN: "rope_half_partial"}),  # its function splits the head at cos's width (all of it here)
         # the same fused MLP; its RoPE rotates (even, odd) pairs over half of each head, the rest passed through
         ("tiny-glm", {"GlmRMSNorm": "rmsnorm", "GlmMLP": "swiglu", "GlmDecoderLayer": "add_rmsnorm",
                       ROPE_FN: "rope_pairs_partial"}),
         # GLM-4: the same RoPE and MLP in a sandwich layer (norms after attention and MLP too): no residual norm
         ("tiny-glm4", {"Glm4RMSNorm": "rmsnorm", "Glm4MLP": "swiglu", ROPE_FN: "rope_pairs_partial"}),
+        # Pythia: LayerNorms with a bias, a parallel block, a plain GELU MLP, rotate_half on a quarter of each head
+        ("tiny-gptneox", {"LayerNorm": "layernorm", "GPTNeoXMLP": "mlp_gelu", ROPE_FN: "rope_half_partial"}),
     ],
 )  # fmt: skip
 async def test_architectures_beyond_the_list_are_recognised_by_what_they_compute_and_each_op_swaps(preset, expected):
@@ -195,6 +197,10 @@ async def test_architectures_beyond_the_list_are_recognised_by_what_they_compute
         assert len(set(before)) > 1
         for name, profile in profiles.items():
             template, contract = _template_and_contract(profile)
+            if template.variant_for(profile.computes) is None:
+                # recorded, not written: torch's exact GELU is one kernel already (nothing to fuse)
+                assert profile.computes == "mlp_gelu", (name, profile.computes)
+                continue
             config = template.search_configs(template.variant_for(profile.computes))[0]
             entry = candidate_wrapper(Path(tempfile.mkdtemp()), template.render(config), template.plan(config))
             observed = pb.ParityObservation()

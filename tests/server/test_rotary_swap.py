@@ -23,7 +23,7 @@ from services.server.parity import swap_with_parity
     ("preset", "variant"),
     [("tiny-qwen2", "rope_half"), ("tiny-llama", "rope_half"), ("tiny-gemma", "rope_half"),
      ("tiny-cohere", "rope_interleaved"), ("tiny-mistral", "rope_half"), ("tiny-qwen3", "rope_half"),
-     ("tiny-glm", "rope_pairs_partial")],
+     ("tiny-glm", "rope_pairs_partial"), ("tiny-gptneox", "rope_half_partial")],
 )  # fmt: skip
 async def test_the_rope_kernel_swaps_in_as_a_function_with_parity_and_reverts_exactly(preset, variant):
     engine = Engine(load_model(preset, "cpu"))
@@ -37,7 +37,7 @@ async def test_the_rope_kernel_swaps_in_as_a_function_with_parity_and_reverts_ex
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         rotary_dim = int(head_dim * (config.rope_parameters or {}).get("partial_rotary_factor", 1.0))
         assert profile.third_shape[-1] == rotary_dim and profile.input_shape[-1] == head_dim
-        assert (rotary_dim < head_dim) == (variant == "rope_pairs_partial")
+        assert rotary_dim == head_dim or variant in rotary.PARTIAL_VARIANTS
         site = site_of(target)
         original = site.current
         assert len(engine.live_inputs[target]) >= 2  # prefill and decode calls

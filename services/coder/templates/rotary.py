@@ -6,8 +6,9 @@ them, any strides, and returns new tensors laid out as q and k are). One program
 rotates its heads as [heads, head_dim / 2] tiles with the position's cos and sin loaded once. The arithmetic
 follows the HF functions: `rope_half` rounds each product and the sum to the tensors' dtype as torch's separate
 ops do (x1·c - x2·s and x2·c + x1·s over the two halves); `rope_interleaved` (Cohere) computes in fp32 over
-(even, odd) pairs and casts once; `rope_pairs_partial` (GLM) rotates the first R dims (cos's width) over (even,
-odd) pairs, pair j by the half layout's angle j, rounding as `rope_half` does, and copies the rest of the head.
+(even, odd) pairs and casts once; the partial variants rotate the first R dims (cos's width) and copy the rest of
+the head: `rope_half_partial` (GPT-NeoX) over the two halves of those R dims as `rope_half` does, `rope_pairs_partial`
+(GLM) over (even, odd) pairs, pair j by the half layout's angle j, rounding as `rope_half` does.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ VARIANTS = rotary.VARIANTS
 KERNELS = {
     "rope_half": "_rope_half_kernel",
     "rope_interleaved": "_rope_interleaved_kernel",
+    "rope_half_partial": "_rope_half_partial_kernel",
     "rope_pairs_partial": "_rope_pairs_partial_kernel",
 }
 # (warps, heads a tile, together) in the order tried. A program rotates one position's heads as
@@ -92,7 +94,7 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
     # a partial rotary width: pairs over half of cos's width, the rest of the head passed through
     widths = (
         {"HALF": "rot_half", "BLOCK": "block_rot_half", "PASS": "pass", "BLOCK_PASS": "block_pass"}
-        if _checked(config).variant == "rope_pairs_partial"
+        if _checked(config).variant in rotary.PARTIAL_VARIANTS
         else {"HALF": "half", "BLOCK": "block_half"}
     )
     launch = pb.KernelLaunch(
@@ -193,14 +195,14 @@ _PAIR_ROTATE = """\
         # over (even, odd) pairs in fp32, cast once (Cohere)
         tl.store(o + 2 * j, (x1 * c1 - x2 * s1).to(dt), mask=mask)
         tl.store(o + 2 * j + 1, (x2 * c2 + x1 * s2).to(dt), mask=mask)"""
-_PARTIAL_ANGLES = """\
+_PAIRS_OF_HALF_ANGLES = """\
     angle_mask = j < HALF
     # the half layout's first half: pair j's angle (GLM repeats each twice, one per element of the pair)
     c1 = tl.load(cos_ptr + c_row + j, mask=angle_mask, other=0.0).to(tl.float32)
     s1 = tl.load(sin_ptr + c_row + j, mask=angle_mask, other=0.0).to(tl.float32)
     c2 = c1
     s2 = s1"""
-_PARTIAL_ROTATE = """\
+_PAIRS_ROUNDED_ROTATE = """\
         x1 = tl.load(x + 2 * j, mask=mask, other=0.0).to(tl.float32)
         x2 = tl.load(x + 2 * j + 1, mask=mask, other=0.0).to(tl.float32)
         # over (even, odd) pairs, each product and the sum rounded to the dtype as torch's ops round
@@ -209,7 +211,8 @@ _PARTIAL_ROTATE = """\
         a2 = (x2 * c2).to(dt).to(tl.float32)
         b2 = (x1 * s2).to(dt).to(tl.float32)
         tl.store(o + 2 * j, (a1 - b1).to(dt), mask=mask)
-        tl.store(o + 2 * j + 1, (a2 + b2).to(dt), mask=mask)
+        tl.store(o + 2 * j + 1, (a2 + b2).to(dt), mask=mask)"""
+_PASS_THROUGH = """
         # the dims past the rotary width, as they are
         p = tl.arange(0, BLOCK_PASS)[None, :]
         kept = (h < heads) & (p < PASS)
@@ -218,7 +221,8 @@ _PASS = (", PASS: tl.constexpr, BLOCK_PASS: tl.constexpr", ", PASS, BLOCK_PASS")
 _PARTS = {
     "rope_half": (_HALF_ANGLES, _HALF_ROTATE, ("", "")),
     "rope_interleaved": (_PAIR_ANGLES, _PAIR_ROTATE, ("", "")),
-    "rope_pairs_partial": (_PARTIAL_ANGLES, _PARTIAL_ROTATE, _PASS),
+    "rope_half_partial": (_HALF_ANGLES, _HALF_ROTATE + _PASS_THROUGH, _PASS),
+    "rope_pairs_partial": (_PAIRS_OF_HALF_ANGLES, _PAIRS_ROUNDED_ROTATE + _PASS_THROUGH, _PASS),
 }
 _SOURCES = {
     variant: _SKELETON.format(variant=variant, kernel=KERNELS[variant], rotate_heads=f"{KERNELS[variant]}_heads")
