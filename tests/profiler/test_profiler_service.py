@@ -151,7 +151,13 @@ async def test_profile_then_no_swap(bus, profiler, admin_server, wait_log):
     assert msg.observed.decode_tokens_per_s > 0 and msg.observed.tokens_generated == 4
     names = {t.class_path.rsplit(".", 1)[-1] for t in msg.ranking}
     assert {"Qwen2RMSNorm", "Linear", "Embedding"} <= names
-    assert msg.reason.startswith("matmul ranks first") and "chose row_reduction class Qwen2RMSNorm" in msg.reason
+    assert "chose row_reduction class Qwen2RMSNorm" in msg.reason
+    # which ranks first, a Linear or the norm, is the host's timing's call (on a loaded CPU the norm can): the
+    # reason says a matmul outranked the choice exactly when one did
+    top = msg.ranking[0].fingerprint.op_family
+    assert msg.reason.startswith("matmul ranks first") == (top == "matmul"), (top, msg.reason)
+    first = f"it ranks first of {len(msg.ranking)} leaf classes"
+    assert msg.reason.endswith(first) == (top == "row_reduction"), (top, msg.reason)
     assert "Qwen2DecoderLayer" not in names and "Qwen2ForCausalLM" not in names  # containers are not ranked
     families = {t.class_path.rsplit(".", 1)[-1]: t.fingerprint.op_family for t in msg.ranking}
     assert families["Qwen2RMSNorm"] == "row_reduction" and families["Linear"] == "matmul"
