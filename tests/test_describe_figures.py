@@ -61,6 +61,15 @@ def test_the_top_list_is_by_share_of_the_time_and_says_why_the_target_is_not_fir
     ), line
 
 
+def test_a_class_seen_computing_what_no_template_writes_is_named_with_it():
+    msg = _profiled("cuda")
+    linear = msg.ranking[0]
+    linear.class_path, linear.fingerprint.op_family = "m.GPTNeoXMLP", "elementwise"
+    linear.note = "elementwise, memory-bound; computes mlp_gelu (seen running it); no template for mlp_gelu"
+    line = describe(_rec("r-computes", msg))
+    assert "GPTNeoXMLP 30% has no template for mlp_gelu" in line, line
+
+
 def test_a_target_first_by_time_needs_no_why_and_no_target_gives_the_reason():
     msg = _profiled("cuda")
     for t in msg.ranking:

@@ -52,6 +52,11 @@ def _short(class_path: str) -> str:
 def _why_not(t, target) -> str:
     """Why a class with more of the time than the chosen target was not chosen."""
     if not t.supported:
+        # the profiler's note names what it was seen computing where no template writes that ("no template for
+        # mlp_gelu"): more than its family, which may have a template for another variant
+        missing = next((part for part in t.note.split("; ") if part.startswith("no template for ")), "")
+        if missing and not missing.endswith(f" {t.fingerprint.op_family}"):
+            return f"has {missing}"
         return "has no template" + (f" ({t.fingerprint.op_family})" if t.fingerprint.op_family else "")
     if t.recoverable_us <= 0:
         return "is already at its roofline floor"
