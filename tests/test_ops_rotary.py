@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 import transformers.models.cohere.modeling_cohere as cohere
+import transformers.models.ernie4_5.modeling_ernie4_5 as ernie
 import transformers.models.gemma.modeling_gemma as gemma
 import transformers.models.glm.modeling_glm as glm
 import transformers.models.gpt2.modeling_gpt2 as gpt2
 import transformers.models.gpt_neox.modeling_gpt_neox as gpt_neox
+import transformers.models.helium.modeling_helium as helium
 import transformers.models.llama.modeling_llama as llama
 import transformers.models.qwen2.modeling_qwen2 as qwen2
 
@@ -44,7 +46,7 @@ def _operands(variant: str, dtype, batch=2, seq=5, heads_q=4, heads_k=2, dim=16,
 
 
 def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
-    modules = (qwen2, llama, gemma, cohere, glm, gpt_neox, gpt2)
+    modules = (qwen2, llama, gemma, cohere, glm, gpt_neox, helium, ernie, gpt2)
     found = {m.__name__.rsplit(".", 1)[-1]: rotary.find_functions(m) for m in modules}
     assert found == {
         "modeling_qwen2": {"transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb": "rope_half"},
@@ -57,6 +59,11 @@ def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
         # but Pythia calls it with a quarter of the head, which only the partial kernel takes
         "modeling_gpt_neox": {
             "transformers.models.gpt_neox.modeling_gpt_neox.apply_rotary_pos_emb": "rope_half_partial"
+        },
+        # GLM's pairs over the whole head (no split; Ernie's in fp32, cast once): the pairs kernel at cos's width
+        "modeling_helium": {"transformers.models.helium.modeling_helium.apply_rotary_pos_emb": "rope_pairs_partial"},
+        "modeling_ernie4_5": {
+            "transformers.models.ernie4_5.modeling_ernie4_5.apply_rotary_pos_emb": "rope_pairs_partial"
         },
         "modeling_gpt2": {},  # learned positions: no rotary function
     }
@@ -81,6 +88,7 @@ def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
     ("rope_pairs_partial", glm.apply_rotary_pos_emb, 8),
     ("rope_pairs_partial", glm.apply_rotary_pos_emb, 6),
     ("rope_pairs_partial", glm.apply_rotary_pos_emb, 16),
+    ("rope_pairs_partial", helium.apply_rotary_pos_emb, 16),  # Helium's: the same pairs, no split
     # GPT-NeoX's: a quarter of the head (Pythia's), half, the whole head
     ("rope_half_partial", gpt_neox.apply_rotary_pos_emb, 4),
     ("rope_half_partial", gpt_neox.apply_rotary_pos_emb, 8),

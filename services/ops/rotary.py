@@ -13,7 +13,8 @@ sin is this family's, in one of two layouts:
 - `rope_half_partial` (GPT-NeoX, StableLM): cos and sin of a rotary width R <= head_dim (their last dim); the
   first R dims rotated as `rope_half` rotates a head, the other head_dim - R dims passed through;
 - `rope_pairs_partial` (GLM): the same split, the first R dims rotated over (even, odd) pairs, pair j by the
-  half layout's angle j, each op rounding as torch's do.
+  half layout's angle j, each op rounding as torch's do (Helium's and Ernie 4.5's pairs over the whole head are
+  it at R = head_dim; Ernie's computes in fp32 and casts once, within the judge's rounding bound of it).
 
 The wrapper (`make_op`) takes q and k as attention passes them ((batch, heads, seq, head_dim) views, usually
 transposed out of the projections' layout, so any strides) and cos and sin of (batch, seq, head_dim), and runs
@@ -144,7 +145,8 @@ def recognise_function(fn: Callable) -> str | None:
     quarter = angles[..., : angles.shape[-1] // 2]
     trials = (  # (cos and sin's angles, the variants they tell apart, whether the function may refuse them)
         (torch.cat((quarter, quarter), dim=-1), PARTIAL_VARIANTS, True),
-        (torch.cat((angles, angles), dim=-1), ("rope_half",), False),
+        # (a pairs function that cannot split the head, Helium's, is the partial one's at cos as wide as the head)
+        (torch.cat((angles, angles), dim=-1), ("rope_half", "rope_pairs_partial"), False),
         (torch.repeat_interleave(angles, 2, dim=-1), ("rope_interleaved",), False),
     )
     for theta, variants, may_refuse in trials:
