@@ -15,6 +15,7 @@ Triton's path for good.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
@@ -28,22 +29,41 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def _spec(value) -> object:
-    """This argument's share of Triton's specialisation key (a finer one is safe, a coarser one is not)."""
-    import torch
+@functools.lru_cache(maxsize=4096)
+def _int_spec(value: int) -> tuple:
+    # Triton: 1 is a constant, a multiple of 16 is marked so, and the width is i32, i64 or u64
+    return ("i", value == 1, value % ALIGN == 0, -(2**31) <= value < 2**31, -(2**63) <= value < 2**63)
 
-    if isinstance(value, torch.Tensor):
-        return (value.dtype, value.data_ptr() % ALIGN == 0)
+
+def _spec(value) -> object:
+    """This argument's share of Triton's specialisation key (a finer one is safe, a coarser one is not). Called
+    for every argument of every launch: the common types are told apart by their exact type first (a decode
+    call's host time is what this path exists to cut)."""
+    kind = type(value)
+    if kind is int:
+        return _int_spec(value)
     if value is None:
         return None
-    if isinstance(value, bool):
+    if kind is bool:
         return ("b", value)
+    if kind is float:
+        return "f"
+    if isinstance(value, _tensor_type()):
+        return (value.dtype, value.data_ptr() % ALIGN == 0)
+    if isinstance(value, bool):
+        return ("b", bool(value))
     if isinstance(value, int):
-        # Triton: 1 is a constant, a multiple of 16 is marked so, and the width is i32, i64 or u64
-        return ("i", value == 1, value % ALIGN == 0, -(2**31) <= value < 2**31, -(2**63) <= value < 2**63)
+        return _int_spec(int(value))
     if isinstance(value, float):
         return "f"
     raise TypeError(f"no direct launch for a {type(value).__name__} argument")
+
+
+@functools.cache
+def _tensor_type() -> type:
+    import torch
+
+    return torch.Tensor
 
 
 class Launcher:
@@ -97,9 +117,16 @@ def _launchable(compiled) -> bool:
 
 
 def _device() -> int:
+    cuda = _cuda()
+    return cuda.current_device() if cuda is not None else -1
+
+
+@functools.cache
+def _cuda():
+    """torch.cuda where a GPU is (asked once: it does not come or go while a process runs), else None."""
     import torch
 
-    return torch.cuda.current_device() if torch.cuda.is_available() else -1
+    return torch.cuda if torch.cuda.is_available() else None
 
 
 def direct_launches(fn: Callable) -> int:

@@ -209,27 +209,34 @@ def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
     return check_one_launch(plan, kernels, FAMILY, args=ARGS, grid=_parse_grid, value=_constexpr_value)
 
 
-def _check(q, k, cos, sin, partial: bool = False) -> None:
+def _check(q, k, cos, sin, partial: bool = False) -> tuple[tuple[int, ...], ...]:
+    """The strides of q, k and cos where the four fit the wrapper; raises with what does not. On every call of
+    the op: each shape and stride is read once (a decode step's host time is mostly this kind of work)."""
     import torch
 
-    if not all(isinstance(t, torch.Tensor) for t in (q, k, cos, sin)):
+    tensor = torch.Tensor
+    if not (isinstance(q, tensor) and isinstance(k, tensor) and isinstance(cos, tensor) and isinstance(sin, tensor)):
         raise TypeError("rope takes tensors for q, k, cos and sin")
-    if q.dim() != 4 or k.dim() != 4 or cos.dim() != 3 or sin.shape != cos.shape:
+    qs, ks, cs = q.shape, k.shape, cos.shape
+    if len(qs) != 4 or len(ks) != 4 or len(cs) != 3 or sin.shape != cs:
         raise ValueError(
             f"rope takes q and k of (batch, heads, seq, head_dim) and cos, sin of (batch, seq, head_dim); got q "
-            f"{tuple(q.shape)}, k {tuple(k.shape)}, cos {tuple(cos.shape)}, sin {tuple(sin.shape)}"
+            f"{tuple(qs)}, k {tuple(ks)}, cos {tuple(cs)}, sin {tuple(sin.shape)}"
         )
-    b, _, s, d = q.shape
-    r = cos.shape[-1]  # the rotary width: the head's, or (a partial plan) at most it
+    b, _, s, d = qs
+    r = cs[2]  # the rotary width: the head's, or (a partial plan) at most it
     fits = r == d or (partial and r <= d)
-    if k.shape[0] != b or k.shape[2:] != q.shape[2:] or cos.shape[0] not in (1, b) or cos.shape[1] != s or not fits:
-        raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)} and cos {tuple(cos.shape)} do not fit together")
+    if ks[0] != b or ks[2] != s or ks[3] != d or cs[0] not in (1, b) or cs[1] != s or not fits:
+        raise ValueError(f"q {tuple(qs)}, k {tuple(ks)} and cos {tuple(cs)} do not fit together")
     if d % 2 or r % 2 or not r or d > MAX_HEAD_DIM:
         raise ValueError(f"head_dim {d} and rotary width {r} must be even, and at most {MAX_HEAD_DIM}")
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or cos.stride(-1) != 1 or sin.stride() != cos.stride():
+    qt, kt, ct = q.stride(), k.stride(), cos.stride()
+    if qt[3] != 1 or kt[3] != 1 or ct[2] != 1 or sin.stride() != ct:
         raise ValueError("q, k, cos and sin must be contiguous in head_dim, and cos and sin laid out alike")
-    if len({q.device, k.device, cos.device, sin.device}) != 1 or q.dtype != k.dtype:
+    device = q.device
+    if k.device != device or cos.device != device or sin.device != device or q.dtype != k.dtype:
         raise TypeError("q, k, cos and sin must be on one device, q and k of one dtype")
+    return qt, kt, ct
 
 
 def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
@@ -248,37 +255,41 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     strided = any(a in OUT_STRIDES for a in only.args)
     partial = any(v in PARTIAL_EXPRS for v in constexprs.values())
 
-    def output(x, dtype):
+    def output(x, shape, stride, dtype):
         """x's output: in x's (batch, seq, heads, head_dim) memory where x is laid out so and the plan says where
         to write (its output strides), contiguous (batch, heads, seq, head_dim) otherwise."""
-        b, h, s, d = x.shape
-        if strided and x.stride(1) == d and x.stride(2) == h * d and x.stride(0) == s * h * d:
+        b, h, s, d = shape
+        if strided and stride[1] == d and stride[2] == h * d and stride[0] == s * h * d:
             return allocate((b, s, h, d), dtype=dtype, device=x.device).transpose(1, 2)
-        return allocate(x.shape, dtype=dtype, device=x.device)
+        return allocate(shape, dtype=dtype, device=x.device)
+
+    sizes: dict[tuple[int, int, int, int], dict] = {}  # (q heads, k heads, head dim, rotary width) -> constexprs
+
+    def constexpr_values(hq: int, hk: int, d: int, r: int) -> dict:
+        exprs = {"half": d // 2, "block_half": next_pow2(d // 2), "block_heads_q": next_pow2(hq),
+                 "block_heads_k": next_pow2(hk), "rot_half": r // 2, "block_rot_half": next_pow2(r // 2),
+                 "pass": d - r, "block_pass": next_pow2(max(d - r, 1))}  # fmt: skip
+        return {n: exprs[v] if isinstance(v, str) else v for n, v in constexprs.items()}
 
     def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
         if unsqueeze_dim != 1:
             raise ValueError(f"rope broadcasts cos and sin over the heads (unsqueeze_dim 1), not {unsqueeze_dim}")
-        _check(q, k, cos, sin, partial)
-        b, hq, s, d = q.shape
-        q_out = output(q, torch.promote_types(q.dtype, cos.dtype))
-        k_out = output(k, torch.promote_types(k.dtype, cos.dtype))
+        qt, kt, ct = _check(q, k, cos, sin, partial)
+        qs, ks, cs = q.shape, k.shape, cos.shape
+        b, hq, s, d = qs
+        dtype = q.dtype if cos.dtype == q.dtype else torch.promote_types(q.dtype, cos.dtype)
+        q_out, k_out = output(q, qs, qt, dtype), output(k, ks, kt, dtype)
         positions = b * s
         if positions and launch:
-            c_sb = cos.stride(0) if cos.shape[0] == b else 0
+            qo, ko = q_out.stride(), k_out.stride()
             values = {
                 "q": q, "k": k, "cos": cos, "sin": sin, "q_out": q_out, "k_out": k_out, "positions": positions,
-                "seq": s, "heads_q": hq, "heads_k": k.shape[1], "q_sb": q.stride(0), "q_sh": q.stride(1),
-                "q_ss": q.stride(2), "k_sb": k.stride(0), "k_sh": k.stride(1), "k_ss": k.stride(2), "c_sb": c_sb,
-                "c_ss": cos.stride(1), "qo_sb": q_out.stride(0), "qo_sh": q_out.stride(1), "qo_ss": q_out.stride(2),
-                "ko_sb": k_out.stride(0), "ko_sh": k_out.stride(1), "ko_ss": k_out.stride(2),
+                "seq": s, "heads_q": hq, "heads_k": ks[1], "q_sb": qt[0], "q_sh": qt[1], "q_ss": qt[2],
+                "k_sb": kt[0], "k_sh": kt[1], "k_ss": kt[2], "c_sb": ct[0] if cs[0] == b else 0, "c_ss": ct[1],
+                "qo_sb": qo[0], "qo_sh": qo[1], "qo_ss": qo[2], "ko_sb": ko[0], "ko_sh": ko[1], "ko_ss": ko[2],
             }  # fmt: skip
-            heads = {"block_heads_q": next_pow2(hq), "block_heads_k": next_pow2(k.shape[1])}
-            r = cos.shape[-1]
-            exprs = {"half": d // 2, "block_half": next_pow2(d // 2), **heads, "rot_half": r // 2,
-                     "block_rot_half": next_pow2(r // 2), "pass": d - r,
-                     "block_pass": next_pow2(max(d - r, 1))}  # fmt: skip
-            values_constexpr = {n: exprs[v] if isinstance(v, str) else v for n, v in constexprs.items()}
+            size = (hq, ks[1], d, cs[2])
+            values_constexpr = sizes.get(size) or sizes.setdefault(size, constexpr_values(*size))
             launcher(per_position * positions, [values[a] for a in only.args], values_constexpr)
         return q_out, k_out
 
