@@ -4,6 +4,7 @@
     python bench/rope.py --quick --out /tmp/rope        # 1 and 4,096 positions, transposed views only
     python bench/rope.py --check                        # correctness only, one small shape (runs on a CPU too)
     python bench/rope.py --variant rope_pairs_partial --out bench/results   # GLM's: pairs over half the head
+    python bench/rope.py --variant rope_half_partial --out bench/results    # GPT-NeoX's: halves of a quarter
 
 The op is HF's `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)` (transformers' Qwen2 modeling file,
 `rotate_half` layout: x·cos + (-x2, x1)·sin over the two halves of the head dimension), bf16, q of
@@ -21,8 +22,9 @@ passes) and `contiguous` ((batch, heads, positions, head_dim) contiguous). Cos a
 the angles at positions 1,000.., cast to bf16. `--variant rope_pairs_partial` times GLM's function instead
 (transformers' GLM modeling file: (even, odd) pairs over the first rotary_dim of the head, the rest passed
 through) at GLM-4-9B's attention (32 q heads, 2 kv heads, head_dim 128, half of it rotated), cos and sin of
-(batch, positions, 64); Liger has no such op, so its peers are eager and torch.compile; results go to
-rope_pairs_partial_h200.json/.png.
+(batch, positions, 64); `--variant rope_half_partial` GPT-NeoX's (rotate_half over the first rotary_dim, the rest
+passed through) at Pythia-2.8B's (32 heads of 80, 20 rotated). Liger has neither op, so their peers are eager and
+torch.compile; results go to <variant>_h200.json/.png.
 
 Every implementation is checked against eager before it is timed (ours is expected bit-exact; max abs error
 of every one is in the JSON). GPU time per call by CUDA-graph replay over inputs rotated past the L2
@@ -67,6 +69,11 @@ VARIANTS = {
         "transformers.models.glm.modeling_glm.apply_rotary_pos_emb",
         {"glm-4-9b": (32, 2, 128, 10_000.0, 64)},
         "rope_pairs_partial_h200",
+    ),
+    "rope_half_partial": (
+        "transformers.models.gpt_neox.modeling_gpt_neox.apply_rotary_pos_emb",
+        {"pythia-2.8b": (32, 32, 80, 10_000.0, 20)},
+        "rope_half_partial_h200",
     ),
 }
 MODELS = {name: shape for _, models, _ in VARIANTS.values() for name, shape in models.items()}
@@ -330,7 +337,7 @@ def check_small(device: str, variant: str = "rope_half") -> list[dict]:
     else:
         dtypes = (torch.bfloat16,)
     batch, heads_q, heads_k, seq, dim = CHECK_SHAPE
-    rotary_dim = dim // 2 if variant == "rope_pairs_partial" else dim
+    rotary_dim = dim // 2 if variant in rotary.PARTIAL_VARIANTS else dim
     ours = ours_impls(variant)
     out = []
     for dtype in dtypes:
@@ -349,7 +356,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="where the result .json/.png go")
     parser.add_argument(
-        "--variant", choices=sorted(VARIANTS), default="rope_half", help="Qwen's rotate_half (default) or GLM's"
+        "--variant",
+        choices=sorted(VARIANTS),
+        default="rope_half",
+        help="Qwen's rotate_half (default), GLM's or GPT-NeoX's",
     )
     parser.add_argument("--quick", action="store_true", help=f"positions {QUICK_SEQS} only, transposed views only")
     parser.add_argument(

@@ -2,7 +2,7 @@
 # One GPU run in one go: install the carried wheels, run the GPU tests, the benchmarks and
 # the demo on the 1.5B-shaped model; results land in bench/results/ and are copied to $RESULTS_DIR.
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
-#   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropeglm|mlpact|gated|familytests|serving|demo|
+#   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropepartial|mlpact|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest ...]
 #   (default: tests bench demo)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
@@ -36,7 +36,9 @@ for step in $steps; do
     layernorm) python3 bench/rmsnorm.py --variant layernorm --out bench/results 2>&1 | tee "$RESULTS_DIR/layernorm.log" ;;
     addnorm) python3 bench/add_norm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/add_norm.log" ;;
     rope) python3 bench/rope.py --out bench/results 2>&1 | tee "$RESULTS_DIR/rope.log" ;;
-    ropeglm) python3 bench/rope.py --variant rope_pairs_partial --out bench/results 2>&1 | tee "$RESULTS_DIR/rope_glm.log" ;;
+    ropepartial) for variant in rope_pairs_partial rope_half_partial; do
+            python3 bench/rope.py --variant $variant --out bench/results 2>&1 | tail -30
+          done | tee "$RESULTS_DIR/rope_partial.log" ;;
     mlpact) python3 bench/mlp_act.py --out bench/results 2>&1 | tee "$RESULTS_DIR/mlp_act.log" ;;
     gated) python3 bench/gated_mlp.py --out bench/results 2>&1 | tee "$RESULTS_DIR/gated_mlp.log" ;;
     familytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_residual_norm_gpu.py \
