@@ -27,7 +27,11 @@ Envelope = envelope_pb2.Envelope
 # gate_up map are recorded with their two roles (a profile written before recorded no roles for them). The coder
 # proposes a norm candidate dispatching by row count when two judged configs each lead one side of 64 rows; a
 # search recorded at 6 re-derives without it.
-SCHEMA_VERSION = 7
+# 8: the RoPE functions that rotate part of the head (rope_half_partial, GPT-NeoX's; rope_pairs_partial, GLM's) are
+# recognised and named among the writable; a reason written at 7 keeps its words. A function's profile records its
+# third operand's shape (`third_shape`: RoPE's cos, the rotary width last); one written before records none, and
+# the judge draws cos as wide as the head for it.
+SCHEMA_VERSION = 8
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).
 RUN_EVENT_NAMES = (

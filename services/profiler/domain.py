@@ -116,6 +116,8 @@ def writable_variants(schema_version: int) -> tuple[str, ...]:
         writable += residual_norm.WRITABLE + plain_mlp.WRITABLE
     if schema_version < 7:  # OLMo2's RMSNorm (its weight in fp32), alone and in a residual norm
         writable = tuple(v for v in writable if not v.endswith("rmsnorm_fp32_weight"))
+    if schema_version < 8:  # the RoPE functions that rotate part of the head (GPT-NeoX's, GLM's)
+        writable = tuple(v for v in writable if v not in rotary.PARTIAL_VARIANTS)
     return writable
 
 

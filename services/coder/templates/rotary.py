@@ -91,7 +91,7 @@ def render(config: pb.TemplateConfig) -> str:
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
     heads, together = config.params.get("heads", 0), config.params.get("together", 0)
-    # a partial rotary width: pairs over half of cos's width, the rest of the head passed through
+    # a partial variant: HALF is half of cos's width (the rotary width), the rest of the head passed through
     widths = (
         {"HALF": "rot_half", "BLOCK": "block_rot_half", "PASS": "pass", "BLOCK_PASS": "block_pass"}
         if _checked(config).variant in rotary.PARTIAL_VARIANTS
