@@ -49,12 +49,18 @@ def _short(class_path: str) -> str:
     return class_path.rsplit(".", 1)[-1] if class_path else "-"
 
 
+def note_part(note: str, prefix: str) -> str:
+    """The part of a ranked target's note (services.profiler.roofline: "; "-separated) that starts with `prefix`,
+    "" where none does."""
+    return next((part for part in note.split("; ") if part.startswith(prefix)), "")
+
+
 def _why_not(t, target) -> str:
     """Why a class with more of the time than the chosen target was not chosen."""
     if not t.supported:
         # the profiler's note names what it was seen computing where no template writes that ("no template for
         # mlp_gelu"): more than its family, which may have a template for another variant
-        missing = next((part for part in t.note.split("; ") if part.startswith("no template for ")), "")
+        missing = note_part(t.note, "no template for ")
         if missing and not missing.endswith(f" {t.fingerprint.op_family}"):
             return f"has {missing}"
         return "has no template" + (f" ({t.fingerprint.op_family})" if t.fingerprint.op_family else "")

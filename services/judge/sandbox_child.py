@@ -484,9 +484,9 @@ class _RopeSubject:
         second = tuple(int(x) for x in self.job.get("second_shape") or ())
         # k's live heads (a GQA model has fewer than q); as many as q where the profile predates recording them
         hk = second[1] if len(second) == 4 else hq
-        cos = tuple(int(x) for x in self.job.get("third_shape") or ())
-        rotary_dim = cos[-1] if len(cos) == 3 and 0 < cos[-1] < d else 0  # a partial rotary's live width
-        main, unpack = _rope_oracle(self.fn, hq, hk, rotary_dim)
+        from services.ops import rotary
+
+        main, unpack = _rope_oracle(self.fn, hq, hk, rotary.live_rotary_dim(self.job.get("third_shape") or (), d))
         by_positions: dict[int, tuple[int, ...]] = {}
         for shape in [(b, s), (1, 1), (1, 4096), (1, 32768)]:
             by_positions.setdefault(shape[0] * shape[1], (*shape, hq + hk + 2, d))

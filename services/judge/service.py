@@ -328,8 +328,7 @@ class JudgeService:
         dtype = target.dtype or "float32"
         live = tuple(target.input_shape)
         job = self._op_job(proposal, target, int(live[-1]) if live else 0, live)
-        cos = tuple(target.third_shape)
-        rotary_dim = int(cos[-1]) if len(cos) == 3 and live and 0 < cos[-1] <= live[-1] else 0
+        rotary_dim = rotary.live_rotary_dim(target.third_shape, int(live[-1])) if live else 0
         spec = RopeSpec(
             live, torch_dtype(dtype), self.use_gpu, examples=max(2, self.examples // 4), rotary_dim=rotary_dim
         )

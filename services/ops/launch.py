@@ -50,9 +50,7 @@ def _spec(value) -> object:
         return "f"
     if isinstance(value, _tensor_type()):
         return (value.dtype, value.data_ptr() % ALIGN == 0)
-    if isinstance(value, bool):
-        return ("b", bool(value))
-    if isinstance(value, int):
+    if isinstance(value, int):  # an int subclass (bool has none: it is caught above)
         return _int_spec(int(value))
     if isinstance(value, float):
         return "f"

@@ -5,12 +5,12 @@ HF models apply rotary position embeddings in a module-level function of their m
 every call: swapping that global swaps the op (a `function` target), and putting the original back reverts it.
 Which function does it is found by running, not by name: every function defined in a modeling module that
 takes four or more parameters is called on probe tensors, and one whose answer is q and k rotated by cos and
-sin is this family's, in one of two layouts:
+sin is this family's, as one of these variants:
 
 - `rope_half` (Llama, Qwen2/3, Mistral, Gemma): x·cos + rotate_half(x)·sin with rotate_half(x) = (-x2, x1)
   over the two halves of the head dimension, each op rounding to the tensors' dtype as torch's do;
 - `rope_interleaved` (Cohere): the same over (even, odd) pairs, computed in fp32 and cast once;
-- `rope_half_partial` (GPT-NeoX, StableLM): cos and sin of a rotary width R <= head_dim (their last dim); the
+- `rope_half_partial` (GPT-NeoX, Phi-3, Qwen3-Next): cos and sin of a rotary width R <= head_dim (their last dim); the
   first R dims rotated as `rope_half` rotates a head, the other head_dim - R dims passed through;
 - `rope_pairs_partial` (GLM): the same split, the first R dims rotated over (even, odd) pairs, pair j by the
   half layout's angle j, each op rounding as torch's do (Helium's and Ernie 4.5's pairs over the whole head are
@@ -210,8 +210,8 @@ def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
 
 
 def _check(q, k, cos, sin, partial: bool = False) -> tuple[tuple[int, ...], ...]:
-    """The strides of q, k and cos where the four fit the wrapper; raises with what does not. On every call of
-    the op: each shape and stride is read once (a decode step's host time is mostly this kind of work)."""
+    """The shapes and strides of q, k and cos where the four fit the wrapper; raises with what does not. On every
+    call of the op: each shape and stride is read once (a decode step's host time is mostly this kind of work)."""
     import torch
 
     tensor = torch.Tensor
@@ -236,7 +236,7 @@ def _check(q, k, cos, sin, partial: bool = False) -> tuple[tuple[int, ...], ...]
     device = q.device
     if k.device != device or cos.device != device or sin.device != device or q.dtype != k.dtype:
         raise TypeError("q, k, cos and sin must be on one device, q and k of one dtype")
-    return qt, kt, ct
+    return qs, ks, cs, qt, kt, ct
 
 
 def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
@@ -274,8 +274,7 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
         if unsqueeze_dim != 1:
             raise ValueError(f"rope broadcasts cos and sin over the heads (unsqueeze_dim 1), not {unsqueeze_dim}")
-        qt, kt, ct = _check(q, k, cos, sin, partial)
-        qs, ks, cs = q.shape, k.shape, cos.shape
+        qs, ks, cs, qt, kt, ct = _check(q, k, cos, sin, partial)
         b, hq, s, d = qs
         dtype = q.dtype if cos.dtype == q.dtype else torch.promote_types(q.dtype, cos.dtype)
         q_out, k_out = output(q, qs, qt, dtype), output(k, ks, kt, dtype)
@@ -289,7 +288,9 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
                 "qo_sb": qo[0], "qo_sh": qo[1], "qo_ss": qo[2], "ko_sb": ko[0], "ko_sh": ko[1], "ko_ss": ko[2],
             }  # fmt: skip
             size = (hq, ks[1], d, cs[2])
-            values_constexpr = sizes.get(size) or sizes.setdefault(size, constexpr_values(*size))
+            if size not in sizes:
+                sizes[size] = constexpr_values(*size)
+            values_constexpr = sizes[size]
             launcher(per_position * positions, [values[a] for a in only.args], values_constexpr)
         return q_out, k_out
 
@@ -312,6 +313,13 @@ def function_contract(target: str, params) -> pb.Contract | None:
     return pb.Contract(
         kind=KIND, target=target, entrypoint=ENTRYPOINT, inputs=params, entry_inputs=entry if params != entry else []
     )
+
+
+def live_rotary_dim(cos_shape, head_dim: int) -> int:
+    """The rotary width a profile's recorded cos shape (`third_shape`: (batch, seq, width)) says the live calls
+    rotate, where narrower than the head; 0 where as wide as the head or not recorded (a profile before schema 8)."""
+    cos_shape = tuple(int(x) for x in cos_shape)
+    return cos_shape[-1] if len(cos_shape) == 3 and 0 < cos_shape[-1] < head_dim else 0
 
 
 def bytes_moved(q_elements: int, k_elements: int, cos_elements: int, itemsize: int) -> int:

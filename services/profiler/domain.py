@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from services.core import events as ev
 from services.core import run_state
+from services.core.describe import note_part
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive, from_observed
@@ -64,7 +65,7 @@ def _describe(t: pb.RankedTarget) -> str:
 
 
 def _computes(note: str) -> str:
-    return next((part for part in note.split("; ") if part.startswith("computes ")), "is not writable")
+    return note_part(note, "computes ") or "is not writable"
 
 
 def choose_target(ranking: list[pb.RankedTarget], writable: tuple[str, ...] = WRITABLE) -> tuple[str, str]:
