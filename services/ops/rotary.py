@@ -50,11 +50,9 @@ ARGS = (
 )  # fmt: skip
 # half the head dim and the next power of two >= it; the next powers of two >= q's and k's head counts; half
 # the rotary width (cos's last dim) and its power of two, the dims passed through (head_dim - rotary width) and
-# theirs (at least 1); the head dim and its power of two. A plan naming a rotary width takes cos narrower than the
-# head; one without, cos as wide.
+# theirs (at least 1). A plan naming a rotary width takes cos narrower than the head; one without, cos as wide.
 CONSTEXPR_EXPRS = (
     "half", "block_half", "block_heads_q", "block_heads_k", "rot_half", "block_rot_half", "pass", "block_pass",
-    "head_dim", "block_head_dim",
 )  # fmt: skip
 PARTIAL_EXPRS = ("rot_half", "block_rot_half", "pass", "block_pass")
 # a program per (position, q or k), or a program per position rotating both (cos and sin loaded once for both)
@@ -270,8 +268,7 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     def constexpr_values(hq: int, hk: int, d: int, r: int) -> dict:
         exprs = {"half": d // 2, "block_half": next_pow2(d // 2), "block_heads_q": next_pow2(hq),
                  "block_heads_k": next_pow2(hk), "rot_half": r // 2, "block_rot_half": next_pow2(r // 2),
-                 "pass": d - r, "block_pass": next_pow2(max(d - r, 1)), "head_dim": d,
-                 "block_head_dim": next_pow2(d)}  # fmt: skip
+                 "pass": d - r, "block_pass": next_pow2(max(d - r, 1))}  # fmt: skip
         return {n: exprs[v] if isinstance(v, str) else v for n, v in constexprs.items()}
 
     def rope(q, k, cos, sin, unsqueeze_dim: int = 1):

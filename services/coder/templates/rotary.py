@@ -8,8 +8,7 @@ follows the HF functions: `rope_half` rounds each product and the sum to the ten
 ops do (x1·c - x2·s and x2·c + x1·s over the two halves); `rope_interleaved` (Cohere) computes in fp32 over
 (even, odd) pairs and casts once; the partial variants rotate the first R dims (cos's width) and copy the rest of
 the head: `rope_half_partial` (GPT-NeoX) over the two halves of those R dims as `rope_half` does, `rope_pairs_partial`
-(GLM) over (even, odd) pairs, pair j by the half layout's angle j, rounding as `rope_half` does; their kernels take
-each head whole as one tile (one contiguous load and store) and load each rotated element's partner again.
+(GLM) over (even, odd) pairs, pair j by the half layout's angle j, rounding as `rope_half` does.
 """
 
 from __future__ import annotations
@@ -92,9 +91,9 @@ def render(config: pb.TemplateConfig) -> str:
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
     heads, together = config.params.get("heads", 0), config.params.get("together", 0)
-    # a partial variant: the whole head (DIM) one tile, the first 2 * ROT_HALF dims (cos's width) rotated
+    # a partial variant: HALF is half of cos's width (the rotary width), the rest of the head passed through
     widths = (
-        {"ROT_HALF": "rot_half", "DIM": "head_dim", "BLOCK": "block_head_dim"}
+        {"HALF": "rot_half", "BLOCK": "block_rot_half", "PASS": "pass", "BLOCK_PASS": "block_pass"}
         if _checked(config).variant in rotary.PARTIAL_VARIANTS
         else {"HALF": "half", "BLOCK": "block_half"}
     )
@@ -128,8 +127,8 @@ import triton.language as tl
 
 
 @triton.jit
-def {rotate_heads}(x_row, o_row, x_sh, o_sh, heads, j, c1, c2, s1, s2, HALF: tl.constexpr, HEADS: tl.constexpr\
-{{head_params}}):
+def {rotate_heads}(x_row, o_row, x_sh, o_sh, heads, j, c1, c2, s1, s2, HALF: tl.constexpr,
+{pad}BLOCK: tl.constexpr, HEADS: tl.constexpr{{head_params}}):
     hh = tl.arange(0, HEADS)[:, None]
     dt = o_row.dtype.element_ty
     for h0 in range(0, heads, HEADS):
@@ -160,12 +159,12 @@ def {kernel}(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, positions, seq, hea
     k_row = k_ptr + b * k_sb + s * k_ss
     ko_row = ko_ptr + b * ko_sb + s * ko_ss
     if TOGETHER:
-        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, HEADS_Q{{pass_args}})
-        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, HEADS_K{{pass_args}})
+        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, BLOCK, HEADS_Q{{pass_args}})
+        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, BLOCK, HEADS_K{{pass_args}})
     elif pid < positions:
-        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, HEADS_Q{{pass_args}})
+        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, BLOCK, HEADS_Q{{pass_args}})
     else:
-        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, HEADS_K{{pass_args}})
+        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, BLOCK, HEADS_K{{pass_args}})
 '''
 
 _HALF_ANGLES = """\
@@ -196,114 +195,48 @@ _PAIR_ROTATE = """\
         # over (even, odd) pairs in fp32, cast once (Cohere)
         tl.store(o + 2 * j, (x1 * c1 - x2 * s1).to(dt), mask=mask)
         tl.store(o + 2 * j + 1, (x2 * c2 + x1 * s2).to(dt), mask=mask)"""
+_PAIRS_OF_HALF_ANGLES = """\
+    angle_mask = j < HALF
+    # the half layout's first half: pair j's angle (GLM repeats each twice, one per element of the pair)
+    c1 = tl.load(cos_ptr + c_row + j, mask=angle_mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + c_row + j, mask=angle_mask, other=0.0).to(tl.float32)
+    c2 = c1
+    s2 = s1"""
+# The rotary width loaded and stored as one contiguous tile, split into (even, odd) in registers: two loads at a
+# stride of two elements reached 16-24% of copy bandwidth for GLM-4-9B on the H200 (bench/rope.py --variant).
+_PAIRS_ROUNDED_ROTATE = """\
+        jj = tl.arange(0, 2 * BLOCK)[None, :]
+        span = (h < heads) & (jj < 2 * HALF)
+        x1, x2 = tl.split(tl.reshape(tl.load(x + jj, mask=span, other=0.0).to(tl.float32), (HEADS, BLOCK, 2)))
+        # over (even, odd) pairs, each product and the sum rounded to the dtype as torch's ops round
+        a1 = (x1 * c1).to(dt).to(tl.float32)
+        b1 = (x2 * s1).to(dt).to(tl.float32)
+        a2 = (x2 * c2).to(dt).to(tl.float32)
+        b2 = (x1 * s2).to(dt).to(tl.float32)
+        tl.store(o + jj, tl.reshape(tl.join((a1 - b1).to(dt), (a2 + b2).to(dt)), (HEADS, 2 * BLOCK)), mask=span)"""
+_PASS_THROUGH = """
+        # the dims past the rotary width, as they are
+        p = tl.arange(0, BLOCK_PASS)[None, :]
+        kept = (h < heads) & (p < PASS)
+        tl.store(o + 2 * HALF + p, tl.load(x + 2 * HALF + p, mask=kept, other=0.0).to(dt), mask=kept)"""
+_PASS = (", PASS: tl.constexpr, BLOCK_PASS: tl.constexpr", ", PASS, BLOCK_PASS")
 _PARTS = {
-    "rope_half": (_HALF_ANGLES, _HALF_ROTATE),
-    "rope_interleaved": (_PAIR_ANGLES, _PAIR_ROTATE),
-}
-
-# The partial variants: each head one contiguous [HEADS, BLOCK] tile of the whole head, loaded and stored once,
-# each rotated element's partner loaded again (from the cache) and the sign of rotate(x) carried by sin. Rotating
-# two sub-tiles of the rotary width and copying the rest as a third, as the whole-head kernels rotate two halves,
-# reached 16-24% of copy bandwidth for GLM-4-9B (pairs: loads at a stride of two elements) and 57% for Pythia's
-# 20-of-80 dims (halves and rest at offsets no vector load is aligned to) on the H200 (bench/rope.py --variant).
-_ROW_SKELETON = '''\
-"""q and k rotated by cos and sin over the first 2 * ROT_HALF dims of each head (cos's width), the rest of the
-head passed through (gpuyantra template @TEMPLATE@, variant {variant}).
-
-With TOGETHER, program p rotates the heads of q and then of k at position p; without, program p < positions
-rotates q's at p and the rest k's at p - positions. Each head is one [HEADS, BLOCK] tile of its DIM dims, loaded
-and written once; a rotated element's partner in rotate(x) is loaded again, from the cache:
-{partner}.
-"""
-
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def {rotate_heads}(x_row, o_row, x_sh, o_sh, heads, d, partner, rotated, c, sn, DIM: tl.constexpr,
-{pad}HEADS: tl.constexpr):
-    hh = tl.arange(0, HEADS)[:, None]
-    dt = o_row.dtype.element_ty
-    for h0 in range(0, heads, HEADS):
-        h = h0 + hh
-        mask = (h < heads) & (d < DIM)
-        x = x_row + h.to(tl.int64) * x_sh
-        o = o_row + h.to(tl.int64) * o_sh
-        xv = tl.load(x + d, mask=mask, other=0.0)
-        xp = tl.load(x + partner, mask=mask & rotated, other=0.0).to(tl.float32)
-        # x * cos + rotate(x) * sin, each product and the sum rounded to the dtype as torch's ops round (the sign
-        # of rotate(x) is in sn: rounding is symmetric, so the sum is torch's to the bit)
-        a = (xv.to(tl.float32) * c).to(dt).to(tl.float32)
-        b = (xp * sn).to(dt).to(tl.float32)
-        tl.store(o + d, tl.where(rotated, (a + b).to(dt), xv.to(dt)), mask=mask)
-
-
-@triton.jit
-def {kernel}(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, positions, seq, heads_q, heads_k,
-             q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, c_sb, c_ss, qo_sb, qo_sh, qo_ss, ko_sb, ko_sh, ko_ss,
-             ROT_HALF: tl.constexpr, DIM: tl.constexpr, BLOCK: tl.constexpr, HEADS_Q: tl.constexpr,
-             HEADS_K: tl.constexpr, TOGETHER: tl.constexpr):
-    pid = tl.program_id(0)
-    if TOGETHER:
-        pos = pid
-    else:
-        pos = tl.where(pid >= positions, pid - positions, pid)
-    b = (pos // seq).to(tl.int64)
-    s = (pos % seq).to(tl.int64)
-    d = tl.arange(0, BLOCK)[None, :]
-    rotated = d < 2 * ROT_HALF
-{{angles}}
-    c_row = b * c_sb + s * c_ss
-    c = tl.load(cos_ptr + c_row + angle, mask=rotated, other=0.0).to(tl.float32)
-    sn = tl.load(sin_ptr + c_row + angle, mask=rotated, other=0.0).to(tl.float32)
-    sn = tl.where(negated, -sn, sn)
-    q_row = q_ptr + b * q_sb + s * q_ss
-    qo_row = qo_ptr + b * qo_sb + s * qo_ss
-    k_row = k_ptr + b * k_sb + s * k_ss
-    ko_row = ko_ptr + b * ko_sb + s * ko_ss
-    if TOGETHER:
-        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, d, partner, rotated, c, sn, DIM, HEADS_Q)
-        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, d, partner, rotated, c, sn, DIM, HEADS_K)
-    elif pid < positions:
-        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, d, partner, rotated, c, sn, DIM, HEADS_Q)
-    else:
-        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, d, partner, rotated, c, sn, DIM, HEADS_K)
-'''
-# (partner in rotate(x), its sign, which angle: cos's own dim, or the half layout's angle j for pair j)
-_ROW_PARTS = {
-    "rope_half_partial": (
-        "the other half of the rotary width",
-        """\
-    # rotate_half over the rotary width: (-x2, x1); cos and sin of the full layout (cat(f, f)), dim d's own
-    partner = tl.where(d < ROT_HALF, d + ROT_HALF, d - ROT_HALF)
-    negated = d < ROT_HALF
-    angle = d""",
-    ),
-    "rope_pairs_partial": (
-        "the other element of its (even, odd) pair",
-        """\
-    # rotate over (even, odd) pairs: (-x_odd, x_even); pair j by the half layout's angle j (GLM repeats each twice)
-    partner = d ^ 1
-    negated = (d % 2) == 0
-    angle = d // 2""",
-    ),
+    "rope_half": (_HALF_ANGLES, _HALF_ROTATE, ("", "")),
+    "rope_interleaved": (_PAIR_ANGLES, _PAIR_ROTATE, ("", "")),
+    "rope_half_partial": (_HALF_ANGLES, _HALF_ROTATE + _PASS_THROUGH, _PASS),
+    "rope_pairs_partial": (_PAIRS_OF_HALF_ANGLES, _PAIRS_ROUNDED_ROTATE + _PASS_THROUGH, _PASS),
 }
 _SOURCES = {
-    variant: _SKELETON.format(variant=variant, kernel=KERNELS[variant], rotate_heads=f"{KERNELS[variant]}_heads")
-    .replace("{load_angles}", angles)
-    .replace("{rotate}", rotate)
-    .replace("{head_params}", "")
-    .replace("{kernel_params}", "")
-    .replace("{pass_args}", "")
-    for variant, (angles, rotate) in _PARTS.items()
-} | {
-    variant: _ROW_SKELETON.format(
+    variant: _SKELETON.format(
         variant=variant,
         kernel=KERNELS[variant],
         rotate_heads=f"{KERNELS[variant]}_heads",
-        partner=partner,
         pad=" " * len(f"def {KERNELS[variant]}_heads("),
-    ).replace("{angles}", angles)
-    for variant, (partner, angles) in _ROW_PARTS.items()
+    )
+    .replace("{load_angles}", angles)
+    .replace("{rotate}", rotate)
+    .replace("{head_params}", params)
+    .replace("{kernel_params}", params)
+    .replace("{pass_args}", args)
+    for variant, (angles, rotate, (params, args)) in _PARTS.items()
 }
