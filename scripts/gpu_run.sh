@@ -2,9 +2,9 @@
 # One GPU run in one go: install the carried wheels, run the GPU tests, the benchmarks and
 # the demo on the 1.5B-shaped model; results land in bench/results/ and are copied to $RESULTS_DIR.
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
-#   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropepartial|mlpact|gated|familytests|serving|demo|
+#   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest ...]
-#   (default: tests bench demo; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
+#   (default: tests bench demo; ROPE_VARIANTS=... narrows ropepartial; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
@@ -47,9 +47,11 @@ for step in $steps; do
     layernorm) python3 bench/rmsnorm.py --variant layernorm --out bench/results 2>&1 | tee "$RESULTS_DIR/layernorm.log" ;;
     addnorm) python3 bench/add_norm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/add_norm.log" ;;
     rope) python3 bench/rope.py --out bench/results 2>&1 | tee "$RESULTS_DIR/rope.log" ;;
-    ropepartial) for variant in rope_pairs_partial rope_half_partial; do
+    ropepartial) for variant in ${ROPE_VARIANTS:-rope_pairs_partial rope_half_partial}; do
             python3 bench/rope.py --variant $variant --out bench/results 2>&1 | tail -30
           done | tee "$RESULTS_DIR/rope_partial.log" ;;
+    rotarytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_rotary_gpu.py 2>&1 | tail -40 \
+            | tee "$RESULTS_DIR/rotary_gpu_tests.log" ;;
     mlpact) python3 bench/mlp_act.py --out bench/results 2>&1 | tee "$RESULTS_DIR/mlp_act.log" ;;
     gated) python3 bench/gated_mlp.py --out bench/results 2>&1 | tee "$RESULTS_DIR/gated_mlp.log" ;;
     familytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_residual_norm_gpu.py \
