@@ -2,7 +2,7 @@
 
     python bench/targets.py [--results bench/results] [--out bench/results/targets_h200.json]
 
-No GPU: it reads the six families' `*_h200.json` (each made by its own benchmark, bench/README.md) and, per
+No GPU: it reads each family's `*_h200.json` (RoPE's partial variants apart) (each made by its own benchmark, bench/README.md) and, per
 family, puts side by side what was measured and the most any kernel could have reached:
 - `geomean_best_peer_over_ours`: the fastest correct peer's GPU time over ours (the best config per shape),
   geomean over shapes (target >= 1.15), and the slowest shape against its best peer (target >= 1);
@@ -32,6 +32,8 @@ FAMILIES = {  # family: its result file (bench/README.md names the command that 
     "gated act·mul": "gated_mlp_h200.json",
     "plain mlp gelu_new": "mlp_act_h200.json",
     "rope": "rope_h200.json",
+    "rope, glm pairs (partial)": "rope_pairs_partial_h200.json",
+    "rope, gpt-neox halves (partial)": "rope_half_partial_h200.json",
 }
 DECODE_ROWS = 64
 PREFILL_ROWS = 1024

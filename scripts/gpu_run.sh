@@ -4,7 +4,7 @@
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
 #   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest ...]
-#   (default: tests bench demo; ROPE_VARIANTS=... narrows ropepartial; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
+#   (default: tests bench demo; ROPE_VARIANTS=... narrows ropepartial; DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
@@ -57,8 +57,9 @@ for step in $steps; do
     familytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_residual_norm_gpu.py \
             tests/judge/test_judge_plain_mlp_gpu.py tests/judge/test_judge_rotary_gpu.py 2>&1 | tail -60 \
             | tee "$RESULTS_DIR/family_gpu_tests.log" ;;
-    demo) timeout 540 python3 -m services.cli demo --model qwen2.5-1.5b-shape --max-candidates 2 --data-dir /tmp/yantra-demo \
-            --report bench/results/demo_qwen2.5-1.5b-shape_h200.json 2>&1 | tee "$RESULTS_DIR/demo.log"
+    demo) model=${DEMO_MODEL:-qwen2.5-1.5b-shape}
+          timeout 540 python3 -m services.cli demo --model "$model" --max-candidates 2 --data-dir /tmp/yantra-demo \
+            --report "bench/results/demo_${model}_h200.json" 2>&1 | tee "$RESULTS_DIR/demo.log"
           tail -n 60 /tmp/yantra-demo/logs/*.log > "$RESULTS_DIR/demo_service_logs.txt" 2>/dev/null ;;
   esac
 done
