@@ -5,6 +5,7 @@
     python bench/rope.py --check                        # correctness only, one small shape (runs on a CPU too)
     python bench/rope.py --variant rope_pairs_partial --out bench/results   # GLM's: pairs over half the head
     python bench/rope.py --variant rope_half_partial --out bench/results    # GPT-NeoX's: halves of a quarter
+    python bench/rope.py --variant rope_interleaved --out bench/results     # Cohere's: pairs over the head
 
 The op is HF's `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)` (transformers' Qwen2 modeling file,
 `rotate_half` layout: x·cos + (-x2, x1)·sin over the two halves of the head dimension), bf16, q of
@@ -23,8 +24,9 @@ the angles at positions 1,000.., cast to bf16. `--variant rope_pairs_partial` ti
 (transformers' GLM modeling file: (even, odd) pairs over the first rotary_dim of the head, the rest passed
 through) at GLM-4-9B's attention (32 q heads, 2 kv heads, head_dim 128, half of it rotated), cos and sin of
 (batch, positions, 64); `--variant rope_half_partial` GPT-NeoX's (rotate_half over the first rotary_dim, the rest
-passed through) at Pythia-2.8B's (32 heads of 80, 20 rotated). Liger has neither op, so their peers are eager and
-torch.compile; results go to <variant>_h200.json/.png.
+passed through) at Pythia-2.8B's (32 heads of 80, 20 rotated); `--variant rope_interleaved` Cohere's ((even, odd)
+pairs over the whole head in fp32, cos and sin with each angle twice in a row) at Command R's (64 heads of 128).
+Liger has none of these ops, so their peers are eager and torch.compile; results go to <variant>_h200.json/.png.
 
 Every implementation is checked against eager before it is timed (ours is expected bit-exact; max abs error
 of every one is in the JSON). GPU time per call by CUDA-graph replay over inputs rotated past the L2
@@ -75,6 +77,11 @@ VARIANTS = {
         {"pythia-2.8b": (32, 32, 80, 10_000.0, 20)},
         "rope_half_partial_h200",
     ),
+    "rope_interleaved": (
+        "transformers.models.cohere.modeling_cohere.apply_rotary_pos_emb",
+        {"command-r-35b": (64, 64, 128, 8_000_000.0, 128)},
+        "rope_interleaved_h200",
+    ),
 }
 MODELS = {name: shape for _, models, _ in VARIANTS.values() for name, shape in models.items()}
 DECODE_SEQS = (1, 64)
@@ -96,10 +103,13 @@ def hf_rope(variant: str = "rope_half"):
     return getattr(importlib.import_module(module), name)
 
 
-def rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed=0, batch=BATCH, rotary_dim=None):
+def rope_inputs(
+    heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed=0, batch=BATCH, rotary_dim=None, interleaved=False
+):
     """(q, k, cos, sin) as attention passes them; `layout` "transposed": q and k are (batch, seq, heads·dim)
     projection outputs viewed as (batch, heads, seq, dim), "contiguous": (batch, heads, seq, dim) tensors; cos
-    and sin of `rotary_dim` (the head's by default), as the model's rotary embedding makes them."""
+    and sin of `rotary_dim` (the head's by default), as the model's rotary embedding makes them (`interleaved`:
+    each angle twice in a row, as Cohere's does, else cat(f, f))."""
     gen = torch.Generator(device=device).manual_seed(seed)
 
     def heads_major(heads):
@@ -113,7 +123,8 @@ def rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed=0
     r = rotary_dim or dim
     inv_freq = 1.0 / theta ** (torch.arange(0, r, 2, device=device, dtype=torch.float32) / r)
     positions = torch.arange(START, START + seq, device=device, dtype=torch.float32)
-    emb = torch.cat((positions[:, None] * inv_freq[None],) * 2, dim=-1)
+    freqs = positions[:, None] * inv_freq[None]
+    emb = torch.repeat_interleave(freqs, 2, dim=-1) if interleaved else torch.cat((freqs, freqs), dim=-1)
     cos = emb.cos().to(dtype)[None].expand(batch, seq, r).contiguous()
     sin = emb.sin().to(dtype)[None].expand(batch, seq, r).contiguous()
     return q, k, cos, sin
@@ -208,12 +219,17 @@ def bench_shape(
     }  # fmt: skip
     try:
         peers = peer_impls(device, variant)
-        sample = rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device, rotary_dim=rotary_dim)
+        pairs = variant == "rope_interleaved"
+        sample = rope_inputs(
+            heads_q, heads_k, seq, dim, theta, layout, dtype, device, rotary_dim=rotary_dim, interleaved=pairs
+        )
         q, k, cos, _ = sample
         bytes_moved = rotary.bytes_moved(q.numel(), k.numel(), cos.numel(), dtype.itemsize)
         copies = min(MAX_COPIES, max(1, math.ceil(2 * L2_BYTES / input_bytes(sample))))
         inputs = [sample] + [
-            rope_inputs(heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed, rotary_dim=rotary_dim)
+            rope_inputs(
+                heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed, rotary_dim=rotary_dim, interleaved=pairs
+            )
             for seed in range(1, copies)
         ]
         impls = {**peers, **ours}
@@ -344,7 +360,17 @@ def check_small(device: str, variant: str = "rope_half") -> list[dict]:
         for layout in LAYOUTS:
             peers, _ = implementations(device, ours, variant)
             sample = rope_inputs(
-                heads_q, heads_k, seq, dim, 10_000.0, layout, dtype, device, batch=batch, rotary_dim=rotary_dim
+                heads_q,
+                heads_k,
+                seq,
+                dim,
+                10_000.0,
+                layout,
+                dtype,
+                device,
+                batch=batch,
+                rotary_dim=rotary_dim,
+                interleaved=variant == "rope_interleaved",
             )
             assert layout == "contiguous" or not sample[0].is_contiguous()
             shape = {"batch": batch, "heads_q": heads_q, "heads_k": heads_k, "seq": seq, "head_dim": dim}
@@ -359,7 +385,7 @@ def main() -> int:
         "--variant",
         choices=sorted(VARIANTS),
         default="rope_half",
-        help="Qwen's rotate_half (default), GLM's or GPT-NeoX's",
+        help="Qwen's rotate_half (default), GLM's, GPT-NeoX's or Cohere's",
     )
     parser.add_argument("--quick", action="store_true", help=f"positions {QUICK_SEQS} only, transposed views only")
     parser.add_argument(

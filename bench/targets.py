@@ -2,8 +2,8 @@
 
     python bench/targets.py [--results bench/results] [--out bench/results/targets_h200.json]
 
-No GPU: it reads each family's `*_h200.json` (RoPE's partial variants apart) (each made by its own benchmark, bench/README.md) and, per
-family, puts side by side what was measured and the most any kernel could have reached:
+No GPU: it reads each family's `*_h200.json` (RoPE's partial variants apart; each made by its own benchmark,
+bench/README.md) and, per family, puts side by side what was measured and the most any kernel could have reached:
 - `geomean_best_peer_over_ours`: the fastest correct peer's GPU time over ours (the best config per shape),
   geomean over shapes (target >= 1.15), and the slowest shape against its best peer (target >= 1);
 - `bound_geomean`: the same geomean with ours replaced by a copy of the same bytes (the fastest of torch's copy

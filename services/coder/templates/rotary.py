@@ -189,12 +189,23 @@ _PAIR_ANGLES = """\
     c2 = tl.load(cos_ptr + c_row + 2 * j + 1, mask=angle_mask, other=0.0).to(tl.float32)
     s1 = tl.load(sin_ptr + c_row + 2 * j, mask=angle_mask, other=0.0).to(tl.float32)
     s2 = tl.load(sin_ptr + c_row + 2 * j + 1, mask=angle_mask, other=0.0).to(tl.float32)"""
-_PAIR_ROTATE = """\
-        x1 = tl.load(x + 2 * j, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(x + 2 * j + 1, mask=mask, other=0.0).to(tl.float32)
+# (even, odd) pairs: the pairs' span loaded and stored as one contiguous tile, split into (even, odd) in registers
+# (tl.reshape + tl.split/join): two loads at a stride of two elements reached 16-24% of copy bandwidth for GLM-4-9B
+# on the H200, the split 85-96% (bench/rope.py --variant rope_pairs_partial)
+_PAIRS_LOADED = """\
+        jj = tl.arange(0, 2 * BLOCK)[None, :]
+        span = (h < heads) & (jj < 2 * HALF)
+        x1, x2 = tl.split(tl.reshape(tl.load(x + jj, mask=span, other=0.0).to(tl.float32), (HEADS, BLOCK, 2)))"""
+_PAIRS_STORED = """
+        tl.store(o + jj, tl.reshape(tl.join(even.to(dt), odd.to(dt)), (HEADS, 2 * BLOCK)), mask=span)"""
+_PAIR_ROTATE = (
+    _PAIRS_LOADED
+    + """
         # over (even, odd) pairs in fp32, cast once (Cohere)
-        tl.store(o + 2 * j, (x1 * c1 - x2 * s1).to(dt), mask=mask)
-        tl.store(o + 2 * j + 1, (x2 * c2 + x1 * s2).to(dt), mask=mask)"""
+        even = x1 * c1 - x2 * s1
+        odd = x2 * c2 + x1 * s2"""
+    + _PAIRS_STORED
+)
 _PAIRS_OF_HALF_ANGLES = """\
     angle_mask = j < HALF
     # the half layout's first half: pair j's angle (GLM repeats each twice, one per element of the pair)
@@ -202,18 +213,18 @@ _PAIRS_OF_HALF_ANGLES = """\
     s1 = tl.load(sin_ptr + c_row + j, mask=angle_mask, other=0.0).to(tl.float32)
     c2 = c1
     s2 = s1"""
-# The rotary width loaded and stored as one contiguous tile, split into (even, odd) in registers: two loads at a
-# stride of two elements reached 16-24% of copy bandwidth for GLM-4-9B on the H200 (bench/rope.py --variant).
-_PAIRS_ROUNDED_ROTATE = """\
-        jj = tl.arange(0, 2 * BLOCK)[None, :]
-        span = (h < heads) & (jj < 2 * HALF)
-        x1, x2 = tl.split(tl.reshape(tl.load(x + jj, mask=span, other=0.0).to(tl.float32), (HEADS, BLOCK, 2)))
+_PAIRS_ROUNDED_ROTATE = (
+    _PAIRS_LOADED
+    + """
         # over (even, odd) pairs, each product and the sum rounded to the dtype as torch's ops round
         a1 = (x1 * c1).to(dt).to(tl.float32)
         b1 = (x2 * s1).to(dt).to(tl.float32)
         a2 = (x2 * c2).to(dt).to(tl.float32)
         b2 = (x1 * s2).to(dt).to(tl.float32)
-        tl.store(o + jj, tl.reshape(tl.join((a1 - b1).to(dt), (a2 + b2).to(dt)), (HEADS, 2 * BLOCK)), mask=span)"""
+        even = a1 - b1
+        odd = a2 + b2"""
+    + _PAIRS_STORED
+)
 _PASS_THROUGH = """
         # the dims past the rotary width, as they are
         p = tl.arange(0, BLOCK_PASS)[None, :]
