@@ -4,7 +4,7 @@
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
 #   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest ...]
-#   (default: tests bench demo; ROPE_VARIANTS=... narrows ropepartial; DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
+#   (default: tests bench demo; ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
@@ -47,7 +47,7 @@ for step in $steps; do
     layernorm) python3 bench/rmsnorm.py --variant layernorm --out bench/results 2>&1 | tee "$RESULTS_DIR/layernorm.log" ;;
     addnorm) python3 bench/add_norm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/add_norm.log" ;;
     rope) python3 bench/rope.py --out bench/results 2>&1 | tee "$RESULTS_DIR/rope.log" ;;
-    ropepartial) for variant in ${ROPE_VARIANTS:-rope_pairs_partial rope_half_partial}; do
+    ropepartial) for variant in ${ROPE_VARIANTS:-rope_pairs_partial rope_half_partial rope_interleaved}; do
             python3 bench/rope.py --variant $variant --out bench/results 2>&1 | tail -30
           done | tee "$RESULTS_DIR/rope_partial.log" ;;
     rotarytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_rotary_gpu.py 2>&1 | tail -40 \
