@@ -1,6 +1,7 @@
 """A plain MLP's activation (GPT-2's gelu_new) on the GPU, side by side in one run: eager, compile, native, ours.
 
     python bench/mlp_act.py --out bench/results
+    python bench/mlp_act.py --variant mlp_relu2 --out bench/results   # Nemotron's relu²
 
 The op between the two maps of GPT-2's MLP: eager is what HF runs (`NewGELUActivation`: seven torch ops after the
 cube, each a pass over the intermediate activations), `torch.compile` of it, native (`F.gelu(approximate="tanh")`:
@@ -9,7 +10,9 @@ table (best reported, all kept). Liger has no plain GELU (its GeGLU is the gated
 widths of GPT-2 (3,072) and GPT-2 XL (6,400), decode-sized (1 and 64 rows) and prefill-sized (4k and 32k rows).
 GPU time per call by CUDA-graph replay over inputs rotated past the L2 (bench/rmsnorm.py's procedure), do_bench's
 time beside it, host-inclusive at decode (`host_us`, bench/rmsnorm.py:timings), max |error| against eager in
-float32 terms, % of copy.
+float32 terms, % of copy. `--variant mlp_relu2`: Nemotron's relu² instead (`ReLUSquaredActivation`: a relu, then
+a square, two passes), at the intermediate widths of Nemotron-Mini-4B (9,216) and Nemotron-4-15B (24,576); torch
+has no fused op for it, so its peers are eager and `torch.compile`; into mlp_relu2_h200.json.
 """
 
 from __future__ import annotations
@@ -30,30 +33,33 @@ from services.coder.templates import mlp_act as template  # noqa: E402
 from services.core.kernels import load_kernels, write_source  # noqa: E402
 from services.ops import plain_mlp  # noqa: E402
 
-SHAPES = [(1, 3072), (64, 3072), (4096, 3072), (32768, 3072), (1, 6400), (64, 6400), (4096, 6400), (16384, 6400)]
+SHAPES = {
+    "mlp_gelu_tanh": [(1, 3072), (64, 3072), (4096, 3072), (32768, 3072), (1, 6400), (64, 6400), (4096, 6400),
+                      (16384, 6400)],
+    "mlp_relu2": [(1, 9216), (64, 9216), (4096, 9216), (16384, 9216), (1, 24576), (64, 24576), (4096, 24576)],
+}  # fmt: skip
+STEMS = {"mlp_gelu_tanh": "mlp_act_h200", "mlp_relu2": "mlp_relu2_h200"}
 
 
-def implementations():
-    from transformers.activations import NewGELUActivation
+def implementations(variant: str = "mlp_gelu_tanh"):
+    from transformers.activations import NewGELUActivation, ReLUSquaredActivation
 
-    eager = NewGELUActivation()
-    impls = {
-        "eager": eager,
-        "torch_compile": torch.compile(eager, dynamic=False),
-        "native": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-    }
+    eager = NewGELUActivation() if variant == "mlp_gelu_tanh" else ReLUSquaredActivation()
+    impls = {"eager": eager, "torch_compile": torch.compile(eager, dynamic=False)}
+    if variant == "mlp_gelu_tanh":
+        impls["native"] = lambda x: torch.nn.functional.gelu(x, approximate="tanh")
     ours = {}
     directory = Path(tempfile.mkdtemp())
-    for config in template.search_configs():
+    for config in template.search_configs(variant):
         plan = template.plan(config)
         kernels = load_kernels(write_source(directory, template.render(config)), [plan.launches[0].kernel])
         ours[f"ours_w{config.num_warps}_b{config.params['block']}"] = plain_mlp.make_op(plan, kernels)
     return impls, ours
 
 
-def bench_shape(rows: int, width: int, ceiling: float) -> dict:
+def bench_shape(rows: int, width: int, ceiling: float, variant: str = "mlp_gelu_tanh") -> dict:
     dtype = torch.bfloat16
-    impls, ours = implementations()
+    impls, ours = implementations(variant)
     bytes_moved = plain_mlp.bytes_moved(rows * width, dtype.itemsize)
     copies = max(1, math.ceil(2 * L2_BYTES / (rows * width * dtype.itemsize)))
     inputs = [torch.randn(rows, width, device="cuda", dtype=dtype) for _ in range(min(copies, 64))]
@@ -90,18 +96,22 @@ def bench_shape(rows: int, width: int, ceiling: float) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="where the JSON goes")
+    parser.add_argument(
+        "--variant", choices=sorted(SHAPES), default="mlp_gelu_tanh", help="GPT-2's gelu_new (default) or relu²"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        print("bench/mlp_act.py needs a CUDA GPU")
+        print("bench/mlp_act.py needs a CUDA GPU", file=sys.stderr)
         return 2
     ceiling = copy_bandwidth()
-    results = [bench_shape(r, w, ceiling) for r, w in SHAPES]
+    results = [bench_shape(r, w, ceiling, args.variant) for r, w in SHAPES[args.variant]]
     ratios = [r["best_peer_over_ours"] for r in results if r.get("best_peer_over_ours")]
     geomean = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else 0.0
-    meta = run_meta("python bench/mlp_act.py --out bench/results", ceiling)
+    variant_arg = "" if args.variant == "mlp_gelu_tanh" else f" --variant {args.variant}"
+    meta = run_meta(f"python bench/mlp_act.py{variant_arg} --out {args.out}", ceiling)
     args.out.mkdir(parents=True, exist_ok=True)
     payload = {"meta": meta, "summary": {"geomean_best_peer_over_ours": geomean}, "results": results}
-    (args.out / "mlp_act_h200.json").write_text(json.dumps(payload, indent=1))
+    (args.out / f"{STEMS[args.variant]}.json").write_text(json.dumps(payload, indent=1))
     print(f"copy ceiling {ceiling / 1e9:.0f} GB/s on {meta['gpu']}; GPU us by graph replay (do_bench us), % of copy")
     for r in results:
         cells = []

@@ -2,7 +2,7 @@
 # One GPU run in one go: install the carried wheels, run the GPU tests, the benchmarks and
 # the demo on the 1.5B-shaped model; results land in bench/results/ and are copied to $RESULTS_DIR.
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
-#   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|gated|familytests|serving|demo|
+#   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest ...]
 #   (default: tests bench demo; ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
@@ -53,6 +53,7 @@ for step in $steps; do
     rotarytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_rotary_gpu.py 2>&1 | tail -40 \
             | tee "$RESULTS_DIR/rotary_gpu_tests.log" ;;
     mlpact) python3 bench/mlp_act.py --out bench/results 2>&1 | tee "$RESULTS_DIR/mlp_act.log" ;;
+    mlprelu2) python3 bench/mlp_act.py --variant mlp_relu2 --out bench/results 2>&1 | tee "$RESULTS_DIR/mlp_relu2.log" ;;
     gated) python3 bench/gated_mlp.py --out bench/results 2>&1 | tee "$RESULTS_DIR/gated_mlp.log" ;;
     familytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_residual_norm_gpu.py \
             tests/judge/test_judge_plain_mlp_gpu.py tests/judge/test_judge_rotary_gpu.py 2>&1 | tail -60 \

@@ -24,8 +24,10 @@ from services.ops import elementwise
 from services.ops.gated_mlp import linear_maps
 
 FAMILY = "plain_mlp"
-VARIANTS = ("mlp_gelu_tanh", "mlp_gelu", "mlp_relu", "mlp_silu")
-WRITABLE = ("mlp_gelu_tanh",)  # the others are recognised, recorded and refused with that reason
+VARIANTS = ("mlp_gelu_tanh", "mlp_gelu", "mlp_relu", "mlp_silu", "mlp_relu2")
+# the others are recognised, recorded and refused with that reason (torch runs each as one kernel already);
+# relu² (Nemotron's) is two, a relu and a square, each a pass over the activations
+WRITABLE = ("mlp_gelu_tanh", "mlp_relu2")
 KIND = "layer"
 ENTRYPOINT = "plain_mlp"
 ENTRY_INPUTS = ("hidden_states",)
@@ -42,14 +44,18 @@ PROBE_ROWS = 4
 
 
 def _activations() -> dict[str, Callable]:
-    """Each variant as HF's modules compute it, op by op in the tensor's dtype (GPT-2's gelu_new: seven ops)."""
+    """Each variant as HF's modules compute it, op by op in the tensor's dtype (GPT-2's gelu_new: seven ops;
+    Nemotron's relu²: two)."""
     import torch
     import torch.nn.functional as F
 
     def gelu_new(x):
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
-    return {"mlp_gelu_tanh": gelu_new, "mlp_gelu": F.gelu, "mlp_relu": F.relu, "mlp_silu": F.silu}
+    def relu2(x):  # Nemotron's ReLUSquaredActivation
+        return torch.square(F.relu(x))
+
+    return {"mlp_gelu_tanh": gelu_new, "mlp_gelu": F.gelu, "mlp_relu": F.relu, "mlp_silu": F.silu, "mlp_relu2": relu2}
 
 
 def reference(variant: str) -> Callable:

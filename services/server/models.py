@@ -181,6 +181,15 @@ def _gpt_neox(kwargs: dict):
     return GPTNeoXConfig(bos_token_id=0, eos_token_id=0, **{key: kwargs[key] for key in keep})
 
 
+def _nemotron(kwargs: dict):
+    from transformers import NemotronConfig
+
+    # Nemotron's shape: a plain MLP with relu² (up -> relu² -> down), RoPE on half of each head inside its function,
+    # LayerNorm1P norms ((1 + weight) with a bias: not one the norm family writes, so recorded and left alone)
+    kwargs = {key: value for key, value in kwargs.items() if key != "rms_norm_eps"}
+    return NemotronConfig(pad_token_id=0, bos_token_id=0, eos_token_id=0, **kwargs)
+
+
 def _granite(kwargs: dict):
     from transformers import GraniteConfig
 
@@ -208,6 +217,7 @@ PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-glm": (lambda: _glm(_tiny()), "float32"),
     "tiny-glm4": (lambda: _glm4(_tiny()), "float32"),
     "tiny-gptneox": (lambda: _gpt_neox(_tiny()), "float32"),
+    "tiny-nemotron": (lambda: _nemotron(_tiny()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0

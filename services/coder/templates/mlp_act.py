@@ -4,7 +4,9 @@ A candidate is data: `render(config)` is the kernel source (only @triton.jit cod
 launch it in the family's vocabulary (services.ops.plain_mlp, whose wrapper runs the module's own maps around
 it). GPT-2's gelu_new is seven torch ops, each rounding to the dtype and each a pass over the intermediate
 activations; the kernel computes it in fp32 and rounds once (within the judge's bound of the eager module's own
-answer, not bit for bit in bf16).
+answer, not bit for bit in bf16). Nemotron's relu² is two ops (a relu, then a square): the kernel squares in fp32
+and rounds once, bit for bit torch's (a bf16 or fp16 value's square is exact in fp32; an fp32 one rounds once in
+both).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ TEMPLATE = "mlp_activation"
 OP_FAMILY = plain_mlp.FAMILY
 ENTRYPOINT = plain_mlp.ENTRYPOINT
 VARIANTS = plain_mlp.WRITABLE
-KERNELS = {"mlp_gelu_tanh": "_gelu_tanh_kernel"}
+KERNELS = {"mlp_gelu_tanh": "_gelu_tanh_kernel", "mlp_relu2": "_relu2_kernel"}
 
 
 def variant_for(computes: str) -> str | None:
@@ -81,5 +83,24 @@ def _gelu_tanh_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     t = tl.exp(-2.0 * tl.abs(inner))
     tanh = tl.where(inner >= 0, 1.0, -1.0) * (1.0 - t) / (1.0 + t)
     tl.store(y_ptr + offsets, (0.5 * x * (1.0 + tanh)).to(y_ptr.dtype.element_ty), mask=mask)
+''',
+    "mlp_relu2": '''\
+"""Nemotron's relu² between an MLP's maps (gpuyantra template @TEMPLATE@, variant mlp_relu2).
+
+max(x, 0)² in one pass, the square rounded once to the output dtype as torch's square rounds it. One program
+covers BLOCK elements.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _relu2_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = tl.where(x < 0.0, 0.0, x)  # NaN stays NaN, as torch's relu keeps it (a maximum would drop it)
+    tl.store(y_ptr + offsets, (r * r).to(y_ptr.dtype.element_ty), mask=mask)
 ''',
 }
