@@ -481,10 +481,12 @@ class _RopeSubject:
     def timed(self):
         live = tuple(int(d) for d in self.job["live_shape"])
         b, hq, s, d = live if len(live) == 4 else (1, 4, 1, int(self.job["width"]))
-        second = tuple(int(x) for x in self.job.get("second_shape") or ())
-        # k's live heads (a GQA model has fewer than q); as many as q where the profile predates recording them
-        hk = second[1] if len(second) == 4 else hq
         from services.ops import rotary
+
+        # k's live heads (a GQA model has fewer than q), k as (batch, heads, seq, head_dim) whichever order the call
+        # passed; as many as q where the profile predates recording them
+        second = rotary.heads_major(self.job.get("second_shape") or (), self.job.get("third_shape") or ())
+        hk = second[1] if len(second) == 4 else hq
 
         main, unpack = _rope_oracle(self.fn, hq, hk, rotary.live_rotary_dim(self.job.get("third_shape") or (), d))
         by_positions: dict[int, tuple[int, ...]] = {}

@@ -326,7 +326,7 @@ class JudgeService:
         if target.computes not in rotary.VARIANTS:
             raise ModuleBuildError(f"the profile does not say which rotary layout {path} computes")
         dtype = target.dtype or "float32"
-        live = tuple(target.input_shape)
+        live = rotary.heads_major(target.input_shape, target.third_shape)  # q as (batch, heads, seq, head_dim)
         job = self._op_job(proposal, target, int(live[-1]) if live else 0, live)
         rotary_dim = rotary.live_rotary_dim(target.third_shape, int(live[-1])) if live else 0
         spec = RopeSpec(

@@ -241,7 +241,8 @@ def _check(q, k, cos, sin, partial: bool = False) -> tuple[tuple[int, ...], ...]
 
 def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
     """rope(q, k, cos, sin, unsqueeze_dim=1) -> (q_embed, k_embed) with the plan's kernel (checked by
-    `check_plan`). `unsqueeze_dim` must be 1 (cos and sin broadcast over heads), what every HF caller passes."""
+    `check_plan`). `unsqueeze_dim` 1: q and k of (batch, heads, seq, head_dim), what most HF callers pass; 2: of
+    (batch, seq, heads, head_dim) (cos and sin broadcast over the heads either way)."""
     import torch
 
     (only,) = plan.launches
@@ -272,8 +273,18 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
         return {n: exprs[v] if isinstance(v, str) else v for n, v in constexprs.items()}
 
     def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
+        if (
+            unsqueeze_dim == 2
+            and isinstance(q, torch.Tensor)
+            and isinstance(k, torch.Tensor)
+            and q.dim() == k.dim() == 4
+        ):
+            # q and k of (batch, seq, heads, head_dim) (DeepSeek-V3.2's indexer, HunYuan v4): rotated as their
+            # (batch, heads, seq, head_dim) views, the outputs given back in the caller's order
+            q_out, k_out = rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+            return q_out.transpose(1, 2), k_out.transpose(1, 2)
         if unsqueeze_dim != 1:
-            raise ValueError(f"rope broadcasts cos and sin over the heads (unsqueeze_dim 1), not {unsqueeze_dim}")
+            raise ValueError(f"rope broadcasts cos and sin over the heads (unsqueeze_dim 1 or 2), not {unsqueeze_dim}")
         qs, ks, cs, qt, kt, ct = _check(q, k, cos, sin, partial)
         b, hq, s, d = qs
         dtype = q.dtype if cos.dtype == q.dtype else torch.promote_types(q.dtype, cos.dtype)
@@ -313,6 +324,16 @@ def function_contract(target: str, params) -> pb.Contract | None:
     return pb.Contract(
         kind=KIND, target=target, entrypoint=ENTRYPOINT, inputs=params, entry_inputs=entry if params != entry else []
     )
+
+
+def heads_major(shape, cos_shape) -> tuple[int, ...]:
+    """q's or k's live shape (as a profile recorded it) as (batch, heads, seq, head_dim). A caller passing
+    unsqueeze_dim=2 passes them as (batch, seq, heads, head_dim), told apart by cos ((batch, seq, width)): its seq
+    is the second dim and not the third. A shape that does not say so is returned as it is."""
+    shape, cos_shape = tuple(int(x) for x in shape), tuple(int(x) for x in cos_shape)
+    if len(shape) == 4 and len(cos_shape) == 3 and shape[1] == cos_shape[1] != shape[2]:
+        return shape[0], shape[2], shape[1], shape[3]
+    return shape
 
 
 def live_rotary_dim(cos_shape, head_dim: int) -> int:
