@@ -31,8 +31,9 @@ Envelope = envelope_pb2.Envelope
 # recognised and named among the writable; a reason written at 7 keeps its words. A function's profile records its
 # third operand's shape (`third_shape`: RoPE's cos, the rotary width last); one written before records none, and
 # the judge draws cos as wide as the head for it.
-# 9: a plain MLP's relu² (mlp_relu2, Nemotron's) is recognised and named among the writable; a reason written at 8
-# keeps its words (a profile written before recorded such an MLP as nothing).
+# 9: Nemotron's ops are recognised and named among the writable: a plain MLP's relu² (mlp_relu2) and LayerNorm1P
+# (layernorm_offset: torch's LayerNorm of 1 + weight, formed in the weight's dtype), alone and in a residual norm;
+# a reason written at 8 keeps its words (a profile written before recorded them as nothing).
 SCHEMA_VERSION = 9
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).

@@ -333,13 +333,14 @@ def _add_norm_oracle(variant: str, width: int, device, dtype, seed: int):
     add-and-norm); it counts the bytes the fused op must move."""
     import torch
 
-    from services.ops import residual_norm
+    from services.ops import residual_norm, row_reduction
 
     fn = residual_norm.reference(variant)
     inner = residual_norm.norm_variant(variant)
     gen = torch.Generator().manual_seed(seed)
     weight = (1 + 0.1 * torch.randn(width, generator=gen)).to(device=device, dtype=dtype)
-    bias = (0.1 * torch.randn(width, generator=gen)).to(device=device, dtype=dtype) if inner == "layernorm" else None
+    biased = inner in row_reduction.BIASED
+    bias = (0.1 * torch.randn(width, generator=gen)).to(device=device, dtype=dtype) if biased else None
     eps = 1e-6
     F = torch.nn.functional
 
@@ -351,7 +352,8 @@ def _add_norm_oracle(variant: str, width: int, device, dtype, seed: int):
         def native_op(ax):
             s = ax[1] + ax[0]
             if inner.startswith("layernorm"):
-                return F.layer_norm(s, (width,), weight, bias, eps), s
+                scale = weight + 1.0 if inner == "layernorm_offset" else weight  # LayerNorm1P's, in its dtype
+                return F.layer_norm(s, (width,), scale, bias, eps), s
             scale = (1.0 + weight.float()).to(weight.dtype) if inner == "rmsnorm_offset" else weight
             return F.rms_norm(s, (width,), scale, eps), s
 

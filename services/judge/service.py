@@ -300,7 +300,7 @@ class JudgeService:
             raise ModuleBuildError(f"the profile recorded no input shape of {intro.class_path}")
         job = self._op_job(proposal, target, width, live)
         spec = PairSpec(width, live, torch_dtype(dtype), self.use_gpu, (), examples=self.examples // 2)
-        bias = residual_norm.norm_variant(target.computes) == "layernorm"
+        bias = residual_norm.norm_variant(target.computes) in row_reduction.BIASED
         cases = draw_add_norm_cases(spec, job.seed_base, bias)
         refs = verdict.add_norm_references(cases, target.computes)
         blob = io.BytesIO()

@@ -212,6 +212,7 @@ def native_op(module: torch.nn.Module, width: int, eps: float | None) -> Callabl
     """torch's fused op computing what `module` computes (seen running it: services.ops.recognise_norm), so a
     candidate is held to the fastest thing torch already has for *this* op: F.rms_norm for an RMSNorm (with
     1 + weight, formed once here, for Gemma's), F.layer_norm for a LayerNorm. None when torch has none."""
+    from services.ops import row_reduction
     from services.ops.recognise_norm import recognise
 
     F = torch.nn.functional
@@ -228,8 +229,9 @@ def native_op(module: torch.nn.Module, width: int, eps: float | None) -> Callabl
         scale = (1.0 + weight.float()).to(weight.dtype)
         return lambda x: F.rms_norm(x, (width,), scale, eps)
     if variant.startswith("layernorm"):
-        bias = getattr(module, "bias", None) if variant == "layernorm" else None
-        return lambda x: F.layer_norm(x, (width,), weight, bias, eps)
+        bias = getattr(module, "bias", None) if variant in row_reduction.BIASED else None
+        scale = weight + 1.0 if variant == "layernorm_offset" else weight  # Nemotron's 1 + weight, in its dtype
+        return lambda x: F.layer_norm(x, (width,), scale, bias, eps)
     return None
 
 

@@ -77,23 +77,33 @@ def references(cases: list[Case], build_module, weight_attr: str, bias_attr: str
     """One Reference per case. `build_module(width)` returns a fresh CPU instance of the live class; the case's
     weight (and bias, where the module has one under `bias_attr`) are set on it."""
     out = []
-    centred: dict[int, float | None] = {}  # width -> eps when the module subtracts the mean (seen running it)
+    # width -> (eps, whether it scales by 1 + weight) when the module subtracts the mean (seen running it)
+    centred: dict[int, tuple[float, bool] | None] = {}
     for case in cases:
         module = build_module(case.width).to(dtype=case.weight.dtype).eval()
         if case.width not in centred:
             probe = build_module(case.width)
-            is_centred = (recognise(probe) or "").startswith("layernorm")
-            centred[case.width] = epsilon_of(probe) if is_centred else None
+            variant = recognise(probe) or ""
+            is_centred = variant.startswith("layernorm")
+            centred[case.width] = (epsilon_of(probe), variant == "layernorm_offset") if is_centred else None
         with torch.no_grad():
             getattr(module, weight_attr).copy_(case.weight)
             if case.bias is not None and bias_attr:
                 getattr(module, bias_attr).copy_(case.bias)
             x = apply_layout(case.base, case.layout, case.width)
             own = module(x)
-            hi = copy.deepcopy(module).float()(x.float()).double()
+            upcast = copy.deepcopy(module).float()
+            if centred[case.width] is not None and centred[case.width][1]:
+                # LayerNorm1P forms 1 + weight in the weight's dtype: that rounding is the model's, not an error,
+                # so the fp32 reference scales by the same 1 + weight (stored less its exact 1)
+                getattr(upcast, weight_attr).copy_((getattr(module, weight_attr) + 1.0).float() - 1.0)
+            hi = upcast(x.float()).double()
         bound = honest_bound([x.dtype, case.weight.dtype, own.dtype], reduce_len=case.width, numel=own.numel())
-        eps = centred[case.width]
-        row_error = None if eps is None else centred_row_error(x, case.weight, eps, case.width)
+        row_error = None
+        if centred[case.width] is not None:
+            eps, offset = centred[case.width]
+            scale = case.weight.float() + 1.0 if offset else case.weight  # LayerNorm1P's effective weight
+            row_error = centred_row_error(x, scale, eps, case.width)
         out.append(checked_reference(case.name, "the module's own output", own, hi, bound, row_error))
     return out
 
@@ -143,6 +153,7 @@ def add_norm_references(cases: list, variant: str) -> list[Reference]:
 
     fn = reference(variant)
     centred = norm_variant(variant).startswith("layernorm")
+    offset = norm_variant(variant) == "layernorm_offset"
     out = []
     for case in cases:
         a = apply_layout(case.pair.gate, case.layout, case.width)
@@ -151,15 +162,17 @@ def add_norm_references(cases: list, variant: str) -> list[Reference]:
         with torch.no_grad():
             own_y, own_s = fn(a, x, case.weight, case.eps, b)
             served = own_s.double()
-            hi_y, _ = fn(
-                torch.zeros_like(served), served, case.weight.double(), case.eps, None if b is None else b.double()
-            )
+            # LayerNorm1P's 1 + weight is formed in the weight's dtype: that rounding is the model's, so the float64
+            # reference scales by the same (stored less its exact 1)
+            w_hi = (case.weight + 1.0).double() - 1.0 if offset else case.weight.double()
+            hi_y, _ = fn(torch.zeros_like(served), served, w_hi, case.eps, None if b is None else b.double())
             hi_s = exact_as_served(x.double() + a.double(), own_s.dtype)
         own, hi = flat((own_y, own_s)), flat((hi_y, hi_s))
         bound = honest_bound([a.dtype, case.weight.dtype, own_y.dtype], reduce_len=case.width, numel=own.numel())
         term = None
         if centred:
-            rows = centred_row_error(own_s, case.weight, case.eps, case.width).expand_as(own_y)
+            scale = case.weight.float() + 1.0 if offset else case.weight
+            rows = centred_row_error(own_s, scale, case.eps, case.width).expand_as(own_y)
             term = torch.cat([rows.reshape(-1), torch.zeros(own_s.numel(), dtype=rows.dtype)])
         out.append(checked_reference(case.name, "torch's own add and norm", own, hi, bound, term))
     return out

@@ -12,6 +12,8 @@ weight, bias and epsilon:
   rmsnorm_offset   (1 + weight) · x / sqrt(mean(x²) + eps)      Gemma
   layernorm        weight · (x − mean) / sqrt(var + eps) + bias GPT-2, BERT-style encoders (nn.LayerNorm)
   layernorm_no_bias  the same without a bias                    Cohere
+  layernorm_offset (1 + weight) · (x − mean) / sqrt(var + eps) + bias   Nemotron (LayerNorm1P: 1 + weight
+                   formed in the weight's dtype)
 
 A module that matches none is not recognised (None): the profiler then says what it found, and nothing
 is written for it.
@@ -52,6 +54,7 @@ def _formulas(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, 
         out["layernorm_no_bias"] = weight * normed
     else:
         out["layernorm"] = weight * normed + bias
+        out["layernorm_offset"] = (1.0 + weight) * normed + bias
     return out
 
 

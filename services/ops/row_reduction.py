@@ -21,7 +21,8 @@ from services.ops.launch import Launcher, launch_options, next_pow2
 FAMILY = "row_reduction"
 # What this family's modules may compute (services.ops.recognise_norm), and which of those its template
 # writes today; the others are recognised, recorded and refused with that reason, never written wrong.
-VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias", "rmsnorm_fp32_weight")
+VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias", "rmsnorm_fp32_weight", "layernorm_offset")
+BIASED = ("layernorm", "layernorm_offset")  # a bias added after the weight: torch's LayerNorm, Nemotron's LayerNorm1P
 WRITABLE = VARIANTS
 ENTRYPOINT = "rmsnorm"  # the wrapper's name in a contract (it runs every variant; the name is what contracts hold)
 ENTRY_INPUTS = ("hidden_states",)  # forward inputs passed through

@@ -119,8 +119,8 @@ def writable_variants(schema_version: int) -> tuple[str, ...]:
         writable = tuple(v for v in writable if not v.endswith("rmsnorm_fp32_weight"))
     if schema_version < 8:  # the RoPE functions that rotate part of the head (GPT-NeoX's, GLM's)
         writable = tuple(v for v in writable if v not in rotary.PARTIAL_VARIANTS)
-    if schema_version < 9:  # Nemotron's relu² MLP
-        writable = tuple(v for v in writable if v != "mlp_relu2")
+    if schema_version < 9:  # Nemotron's relu² MLP and LayerNorm1P, alone and in a residual norm
+        writable = tuple(v for v in writable if v not in ("mlp_relu2", "layernorm_offset", "add_layernorm_offset"))
     return writable
 
 

@@ -1,7 +1,7 @@
 """Norms that are not Llama's RMSNorm, judged against their own classes: Gemma's x·rsqrt(mean(x²)+eps)·(1+w),
-Cohere's bias-free LayerNorm and torch's LayerNorm with its bias (GPT-2's). The template's kernel for what
-the module computes passes; the kernel of another variant (what would have been written before the profile
-said what the module computes) is wrong on it, and the judge says so."""
+Cohere's bias-free LayerNorm, torch's LayerNorm with its bias (GPT-2's) and Nemotron's LayerNorm1P (of 1 + w).
+The template's kernel for what the module computes passes; the kernel of another variant (what would have been
+written before the profile said what the module computes) is wrong on it, and the judge says so."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 from judge_testkit import log_of, profile_captured, proposal
 from transformers.models.cohere.modeling_cohere import CohereLayerNorm
 from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+from transformers.models.nemotron.modeling_nemotron import NemotronLayerNorm1P
 from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
 
 from services.coder.contract import derive_contract
@@ -27,7 +28,7 @@ def _perturbed(norm: torch.nn.Module) -> torch.nn.Module:
 
 
 async def _judge(norm: torch.nn.Module, variant: str):
-    captured = profile_captured(norm)
+    captured = profile_captured(norm, dtype=str(norm.weight.dtype))  # served in its weights' dtype
     config = rmsnorm.search_configs(variant)[0]
     candidate = proposal(rmsnorm.render(config), captured, plan=rmsnorm.plan(config))
     candidate.config.CopyFrom(config)
@@ -42,6 +43,14 @@ async def _judge(norm: torch.nn.Module, variant: str):
         (lambda: GemmaRMSNorm(64, eps=1e-6), "rmsnorm_offset", "", ["weight", "eps"]),
         (lambda: CohereLayerNorm(64, eps=1e-5), "layernorm_no_bias", "", ["weight", "eps"]),
         (lambda: torch.nn.LayerNorm(64), "layernorm", "layernorm_no_bias", ["weight", "eps", "bias"]),
+        # Nemotron's LayerNorm1P: torch's LayerNorm of 1 + weight (in bf16 formed and rounded in the weight's dtype)
+        (lambda: NemotronLayerNorm1P(64, eps=1e-5), "layernorm_offset", "layernorm", ["weight", "eps", "bias"]),
+        (
+            lambda: NemotronLayerNorm1P(64, eps=1e-5).to(torch.bfloat16),
+            "layernorm_offset",
+            "layernorm",
+            ["weight", "eps", "bias"],
+        ),
         # bf16, where its one rounding tells it from Llama's RMSNorm (tests/test_ops_row_reduction.py)
         (
             lambda: Olmo2RMSNorm(64, eps=1e-6).to(torch.bfloat16),
@@ -75,6 +84,7 @@ def test_gemmas_forward_x_is_mapped_to_the_entrypoints_hidden_states():
         lambda: GemmaRMSNorm(64, eps=1e-6),
         lambda: CohereLayerNorm(64, eps=1e-5),
         lambda: torch.nn.LayerNorm(64),
+        lambda: NemotronLayerNorm1P(64, eps=1e-5),
         lambda: torch.nn.RMSNorm(64, eps=1e-6),
         lambda: Olmo2RMSNorm(64, eps=1e-6).to(torch.bfloat16),
     ],

@@ -9,10 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 from judge_testkit import log_of
-from transformers import GemmaConfig, GPT2Config, LlamaConfig
+from transformers import GemmaConfig, GPT2Config, LlamaConfig, NemotronConfig
 from transformers.models.gemma.modeling_gemma import GemmaDecoderLayer
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+from transformers.models.nemotron.modeling_nemotron import NemotronDecoderLayer
 
 from services.coder.templates import add_norm
 from services.core.kernels import candidate_sha256
@@ -30,6 +31,8 @@ def _layer(kind: str) -> torch.nn.Module:
         layer = LlamaDecoderLayer(LlamaConfig(**small), layer_idx=0)
     elif kind == "gemma":
         layer = GemmaDecoderLayer(GemmaConfig(**small, head_dim=8), layer_idx=0)
+    elif kind == "nemotron":  # its add into a LayerNorm1P (torch's LayerNorm of 1 + weight, weight in its dtype)
+        layer = NemotronDecoderLayer(NemotronConfig(**small), layer_idx=0)
     else:
         layer = GPT2Block(GPT2Config(n_embd=HIDDEN, n_head=4), layer_idx=0)
     with torch.no_grad():  # norm weights away from their init, as a trained model's are
@@ -73,8 +76,10 @@ async def _judge(layer, *, source=None, variant=None, contract=None, dtype="torc
 
 
 @pytest.mark.parametrize(
-    ("kind", "variant"), [("llama", "add_rmsnorm"), ("gemma", "add_rmsnorm_offset"), ("gpt2", "add_layernorm")]
-)
+    ("kind", "variant"),
+    [("llama", "add_rmsnorm"), ("gemma", "add_rmsnorm_offset"), ("gpt2", "add_layernorm"),
+     ("nemotron", "add_layernorm_offset")],
+)  # fmt: skip
 async def test_the_kernel_of_the_layers_norm_passes(kind, variant):
     layer = _layer(kind)
     assert residual_norm.recognise(layer) == variant

@@ -230,8 +230,8 @@ def test_a_probed_profile_is_decided_by_what_its_forward_computes(profile_of):
 
 def test_a_reason_names_the_writable_variants_of_its_schema():
     """A reason re-derives in the words of its schema: gated MLPs and RoPE named since 5, the residual norm and the
-    plain MLP since 6, OLMo2's RMSNorm (its weight in fp32) since 7, the partial RoPE functions since 8, relu² since
-    9."""
+    plain MLP since 6, OLMo2's RMSNorm (its weight in fp32) since 7, the partial RoPE functions since 8, Nemotron's
+    relu² and LayerNorm1P since 9."""
     at = {v: domain.writable_variants(v) for v in (4, 5, 6, 7, 8, 9)}
     assert "swiglu" not in at[4] and "swiglu" in at[5] and "add_rmsnorm" not in at[5] and "add_rmsnorm" in at[6]
     new = {"rmsnorm_fp32_weight", "add_rmsnorm_fp32_weight"}
@@ -239,4 +239,6 @@ def test_a_reason_names_the_writable_variants_of_its_schema():
     assert [v for v in at[7] if v not in new] == list(at[6])
     partial = {"rope_half_partial", "rope_pairs_partial"}
     assert not partial & set(at[7]) and partial <= set(at[8]) and [v for v in at[8] if v not in partial] == list(at[7])
-    assert "mlp_relu2" not in at[8] and [v for v in at[9] if v != "mlp_relu2"] == list(at[8])
+    nemotron = {"mlp_relu2", "layernorm_offset", "add_layernorm_offset"}
+    assert not nemotron & set(at[8]) and [v for v in at[9] if v not in nemotron] == list(at[8])
+    assert nemotron <= set(at[9])

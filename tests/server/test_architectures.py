@@ -181,9 +181,10 @@ def _template_and_contract(profile: pb.ModuleClassProfile):
         ("tiny-glm4", {"Glm4RMSNorm": "rmsnorm", "Glm4MLP": "swiglu", ROPE_FN: "rope_pairs_partial"}),
         # Pythia: LayerNorms with a bias, a parallel block, a plain GELU MLP, rotate_half on a quarter of each head
         ("tiny-gptneox", {"LayerNorm": "layernorm", "GPTNeoXMLP": "mlp_gelu", ROPE_FN: "rope_half_partial"}),
-        # Nemotron: a plain relu² MLP, RoPE on half of each head; its LayerNorm1P ((1 + weight), a bias) is not
-        # recognised, so neither it nor its layer's add is taken
-        ("tiny-nemotron", {"NemotronMLP": "mlp_relu2", ROPE_FN: "rope_half_partial"}),
+        # Nemotron: LayerNorm1P (torch's LayerNorm of 1 + weight), its layer's add fused with it, a plain relu² MLP,
+        # RoPE on half of each head
+        ("tiny-nemotron", {"NemotronLayerNorm1P": "layernorm_offset", "NemotronDecoderLayer": "add_layernorm_offset",
+                           "NemotronMLP": "mlp_relu2", ROPE_FN: "rope_half_partial"}),
     ],
 )  # fmt: skip
 async def test_architectures_beyond_the_list_are_recognised_by_what_they_compute_and_each_op_swaps(preset, expected):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from services.coder.templates.rmsnorm import row_config_problem, row_configs, row_launch
 from services.core.pb import events_pb2 as pb
-from services.ops import residual_norm
+from services.ops import residual_norm, row_reduction
 
 TEMPLATE = "add_norm_onepass"
 OP_FAMILY = residual_norm.FAMILY
@@ -46,7 +46,7 @@ def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
 
 
 def _bias(variant: str) -> bool:
-    return residual_norm.norm_variant(variant) == "layernorm"
+    return residual_norm.norm_variant(variant) in row_reduction.BIASED
 
 
 def render(config: pb.TemplateConfig) -> str:
@@ -107,6 +107,13 @@ _NORMS = {
     "layernorm_no_bias": (_W, _CENTRED + "        y = centred * tl.rsqrt(variance + eps) * w\n"),
     "layernorm": (
         _W + "    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n",
+        _CENTRED + "        y = centred * tl.rsqrt(variance + eps) * w + b\n",
+    ),
+    # Nemotron's LayerNorm1P: 1 + weight formed in the weight's dtype, as the module forms it
+    "layernorm_offset": (
+        _W
+        + "    w = (w + 1.0).to(w_ptr.dtype.element_ty).to(tl.float32)\n"
+        + "    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n",
         _CENTRED + "        y = centred * tl.rsqrt(variance + eps) * w + b\n",
     ),
 }

@@ -21,18 +21,21 @@ KERNEL = "_rmsnorm_fwd_kernel"
 # is Gemma's, x·rsqrt(mean(x²)+eps)·(1 + weight) in fp32, cast once at the end; "layernorm_no_bias" is
 # Cohere's, (x − mean)·rsqrt(var+eps)·weight in fp32, cast once (same wrapper: weight and eps bound);
 # "layernorm" is torch.nn.LayerNorm's (GPT-2, BERT-style encoders): the same plus the bias, in fp32, cast once;
-# "rmsnorm_fp32_weight" is OLMo2's RMSNorm: the weight applied to the fp32 normalised row, cast once.
+# "rmsnorm_fp32_weight" is OLMo2's RMSNorm: the weight applied to the fp32 normalised row, cast once;
+# "layernorm_offset" is Nemotron's LayerNorm1P: torch's LayerNorm of (1 + weight), formed in the weight's dtype.
 # A config names its variant only when it is not the first, so configs (and candidates) of plain RMSNorm
 # are what they always were.
-VARIANTS = ("", "rmsnorm_offset", "layernorm_no_bias", "layernorm", "rmsnorm_fp32_weight")
+VARIANTS = ("", "rmsnorm_offset", "layernorm_no_bias", "layernorm", "rmsnorm_fp32_weight", "layernorm_offset")
 KERNELS = {
     "": KERNEL,
     "rmsnorm_offset": "_rmsnorm_offset_fwd_kernel",
     "layernorm_no_bias": "_layernorm_fwd_kernel",
     "layernorm": "_layernorm_bias_fwd_kernel",
     "rmsnorm_fp32_weight": "_rmsnorm_fp32_weight_fwd_kernel",
+    "layernorm_offset": "_layernorm_offset_fwd_kernel",
 }
-ARGS = {"layernorm": ["x", "w", "b", "y", "rows", "eps"]}  # the other variants: ["x", "w", "y", "rows", "eps"]
+# the biased variants' arguments; the others take ["x", "w", "y", "rows", "eps"]
+ARGS = {v: ["x", "w", "b", "y", "rows", "eps"] for v in row_reduction.BIASED}
 
 
 def variant_for(computes: str) -> str | None:
@@ -166,6 +169,7 @@ def render(config: pb.TemplateConfig) -> str:
         "layernorm_no_bias": _LAYERNORM_SOURCE,
         "layernorm": _LAYERNORM_BIAS_SOURCE,
         "rmsnorm_fp32_weight": _FP32_WEIGHT_SOURCE,
+        "layernorm_offset": _LAYERNORM_OFFSET_SOURCE,
     }
     source = sources[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
     return _persistent(source) if config.params.get(PERSISTENT) else source
@@ -390,3 +394,21 @@ def _layernorm_bias_fwd_kernel(
         y = centred * tl.rsqrt(variance + eps) * w + b
         tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 '''
+# Nemotron's LayerNorm1P: the same kernel with the weight as the module forms it, 1 + weight rounded to its dtype
+_LAYERNORM_OFFSET_SOURCE = (
+    _LAYERNORM_BIAS_SOURCE.replace(
+        "LayerNorm as torch.nn.LayerNorm computes it (gpuyantra template @TEMPLATE@, variant layernorm).",
+        "LayerNorm1P as Nemotron computes it (gpuyantra template @TEMPLATE@, variant layernorm_offset).",
+    )
+    .replace(
+        "multiplied by the weight and shifted by the bias in fp32, and cast to the output dtype once.",
+        "multiplied by 1 + weight (formed in the weight's dtype, as the module forms it) and shifted by the\n"
+        "bias in fp32, and cast to the output dtype once.",
+    )
+    .replace("def _layernorm_bias_fwd_kernel(", "def _layernorm_offset_fwd_kernel(")
+    .replace(
+        "    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n",
+        "    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n"
+        "    w = (w + 1.0).to(w_ptr.dtype.element_ty).to(tl.float32)\n",
+    )
+)
