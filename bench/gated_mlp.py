@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+from plot_rows import plot  # noqa: E402
 from rmsnorm import L2_BYTES, copy_bandwidth, print_copy_floor, run_meta, timings, with_copy_floor  # noqa: E402
 
 from services.coder.templates import gated as template  # noqa: E402
@@ -107,9 +108,11 @@ def main() -> int:
         return 2
     ceiling = copy_bandwidth()
     results = [bench_shape(r, w, ceiling) for r, w in SHAPES]
-    meta = run_meta("python bench/gated_mlp.py --out bench/results", ceiling)
+    meta = run_meta(f"python bench/gated_mlp.py --out {args.out}", ceiling)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gated_mlp_h200.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    payload = {"meta": meta, "results": results}
+    (args.out / "gated_mlp_h200.json").write_text(json.dumps(payload, indent=1))
+    plot(payload, args.out / "gated_mlp_h200.png", "gated act·mul")
     print(f"copy ceiling {ceiling / 1e9:.0f} GB/s on {meta['gpu']}; GPU us per call by graph replay, % of copy")
     for r in results:
         cells = []

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
+from plot_rows import plot  # noqa: E402
 from rmsnorm import L2_BYTES, copy_bandwidth, print_copy_floor, run_meta, timings, with_copy_floor  # noqa: E402
 
 from services.coder.templates import mlp_act as template  # noqa: E402
@@ -112,6 +113,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     payload = {"meta": meta, "summary": {"geomean_best_peer_over_ours": geomean}, "results": results}
     (args.out / f"{STEMS[args.variant]}.json").write_text(json.dumps(payload, indent=1))
+    plot(payload, args.out / f"{STEMS[args.variant]}.png", args.variant)
     print(f"copy ceiling {ceiling / 1e9:.0f} GB/s on {meta['gpu']}; GPU us by graph replay (do_bench us), % of copy")
     for r in results:
         cells = []

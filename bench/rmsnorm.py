@@ -278,7 +278,7 @@ def main() -> int:
     shapes = NARROW_SHAPES if args.narrow else shapes
     results = [bench_shape(r, w, dtype, ceiling, args.variant, args.narrow) for r, w in shapes]
     flag = ("" if args.variant == "rmsnorm" else f" --variant {args.variant}") + (" --narrow" if args.narrow else "")
-    meta = run_meta(f"python bench/rmsnorm.py{flag} --out bench/results", ceiling, variant=args.variant)
+    meta = run_meta(f"python bench/rmsnorm.py{flag} --out {args.out}", ceiling, variant=args.variant)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"{args.variant}{'_narrow' if args.narrow else ''}_h200"
     (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
