@@ -52,7 +52,8 @@ def resolve_device(device: str) -> str:
 TINY_INIT_RANGE = 0.3
 
 
-def _tiny() -> dict:
+def tiny_sizes() -> dict:
+    """The tiny presets' sizes and init range, as config keyword arguments (tests build other architectures at them)."""
     return dict(
         initializer_range=TINY_INIT_RANGE,
         hidden_size=64,
@@ -202,22 +203,22 @@ def _granite(kwargs: dict):
 # name -> (config builder, dtype on cuda). Tiny presets stay float32 everywhere so CPU and GPU agree on
 # the arithmetic; the 1.5B shape is served in bf16 on a GPU as a real deployment would be.
 PRESETS: dict[str, tuple[Callable[[], object], str]] = {
-    "tiny-qwen2": (lambda: _qwen2(_tiny()), "float32"),
-    "tiny-llama": (lambda: _llama(_tiny()), "float32"),
-    "tiny-qwen3": (lambda: _qwen3(_tiny()), "float32"),
-    "tiny-gemma": (lambda: _gemma(_tiny()), "float32"),
-    "tiny-cohere": (lambda: _cohere(_tiny()), "float32"),
-    "tiny-gpt2": (lambda: _gpt2(_tiny()), "float32"),
-    "tiny-mistral": (lambda: _mistral(_tiny()), "float32"),
-    "tiny-starcoder2": (lambda: _starcoder2(_tiny()), "float32"),
-    "tiny-phi": (lambda: _phi(_tiny()), "float32"),
-    "tiny-olmo2": (lambda: _olmo2(_tiny()), "float32"),
-    "tiny-granite": (lambda: _granite(_tiny()), "float32"),
-    "tiny-phi3": (lambda: _phi3(_tiny()), "float32"),
-    "tiny-glm": (lambda: _glm(_tiny()), "float32"),
-    "tiny-glm4": (lambda: _glm4(_tiny()), "float32"),
-    "tiny-gptneox": (lambda: _gpt_neox(_tiny()), "float32"),
-    "tiny-nemotron": (lambda: _nemotron(_tiny()), "float32"),
+    "tiny-qwen2": (lambda: _qwen2(tiny_sizes()), "float32"),
+    "tiny-llama": (lambda: _llama(tiny_sizes()), "float32"),
+    "tiny-qwen3": (lambda: _qwen3(tiny_sizes()), "float32"),
+    "tiny-gemma": (lambda: _gemma(tiny_sizes()), "float32"),
+    "tiny-cohere": (lambda: _cohere(tiny_sizes()), "float32"),
+    "tiny-gpt2": (lambda: _gpt2(tiny_sizes()), "float32"),
+    "tiny-mistral": (lambda: _mistral(tiny_sizes()), "float32"),
+    "tiny-starcoder2": (lambda: _starcoder2(tiny_sizes()), "float32"),
+    "tiny-phi": (lambda: _phi(tiny_sizes()), "float32"),
+    "tiny-olmo2": (lambda: _olmo2(tiny_sizes()), "float32"),
+    "tiny-granite": (lambda: _granite(tiny_sizes()), "float32"),
+    "tiny-phi3": (lambda: _phi3(tiny_sizes()), "float32"),
+    "tiny-glm": (lambda: _glm(tiny_sizes()), "float32"),
+    "tiny-glm4": (lambda: _glm4(tiny_sizes()), "float32"),
+    "tiny-gptneox": (lambda: _gpt_neox(tiny_sizes()), "float32"),
+    "tiny-nemotron": (lambda: _nemotron(tiny_sizes()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0

@@ -16,9 +16,10 @@ from services.core.pb import events_pb2 as pb
 from services.ops import gated_mlp, plain_mlp, residual_norm, rotary
 from services.profiler.domain import choose_target, choose_targets
 from services.profiler.roofline import op_family, rank
+from services.server import models
 from services.server.engine import Engine
 from services.server.functions import site_of
-from services.server.models import load_model
+from services.server.models import load_model, tiny_sizes
 from services.server.parity import swap_with_parity
 
 QWEN3_NORM = "transformers.models.qwen3.modeling_qwen3.Qwen3RMSNorm"
@@ -191,6 +192,60 @@ async def test_architectures_beyond_the_list_are_recognised_by_what_they_compute
     """No per-model code: each op is found by running it, layers whose dataflow is not a residual add into the post
     norm are not taken for one (never a wrong swap), and every op found swaps in alone with parity on the live
     weights and the same greedy tokens, then reverts."""
+    await _each_op_found_swaps(preset, expected)
+
+
+def _config(name: str, **changes):
+    """A tiny config of transformers' `name` (the presets' sizes, `changes` applied; a None drops a key)."""
+
+    def build():
+        import transformers
+
+        kwargs = {**tiny_sizes(), **changes}
+        return getattr(transformers, name)(
+            pad_token_id=0, bos_token_id=0, eos_token_id=0, **{k: v for k, v in kwargs.items() if v is not None}
+        )
+
+    return build
+
+
+GPTJ_SIZES = dict(hidden_size=None, intermediate_size=None, num_hidden_layers=None, num_attention_heads=None,
+                  num_key_value_heads=None, max_position_embeddings=None, rms_norm_eps=None,
+                  n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=512)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [
+        # Persimmon: LayerNorms with a bias, its add fused with the post norm, a plain relu² MLP of biased maps
+        (_config("PersimmonConfig", rms_norm_eps=None, num_key_value_heads=None),
+         {"LayerNorm": "layernorm", "PersimmonDecoderLayer": "add_layernorm", "PersimmonMLP": "mlp_relu2",
+          ROPE_FN: "rope_half"}),
+        # Arcee: Llama's layer with an up -> relu² -> down MLP
+        (_config("ArceeConfig"), {"ArceeRMSNorm": "rmsnorm", "ArceeDecoderLayer": "add_rmsnorm",
+                                  "ArceeMLP": "mlp_relu2", ROPE_FN: "rope_half"}),
+        # Command R7B: a parallel block, a bias-free LayerNorm, interleaved RoPE
+        (_config("Cohere2Config", rms_norm_eps=None), {"Cohere2LayerNorm": "layernorm_no_bias",
+                                                       "Cohere2MLP": "swiglu", ROPE_FN: "rope_interleaved"}),
+        # StableLM: LayerNorms with a bias around a gated MLP, RoPE on a quarter of each head (split outside)
+        (_config("StableLmConfig", rms_norm_eps=None),
+         {"LayerNorm": "layernorm", "StableLmDecoderLayer": "add_layernorm", "StableLmMLP": "swiglu",
+          ROPE_FN: "rope_half"}),
+        # OLMoE: its experts are no MLP these families write (recorded as nothing); its layer and norms are
+        (_config("OlmoeConfig", num_experts=4, num_experts_per_tok=2),
+         {"OlmoeRMSNorm": "rmsnorm", "OlmoeDecoderLayer": "add_rmsnorm", ROPE_FN: "rope_half"}),
+        # GPT-J: a parallel block; its RoPE function rotates one tensor, taking (x, sin, cos): not this family's
+        (_config("GPTJConfig", **GPTJ_SIZES), {"LayerNorm": "layernorm", "GPTJMLP": "mlp_gelu_tanh"}),
+    ],
+    ids=["persimmon", "arcee", "cohere2", "stablelm", "olmoe", "gptj"],
+)  # fmt: skip
+async def test_architectures_without_a_preset_are_recognised_and_each_op_swaps(monkeypatch, build, expected):
+    """The same from configs no preset names (a model of any of these architectures served from a local path)."""
+    monkeypatch.setitem(models.PRESETS, "tiny-unlisted", (build, "float32"))
+    await _each_op_found_swaps("tiny-unlisted", expected)
+
+
+async def _each_op_found_swaps(preset: str, expected: dict) -> None:
     engine = Engine(load_model(preset, "cpu"))
     try:
         observation = await engine.capture_profile(["Hello there"], 4)
