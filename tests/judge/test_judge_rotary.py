@@ -110,3 +110,14 @@ async def test_a_contract_that_does_not_fit_the_function_is_refused():
     contract.bindings.add(param="weight", attr="inv_freq", kind="tensor")
     judged = await _judge(QWEN2, "rope_half", "rope_half", contract)
     assert judged.reward == -1 and judged.observed.contract.rule_id == "binding-kind", judged.reason
+
+
+async def test_a_function_called_seq_major_is_judged_at_its_heads_major_shape():
+    """A caller passing unsqueeze_dim=2 (DeepSeek-V3.2's indexer) records q as (batch, seq, heads, dim): the judge
+    draws it as (batch, heads, seq, dim) from cos's seq, so the live case has the live heads, not seq as heads."""
+    captured = _captured(QWEN2, "rope_half")
+    captured.observed.modules[0].input_shape[:] = [1, 5, 4, 16]  # seq 5 (cos's), 4 heads
+    prior = log_of(captured, _proposal(captured, template.search_configs("rope_half")[0]))
+    [judged] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
+    assert judged.reward == 1, judged.reason
+    assert judged.observed.correctness.shapes[0] == "1x4x5x16"
