@@ -142,6 +142,10 @@ def test_the_wrapper_refuses_what_it_cannot_rotate_with_a_clear_message():
         op(q, k, cos, sin, unsqueeze_dim=3)
     with pytest.raises(ValueError, match=r"do not fit together"):  # (batch, heads, seq, dim) passed as seq-major
         op(q, k, cos, sin, unsqueeze_dim=2)
+    with pytest.raises(ValueError, match=r"rope takes q and k of \(batch, heads, seq, head_dim\)"):
+        op(q[0], k[0], cos, sin, unsqueeze_dim=2)
+    with pytest.raises(TypeError, match="rope takes tensors"):
+        op(None, k, cos, sin, unsqueeze_dim=2)
     with pytest.raises(ValueError, match=r"do not fit together"):
         op(q, k[:, :, :3], cos, sin)
     with pytest.raises(ValueError, match="head_dim"):

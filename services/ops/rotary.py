@@ -273,16 +273,13 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
         return {n: exprs[v] if isinstance(v, str) else v for n, v in constexprs.items()}
 
     def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
-        if (
-            unsqueeze_dim == 2
-            and isinstance(q, torch.Tensor)
-            and isinstance(k, torch.Tensor)
-            and q.dim() == k.dim() == 4
-        ):
-            # q and k of (batch, seq, heads, head_dim) (DeepSeek-V3.2's indexer, HunYuan v4): rotated as their
-            # (batch, heads, seq, head_dim) views, the outputs given back in the caller's order
-            q_out, k_out = rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
-            return q_out.transpose(1, 2), k_out.transpose(1, 2)
+        if unsqueeze_dim == 2:
+            if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == k.dim() == 4:
+                # q and k of (batch, seq, heads, head_dim) (DeepSeek-V3.2's indexer, HunYuan v4): rotated as their
+                # (batch, heads, seq, head_dim) views, the outputs given back in the caller's order
+                q_out, k_out = rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+                return q_out.transpose(1, 2), k_out.transpose(1, 2)
+            _check(q, k, cos, sin, partial)  # not two 4-D tensors: raises with what does not fit
         if unsqueeze_dim != 1:
             raise ValueError(f"rope broadcasts cos and sin over the heads (unsqueeze_dim 1 or 2), not {unsqueeze_dim}")
         qs, ks, cs, qt, kt, ct = _check(q, k, cos, sin, partial)
