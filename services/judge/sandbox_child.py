@@ -351,10 +351,9 @@ def _add_norm_oracle(variant: str, width: int, device, dtype, seed: int):
         @staticmethod
         def native_op(ax):
             s = ax[1] + ax[0]
+            scale = row_reduction.scale_of(inner, weight)
             if inner.startswith("layernorm"):
-                scale = weight + 1.0 if inner == "layernorm_offset" else weight  # LayerNorm1P's, in its dtype
                 return F.layer_norm(s, (width,), scale, bias, eps), s
-            scale = (1.0 + weight.float()).to(weight.dtype) if inner == "rmsnorm_offset" else weight
             return F.rms_norm(s, (width,), scale, eps), s
 
         @staticmethod

@@ -226,11 +226,11 @@ def native_op(module: torch.nn.Module, width: int, eps: float | None) -> Callabl
     if variant in ("rmsnorm", "rmsnorm_fp32_weight") and hasattr(F, "rms_norm"):
         return lambda x: F.rms_norm(x, (width,), weight, eps)
     if variant == "rmsnorm_offset" and hasattr(F, "rms_norm"):
-        scale = (1.0 + weight.float()).to(weight.dtype)
+        scale = row_reduction.scale_of(variant, weight)
         return lambda x: F.rms_norm(x, (width,), scale, eps)
     if variant.startswith("layernorm"):
         bias = getattr(module, "bias", None) if variant in row_reduction.BIASED else None
-        scale = weight + 1.0 if variant == "layernorm_offset" else weight  # Nemotron's 1 + weight, in its dtype
+        scale = row_reduction.scale_of(variant, weight)
         return lambda x: F.layer_norm(x, (width,), scale, bias, eps)
     return None
 

@@ -22,6 +22,7 @@ from services.core.shapes import shape_text
 from services.judge.cases import Case, apply_layout
 from services.judge.rounding import Bound, centred_row_error, compare, honest_bound
 from services.judge.run_cases import same_bits
+from services.ops import row_reduction
 from services.ops.recognise_norm import epsilon_of, recognise
 
 RULES: dict[str, str] = {
@@ -96,7 +97,8 @@ def references(cases: list[Case], build_module, weight_attr: str, bias_attr: str
             if centred[case.width] is not None and centred[case.width][1]:
                 # LayerNorm1P forms 1 + weight in the weight's dtype: that rounding is the model's, not an error,
                 # so the fp32 reference scales by the same 1 + weight (stored less its exact 1)
-                getattr(upcast, weight_attr).copy_((getattr(module, weight_attr) + 1.0).float() - 1.0)
+                served = row_reduction.scale_of("layernorm_offset", getattr(module, weight_attr))
+                getattr(upcast, weight_attr).copy_(served.float() - 1.0)
             hi = upcast(x.float()).double()
         bound = honest_bound([x.dtype, case.weight.dtype, own.dtype], reduce_len=case.width, numel=own.numel())
         row_error = None
@@ -152,8 +154,9 @@ def add_norm_references(cases: list, variant: str) -> list[Reference]:
     from services.ops.residual_norm import norm_variant, reference
 
     fn = reference(variant)
-    centred = norm_variant(variant).startswith("layernorm")
-    offset = norm_variant(variant) == "layernorm_offset"
+    inner = norm_variant(variant)
+    centred = inner.startswith("layernorm")
+    offset = inner == "layernorm_offset"
     out = []
     for case in cases:
         a = apply_layout(case.pair.gate, case.layout, case.width)
@@ -164,7 +167,7 @@ def add_norm_references(cases: list, variant: str) -> list[Reference]:
             served = own_s.double()
             # LayerNorm1P's 1 + weight is formed in the weight's dtype: that rounding is the model's, so the float64
             # reference scales by the same (stored less its exact 1)
-            w_hi = (case.weight + 1.0).double() - 1.0 if offset else case.weight.double()
+            w_hi = row_reduction.scale_of(inner, case.weight).double() - 1.0 if offset else case.weight.double()
             hi_y, _ = fn(torch.zeros_like(served), served, w_hi, case.eps, None if b is None else b.double())
             hi_s = exact_as_served(x.double() + a.double(), own_s.dtype)
         own, hi = flat((own_y, own_s)), flat((hi_y, hi_s))

@@ -227,7 +227,7 @@ def reference(variant: str) -> Callable:
                 return (weight * normed).to(s.dtype), s
             return (normed * (1.0 + weight.float())).to(s.dtype), s
         centred = f - f.mean(-1, keepdim=True)
-        scale = weight + 1.0 if inner == "layernorm_offset" else weight  # Nemotron's 1 + weight, in its dtype
+        scale = row_reduction.scale_of(inner, weight)  # LayerNorm1P's 1 + weight, in its dtype
         y = centred * torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * scale.float()
         if bias is not None:
             y = y + bias.float()

@@ -23,6 +23,7 @@ FAMILY = "row_reduction"
 # writes today; the others are recognised, recorded and refused with that reason, never written wrong.
 VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias", "rmsnorm_fp32_weight", "layernorm_offset")
 BIASED = ("layernorm", "layernorm_offset")  # a bias added after the weight: torch's LayerNorm, Nemotron's LayerNorm1P
+OFFSET = ("rmsnorm_offset", "layernorm_offset")  # scaled by 1 + weight: Gemma's RMSNorm, Nemotron's LayerNorm1P
 WRITABLE = VARIANTS
 ENTRYPOINT = "rmsnorm"  # the wrapper's name in a contract (it runs every variant; the name is what contracts hold)
 ENTRY_INPUTS = ("hidden_states",)  # forward inputs passed through
@@ -202,6 +203,13 @@ def _sms(device) -> int:
     if device.type != "cuda":
         return CPU_SMS
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def scale_of(variant: str, weight):
+    """The weight a norm of `variant` scales by, in the weight's dtype: 1 + weight for the offset norms (torch's
+    add: in fp32, rounded once to the weight's dtype, as LayerNorm1P forms it), the weight itself otherwise. What
+    torch's native norm is given to compute the same op, and LayerNorm1P's own scale."""
+    return weight + 1.0 if variant in OFFSET else weight
 
 
 def check_norm_inputs(hidden_states, weight, bias) -> None:
