@@ -56,7 +56,8 @@ for step in $steps; do
     mlprelu2) python3 bench/mlp_act.py --variant mlp_relu2 --out bench/results 2>&1 | tee "$RESULTS_DIR/mlp_relu2.log" ;;
     gated) python3 bench/gated_mlp.py --out bench/results 2>&1 | tee "$RESULTS_DIR/gated_mlp.log" ;;
     familytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_residual_norm_gpu.py \
-            tests/judge/test_judge_plain_mlp_gpu.py tests/judge/test_judge_rotary_gpu.py 2>&1 | tail -60 \
+            tests/judge/test_judge_plain_mlp_gpu.py tests/judge/test_judge_rotary_gpu.py tests/judge/test_judge_gated_gpu.py \
+            "tests/judge/test_judge_gpu.py::test_every_norm_variant_is_judged_and_timed_against_its_native_op" 2>&1 | tail -90 \
             | tee "$RESULTS_DIR/family_gpu_tests.log" ;;
     demo) model=${DEMO_MODEL:-qwen2.5-1.5b-shape}
           timeout 540 python3 -m services.cli demo --model "$model" --max-candidates 2 --data-dir /tmp/yantra-demo \

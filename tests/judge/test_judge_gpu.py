@@ -70,6 +70,7 @@ def _norm(variant: str):
     import torch
     from transformers.models.cohere.modeling_cohere import CohereLayerNorm
     from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+    from transformers.models.nemotron.modeling_nemotron import NemotronLayerNorm1P
     from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
 
     make = {
@@ -77,6 +78,7 @@ def _norm(variant: str):
         "layernorm_no_bias": lambda: CohereLayerNorm(WIDTH, eps=1e-5),
         "rmsnorm_offset": lambda: GemmaRMSNorm(WIDTH, eps=1e-6),
         "rmsnorm_fp32_weight": lambda: Olmo2RMSNorm(WIDTH, eps=1e-6),
+        "layernorm_offset": lambda: NemotronLayerNorm1P(WIDTH, eps=1e-5),
     }[variant]
     module = make().to(torch.bfloat16)
     with torch.no_grad():
@@ -86,12 +88,15 @@ def _norm(variant: str):
     return module
 
 
-@pytest.mark.parametrize("variant", ["layernorm", "layernorm_no_bias", "rmsnorm_offset", "rmsnorm_fp32_weight"])
+@pytest.mark.parametrize(
+    "variant", ["layernorm", "layernorm_no_bias", "rmsnorm_offset", "rmsnorm_fp32_weight", "layernorm_offset"]
+)
 def test_every_norm_variant_is_judged_and_timed_against_its_native_op(tmp_path, variant):
     """GPT-2's norm (torch.nn.LayerNorm, weight and bias), Cohere's bias-free LayerNorm, Gemma's (1 + weight)
-    RMSNorm and OLMo2's (the weight applied in fp32) at Qwen2.5-1.5B's width in bf16: the template's kernel of
-    the variant passes the parent's cases (a LayerNorm's each with a bias of its own) and is timed against the
-    native op (F.layer_norm, which is torch's own eager and native op at once for torch's LayerNorm; F.rms_norm)."""
+    RMSNorm, OLMo2's (the weight applied in fp32) and Nemotron's LayerNorm1P (1 + weight, and a bias) at
+    Qwen2.5-1.5B's width in bf16: the template's kernel of the variant passes the parent's cases (a LayerNorm's
+    each with a bias of its own) and is timed against the native op (F.layer_norm, which is torch's own eager and
+    native op at once for torch's LayerNorm; F.rms_norm)."""
     from services.coder.templates import rmsnorm
     from services.ops.recognise_norm import recognise
 

@@ -1,7 +1,8 @@
 """The judge on the plain-MLP family on a CUDA GPU: GPT-2 (124M)'s MLP in bf16 (hidden 768, intermediate 3072), the
 template's fused gelu_new compiled behind the walls, timed against eager (HF's seven-op gelu_new), torch.compile
 and native (`F.gelu(approximate="tanh")`: torch's own fused op for the same formula) with the bytes the fused op
-must move. Runs where a GPU is (the root conftest skips `gpu` tests elsewhere)."""
+must move; Nemotron's relu² MLP likewise (eager: relu then square; torch has no fused op of its own for it). Runs
+where a GPU is (the root conftest skips `gpu` tests elsewhere)."""
 
 from __future__ import annotations
 
@@ -20,17 +21,30 @@ from services.ops import plain_mlp
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("index", [0, 1])
-def test_the_fused_gelu_new_kernel_is_correct_and_timed_on_the_gpu(tmp_path, index):
+def _mlp(arch: str):
+    """GPT-2 (124M)'s MLP, or Nemotron-Mini-4B's relu² MLP (hidden 3072, intermediate 9216), in bf16."""
     import torch
-    from transformers import GPT2Config
-    from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
 
-    captured = _captured(GPT2MLP(3072, GPT2Config(n_embd=768)).to(torch.bfloat16).eval(), "torch.bfloat16")
+    if arch == "gpt2":
+        from transformers import GPT2Config
+        from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
+
+        return GPT2MLP(3072, GPT2Config(n_embd=768)).to(torch.bfloat16).eval(), 768, 3072
+    from transformers import NemotronConfig
+    from transformers.models.nemotron.modeling_nemotron import NemotronMLP
+
+    config = NemotronConfig(hidden_size=3072, intermediate_size=9216, hidden_act="relu2")
+    return NemotronMLP(config).to(torch.bfloat16).eval(), 3072, 9216
+
+
+@pytest.mark.parametrize(("arch", "index"), [("gpt2", 0), ("gpt2", 1), ("nemotron", 0)])
+def test_the_fused_activation_kernel_is_correct_and_timed_on_the_gpu(tmp_path, arch, index):
+    mlp, hidden, width = _mlp(arch)
+    captured = _captured(mlp, "torch.bfloat16")
     profile = captured.observed.modules[0]
-    profile.input_shape[:] = [1, 1, 768]  # a decode step
+    profile.input_shape[:] = [1, 1, hidden]  # a decode step
     intro = profile.introspection
-    config = mlp_act.search_configs()[index]
+    config = mlp_act.search_configs(profile.computes)[index]
     source, plan = mlp_act.render(config), mlp_act.plan(config)
     digest = candidate_sha256(source, plan)
     candidate = pb.CandidateProposed(
@@ -41,11 +55,11 @@ def test_the_fused_gelu_new_kernel_is_correct_and_timed_on_the_gpu(tmp_path, ind
     prior = log_of(captured, candidate)
     [judged] = asyncio.run(JudgeService(device="cuda", scratch_dir=tmp_path).handle(prior[-1], prior))
     obs = judged.observed
-    print_verdict(f"{config.num_warps} warps, block {config.params['block']}", judged)
+    print_verdict(f"{arch} {profile.computes}: {config.num_warps} warps, block {config.params['block']}", judged)
     assert obs.correctness.passed and not obs.correctness.interpreted, (obs.correctness.error, obs.sandbox)
     assert obs.timing.measured and obs.timing_check.believed, (obs.timing.reason, obs.timing_check)
     shapes = [row.shape for row in obs.timing.rows]
-    assert shapes[0] == "1x1x3072" and "32768x3072" in shapes
+    assert shapes[0] == f"1x1x{width}" and f"32768x{width}" in shapes
     for row in obs.timing.rows:
         elements = 1
         for d in row.shape.split("x"):
