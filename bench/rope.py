@@ -141,7 +141,9 @@ def ours_impls(variant: str = "rope_half") -> dict:
     for config in template.search_configs(variant):
         entry = candidate_wrapper(Path(tempfile.mkdtemp()), template.render(config), template.plan(config))
         heads, together = config.params["heads"] or "all", "_qk" if config.params["together"] else ""
-        ours[f"ours_w{config.num_warps}_h{heads}{together}"] = entry
+        positions = config.params.get("positions", 0)
+        name = f"ours_w{config.num_warps}_p{positions}" if positions else f"ours_w{config.num_warps}_h{heads}"
+        ours[name + together] = entry
     return ours
 
 

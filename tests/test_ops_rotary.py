@@ -23,6 +23,7 @@ import transformers.models.qwen2.modeling_qwen2 as qwen2
 from services.coder.templates import rotary as template
 from services.core import interpreter_rounding, kernels
 from services.core.kernel_schema import check_kernel_source
+from services.core.pb import events_pb2 as pb
 from services.ops import family, rotary
 
 
@@ -95,12 +96,15 @@ def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
     ("rope_half_partial", gpt_neox.apply_rotary_pos_emb, 8),
     ("rope_half_partial", gpt_neox.apply_rotary_pos_emb, 16),
 ])  # fmt: skip
-@pytest.mark.parametrize(("together", "heads"), [(1, 0), (0, 16), (1, 2)],
-                         ids=["q-and-k-one-program", "q-and-k-two-programs", "a-loop-over-head-tiles"])  # fmt: skip
-def test_the_kernel_answers_what_the_hf_function_answers_bit_for_bit(variant, hf, rotary_dim, dtype, together, heads):
+@pytest.mark.parametrize(("together", "heads", "positions"), [(1, 0, 0), (0, 16, 0), (1, 2, 0), (0, 0, 4), (1, 0, 8)],
+                         ids=["q-and-k-one-program", "q-and-k-two-programs", "a-loop-over-head-tiles",
+                              "blocks-of-positions", "blocks-of-positions-q-and-k-one-program"])  # fmt: skip
+def test_the_kernel_answers_what_the_hf_function_answers_bit_for_bit(
+    variant, hf, rotary_dim, dtype, together, heads, positions
+):
     interpreter_rounding.install()  # bf16 casts round to nearest, as a GPU's do
     config = template.search_configs(variant)[0]
-    config.params.update(heads=heads, together=together)
+    config.params.update(heads=heads, together=together, positions=positions)
     op = _op(config)
     q, k, cos, sin = _operands(variant, dtype, rotary_dim=rotary_dim)
     assert not q.is_contiguous()
@@ -157,3 +161,25 @@ def test_the_wrapper_refuses_what_it_cannot_rotate_with_a_clear_message():
         partial(q[..., :8], k[..., :8], cos, sin)  # nor wider than the head
     with pytest.raises(ValueError, match="rotary width 5 must be even"):
         partial(q, k, cos[..., :5], sin[..., :5])
+
+
+def test_a_grid_over_blocks_of_positions_must_tell_its_kernel_the_block():
+    """A grid over blocks of N positions launches N positions a program only where the kernel is told POSITIONS = N:
+    a plan where the two disagree would leave positions unrotated (or rotate some twice), and is refused."""
+    config = template.search_configs("rope_half")[0]
+    config.params.update(positions=16)
+    source, plan = template.render(config), template.plan(config)
+    assert plan.launches[0].grid == "cdiv(positions, 16)" and plan.launches[0].constexprs["POSITIONS"] == "16"
+    kernels_of = check_kernel_source(source).kernels
+    assert rotary.check_plan(plan, kernels_of) == []
+    for grid, told in (("cdiv(positions, 8)", "16"), ("positions", "16"), ("cdiv(positions, 16)", None)):
+        wrong = pb.LaunchPlan()
+        wrong.CopyFrom(plan)
+        wrong.launches[0].grid = grid
+        if told is None:
+            del wrong.launches[0].constexprs["POSITIONS"]
+        [finding] = rotary.check_plan(wrong, kernels_of)
+        assert finding.rule_id == "launch-plan" and "sets POSITIONS = N" in finding.reason
+    wrong.launches[0].grid = "cdiv(positions, 512)"
+    [finding] = rotary.check_plan(wrong, kernels_of)
+    assert "N 1..256" in finding.reason

@@ -55,8 +55,10 @@ CONSTEXPR_EXPRS = (
     "half", "block_half", "block_heads_q", "block_heads_k", "rot_half", "block_rot_half", "pass", "block_pass",
 )  # fmt: skip
 PARTIAL_EXPRS = ("rot_half", "block_rot_half", "pass", "block_pass")
-# a program per (position, q or k), or a program per position rotating both (cos and sin loaded once for both)
-GRIDS = ("2 * positions", "positions")
+# a program per (position, q or k), or a program per position rotating both (cos and sin loaded once for both);
+# or the same per block of N consecutive positions (the kernel's constexpr POSITIONS = N, which the plan must set)
+GRIDS = ("2 * positions", "positions", "2 * cdiv(positions, N)", "cdiv(positions, N)")
+MAX_POSITIONS = 256
 MAX_HEAD_DIM = 1024
 PROBE = (2, 3, 2, 5, 8)  # batch, q heads, k heads, seq, head dim of the recognition probe
 
@@ -186,7 +188,7 @@ def recognise(module) -> str | None:
 
 # ---------------------------------------------------------------- launch plans and the wrapper
 
-_GRID = re.compile(r"^(2 \* )?positions$")
+_GRID = re.compile(r"^(2 \* )?(?:positions|cdiv\(positions, (\d{1,3})\))$")
 
 
 def _constexpr_value(name: str, text: str) -> int | str:
@@ -197,16 +199,30 @@ def _constexpr_value(name: str, text: str) -> int | str:
     raise PlanError(f"constexpr {name}={text!r} is neither an integer literal nor one of {', '.join(CONSTEXPR_EXPRS)}")
 
 
-def _parse_grid(text: str) -> int:
-    """Programs per position."""
-    if not _GRID.match(text):
-        raise PlanError(f"grid {text!r} is not one of {', '.join(GRIDS)}")
-    return 2 if text.startswith("2") else 1
+def _parse_grid(text: str) -> tuple[int, int]:
+    """(programs per unit, positions per unit): a unit is a position, or a block of N positions."""
+    match = _GRID.match(text)
+    block = int(match.group(2)) if match and match.group(2) else 1
+    if not match or not 1 <= block <= MAX_POSITIONS:
+        raise PlanError(f"grid {text!r} is not one of {', '.join(GRIDS)} (N 1..{MAX_POSITIONS})")
+    return (2 if text.startswith("2") else 1), block
+
+
+def _blocks_agree(launch: pb.KernelLaunch) -> str:
+    """Why a launch's grid and its kernel's POSITIONS disagree ("" when they agree): a grid over blocks of N
+    positions launches a kernel told POSITIONS = N, a grid over positions one told nothing or 0."""
+    _, block = _parse_grid(launch.grid)
+    told = launch.constexprs.get("POSITIONS", "0")
+    if told != (str(block) if "cdiv" in launch.grid else "0"):
+        return f"grid {launch.grid!r} with POSITIONS={told}: a grid over blocks of N positions sets POSITIONS = N"
+    return ""
 
 
 def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
     """Findings (rule `launch-plan`) for a plan of this family; [] when it fits. One launch serves every shape."""
-    return check_one_launch(plan, kernels, FAMILY, args=ARGS, grid=_parse_grid, value=_constexpr_value)
+    findings = check_one_launch(plan, kernels, FAMILY, args=ARGS, grid=_parse_grid, value=_constexpr_value)
+    disagree = "" if findings else _blocks_agree(plan.launches[0])
+    return findings or ([pb.Finding(rule_id="launch-plan", reason=disagree)] if disagree else [])
 
 
 def _check(q, k, cos, sin, partial: bool = False) -> tuple[tuple[int, ...], ...]:
@@ -251,7 +267,7 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     # none with it off. The family decides this, not the candidate: its plan cannot turn it back on.
     launcher = Launcher(kernels[only.kernel], {**launch_options(only), "enable_fp_fusion": False})
     constexprs = {name: _constexpr_value(name, text) for name, text in sorted(only.constexprs.items())}
-    per_position = _parse_grid(only.grid)
+    per_unit, block = _parse_grid(only.grid)
     allocate = empty or torch.empty
     strided = any(a in OUT_STRIDES for a in only.args)
     partial = any(v in PARTIAL_EXPRS for v in constexprs.values())
@@ -299,7 +315,7 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
             if size not in sizes:
                 sizes[size] = constexpr_values(*size)
             values_constexpr = sizes[size]
-            launcher(per_position * positions, [values[a] for a in only.args], values_constexpr)
+            launcher(per_unit * -(-positions // block), [values[a] for a in only.args], values_constexpr)
         return q_out, k_out
 
     rope.launchers = [launcher]

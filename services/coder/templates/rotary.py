@@ -26,17 +26,23 @@ KERNELS = {
     "rope_half_partial": "_rope_half_partial_kernel",
     "rope_pairs_partial": "_rope_pairs_partial_kernel",
 }
-# (warps, heads a tile, together) in the order tried. A program rotates one position's heads as
+# (warps, heads a tile, together[, positions]) in the order tried. A program rotates one position's heads as
 # [heads, head_dim / 2] tiles, `heads` at a time (0: all of a tensor's heads in one tile, q's and k's each a power
 # of two); `together` one program per position rotates q and then k with cos and sin loaded once, otherwise
 # q and k of a position are two programs. At decode the whole of q is one tile (12-32 heads), where a loop over
 # heads, one at a time, left 2 programs walking 14-40 rows each (3.3 us against Liger's 1.4 on the H200). At
 # prefill with Qwen's 12 q and 2 kv heads, a program per (position, q or k) with 16-head tiles reached 74-76% of
-# copy where Liger, a program per position, reached 102% (`python bench/rope.py`).
-SEARCH_TABLE: tuple[tuple[int, int, int], ...] = (
-    (4, 0, 1), (4, 16, 0), (8, 0, 1), (2, 0, 1), (1, 16, 0), (8, 32, 0),
+# copy where Liger, a program per position, reached 102% (`python bench/rope.py`). With `positions` a program
+# rotates that many consecutive positions as [positions, head_dim / 2] tiles, one head at a time: where q and k
+# are (batch, heads, seq, head_dim) in memory, a position's heads lie a whole sequence apart, and GPT-NeoX's
+# 80-wide heads reached 58% of copy at 32,768 positions a program per position; a block of positions reads
+# consecutive memory in either layout. Tried last: at decode a block is mostly masked.
+SEARCH_TABLE: tuple[tuple[int, ...], ...] = (
+    (4, 0, 1), (4, 16, 0), (8, 0, 1), (2, 0, 1), (1, 16, 0), (8, 32, 0), (4, 0, 0, 16), (8, 0, 0, 32),
+    (4, 0, 1, 16),
 )  # fmt: skip
 MAX_HEADS = 64
+MAX_POSITIONS = rotary.MAX_POSITIONS
 
 
 def variant_for(computes: str) -> str | None:
@@ -58,13 +64,18 @@ def search_configs(
     if len(live_shape) == 4 and live_shape[0] * live_shape[2] <= SEPARATE_UP_TO:
         table.sort(key=lambda row: row[2])  # stable: each launch shape keeps its own order
     return [
-        pb.TemplateConfig(template=TEMPLATE, num_warps=w, variant=variant, params={"heads": h, "together": t})
-        for w, h, t in table
+        pb.TemplateConfig(
+            template=TEMPLATE,
+            num_warps=w,
+            variant=variant,
+            params={"heads": h, "together": t, **({"positions": rest[0]} if rest else {})},
+        )  # fmt: skip
+        for w, h, t, *rest in table
     ]
 
 
 def valid(config: pb.TemplateConfig) -> bool:
-    heads = config.params.get("heads", 0)
+    heads, positions = config.params.get("heads", 0), config.params.get("positions", 0)
     return (
         config.template == TEMPLATE
         and config.variant in VARIANTS
@@ -72,6 +83,9 @@ def valid(config: pb.TemplateConfig) -> bool:
         and 0 <= heads <= MAX_HEADS
         and heads & (heads - 1) == 0
         and config.params.get("together", 0) in (0, 1)
+        and 0 <= positions <= MAX_POSITIONS
+        and positions & (positions - 1) == 0
+        and set(config.params) <= {"heads", "together", "positions"}
     )
 
 
@@ -80,7 +94,7 @@ def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
         raise ValueError(
             f"not a {TEMPLATE} config: variant={config.variant!r} num_warps={config.num_warps} "
             f"params={dict(config.params)} (variants {VARIANTS}; heads 0 (all) or a power of two up to {MAX_HEADS}; "
-            "together 0 or 1)"
+            f"together 0 or 1; positions 0 (one a program) or a power of two up to {MAX_POSITIONS})"
         )
     return config
 
@@ -91,6 +105,7 @@ def render(config: pb.TemplateConfig) -> str:
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
     heads, together = config.params.get("heads", 0), config.params.get("together", 0)
+    positions = config.params.get("positions", 0)
     # a partial variant: HALF is half of cos's width (the rotary width), the rest of the head passed through
     widths = (
         {"HALF": "rot_half", "BLOCK": "block_rot_half", "PASS": "pass", "BLOCK_PASS": "block_pass"}
@@ -105,149 +120,181 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
             "HEADS_Q": str(heads) if heads else "block_heads_q",
             "HEADS_K": str(heads) if heads else "block_heads_k",
             "TOGETHER": str(together),
+            **({"POSITIONS": str(positions)} if positions else {}),
         },
-        grid="positions" if together else "2 * positions",
+        grid=("" if together else "2 * ") + (f"cdiv(positions, {positions})" if positions else "positions"),
         num_warps=config.num_warps,
     )
     return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
 
 
 # One kernel per layout, complete sources from one skeleton: how a pair is loaded and rotated differs.
-_SKELETON = '''\
-"""q and k rotated by cos and sin (gpuyantra template @TEMPLATE@, variant {variant}).
+_SKELETON = """\
+\"\"\"q and k rotated by cos and sin (gpuyantra template @TEMPLATE@, variant {variant}).
 
-With TOGETHER, program p rotates the heads of q and then of k at position p; without, program p < positions
-rotates q's at p and the rest k's at p - positions. Heads are rotated as [HEADS, head_dim / 2] tiles; the
-position's cos and sin are loaded once. The outputs are written through their own strides (the wrapper lays
-them out).
-"""
+Without POSITIONS (0), a program rotates the heads of one position as [HEADS, head_dim / 2] tiles; with POSITIONS,
+a program rotates that many consecutive positions as [POSITIONS, head_dim / 2] tiles, one head at a time. With
+TOGETHER, program p rotates q's and then k's at its positions; without, the first programs rotate q's and the rest
+k's. Each tile's x is loaded before its cos and sin, so that both loads are in flight together. The outputs are
+written through their own strides (the wrapper lays them out).
+\"\"\"
 
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def {rotate_heads}(x_row, o_row, x_sh, o_sh, heads, j, c1, c2, s1, s2, HALF: tl.constexpr,
-{pad}BLOCK: tl.constexpr, HEADS: tl.constexpr{{head_params}}):
-    hh = tl.arange(0, HEADS)[:, None]
-    dt = o_row.dtype.element_ty
-    for h0 in range(0, heads, HEADS):
-        h = h0 + hh
-        mask = (h < heads) & (j < HALF)
-        x = x_row + h.to(tl.int64) * x_sh
-        o = o_row + h.to(tl.int64) * o_sh
-{{rotate}}
+def _rotate_tile(x, o, rows_ok, cos_ptr, sin_ptr, c, c_ok, j, HALF: tl.constexpr, BLOCK: tl.constexpr,
+                 R: tl.constexpr{{params}}):
+    # one [R, BLOCK] tile: x and o point at its R rows (each a head at a position); c is the offset in cos of its
+    # position (a scalar) or of each row's (a column), c_ok whether that is a position
+    mask = rows_ok & (j < HALF)
+    angle_mask = (j < HALF) & c_ok
+    dt = o.dtype.element_ty
+{{load}}
+{{angles}}
+{{compute}}
+
+
+@triton.jit
+def _rotate_tensor(x_ptr, o_ptr, cos_ptr, sin_ptr, unit, positions, seq, heads, x_sb, x_sh, x_ss, o_sb, o_sh, o_ss,
+                   c_sb, c_ss, HALF: tl.constexpr, BLOCK: tl.constexpr, HEADS: tl.constexpr{{params}},
+                   POSITIONS: tl.constexpr):
+    # q's or k's heads at this program's unit: a position (POSITIONS 0), or a block of POSITIONS positions
+    j = tl.arange(0, BLOCK)[None, :]
+    if POSITIONS == 0:
+        b = (unit // seq).to(tl.int64)
+        s = (unit % seq).to(tl.int64)
+        x_row, o_row, c = x_ptr + b * x_sb + s * x_ss, o_ptr + b * o_sb + s * o_ss, b * c_sb + s * c_ss
+        hh = tl.arange(0, HEADS)[:, None]
+        for h0 in range(0, heads, HEADS):
+            h = (h0 + hh).to(tl.int64)
+            _rotate_tile(x_row + h * x_sh, o_row + h * o_sh, h < heads, cos_ptr, sin_ptr, c, True, j, HALF,
+                         BLOCK, HEADS{{args}})
+    else:
+        pos = unit * POSITIONS + tl.arange(0, POSITIONS)[:, None]
+        b = (pos // seq).to(tl.int64)
+        s = (pos % seq).to(tl.int64)
+        x_rows, o_rows, c = x_ptr + b * x_sb + s * x_ss, o_ptr + b * o_sb + s * o_ss, b * c_sb + s * c_ss
+        rows_ok = pos < positions
+        for h in range(0, heads):
+            _rotate_tile(x_rows + h * x_sh, o_rows + h * o_sh, rows_ok, cos_ptr, sin_ptr, c, rows_ok, j, HALF,
+                         BLOCK, POSITIONS{{args}})
 
 
 @triton.jit
 def {kernel}(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, positions, seq, heads_q, heads_k,
              q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, c_sb, c_ss, qo_sb, qo_sh, qo_ss, ko_sb, ko_sh, ko_ss,
              HALF: tl.constexpr, BLOCK: tl.constexpr, HEADS_Q: tl.constexpr, HEADS_K: tl.constexpr,
-             TOGETHER: tl.constexpr{{kernel_params}}):
+             TOGETHER: tl.constexpr{{params}}, POSITIONS: tl.constexpr = 0):
     pid = tl.program_id(0)
+    units = positions if POSITIONS == 0 else (positions + POSITIONS - 1) // POSITIONS  # q's programs, without TOGETHER
     if TOGETHER:
-        pos = pid
+        _rotate_tensor(q_ptr, qo_ptr, cos_ptr, sin_ptr, pid, positions, seq, heads_q, q_sb, q_sh, q_ss, qo_sb, qo_sh,
+                       qo_ss, c_sb, c_ss, HALF, BLOCK, HEADS_Q{{args}}, POSITIONS)
+        _rotate_tensor(k_ptr, ko_ptr, cos_ptr, sin_ptr, pid, positions, seq, heads_k, k_sb, k_sh, k_ss, ko_sb, ko_sh,
+                       ko_ss, c_sb, c_ss, HALF, BLOCK, HEADS_K{{args}}, POSITIONS)
+    elif pid < units:
+        _rotate_tensor(q_ptr, qo_ptr, cos_ptr, sin_ptr, pid, positions, seq, heads_q, q_sb, q_sh, q_ss, qo_sb, qo_sh,
+                       qo_ss, c_sb, c_ss, HALF, BLOCK, HEADS_Q{{args}}, POSITIONS)
     else:
-        pos = tl.where(pid >= positions, pid - positions, pid)
-    b = (pos // seq).to(tl.int64)
-    s = (pos % seq).to(tl.int64)
-    j = tl.arange(0, BLOCK)[None, :]
-    c_row = b * c_sb + s * c_ss
-{{load_angles}}
-    q_row = q_ptr + b * q_sb + s * q_ss
-    qo_row = qo_ptr + b * qo_sb + s * qo_ss
-    k_row = k_ptr + b * k_sb + s * k_ss
-    ko_row = ko_ptr + b * ko_sb + s * ko_ss
-    if TOGETHER:
-        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, BLOCK, HEADS_Q{{pass_args}})
-        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, BLOCK, HEADS_K{{pass_args}})
-    elif pid < positions:
-        {rotate_heads}(q_row, qo_row, q_sh, qo_sh, heads_q, j, c1, c2, s1, s2, HALF, BLOCK, HEADS_Q{{pass_args}})
-    else:
-        {rotate_heads}(k_row, ko_row, k_sh, ko_sh, heads_k, j, c1, c2, s1, s2, HALF, BLOCK, HEADS_K{{pass_args}})
-'''
+        _rotate_tensor(k_ptr, ko_ptr, cos_ptr, sin_ptr, pid - units, positions, seq, heads_k, k_sb, k_sh, k_ss, ko_sb,
+                       ko_sh, ko_ss, c_sb, c_ss, HALF, BLOCK, HEADS_K{{args}}, POSITIONS)
+"""
 
+# Each layout in three parts: x's loads (kept in its dtype, so that nothing waits on them before the angles'
+# loads are issued), the angles' loads, and the rotation with its stores. Angles are loaded as [1, BLOCK] for a
+# tile of one position's heads and [R, BLOCK] for a tile of positions (`c` a scalar or a column).
+_HALF_LOAD = """\
+    x1 = tl.load(x + j, mask=mask, other=0.0)
+    x2 = tl.load(x + HALF + j, mask=mask, other=0.0)"""
 _HALF_ANGLES = """\
-    angle_mask = j < HALF
-    c1 = tl.load(cos_ptr + c_row + j, mask=angle_mask, other=0.0).to(tl.float32)
-    c2 = tl.load(cos_ptr + c_row + HALF + j, mask=angle_mask, other=0.0).to(tl.float32)
-    s1 = tl.load(sin_ptr + c_row + j, mask=angle_mask, other=0.0).to(tl.float32)
-    s2 = tl.load(sin_ptr + c_row + HALF + j, mask=angle_mask, other=0.0).to(tl.float32)"""
+    c1 = tl.load(cos_ptr + c + j, mask=angle_mask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_ptr + c + HALF + j, mask=angle_mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + c + j, mask=angle_mask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_ptr + c + HALF + j, mask=angle_mask, other=0.0).to(tl.float32)"""
 _HALF_ROTATE = """\
-        x1 = tl.load(x + j, mask=mask, other=0.0).to(tl.float32)
-        x2 = tl.load(x + HALF + j, mask=mask, other=0.0).to(tl.float32)
-        # x * cos + rotate_half(x) * sin, each product and the sum rounded to the dtype as torch's ops round
-        a1 = (x1 * c1).to(dt).to(tl.float32)
-        b1 = (x2 * s1).to(dt).to(tl.float32)
-        a2 = (x2 * c2).to(dt).to(tl.float32)
-        b2 = (x1 * s2).to(dt).to(tl.float32)
-        tl.store(o + j, (a1 - b1).to(dt), mask=mask)
-        tl.store(o + HALF + j, (a2 + b2).to(dt), mask=mask)"""
+    x1 = x1.to(tl.float32)
+    x2 = x2.to(tl.float32)
+    # x * cos + rotate_half(x) * sin, each product and the sum rounded to the dtype as torch's ops round
+    a1 = (x1 * c1).to(dt).to(tl.float32)
+    b1 = (x2 * s1).to(dt).to(tl.float32)
+    a2 = (x2 * c2).to(dt).to(tl.float32)
+    b2 = (x1 * s2).to(dt).to(tl.float32)
+    tl.store(o + j, (a1 - b1).to(dt), mask=mask)
+    tl.store(o + HALF + j, (a2 + b2).to(dt), mask=mask)"""
 _PAIR_ANGLES = """\
-    angle_mask = j < HALF
-    c1 = tl.load(cos_ptr + c_row + 2 * j, mask=angle_mask, other=0.0).to(tl.float32)
-    c2 = tl.load(cos_ptr + c_row + 2 * j + 1, mask=angle_mask, other=0.0).to(tl.float32)
-    s1 = tl.load(sin_ptr + c_row + 2 * j, mask=angle_mask, other=0.0).to(tl.float32)
-    s2 = tl.load(sin_ptr + c_row + 2 * j + 1, mask=angle_mask, other=0.0).to(tl.float32)"""
+    c1 = tl.load(cos_ptr + c + 2 * j, mask=angle_mask, other=0.0).to(tl.float32)
+    c2 = tl.load(cos_ptr + c + 2 * j + 1, mask=angle_mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + c + 2 * j, mask=angle_mask, other=0.0).to(tl.float32)
+    s2 = tl.load(sin_ptr + c + 2 * j + 1, mask=angle_mask, other=0.0).to(tl.float32)"""
 # (even, odd) pairs: the pairs' span loaded and stored as one contiguous tile, split into (even, odd) in registers
 # (tl.reshape + tl.split/join): two loads at a stride of two elements reached 16-24% of copy bandwidth for GLM-4-9B
 # on the H200, the split 85-96% (bench/rope.py --variant rope_pairs_partial)
-_PAIRS_LOADED = """\
-        jj = tl.arange(0, 2 * BLOCK)[None, :]
-        span = (h < heads) & (jj < 2 * HALF)
-        x1, x2 = tl.split(tl.reshape(tl.load(x + jj, mask=span, other=0.0).to(tl.float32), (HEADS, BLOCK, 2)))"""
-_PAIRS_STORED = """
-        tl.store(o + jj, tl.reshape(tl.join(even.to(dt), odd.to(dt)), (HEADS, 2 * BLOCK)), mask=span)"""
+_PAIRS_LOAD = """\
+    jj = tl.arange(0, 2 * BLOCK)[None, :]
+    span = rows_ok & (jj < 2 * HALF)
+    pairs = tl.load(x + jj, mask=span, other=0.0)"""
+_PAIRS_SPLIT = """\
+    x1, x2 = tl.split(tl.reshape(pairs.to(tl.float32), (R, BLOCK, 2)))"""
+_PAIRS_STORE = """
+    tl.store(o + jj, tl.reshape(tl.join(even.to(dt), odd.to(dt)), (R, 2 * BLOCK)), mask=span)"""
 _PAIR_ROTATE = (
-    _PAIRS_LOADED
+    _PAIRS_SPLIT
     + """
-        # over (even, odd) pairs in fp32, cast once (Cohere)
-        even = x1 * c1 - x2 * s1
-        odd = x2 * c2 + x1 * s2"""
-    + _PAIRS_STORED
+    # over (even, odd) pairs in fp32, cast once (Cohere)
+    even = x1 * c1 - x2 * s1
+    odd = x2 * c2 + x1 * s2"""
+    + _PAIRS_STORE
 )
 _PAIRS_OF_HALF_ANGLES = """\
-    angle_mask = j < HALF
     # the half layout's first half: pair j's angle (GLM repeats each twice, one per element of the pair)
-    c1 = tl.load(cos_ptr + c_row + j, mask=angle_mask, other=0.0).to(tl.float32)
-    s1 = tl.load(sin_ptr + c_row + j, mask=angle_mask, other=0.0).to(tl.float32)
+    c1 = tl.load(cos_ptr + c + j, mask=angle_mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + c + j, mask=angle_mask, other=0.0).to(tl.float32)
     c2 = c1
     s2 = s1"""
 _PAIRS_ROUNDED_ROTATE = (
-    _PAIRS_LOADED
+    _PAIRS_SPLIT
     + """
-        # over (even, odd) pairs, each product and the sum rounded to the dtype as torch's ops round
-        a1 = (x1 * c1).to(dt).to(tl.float32)
-        b1 = (x2 * s1).to(dt).to(tl.float32)
-        a2 = (x2 * c2).to(dt).to(tl.float32)
-        b2 = (x1 * s2).to(dt).to(tl.float32)
-        even = a1 - b1
-        odd = a2 + b2"""
-    + _PAIRS_STORED
+    # over (even, odd) pairs, each product and the sum rounded to the dtype as torch's ops round
+    a1 = (x1 * c1).to(dt).to(tl.float32)
+    b1 = (x2 * s1).to(dt).to(tl.float32)
+    a2 = (x2 * c2).to(dt).to(tl.float32)
+    b2 = (x1 * s2).to(dt).to(tl.float32)
+    even = a1 - b1
+    odd = a2 + b2"""
+    + _PAIRS_STORE
 )
-_PASS_THROUGH = """
-        # the dims past the rotary width, as they are
-        p = tl.arange(0, BLOCK_PASS)[None, :]
-        kept = (h < heads) & (p < PASS)
-        tl.store(o + 2 * HALF + p, tl.load(x + 2 * HALF + p, mask=kept, other=0.0).to(dt), mask=kept)"""
+# the dims past the rotary width, as they are
+_PASS_LOAD = """
+    p = tl.arange(0, BLOCK_PASS)[None, :]
+    kept = rows_ok & (p < PASS)
+    rest = tl.load(x + 2 * HALF + p, mask=kept, other=0.0)"""
+_PASS_STORE = """
+    tl.store(o + 2 * HALF + p, rest.to(dt), mask=kept)"""
 _PASS = (", PASS: tl.constexpr, BLOCK_PASS: tl.constexpr", ", PASS, BLOCK_PASS")
-_PARTS = {
-    "rope_half": (_HALF_ANGLES, _HALF_ROTATE, ("", "")),
-    "rope_interleaved": (_PAIR_ANGLES, _PAIR_ROTATE, ("", "")),
-    "rope_half_partial": (_HALF_ANGLES, _HALF_ROTATE + _PASS_THROUGH, _PASS),
-    "rope_pairs_partial": (_PAIRS_OF_HALF_ANGLES, _PAIRS_ROUNDED_ROTATE + _PASS_THROUGH, _PASS),
+_PARTS = {  # variant: (x's loads, the angles' loads, the rotation and stores, the partial variants' parameters)
+    "rope_half": (_HALF_LOAD, _HALF_ANGLES, _HALF_ROTATE, ("", "")),
+    "rope_interleaved": (_PAIRS_LOAD, _PAIR_ANGLES, _PAIR_ROTATE, ("", "")),
+    "rope_half_partial": (_HALF_LOAD + _PASS_LOAD, _HALF_ANGLES, _HALF_ROTATE + _PASS_STORE, _PASS),
+    "rope_pairs_partial": (_PAIRS_LOAD + _PASS_LOAD, _PAIRS_OF_HALF_ANGLES, _PAIRS_ROUNDED_ROTATE + _PASS_STORE, _PASS),
 }
-_SOURCES = {
-    variant: _SKELETON.format(
-        variant=variant,
-        kernel=KERNELS[variant],
-        rotate_heads=f"{KERNELS[variant]}_heads",
-        pad=" " * len(f"def {KERNELS[variant]}_heads("),
+
+
+def _source(variant: str) -> str:
+    kernel = KERNELS[variant]
+    load, angles, compute, (params, args) = _PARTS[variant]
+    return (
+        _SKELETON.format(
+            variant=variant,
+            kernel=kernel,
+        )
+        .replace("{load}", load)
+        .replace("{angles}", angles)
+        .replace("{compute}", compute)
+        .replace("{params}", params)
+        .replace("{args}", args)
     )
-    .replace("{load_angles}", angles)
-    .replace("{rotate}", rotate)
-    .replace("{head_params}", params)
-    .replace("{kernel_params}", params)
-    .replace("{pass_args}", args)
-    for variant, (angles, rotate, (params, args)) in _PARTS.items()
-}
+
+
+_SOURCES = {variant: _source(variant) for variant in _PARTS}
