@@ -148,7 +148,6 @@ def _rotate_tile(x, o, rows_ok, cos_ptr, sin_ptr, c, c_ok, j, HALF: tl.constexpr
                  R: tl.constexpr{{params}}):
     # one [R, BLOCK] tile: x and o point at its R rows (each a head at a position); c is the offset in cos of its
     # position (a scalar) or of each row's (a column), c_ok whether that is a position
-    mask = rows_ok & (j < HALF)
     angle_mask = (j < HALF) & c_ok
     dt = o.dtype.element_ty
 {{load}}
@@ -206,6 +205,7 @@ def {kernel}(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, positions, seq, hea
 # loads are issued), the angles' loads, and the rotation with its stores. Angles are loaded as [1, BLOCK] for a
 # tile of one position's heads and [R, BLOCK] for a tile of positions (`c` a scalar or a column).
 _HALF_LOAD = """\
+    mask = rows_ok & (j < HALF)
     x1 = tl.load(x + j, mask=mask, other=0.0)
     x2 = tl.load(x + HALF + j, mask=mask, other=0.0)"""
 _HALF_ANGLES = """\
@@ -224,10 +224,13 @@ _HALF_ROTATE = """\
     tl.store(o + j, (a1 - b1).to(dt), mask=mask)
     tl.store(o + HALF + j, (a2 + b2).to(dt), mask=mask)"""
 _PAIR_ANGLES = """\
-    c1 = tl.load(cos_ptr + c + 2 * j, mask=angle_mask, other=0.0).to(tl.float32)
-    c2 = tl.load(cos_ptr + c + 2 * j + 1, mask=angle_mask, other=0.0).to(tl.float32)
-    s1 = tl.load(sin_ptr + c + 2 * j, mask=angle_mask, other=0.0).to(tl.float32)
-    s2 = tl.load(sin_ptr + c + 2 * j + 1, mask=angle_mask, other=0.0).to(tl.float32)"""
+    # cos and sin per element of a pair (Cohere repeats each angle twice): loaded contiguous and split as x is
+    jj_angles = tl.arange(0, 2 * BLOCK)[None, :]
+    angle_span = (jj_angles < 2 * HALF) & c_ok
+    cos_pairs = tl.load(cos_ptr + c + jj_angles, mask=angle_span, other=0.0).to(tl.float32)
+    sin_pairs = tl.load(sin_ptr + c + jj_angles, mask=angle_span, other=0.0).to(tl.float32)
+    c1, c2 = tl.split(tl.reshape(cos_pairs, (cos_pairs.shape[0], BLOCK, 2)))
+    s1, s2 = tl.split(tl.reshape(sin_pairs, (sin_pairs.shape[0], BLOCK, 2)))"""
 # (even, odd) pairs: the pairs' span loaded and stored as one contiguous tile, split into (even, odd) in registers
 # (tl.reshape + tl.split/join): two loads at a stride of two elements reached 16-24% of copy bandwidth for GLM-4-9B
 # on the H200, the split 85-96% (bench/rope.py --variant rope_pairs_partial)
