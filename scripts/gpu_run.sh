@@ -4,7 +4,7 @@
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
 #   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest ...]
-#   (default: tests bench demo; ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
+#   (default: tests bench demo; TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
@@ -50,15 +50,16 @@ for step in $steps; do
     ropepartial) for variant in ${ROPE_VARIANTS:-rope_pairs_partial rope_half_partial rope_interleaved}; do
             python3 bench/rope.py --variant $variant --out bench/results 2>&1 | tail -30
           done | tee "$RESULTS_DIR/rope_partial.log" ;;
-    rotarytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_rotary_gpu.py 2>&1 | tail -40 \
-            | tee "$RESULTS_DIR/rotary_gpu_tests.log" ;;
+    rotarytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_rotary_gpu.py 2>&1 \
+            | tee "$RESULTS_DIR/rotary_gpu_tests.log" | tail -40 ;;
     mlpact) python3 bench/mlp_act.py --out bench/results 2>&1 | tee "$RESULTS_DIR/mlp_act.log" ;;
     mlprelu2) python3 bench/mlp_act.py --variant mlp_relu2 --out bench/results 2>&1 | tee "$RESULTS_DIR/mlp_relu2.log" ;;
     gated) python3 bench/gated_mlp.py --out bench/results 2>&1 | tee "$RESULTS_DIR/gated_mlp.log" ;;
-    familytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_residual_norm_gpu.py \
-            tests/judge/test_judge_plain_mlp_gpu.py tests/judge/test_judge_rotary_gpu.py tests/judge/test_judge_gated_gpu.py \
-            "tests/judge/test_judge_gpu.py::test_every_norm_variant_is_judged_and_timed_against_its_native_op" 2>&1 | tail -90 \
-            | tee "$RESULTS_DIR/family_gpu_tests.log" ;;
+    familytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" ${TESTS_K:+-k "$TESTS_K"} \
+            tests/judge/test_judge_residual_norm_gpu.py tests/judge/test_judge_plain_mlp_gpu.py \
+            tests/judge/test_judge_rotary_gpu.py tests/judge/test_judge_gated_gpu.py \
+            "tests/judge/test_judge_gpu.py::test_every_norm_variant_is_judged_and_timed_against_its_native_op" 2>&1 \
+            | tee "$RESULTS_DIR/family_gpu_tests.log" | tail -90 ;;
     demo) model=${DEMO_MODEL:-qwen2.5-1.5b-shape}
           timeout 540 python3 -m services.cli demo --model "$model" --max-candidates 2 --data-dir /tmp/yantra-demo \
             --report "bench/results/demo_${model}_h200.json" 2>&1 | tee "$RESULTS_DIR/demo.log"

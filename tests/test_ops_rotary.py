@@ -96,9 +96,9 @@ def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
     ("rope_half_partial", gpt_neox.apply_rotary_pos_emb, 8),
     ("rope_half_partial", gpt_neox.apply_rotary_pos_emb, 16),
 ])  # fmt: skip
-@pytest.mark.parametrize(("together", "heads", "positions"), [(1, 0, 0), (0, 16, 0), (1, 2, 0), (0, 0, 4), (1, 0, 8)],
+@pytest.mark.parametrize(("together", "heads", "positions"), [(1, 0, 0), (0, 16, 0), (1, 2, 0), (0, 0, 4), (0, 0, 16)],
                          ids=["q-and-k-one-program", "q-and-k-two-programs", "a-loop-over-head-tiles",
-                              "blocks-of-positions", "blocks-of-positions-q-and-k-one-program"])  # fmt: skip
+                              "a-head-at-blocks-of-positions", "a-head-at-one-block-of-all-positions"])  # fmt: skip
 def test_the_kernel_answers_what_the_hf_function_answers_bit_for_bit(
     variant, hf, rotary_dim, dtype, together, heads, positions
 ):
@@ -164,15 +164,20 @@ def test_the_wrapper_refuses_what_it_cannot_rotate_with_a_clear_message():
 
 
 def test_a_grid_over_blocks_of_positions_must_tell_its_kernel_the_block():
-    """A grid over blocks of N positions launches N positions a program only where the kernel is told POSITIONS = N:
-    a plan where the two disagree would leave positions unrotated (or rotate some twice), and is refused."""
+    """A grid over (head, block of N positions) launches N positions a program only where the kernel is told
+    POSITIONS = N: a plan where the two disagree would leave positions unrotated (or rotate some twice), and is
+    refused; so is one whose program would rotate q's and k's head at once."""
     config = template.search_configs("rope_half")[0]
-    config.params.update(positions=16)
+    config.params.update(positions=16, together=0)
     source, plan = template.render(config), template.plan(config)
-    assert plan.launches[0].grid == "cdiv(positions, 16)" and plan.launches[0].constexprs["POSITIONS"] == "16"
+    assert plan.launches[0].grid == "cdiv(positions, 16) * heads" and plan.launches[0].constexprs["POSITIONS"] == "16"
     kernels_of = check_kernel_source(source).kernels
     assert rotary.check_plan(plan, kernels_of) == []
-    for grid, told in (("cdiv(positions, 8)", "16"), ("positions", "16"), ("cdiv(positions, 16)", None)):
+    for grid, told in (
+        ("cdiv(positions, 8) * heads", "16"),
+        ("2 * positions", "16"),
+        ("cdiv(positions, 16) * heads", None),
+    ):
         wrong = pb.LaunchPlan()
         wrong.CopyFrom(plan)
         wrong.launches[0].grid = grid
@@ -180,6 +185,13 @@ def test_a_grid_over_blocks_of_positions_must_tell_its_kernel_the_block():
             del wrong.launches[0].constexprs["POSITIONS"]
         [finding] = rotary.check_plan(wrong, kernels_of)
         assert finding.rule_id == "launch-plan" and "sets POSITIONS = N" in finding.reason
-    wrong.launches[0].grid = "cdiv(positions, 512)"
+    wrong.launches[0].grid = "cdiv(positions, 512) * heads"
     [finding] = rotary.check_plan(wrong, kernels_of)
     assert "N 1..256" in finding.reason
+    both = pb.LaunchPlan()
+    both.CopyFrom(plan)
+    both.launches[0].constexprs["TOGETHER"] = "1"
+    [finding] = rotary.check_plan(both, kernels_of)
+    assert "not both" in finding.reason
+    config.params.update(together=1)
+    assert not template.valid(config)

@@ -56,8 +56,8 @@ CONSTEXPR_EXPRS = (
 )  # fmt: skip
 PARTIAL_EXPRS = ("rot_half", "block_rot_half", "pass", "block_pass")
 # a program per (position, q or k), or a program per position rotating both (cos and sin loaded once for both);
-# or the same per block of N consecutive positions (the kernel's constexpr POSITIONS = N, which the plan must set)
-GRIDS = ("2 * positions", "positions", "2 * cdiv(positions, N)", "cdiv(positions, N)")
+# or a program per (head of q or k, block of N consecutive positions): the kernel told POSITIONS = N by the plan
+GRIDS = ("2 * positions", "positions", "cdiv(positions, N) * heads")
 MAX_POSITIONS = 256
 MAX_HEAD_DIM = 1024
 PROBE = (2, 3, 2, 5, 8)  # batch, q heads, k heads, seq, head dim of the recognition probe
@@ -188,7 +188,7 @@ def recognise(module) -> str | None:
 
 # ---------------------------------------------------------------- launch plans and the wrapper
 
-_GRID = re.compile(r"^(2 \* )?(?:positions|cdiv\(positions, (\d{1,3})\))$")
+_GRID = re.compile(r"^(?:(2 \* )?positions|cdiv\(positions, (\d{1,3})\) \* heads)$")
 
 
 def _constexpr_value(name: str, text: str) -> int | str:
@@ -200,12 +200,13 @@ def _constexpr_value(name: str, text: str) -> int | str:
 
 
 def _parse_grid(text: str) -> tuple[int, int]:
-    """(programs per unit, positions per unit): a unit is a position, or a block of N positions."""
+    """(programs per unit, positions per unit): a unit is a position (1 or 2 programs), or a block of N positions
+    (a program per head of q and k: 0 here, the call's head count)."""
     match = _GRID.match(text)
     block = int(match.group(2)) if match and match.group(2) else 1
     if not match or not 1 <= block <= MAX_POSITIONS:
         raise PlanError(f"grid {text!r} is not one of {', '.join(GRIDS)} (N 1..{MAX_POSITIONS})")
-    return (2 if text.startswith("2") else 1), block
+    return (0 if match.group(2) else 2 if match.group(1) else 1), block
 
 
 def _blocks_agree(launch: pb.KernelLaunch) -> str:
@@ -215,6 +216,8 @@ def _blocks_agree(launch: pb.KernelLaunch) -> str:
     told = launch.constexprs.get("POSITIONS", "0")
     if told != (str(block) if "cdiv" in launch.grid else "0"):
         return f"grid {launch.grid!r} with POSITIONS={told}: a grid over blocks of N positions sets POSITIONS = N"
+    if told != "0" and launch.constexprs.get("TOGETHER", "0") != "0":
+        return "a program per head at a block of positions rotates q's or k's head, not both (TOGETHER 0)"
     return ""
 
 
@@ -315,7 +318,8 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
             if size not in sizes:
                 sizes[size] = constexpr_values(*size)
             values_constexpr = sizes[size]
-            launcher(per_unit * -(-positions // block), [values[a] for a in only.args], values_constexpr)
+            programs = (per_unit or hq + ks[1]) * -(-positions // block)
+            launcher(programs, [values[a] for a in only.args], values_constexpr)
         return q_out, k_out
 
     rope.launchers = [launcher]

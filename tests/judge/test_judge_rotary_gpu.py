@@ -18,21 +18,24 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize(
-    ("target", "variant", "heads", "dim", "cos", "least"),
+    ("target", "variant", "heads", "dim", "cos", "least", "params"),
     [
         # Qwen2.5-1.5B's decode step: 12 q heads, 2 k heads (GQA), the whole head rotated
-        (QWEN2, "rope_half", (12, 2), 128, (1, 1, 128), 2),
+        (QWEN2, "rope_half", (12, 2), 128, (1, 1, 128), 2, {}),
         # GLM-4-9B's: 32 q heads, 2 k heads, half of each head rotated (the pairs kernel at the live rotary width)
-        (GLM, "rope_pairs_partial", (32, 2), 128, (1, 1, 64), 1),
+        (GLM, "rope_pairs_partial", (32, 2), 128, (1, 1, 64), 1, {}),
         # Pythia-2.8B's: 32 heads of 80, a quarter rotated (rotate_half over 20 dims, 60 passed through)
-        (NEOX, "rope_half_partial", (32, 32), 80, (1, 1, 20), 1),
+        (NEOX, "rope_half_partial", (32, 32), 80, (1, 1, 20), 1, {}),
+        # the same, a program per head at a block of 32 positions
+        (NEOX, "rope_half_partial", (32, 32), 80, (1, 1, 20), 1, {"positions": 32, "together": 0}),
     ],
 )
-def test_the_rope_kernel_is_correct_and_timed_on_the_gpu(tmp_path, target, variant, heads, dim, cos, least):
+def test_the_rope_kernel_is_correct_and_timed_on_the_gpu(tmp_path, target, variant, heads, dim, cos, least, params):
     captured = _captured(target, variant, cos=cos)
     captured.observed.modules[0].input_shape[:] = [1, heads[0], 1, dim]
     captured.observed.modules[0].second_shape[:] = [1, heads[1], 1, dim]
     config = template.search_configs(variant)[0]
+    config.params.update(params)
     prior = log_of(captured, _proposal(captured, config))
     [judged] = asyncio.run(JudgeService(device="cuda", scratch_dir=tmp_path).handle(prior[-1], prior))
     obs = judged.observed

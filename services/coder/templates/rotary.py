@@ -33,13 +33,14 @@ KERNELS = {
 # heads, one at a time, left 2 programs walking 14-40 rows each (3.3 us against Liger's 1.4 on the H200). At
 # prefill with Qwen's 12 q and 2 kv heads, a program per (position, q or k) with 16-head tiles reached 74-76% of
 # copy where Liger, a program per position, reached 102% (`python bench/rope.py`). With `positions` a program
-# rotates that many consecutive positions as [positions, head_dim / 2] tiles, one head at a time: where q and k
-# are (batch, heads, seq, head_dim) in memory, a position's heads lie a whole sequence apart, and GPT-NeoX's
-# 80-wide heads reached 58% of copy at 32,768 positions a program per position; a block of positions reads
-# consecutive memory in either layout. Tried last: at decode a block is mostly masked.
+# rotates one head at that many consecutive positions as a [positions, head_dim / 2] tile: where q and k are
+# (batch, heads, seq, head_dim) in memory, a position's heads lie a whole sequence apart, and GPT-NeoX's 80-wide
+# heads reached 58% of copy at 32,768 positions a program per position. A program looping over the heads of its
+# block instead (one [16, 40] tile in flight at a time) took 1.2-1.6x as long there and 8x at decode (H200).
+# Tried last: at decode a block is mostly masked.
 SEARCH_TABLE: tuple[tuple[int, ...], ...] = (
-    (4, 0, 1), (4, 16, 0), (8, 0, 1), (2, 0, 1), (1, 16, 0), (8, 32, 0), (4, 0, 0, 16), (8, 0, 0, 32),
-    (4, 0, 1, 16),
+    (4, 0, 1), (4, 16, 0), (8, 0, 1), (2, 0, 1), (1, 16, 0), (8, 32, 0), (1, 0, 0, 16), (2, 0, 0, 32),
+    (4, 0, 0, 64),
 )  # fmt: skip
 MAX_HEADS = 64
 MAX_POSITIONS = rotary.MAX_POSITIONS
@@ -85,6 +86,7 @@ def valid(config: pb.TemplateConfig) -> bool:
         and config.params.get("together", 0) in (0, 1)
         and 0 <= positions <= MAX_POSITIONS
         and positions & (positions - 1) == 0
+        and not (positions and config.params.get("together", 0))
         and set(config.params) <= {"heads", "together", "positions"}
     )
 
@@ -94,7 +96,7 @@ def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
         raise ValueError(
             f"not a {TEMPLATE} config: variant={config.variant!r} num_warps={config.num_warps} "
             f"params={dict(config.params)} (variants {VARIANTS}; heads 0 (all) or a power of two up to {MAX_HEADS}; "
-            f"together 0 or 1; positions 0 (one a program) or a power of two up to {MAX_POSITIONS})"
+            f"together 0 or 1; positions 0 (one a program) or a power of two up to {MAX_POSITIONS}, not together)"
         )
     return config
 
@@ -122,7 +124,7 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
             "TOGETHER": str(together),
             **({"POSITIONS": str(positions)} if positions else {}),
         },
-        grid=("" if together else "2 * ") + (f"cdiv(positions, {positions})" if positions else "positions"),
+        grid=f"cdiv(positions, {positions}) * heads" if positions else ("positions" if together else "2 * positions"),
         num_warps=config.num_warps,
     )
     return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
@@ -132,11 +134,11 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
 _SKELETON = """\
 \"\"\"q and k rotated by cos and sin (gpuyantra template @TEMPLATE@, variant {variant}).
 
-Without POSITIONS (0), a program rotates the heads of one position as [HEADS, head_dim / 2] tiles; with POSITIONS,
-a program rotates that many consecutive positions as [POSITIONS, head_dim / 2] tiles, one head at a time. With
-TOGETHER, program p rotates q's and then k's at its positions; without, the first programs rotate q's and the rest
-k's. Each tile's x is loaded before its cos and sin, so that both loads are in flight together. The outputs are
-written through their own strides (the wrapper lays them out).
+Without POSITIONS (0), a program rotates the heads of one position as [HEADS, head_dim / 2] tiles: with TOGETHER,
+program p rotates q's and then k's at position p; without, the first programs rotate q's and the rest k's. With
+POSITIONS, a program rotates one head at that many consecutive positions as a [POSITIONS, head_dim / 2] tile (q's
+heads first, then k's). Each tile's x is loaded before its cos and sin, so that both loads are in flight
+together. The outputs are written through their own strides (the wrapper lays them out).
 \"\"\"
 
 import triton
@@ -159,7 +161,8 @@ def _rotate_tile(x, o, rows_ok, cos_ptr, sin_ptr, c, c_ok, j, HALF: tl.constexpr
 def _rotate_tensor(x_ptr, o_ptr, cos_ptr, sin_ptr, unit, positions, seq, heads, x_sb, x_sh, x_ss, o_sb, o_sh, o_ss,
                    c_sb, c_ss, HALF: tl.constexpr, BLOCK: tl.constexpr, HEADS: tl.constexpr{{params}},
                    POSITIONS: tl.constexpr):
-    # q's or k's heads at this program's unit: a position (POSITIONS 0), or a block of POSITIONS positions
+    # q's or k's heads at this program's unit: a position (POSITIONS 0), or one head at a block of POSITIONS
+    # positions (unit = head · blocks + block: consecutive programs take consecutive blocks of one head)
     j = tl.arange(0, BLOCK)[None, :]
     if POSITIONS == 0:
         b = (unit // seq).to(tl.int64)
@@ -171,14 +174,14 @@ def _rotate_tensor(x_ptr, o_ptr, cos_ptr, sin_ptr, unit, positions, seq, heads, 
             _rotate_tile(x_row + h * x_sh, o_row + h * o_sh, h < heads, cos_ptr, sin_ptr, c, True, j, HALF,
                          BLOCK, HEADS{{args}})
     else:
-        pos = unit * POSITIONS + tl.arange(0, POSITIONS)[:, None]
+        blocks = (positions + POSITIONS - 1) // POSITIONS
+        h = (unit // blocks).to(tl.int64)
+        pos = (unit % blocks) * POSITIONS + tl.arange(0, POSITIONS)[:, None]
         b = (pos // seq).to(tl.int64)
         s = (pos % seq).to(tl.int64)
-        x_rows, o_rows, c = x_ptr + b * x_sb + s * x_ss, o_ptr + b * o_sb + s * o_ss, b * c_sb + s * c_ss
         rows_ok = pos < positions
-        for h in range(0, heads):
-            _rotate_tile(x_rows + h * x_sh, o_rows + h * o_sh, rows_ok, cos_ptr, sin_ptr, c, rows_ok, j, HALF,
-                         BLOCK, POSITIONS{{args}})
+        _rotate_tile(x_ptr + h * x_sh + b * x_sb + s * x_ss, o_ptr + h * o_sh + b * o_sb + s * o_ss, rows_ok, cos_ptr,
+                     sin_ptr, b * c_sb + s * c_ss, rows_ok, j, HALF, BLOCK, POSITIONS{{args}})
 
 
 @triton.jit
@@ -187,7 +190,8 @@ def {kernel}(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, positions, seq, hea
              HALF: tl.constexpr, BLOCK: tl.constexpr, HEADS_Q: tl.constexpr, HEADS_K: tl.constexpr,
              TOGETHER: tl.constexpr{{params}}, POSITIONS: tl.constexpr = 0):
     pid = tl.program_id(0)
-    units = positions if POSITIONS == 0 else (positions + POSITIONS - 1) // POSITIONS  # q's programs, without TOGETHER
+    # q's programs, without TOGETHER: a position each, or a head at a block of positions each
+    units = positions if POSITIONS == 0 else (positions + POSITIONS - 1) // POSITIONS * heads_q
     if TOGETHER:
         _rotate_tensor(q_ptr, qo_ptr, cos_ptr, sin_ptr, pid, positions, seq, heads_q, q_sb, q_sh, q_ss, qo_sb, qo_sh,
                        qo_ss, c_sb, c_ss, HALF, BLOCK, HEADS_Q{{args}}, POSITIONS)
