@@ -34,6 +34,7 @@ FAMILIES = {  # family: its result file (bench/README.md names the command that 
     "rope": "rope_h200.json",
     "rope, glm pairs (partial)": "rope_pairs_partial_h200.json",
     "rope, gpt-neox halves (partial)": "rope_half_partial_h200.json",
+    "rope, cohere pairs (interleaved)": "rope_interleaved_h200.json",
 }
 DECODE_ROWS = 64
 PREFILL_ROWS = 1024
