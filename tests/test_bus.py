@@ -161,9 +161,9 @@ async def test_consumer_dead_letters_undecodable_and_failing_messages(bus, run_i
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _start_hanging(url: str, durable: str, ack_wait_s: str | None) -> subprocess.Popen:
-    """tests/hanging_service.py as its own process; returns once its handler holds a message."""
-    env = {k: v for k, v in os.environ.items() if k != "YANTRA_ACK_WAIT_S"}
+def _start_hanging(url: str, durable: str, ack_wait_s: str | None, **extra: str) -> subprocess.Popen:
+    """tests/hanging_service.py as its own process (`extra` more environment)."""
+    env = {k: v for k, v in os.environ.items() if k != "YANTRA_ACK_WAIT_S"} | extra
     # ROOT first, the rest kept: where packages are installed beside the interpreter (a --target dir) counts too
     pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env |= {"NATS_URL": url, "HANG_DURABLE": durable, "PYTHONPATH": pythonpath, "YANTRA_LOG_LEVEL": "WARNING"}
@@ -530,3 +530,27 @@ async def test_tail_yields_each_event_once_across_a_killed_and_restarted_server(
         await publisher.close()
         await follower.close()
         server.stop()
+
+
+async def test_a_service_whose_work_is_stuck_in_a_thread_still_stops_and_hands_its_message_back(
+    own_bus, own_nats, run_id
+):
+    """A thread cannot be cancelled: the handler's task is, its message handed back at once, and the process, held
+    at shutdown by the thread, exits after its grace (status 1, saying why) instead of minutes later."""
+    durable = f"hang-{run_id}"
+    proc = _start_hanging(
+        own_nats.url, durable, ack_wait_s="30", HANG_IN_THREAD="1", YANTRA_SHUTDOWN_GRACE_S="3"
+    )  # fmt: skip
+    try:
+        await own_bus.publish(_request(run_id))
+        await asyncio.to_thread(_wait_handling, proc)
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 1
+        assert 3 <= time.monotonic() - stopped < 20
+        assert "did not stop within 3 s of being told to" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = await _seconds_until_redelivered(own_bus, durable, run_id, 30.0, limit=8)
+    assert took < 3, took

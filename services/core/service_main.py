@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
@@ -16,6 +18,25 @@ log = logging.getLogger(__name__)
 
 # (settings, bus, stop) -> the coroutines the process runs until stop is set
 Setup = Callable[[Settings, Bus, asyncio.Event], Awaitable[list[Awaitable[None]]]]
+# Once told to stop, a service has settings.shutdown_grace_s to hand its messages back and close; then it exits
+# outright. A task can be cancelled, a thread cannot: work run in a thread (a model loading, a kernel compiling)
+# would hold the process at asyncio.run's executor shutdown for as long as the thread runs (5 minutes at most from
+# Python 3.12), and a `yantra up` killed outright, or a `yantra down`, would leave it behind that long.
+
+
+def exit_if_still_running_after(name: str, grace_s: float) -> threading.Timer:
+    """Arm a daemon timer that ends the process (exit status 1) if it is still running `grace_s` from now."""
+
+    def exit_now() -> None:
+        log.error("%s did not stop within %.0f s of being told to (work in a thread?): exiting now", name, grace_s)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(1)
+
+    timer = threading.Timer(grace_s, exit_now)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def configure_logging(name: str, level: str) -> None:
@@ -52,6 +73,7 @@ async def serve(name: str, setup: Setup, settings: Settings) -> bool:
     tasks = [asyncio.ensure_future(c) for c in await setup(settings, bus, stop)]
     waiter = asyncio.ensure_future(stop.wait())
     done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+    exit_if_still_running_after(name, settings.shutdown_grace_s)
     failed = [task.exception() for task in done if task is not waiter and task.exception()]
     for exc in failed:
         log.error("%s: a task failed: %r", name, exc)

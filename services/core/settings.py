@@ -15,6 +15,9 @@ class Settings(BaseModel):
     model: str = Field("tiny-qwen2", description="preset name, local path or hub id served by the server")
     device: str = Field("auto", description="auto | cpu | cuda")
     ack_wait_s: float = Field(5.0, gt=0, description="seconds before an unacknowledged event is redelivered")
+    shutdown_grace_s: float = Field(
+        10.0, gt=0, description="seconds a service told to stop has to close before it exits outright"
+    )
     log_level: str = "INFO"
     restore_swaps: bool = Field(True, description="a (re)started server re-applies the log's committed swaps")
     admin_token: str = Field("", repr=False, description="bearer token for the server's Admin RPCs; empty: none")
@@ -42,6 +45,7 @@ class Settings(BaseModel):
             "model": env.get("YANTRA_MODEL", "tiny-qwen2"),
             "device": env.get("YANTRA_DEVICE", "auto"),
             "ack_wait_s": env.get("YANTRA_ACK_WAIT_S", "5"),
+            "shutdown_grace_s": env.get("YANTRA_SHUTDOWN_GRACE_S", "10"),
             "log_level": env.get("YANTRA_LOG_LEVEL", "INFO"),
             "restore_swaps": env.get("YANTRA_RESTORE_SWAPS", "1") not in ("0", "false", "no"),
             "admin_token": env.get("YANTRA_ADMIN_TOKEN", ""),
@@ -62,6 +66,7 @@ class Settings(BaseModel):
             "YANTRA_MODEL": self.model,
             "YANTRA_DEVICE": self.device,
             "YANTRA_ACK_WAIT_S": str(self.ack_wait_s),
+            "YANTRA_SHUTDOWN_GRACE_S": str(self.shutdown_grace_s),
             "YANTRA_LOG_LEVEL": self.log_level,
             "YANTRA_RESTORE_SWAPS": "1" if self.restore_swaps else "0",
         }
