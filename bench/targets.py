@@ -31,6 +31,7 @@ FAMILIES = {  # family: its result file (bench/README.md names the command that 
     "residual add + rmsnorm": "add_norm_h200.json",
     "gated act·mul": "gated_mlp_h200.json",
     "plain mlp gelu_new": "mlp_act_h200.json",
+    "plain mlp relu²": "mlp_relu2_h200.json",
     "rope": "rope_h200.json",
     "rope, glm pairs (partial)": "rope_pairs_partial_h200.json",
     "rope, gpt-neox halves (partial)": "rope_half_partial_h200.json",
