@@ -37,9 +37,8 @@ KERNELS = {
 # (batch, heads, seq, head_dim) in memory, a position's heads lie a whole sequence apart, and GPT-NeoX's 80-wide
 # heads reached 58% of copy at 32,768 positions a program per position. A program looping over the heads of its
 # block instead (one [16, 40] tile in flight at a time) took 1.2-1.6x as long there and 8x at decode (H200).
-# Tried last: at decode a block is mostly masked.
 SEARCH_TABLE: tuple[tuple[int, ...], ...] = (
-    (4, 0, 1), (4, 16, 0), (8, 0, 1), (2, 0, 1), (1, 16, 0), (8, 32, 0), (1, 0, 0, 16), (2, 0, 0, 32),
+    (4, 0, 1), (4, 16, 0), (1, 0, 0, 16), (8, 0, 1), (2, 0, 1), (1, 16, 0), (8, 32, 0), (2, 0, 0, 32),
     (4, 0, 0, 64),
 )  # fmt: skip
 MAX_HEADS = 64
@@ -52,7 +51,9 @@ def variant_for(computes: str) -> str | None:
 
 # Up to this many positions (batch · seq) a program per (position, q or k) led on the H200 (decode: 1.55 against
 # 1.80 us; 1,024 positions: 4.48 against 4.62); beyond it a program per position mostly did
-# (bench/results/rope_h200.json).
+# (bench/results/rope_h200_angles-first.json). Since, a program per (head, 16 positions) leads up to it
+# (1 position: 1.44 us against 1.48-1.51 for Qwen2.5-1.5B and Llama-3-8B, 1.6 against 2.1 for Command R; 1,024:
+# 4.30 against 4.58 for Qwen) and trails at 32,768 (81 against 61 us): bench/results/rope_h200.json.
 SEPARATE_UP_TO = 1024
 
 
@@ -60,7 +61,7 @@ def search_configs(
     variant: str = "rope_half", width: int = 0, live_shape: tuple[int, ...] = ()
 ) -> list[pb.TemplateConfig]:
     """The table in the order tried: for a live q of (batch, heads, seq, head_dim) of at most SEPARATE_UP_TO
-    positions (decode), the per-tensor programs first."""
+    positions (decode), the per-tensor programs first (16-head tiles, then per-head blocks of 16 positions)."""
     table = list(SEARCH_TABLE)
     if len(live_shape) == 4 and live_shape[0] * live_shape[2] <= SEPARATE_UP_TO:
         table.sort(key=lambda row: row[2])  # stable: each launch shape keeps its own order
