@@ -22,6 +22,8 @@ pytestmark = pytest.mark.gpu
     [
         # Qwen2.5-1.5B's decode step: 12 q heads, 2 k heads (GQA), the whole head rotated
         (QWEN2, "rope_half", (12, 2), 128, (1, 1, 128), 2, {}),
+        # the same, a program per head at a block of 16 positions (proposed second at decode)
+        (QWEN2, "rope_half", (12, 2), 128, (1, 1, 128), 2, {"positions": 16, "together": 0}),
         # GLM-4-9B's: 32 q heads, 2 k heads, half of each head rotated (the pairs kernel at the live rotary width)
         (GLM, "rope_pairs_partial", (32, 2), 128, (1, 1, 64), 1, {}),
         # Pythia-2.8B's: 32 heads of 80, a quarter rotated (rotate_half over 20 dims, 60 passed through)
