@@ -49,6 +49,25 @@ def test_a_familys_figures_take_the_best_of_ours_and_the_fastest_correct_peer():
     assert figures["shapes"][0]["ours"] == "ours_a"
 
 
+def test_one_config_is_the_config_with_the_best_geomean_over_every_shape():
+    """Each shape's best config is what a dispatch by size would reach; one config alone reaches less: the one whose
+    geomean over every shape is best (a config not timed at every shape is not one)."""
+    targets = _targets()
+    results = [
+        _shape(1, {"ours_a": {"graph_us": 2.0, "pct_of_same_size_copy": 50.0},
+                   "ours_b": {"graph_us": 4.0, "pct_of_same_size_copy": 25.0},
+                   "ours_c": {"graph_us": 1.0, "pct_of_same_size_copy": 99.0}}, {"torch_compile": {"graph_us": 3.0}}),
+        _shape(4096, {"ours_a": {"graph_us": 120.0, "pct_of_same_size_copy": 90.0},
+                      "ours_b": {"graph_us": 90.0, "pct_of_same_size_copy": 95.0}}, {"liger": {"graph_us": 95.0}}),
+    ]  # fmt: skip
+    figures = targets.family_figures(results)
+    assert figures["geomean_best_peer_over_ours"] == pytest.approx(math.sqrt(3.0 / 1.0 * 95.0 / 90.0))  # c, then b
+    assert figures["one_config"] == {
+        "config": "ours_a",  # sqrt(1.5 · 0.79) beats ours_b's sqrt(0.75 · 1.06); ours_c was timed at one shape
+        "geomean_best_peer_over_it": pytest.approx(math.sqrt(3.0 / 2.0 * 95.0 / 120.0)),
+    }
+
+
 def test_the_committed_results_give_every_family(tmp_path):
     out = tmp_path / "targets.json"
     done = subprocess.run(
