@@ -195,3 +195,57 @@ def test_a_grid_over_blocks_of_positions_must_tell_its_kernel_the_block():
     assert "not both" in finding.reason
     config.params.update(together=1)
     assert not template.valid(config)
+
+
+class _Counted:
+    """A kernel that counts its launches and launches as the kernel does (kernel[grid](...))."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+def test_a_dispatch_by_position_count_launches_each_side_with_its_own_shape():
+    """Calls of at most the limit's positions go to the first launch (a program per head at 16 positions), longer
+    ones to the second (a program per position rotating q and k): bit-exact on both sides."""
+    interpreter_rounding.install()
+    configs = template.search_configs("rope_half")
+    op = _op(template.combine(configs[2], configs[0], limit=4))
+    small, large = (_Counted(launcher.kernel) for launcher in op.launchers)
+    op.launchers[0].kernel, op.launchers[1].kernel = small, large
+    for seq, used in ((2, small), (5, large)):  # batch 2: 4 positions, then 10
+        q, k, cos, sin = _operands("rope_half", torch.bfloat16, seq=seq)
+        before = used.launches
+        got, want = op(q, k, cos, sin), qwen2.apply_rotary_pos_emb(q, k, cos, sin)
+        assert used.launches == before + 1
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert small.launches == large.launches == 1
+
+
+def test_a_dispatch_plan_is_two_launches_with_a_limit_and_the_same_arguments():
+    configs = template.search_configs("rope_half")
+    config = template.combine(configs[2], configs[0], limit=4096)
+    source, plan = template.render(config), template.plan(config)
+    kernels_of = check_kernel_source(source).kernels
+    assert [launch.max_rows for launch in plan.launches] == [4096, 0] and rotary.check_plan(plan, kernels_of) == []
+    for limits, why in (([0, 0], "max_rows [0, 0]"), ([4096, 8], "max_rows [4096, 8]"), ([9000, 0], "1..8192")):
+        wrong = pb.LaunchPlan()
+        wrong.CopyFrom(plan)
+        for launch, limit in zip(wrong.launches, limits, strict=True):
+            launch.max_rows = limit
+        [finding] = rotary.check_plan(wrong, kernels_of)
+        assert why in finding.reason
+    wrong = pb.LaunchPlan()
+    wrong.CopyFrom(plan)
+    wrong.launches[1].args.pop()  # contiguous outputs on one side, the projections' layout on the other
+    [finding] = rotary.check_plan(wrong, kernels_of)
+    assert "the same runtime arguments" in finding.reason
+    wrong.CopyFrom(plan)
+    wrong.launches[1].constexprs["TOGETHER"] = "0"  # a program a position for q alone: k never rotated
+    [finding] = rotary.check_plan(wrong, kernels_of)
+    assert "TOGETHER=0" in finding.reason
+    with pytest.raises(ValueError, match="dispatch_positions 1..8192"):
+        template.combine(configs[2], configs[0], limit=10_000)

@@ -112,23 +112,26 @@ def refine(untried: list[pb.TemplateConfig], verdicts: list[tuple[pb.TemplateCon
 
 
 def dispatch_config(template, verdicts: list[tuple[pb.TemplateConfig, pb.CandidateJudged]]):
-    """A config dispatching by row count (pure), when the verdicts so far show one plain config fastest on
-    decode-sized calls (at most the template's DISPATCH_ROWS rows) and another beyond: the template's `combine`
-    of the two. Speed is GPU time over eager's at each timed shape, so candidates judged in different children
-    compare; untimed verdicts (CPU) show nothing. None where the template does not dispatch, or one config leads
-    both sides."""
+    """A config dispatching by size (pure), when the verdicts so far show one plain config fastest on
+    decode-sized calls (at most the template's DISPATCH_ROWS, in the template's measure of a timed shape:
+    `dispatch_size`, rows by default, RoPE's positions) and another beyond: the template's `combine` of the two.
+    Speed is GPU time over eager's at each timed shape, so candidates judged in different children compare;
+    untimed verdicts (CPU) show nothing. None where the template does not dispatch, or one config leads both
+    sides."""
     combine = getattr(template, "combine", None)
     if combine is None:
         return None
     limit = template.DISPATCH_ROWS
-    sides = []  # (config, mean candidate/eager at decode-sized rows, beyond), for passed plain configs
+    size = getattr(template, "dispatch_size", leading_rows)
+    plain = getattr(template, "plain", lambda config: not config.params)
+    sides = []  # (config, mean candidate/eager at decode-sized calls, beyond), for passed plain configs
     for config, judged in verdicts:
-        if judged.reward < 1 or config.params:
+        if judged.reward < 1 or not plain(config):
             continue
         small, large = [], []
         for row in judged.observed.timing.rows:
             if row.candidate_us > 0 and row.eager_us > 0:
-                (small if leading_rows(row.shape) <= limit else large).append(row.candidate_us / row.eager_us)
+                (small if size(row.shape) <= limit else large).append(row.candidate_us / row.eager_us)
         if small and large:
             sides.append((config, sum(small) / len(small), sum(large) / len(large)))
     if len(sides) < 2:

@@ -25,6 +25,7 @@ from services.ops import rotary
 LAYOUTS = ("attention", "contiguous")  # attention: (batch, seq, heads·dim) projections viewed and transposed
 REGIMES = ("normal", "huge", "zeros", "tiny", "nonfinite")
 MAX_POSITION = 32768.0  # angles of positions this far (theta 1e4): cos and sin of large arguments
+CPU_BOUNDARY_POSITIONS = 64  # dispatch limits the interpreter still draws both sides of (a program a position)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class RopeSpec:
     gpu: bool
     examples: int = 4
     rotary_dim: int = 0  # cos's live width (a partial rotary's, narrower than the head); 0: the head's
+    boundaries: tuple[int, ...] = ()  # the plan's dispatch limits (positions): each is drawn at and past it
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,11 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     ]
     plan += [("regime", (1, hq, 2, d), gqa, regime, "attention", 1, False) for regime in REGIMES[1:]]
     plan.append(("prefill", (1, hq, 33 if not spec.gpu else 1024, d), gqa, "normal", "attention", 1, True))
+    # either side of each dispatch by position count: a launch meant for long calls meets the judge too (on CPU
+    # only up to CPU_BOUNDARY_POSITIONS, the interpreter; a GPU always reaches the family's limit)
+    for limit in sorted(set(spec.boundaries)):
+        if spec.gpu or limit < CPU_BOUNDARY_POSITIONS:
+            plan += [("dispatch-edge", (1, hq, n, d), gqa, "normal", "attention", 1, False) for n in (limit, limit + 1)]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]
     g = _generator(seed, "rope-drawn")
     for i in range(spec.examples):

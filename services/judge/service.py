@@ -330,8 +330,9 @@ class JudgeService:
         job = self._op_job(proposal, target, int(live[-1]) if live else 0, live)
         rotary_dim = rotary.live_rotary_dim(target.third_shape, int(live[-1])) if live else 0
         spec = RopeSpec(
-            live, torch_dtype(dtype), self.use_gpu, examples=max(2, self.examples // 4), rotary_dim=rotary_dim
-        )
+            live, torch_dtype(dtype), self.use_gpu, examples=max(2, self.examples // 4), rotary_dim=rotary_dim,
+            boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
+        )  # fmt: skip
         cases = draw_rope_cases(spec, target.computes, job.seed_base)
         refs = rope_references(cases, fn)
         blob = io.BytesIO()

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
 from services.ops.launch import Launcher, launch_options, next_pow2
-from services.ops.row_reduction import PlanError, check_one_launch
+from services.ops.row_reduction import PlanError, check_launch
 
 FAMILY = "rotary"
 PARTIAL_VARIANTS = ("rope_half_partial", "rope_pairs_partial")  # cos's width may be narrower than the head
@@ -209,23 +209,52 @@ def _parse_grid(text: str) -> tuple[int, int]:
     return (0 if match.group(2) else 2 if match.group(1) else 1), block
 
 
-def _blocks_agree(launch: pb.KernelLaunch) -> str:
-    """Why a launch's grid and its kernel's POSITIONS disagree ("" when they agree): a grid over blocks of N
-    positions launches a kernel told POSITIONS = N, a grid over positions one told nothing or 0."""
+def _grid_agrees(launch: pb.KernelLaunch) -> str:
+    """Why a launch's grid and its kernel's POSITIONS and TOGETHER disagree ("" when they agree): a grid over
+    blocks of N positions launches a kernel told POSITIONS = N and not TOGETHER; a grid over positions one told
+    nothing or 0, with a program a position for both tensors (TOGETHER) or two (not)."""
     _, block = _parse_grid(launch.grid)
-    told = launch.constexprs.get("POSITIONS", "0")
+    told, together = launch.constexprs.get("POSITIONS", "0"), launch.constexprs.get("TOGETHER", "0") != "0"
     if told != (str(block) if "cdiv" in launch.grid else "0"):
         return f"grid {launch.grid!r} with POSITIONS={told}: a grid over blocks of N positions sets POSITIONS = N"
-    if told != "0" and launch.constexprs.get("TOGETHER", "0") != "0":
+    if told != "0" and together:
         return "a program per head at a block of positions rotates q's or k's head, not both (TOGETHER 0)"
+    if told == "0" and together != (launch.grid == "positions"):
+        return f"grid {launch.grid!r} with TOGETHER={int(together)}: a program a position rotates both tensors "
+        "(grid positions, TOGETHER 1) or one (grid 2 * positions, TOGETHER 0)"
     return ""
 
 
+# A plan may dispatch by position count (batch · seq): its first launch serves calls of at most `max_rows`
+# positions, the second the rest (decode-sized calls want other programs than prefill-sized ones: a program per
+# head at 16 positions led at 1-4,096 positions on the H200, one per position rotating q and k at 32,768). The
+# judge draws positions at and past the limit; this far a GPU reaches in one case.
+MAX_DISPATCH_POSITIONS = 8192
+
+
 def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
-    """Findings (rule `launch-plan`) for a plan of this family; [] when it fits. One launch serves every shape."""
-    findings = check_one_launch(plan, kernels, FAMILY, args=ARGS, grid=_parse_grid, value=_constexpr_value)
-    disagree = "" if findings else _blocks_agree(plan.launches[0])
-    return findings or ([pb.Finding(rule_id="launch-plan", reason=disagree)] if disagree else [])
+    """Findings (rule `launch-plan`) for a plan of this family; [] when it fits: one launch serving every call, or
+    two dispatching by position count (the first's `max_rows` positions at most, the second the rest), each
+    launch's grid agreeing with its kernel's constexprs, both passing the same arguments."""
+    try:
+        if plan.family != FAMILY:
+            raise PlanError(f"the plan is for family {plan.family!r}, this wrapper is {FAMILY!r}")
+        limits = [launch.max_rows for launch in plan.launches]
+        if limits != [0] and not (len(limits) == 2 and limits[1] == 0 and 1 <= limits[0] <= MAX_DISPATCH_POSITIONS):
+            raise PlanError(
+                f"a {FAMILY} plan is one launch serving every call (max_rows 0), or two dispatching by position "
+                f"count (the first's max_rows 1..{MAX_DISPATCH_POSITIONS}, the last's 0): max_rows {limits}"
+            )
+        if len({tuple(launch.args) for launch in plan.launches}) > 1:
+            raise PlanError("a dispatch's launches pass the same runtime arguments (one output layout for both)")
+        for launch in plan.launches:
+            check_launch(launch, kernels, args=ARGS, grid=_parse_grid, value=_constexpr_value)
+            disagree = _grid_agrees(launch)
+            if disagree:
+                raise PlanError(disagree)
+    except PlanError as exc:
+        return [pb.Finding(rule_id="launch-plan", reason=str(exc))]
+    return []
 
 
 def _check(q, k, cos, sin, partial: bool = False) -> tuple[tuple[int, ...], ...]:
@@ -264,16 +293,22 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     (batch, seq, heads, head_dim) (cos and sin broadcast over the heads either way)."""
     import torch
 
-    (only,) = plan.launches
     # FMA contraction off: the HF functions round each product before the sum (torch's separate ops), and a fused
     # multiply-add skips that rounding — on the H200 a quarter of bf16 outputs came out one ulp off with it on,
     # none with it off. The family decides this, not the candidate: its plan cannot turn it back on.
-    launcher = Launcher(kernels[only.kernel], {**launch_options(only), "enable_fp_fusion": False})
-    constexprs = {name: _constexpr_value(name, text) for name, text in sorted(only.constexprs.items())}
-    per_unit, block = _parse_grid(only.grid)
+    launches = [
+        (
+            launch.max_rows or None,  # positions at most; None: any
+            Launcher(kernels[launch.kernel], {**launch_options(launch), "enable_fp_fusion": False}),
+            {name: _constexpr_value(name, text) for name, text in sorted(launch.constexprs.items())},
+            *_parse_grid(launch.grid),
+            tuple(launch.args),
+        )
+        for launch in plan.launches
+    ]
     allocate = empty or torch.empty
-    strided = any(a in OUT_STRIDES for a in only.args)
-    partial = any(v in PARTIAL_EXPRS for v in constexprs.values())
+    strided = any(a in OUT_STRIDES for a in plan.launches[0].args)
+    partial = any(v in PARTIAL_EXPRS for v in launches[0][2].values())
 
     def output(x, shape, stride, dtype):
         """x's output: in x's (batch, seq, heads, head_dim) memory where x is laid out so and the plan says where
@@ -283,13 +318,14 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
             return allocate((b, s, h, d), dtype=dtype, device=x.device).transpose(1, 2)
         return allocate(shape, dtype=dtype, device=x.device)
 
-    sizes: dict[tuple[int, int, int, int], dict] = {}  # (q heads, k heads, head dim, rotary width) -> constexprs
+    # (launch, q heads, k heads, head dim, rotary width) -> that launch's constexprs
+    sizes: dict[tuple[int, int, int, int, int], dict] = {}
 
-    def constexpr_values(hq: int, hk: int, d: int, r: int) -> dict:
+    def constexpr_values(index: int, hq: int, hk: int, d: int, r: int) -> dict:
         exprs = {"half": d // 2, "block_half": next_pow2(d // 2), "block_heads_q": next_pow2(hq),
                  "block_heads_k": next_pow2(hk), "rot_half": r // 2, "block_rot_half": next_pow2(r // 2),
                  "pass": d - r, "block_pass": next_pow2(max(d - r, 1))}  # fmt: skip
-        return {n: exprs[v] if isinstance(v, str) else v for n, v in constexprs.items()}
+        return {n: exprs[v] if isinstance(v, str) else v for n, v in launches[index][2].items()}
 
     def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
         if unsqueeze_dim == 2:
@@ -314,15 +350,16 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
                 "k_sb": kt[0], "k_sh": kt[1], "k_ss": kt[2], "c_sb": ct[0] if cs[0] == b else 0, "c_ss": ct[1],
                 "qo_sb": qo[0], "qo_sh": qo[1], "qo_ss": qo[2], "ko_sb": ko[0], "ko_sh": ko[1], "ko_ss": ko[2],
             }  # fmt: skip
-            size = (hq, ks[1], d, cs[2])
+            index = next(i for i, (most, *_) in enumerate(launches) if most is None or positions <= most)
+            _, launcher, _, per_unit, block, args = launches[index]
+            size = (index, hq, ks[1], d, cs[2])
             if size not in sizes:
                 sizes[size] = constexpr_values(*size)
-            values_constexpr = sizes[size]
             programs = (per_unit or hq + ks[1]) * -(-positions // block)
-            launcher(programs, [values[a] for a in only.args], values_constexpr)
+            launcher(programs, [values[a] for a in args], sizes[size])
         return q_out, k_out
 
-    rope.launchers = [launcher]
+    rope.launchers = [launcher for _, launcher, *_ in launches]
     return rope
 
 

@@ -6,6 +6,7 @@ from coder_testkit import Log, profile_captured
 
 from services.coder import domain
 from services.coder.templates import rmsnorm
+from services.coder.templates import rotary as rope_template
 from services.core import events as ev
 from services.core.kernels import candidate_sha256, sha256
 from services.core.pb import events_pb2 as pb
@@ -325,3 +326,29 @@ def test_two_configs_each_fastest_on_one_side_of_decode_sized_rows_are_combined_
     old = ev.Recorded(judged.seq, judged.env)
     old.env.schema_version = 6
     assert all(not m.config.params for m in domain.decide(log.records[:-2], old))
+
+
+def test_rope_configs_each_fastest_on_one_side_of_4096_positions_are_combined_in_a_dispatch():
+    """RoPE's timed calls pack q, k, cos and sin as (batch, seq, heads + 2, head_dim): the dispatch compares their
+    positions (batch · seq), not their rows, and its configs (which always carry params) count as plain until they
+    dispatch. The H200's order: a program per head at 16 positions up to 4,096, one per position beyond."""
+    configs = rope_template.search_configs("rope_half")
+    blocks, together = configs[2], configs[0]
+
+    def timed(ratios):
+        judged = pb.CandidateJudged(reward=2)
+        for shape, ratio in zip(("1x1x16x128", "1x4096x16x128", "1x32768x16x128"), ratios, strict=True):
+            judged.observed.timing.rows.add(shape=shape, candidate_us=10 * ratio, eager_us=10)
+        return judged
+
+    verdicts = [(blocks, timed((0.09, 0.09, 0.12))), (together, timed((0.10, 0.10, 0.08)))]
+    combined = domain.dispatch_config(rope_template, verdicts)
+    assert combined == rope_template.combine(blocks, together, 4096)
+    assert dict(combined.params) == {
+        "heads": 0, "together": 1, "dispatch_positions": 4096, "small_warps": 1, "small_heads": 0,
+        "small_together": 0, "small_positions": 16,
+    }  # fmt: skip
+    assert not rope_template.plain(combined)
+    assert domain.dispatch_config(rope_template, [*verdicts, (combined, timed((0.01, 0.01, 0.01)))]) == combined
+    one_leads = [(blocks, timed((0.09, 0.09, 0.07))), (together, timed((0.10, 0.10, 0.08)))]
+    assert domain.dispatch_config(rope_template, one_leads) is None

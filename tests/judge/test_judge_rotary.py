@@ -121,3 +121,30 @@ async def test_a_function_called_seq_major_is_judged_at_its_heads_major_shape():
     [judged] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
     assert judged.reward == 1, judged.reason
     assert judged.observed.correctness.shapes[0] == "1x4x5x16"
+
+
+async def test_a_dispatch_by_position_count_is_judged_on_both_sides_of_its_limit():
+    """One candidate launching a program per head at 16 positions for calls of up to 8 positions and a program per
+    position beyond: the judge draws calls at and past the limit, and a large-side launch that rotates only the
+    first part of each half (its BLOCK a literal too small) is rejected, the small side passing alone."""
+    small = template.search_configs("rope_half")[2]
+    large = template.search_configs("rope_half")[0]
+    assert small.params["positions"] == 16 and large.params["together"] == 1
+    config = template.combine(small, large, limit=8)
+    captured = _captured(QWEN2, "rope_half")
+    proposal = _proposal(captured, config)
+    assert [launch.max_rows for launch in proposal.plan.launches] == [8, 0]
+    prior = log_of(captured, proposal)
+    [judged] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
+    assert judged.reward == 1, judged.reason
+    shapes = set(judged.observed.correctness.shapes)
+    assert {"1x4x8x16", "1x4x9x16"} <= shapes, shapes
+
+    broken = pb.CandidateProposed()
+    broken.CopyFrom(proposal)
+    broken.plan.launches[1].constexprs["BLOCK"] = "4"  # half of 16 is 8: dims 4..7 of each half never written
+    broken.source_sha256 = candidate_sha256(broken.source, broken.plan)
+    broken.candidate_id = f"c1-{broken.source_sha256[:10]}"
+    prior = log_of(captured, broken)
+    [rejected] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
+    assert rejected.reward == -1 and "correctness failed" in rejected.reason, rejected.reason

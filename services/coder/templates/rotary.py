@@ -76,19 +76,47 @@ def search_configs(
     ]
 
 
+LAUNCH_PARAMS = ("heads", "together", "positions")  # one launch shape (positions only where not 0)
+# A dispatch by position count: calls of at most `dispatch_positions` positions launch with the small_* shape, the
+# rest with the config's own (services.ops.rotary.MAX_DISPATCH_POSITIONS). The coder proposes one when its
+# verdicts show one config fastest on calls of at most DISPATCH_ROWS positions and another beyond
+# (services.coder.domain.dispatch_config; the judge's timed calls are 1, 4,096 and 32,768 positions): on the H200
+# a program per head at 16 positions led up to 4,096, one per position rotating q and k at 32,768.
+DISPATCH_PARAMS = ("dispatch_positions", "small_warps", "small_heads", "small_together", "small_positions")
+DISPATCH_ROWS = 4096
+
+
+def _shape_problem(warps: int, heads: int, together: int, positions: int) -> bool:
+    return not (
+        warps in (1, 2, 4, 8, 16, 32)
+        and 0 <= heads <= MAX_HEADS
+        and heads & (heads - 1) == 0
+        and together in (0, 1)
+        and 0 <= positions <= MAX_POSITIONS
+        and positions & (positions - 1) == 0
+        and not (positions and together)
+    )
+
+
 def valid(config: pb.TemplateConfig) -> bool:
-    heads, positions = config.params.get("heads", 0), config.params.get("positions", 0)
+    params = config.params
+    own = (config.num_warps, params.get("heads", 0), params.get("together", 0), params.get("positions", 0))
+    keys = set(params)
+    if keys & set(DISPATCH_PARAMS):
+        small = (params.get("small_warps", 0), *(params.get(f"small_{k}", 0) for k in LAUNCH_PARAMS))
+        dispatch_ok = (
+            {"dispatch_positions", "small_warps"} <= keys
+            and 1 <= params["dispatch_positions"] <= rotary.MAX_DISPATCH_POSITIONS
+            and not _shape_problem(*small)
+        )
+    else:
+        dispatch_ok = True
     return (
         config.template == TEMPLATE
         and config.variant in VARIANTS
-        and config.num_warps in (1, 2, 4, 8, 16, 32)
-        and 0 <= heads <= MAX_HEADS
-        and heads & (heads - 1) == 0
-        and config.params.get("together", 0) in (0, 1)
-        and 0 <= positions <= MAX_POSITIONS
-        and positions & (positions - 1) == 0
-        and not (positions and config.params.get("together", 0))
-        and set(config.params) <= {"heads", "together", "positions"}
+        and not _shape_problem(*own)
+        and keys <= {*LAUNCH_PARAMS, *DISPATCH_PARAMS}
+        and dispatch_ok
     )
 
 
@@ -97,26 +125,48 @@ def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
         raise ValueError(
             f"not a {TEMPLATE} config: variant={config.variant!r} num_warps={config.num_warps} "
             f"params={dict(config.params)} (variants {VARIANTS}; heads 0 (all) or a power of two up to {MAX_HEADS}; "
-            f"together 0 or 1; positions 0 (one a program) or a power of two up to {MAX_POSITIONS}, not together)"
+            f"together 0 or 1; positions 0 (one a program) or a power of two up to {MAX_POSITIONS}, not together; "
+            f"a dispatch: dispatch_positions 1..{rotary.MAX_DISPATCH_POSITIONS} and small_warps, small_heads, "
+            "small_together, small_positions as the same)"
         )
     return config
+
+
+def plain(config: pb.TemplateConfig) -> bool:
+    """Whether `config` is one launch shape (not a dispatch by position count)."""
+    return "dispatch_positions" not in config.params
+
+
+def dispatch_size(shape: str) -> int:
+    """The positions (batch · seq) of a shape the judge timed: it packs q, k, cos and sin as (batch, seq, heads + 2,
+    head_dim) (services.ops.rotary.timed_bytes)."""
+    dims = [int(d) for d in shape.split("x")]
+    return dims[0] * dims[1]
+
+
+def combine(small: pb.TemplateConfig, large: pb.TemplateConfig, limit: int = DISPATCH_ROWS) -> pb.TemplateConfig:
+    """One config dispatching by position count: `small`'s launch shape for calls of at most `limit` positions,
+    `large`'s beyond (both plain configs of this template and one variant)."""
+    config = pb.TemplateConfig(template=TEMPLATE, num_warps=large.num_warps, variant=large.variant)
+    config.params.update({k: v for k, v in large.params.items() if k in LAUNCH_PARAMS})
+    config.params.update(dispatch_positions=limit, small_warps=small.num_warps)
+    config.params.update({f"small_{k}": v for k, v in small.params.items() if k in LAUNCH_PARAMS})
+    return _checked(config)
 
 
 def render(config: pb.TemplateConfig) -> str:
     return _SOURCES[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
 
 
-def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
-    heads, together = config.params.get("heads", 0), config.params.get("together", 0)
-    positions = config.params.get("positions", 0)
+def _launch(variant: str, warps: int, heads: int, together: int, positions: int, max_rows: int = 0) -> pb.KernelLaunch:
     # a partial variant: HALF is half of cos's width (the rotary width), the rest of the head passed through
     widths = (
         {"HALF": "rot_half", "BLOCK": "block_rot_half", "PASS": "pass", "BLOCK_PASS": "block_pass"}
-        if _checked(config).variant in rotary.PARTIAL_VARIANTS
+        if variant in rotary.PARTIAL_VARIANTS
         else {"HALF": "half", "BLOCK": "block_half"}
     )
-    launch = pb.KernelLaunch(
-        kernel=KERNELS[config.variant],
+    return pb.KernelLaunch(
+        kernel=KERNELS[variant],
         args=list(rotary.ARGS),
         constexprs={
             **widths,
@@ -126,9 +176,21 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
             **({"POSITIONS": str(positions)} if positions else {}),
         },
         grid=f"cdiv(positions, {positions}) * heads" if positions else ("positions" if together else "2 * positions"),
-        num_warps=config.num_warps,
+        num_warps=warps,
+        max_rows=max_rows,
     )
-    return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
+
+
+def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
+    params = _checked(config).params
+    shape = [params.get(k, 0) for k in LAUNCH_PARAMS]
+    launches = [_launch(config.variant, config.num_warps, *shape)]
+    if not plain(config):  # calls of at most dispatch_positions positions first; the config's own serves the rest
+        small = [params.get(f"small_{k}", 0) for k in LAUNCH_PARAMS]
+        launches.insert(
+            0, _launch(config.variant, params["small_warps"], *small, max_rows=params["dispatch_positions"])
+        )
+    return pb.LaunchPlan(family=OP_FAMILY, launches=launches)
 
 
 # One kernel per layout, complete sources from one skeleton: how a pair is loaded and rotated differs.
