@@ -135,15 +135,19 @@ def input_bytes(inputs) -> int:
 
 
 def ours_impls(variant: str = "rope_half") -> dict:
-    """name -> rope(q, k, cos, sin) for every config of the template's search table, through the family's wrapper
-    (services.ops.rotary.make_forward: ENTRYPOINT `rope`, ENTRY_PARAMS (q, k, cos, sin, unsqueeze_dim))."""
+    """name -> rope(q, k, cos, sin) for every config of the template's search table, and one candidate dispatching
+    by position count (`ours_dispatch`: the per-head blocks of 16 up to 4,096 positions, the table's first config
+    beyond: what one deployed candidate reaches where the best config differs by size), through the family's
+    wrapper (services.ops.rotary.make_forward: ENTRYPOINT `rope`, ENTRY_PARAMS (q, k, cos, sin, unsqueeze_dim))."""
     ours = {}
-    for config in template.search_configs(variant):
+    table = template.search_configs(variant)
+    blocks = next(c for c in table if c.params.get("positions") == 16)
+    for config in [*table, template.combine(blocks, table[0])]:
         entry = candidate_wrapper(Path(tempfile.mkdtemp()), template.render(config), template.plan(config))
         heads, together = config.params["heads"] or "all", "_qk" if config.params["together"] else ""
         positions = config.params.get("positions", 0)
         name = f"ours_w{config.num_warps}_p{positions}" if positions else f"ours_w{config.num_warps}_h{heads}"
-        ours[name + together] = entry
+        ours["ours_dispatch" if not template.plain(config) else name + together] = entry
     return ours
 
 
