@@ -93,10 +93,9 @@ def shape_figures(result: dict) -> dict:
     return figures
 
 
-def one_config(results: list[dict]) -> dict:
+def one_config(results: list[dict], shapes: list[dict]) -> dict:
     """The config of ours with the best geomean of best peer over it across every shape (configs timed at every
-    shape only), and that geomean."""
-    shapes = [shape_figures(r) for r in results]
+    shape only), and that geomean; `shapes` are the results' shape_figures."""
     configs = set.intersection(
         *({k for k, v in r["impls"].items() if k.startswith("ours") and v.get("graph_us")} for r in results)
     )
@@ -119,7 +118,7 @@ def family_figures(results: list[dict]) -> dict:
     return {
         "geomean_best_peer_over_ours": geomean([s["best_peer_over_ours"] for s in shapes]),
         "bound_geomean": geomean([s["best_peer_over_copy"] for s in shapes]),
-        "one_config": one_config(results),
+        "one_config": one_config(results, shapes),
         "slowest": {k: slowest[k] for k in ("shape", "best_peer", "best_peer_over_ours")},
         "prefill_pct_of_same_size_copy": [min(prefill), max(prefill)] if prefill else [],
         "decode_host_geomean_best_peer_over_ours": geomean(host) if host else None,

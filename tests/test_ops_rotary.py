@@ -246,6 +246,6 @@ def test_a_dispatch_plan_is_two_launches_with_a_limit_and_the_same_arguments():
     wrong.CopyFrom(plan)
     wrong.launches[1].constexprs["TOGETHER"] = "0"  # a program a position for q alone: k never rotated
     [finding] = rotary.check_plan(wrong, kernels_of)
-    assert "TOGETHER=0" in finding.reason
+    assert "TOGETHER=0" in finding.reason and "(grid 2 * positions, TOGETHER 0)" in finding.reason
     with pytest.raises(ValueError, match="dispatch_positions 1..8192"):
         template.combine(configs[2], configs[0], limit=10_000)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from services.core.pb import events_pb2 as pb
 from services.ops.launch import Launcher, launch_options, next_pow2
@@ -209,7 +210,7 @@ def _parse_grid(text: str) -> tuple[int, int]:
     return (0 if match.group(2) else 2 if match.group(1) else 1), block
 
 
-def _grid_agrees(launch: pb.KernelLaunch) -> str:
+def _grid_mismatch(launch: pb.KernelLaunch) -> str:
     """Why a launch's grid and its kernel's POSITIONS and TOGETHER disagree ("" when they agree): a grid over
     blocks of N positions launches a kernel told POSITIONS = N and not TOGETHER; a grid over positions one told
     nothing or 0, with a program a position for both tensors (TOGETHER) or two (not)."""
@@ -220,8 +221,10 @@ def _grid_agrees(launch: pb.KernelLaunch) -> str:
     if told != "0" and together:
         return "a program per head at a block of positions rotates q's or k's head, not both (TOGETHER 0)"
     if told == "0" and together != (launch.grid == "positions"):
-        return f"grid {launch.grid!r} with TOGETHER={int(together)}: a program a position rotates both tensors "
-        "(grid positions, TOGETHER 1) or one (grid 2 * positions, TOGETHER 0)"
+        return (
+            f"grid {launch.grid!r} with TOGETHER={int(together)}: a program a position rotates both tensors "
+            "(grid positions, TOGETHER 1) or one (grid 2 * positions, TOGETHER 0)"
+        )
     return ""
 
 
@@ -249,9 +252,9 @@ def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
             raise PlanError("a dispatch's launches pass the same runtime arguments (one output layout for both)")
         for launch in plan.launches:
             check_launch(launch, kernels, args=ARGS, grid=_parse_grid, value=_constexpr_value)
-            disagree = _grid_agrees(launch)
-            if disagree:
-                raise PlanError(disagree)
+            mismatch = _grid_mismatch(launch)
+            if mismatch:
+                raise PlanError(mismatch)
     except PlanError as exc:
         return [pb.Finding(rule_id="launch-plan", reason=str(exc))]
     return []
@@ -287,6 +290,15 @@ def _check(q, k, cos, sin, partial: bool = False) -> tuple[tuple[int, ...], ...]
     return qs, ks, cs, qt, kt, ct
 
 
+class _RopeLaunch(NamedTuple):
+    most: int | None  # the positions it serves at most (a dispatch's first launch); None: any
+    launcher: Launcher
+    constexprs: dict  # name -> an integer, or a CONSTEXPR_EXPRS name resolved per call's sizes
+    per_unit: int  # programs per unit of positions; 0: one per head of q and k
+    block: int  # positions per unit
+    args: tuple[str, ...]
+
+
 def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
     """rope(q, k, cos, sin, unsqueeze_dim=1) -> (q_embed, k_embed) with the plan's kernel (checked by
     `check_plan`). `unsqueeze_dim` 1: q and k of (batch, heads, seq, head_dim), what most HF callers pass; 2: of
@@ -297,8 +309,8 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     # multiply-add skips that rounding — on the H200 a quarter of bf16 outputs came out one ulp off with it on,
     # none with it off. The family decides this, not the candidate: its plan cannot turn it back on.
     launches = [
-        (
-            launch.max_rows or None,  # positions at most; None: any
+        _RopeLaunch(
+            launch.max_rows or None,
             Launcher(kernels[launch.kernel], {**launch_options(launch), "enable_fp_fusion": False}),
             {name: _constexpr_value(name, text) for name, text in sorted(launch.constexprs.items())},
             *_parse_grid(launch.grid),
@@ -307,8 +319,8 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
         for launch in plan.launches
     ]
     allocate = empty or torch.empty
-    strided = any(a in OUT_STRIDES for a in plan.launches[0].args)
-    partial = any(v in PARTIAL_EXPRS for v in launches[0][2].values())
+    strided = any(a in OUT_STRIDES for a in launches[0].args)
+    partial = any(v in PARTIAL_EXPRS for v in launches[0].constexprs.values())
 
     def output(x, shape, stride, dtype):
         """x's output: in x's (batch, seq, heads, head_dim) memory where x is laid out so and the plan says where
@@ -325,7 +337,7 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
         exprs = {"half": d // 2, "block_half": next_pow2(d // 2), "block_heads_q": next_pow2(hq),
                  "block_heads_k": next_pow2(hk), "rot_half": r // 2, "block_rot_half": next_pow2(r // 2),
                  "pass": d - r, "block_pass": next_pow2(max(d - r, 1))}  # fmt: skip
-        return {n: exprs[v] if isinstance(v, str) else v for n, v in launches[index][2].items()}
+        return {n: exprs[v] if isinstance(v, str) else v for n, v in launches[index].constexprs.items()}
 
     def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
         if unsqueeze_dim == 2:
@@ -350,16 +362,16 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
                 "k_sb": kt[0], "k_sh": kt[1], "k_ss": kt[2], "c_sb": ct[0] if cs[0] == b else 0, "c_ss": ct[1],
                 "qo_sb": qo[0], "qo_sh": qo[1], "qo_ss": qo[2], "ko_sb": ko[0], "ko_sh": ko[1], "ko_ss": ko[2],
             }  # fmt: skip
-            index = next(i for i, (most, *_) in enumerate(launches) if most is None or positions <= most)
-            _, launcher, _, per_unit, block, args = launches[index]
+            index = next(i for i, one in enumerate(launches) if one.most is None or positions <= one.most)
+            one = launches[index]
             size = (index, hq, ks[1], d, cs[2])
             if size not in sizes:
                 sizes[size] = constexpr_values(*size)
-            programs = (per_unit or hq + ks[1]) * -(-positions // block)
-            launcher(programs, [values[a] for a in args], sizes[size])
+            programs = (one.per_unit or hq + ks[1]) * -(-positions // one.block)
+            one.launcher(programs, [values[a] for a in one.args], sizes[size])
         return q_out, k_out
 
-    rope.launchers = [launcher for _, launcher, *_ in launches]
+    rope.launchers = [one.launcher for one in launches]
     return rope
 
 

@@ -186,7 +186,7 @@ def _nemotron(kwargs: dict):
     from transformers import NemotronConfig
 
     # Nemotron's shape: a plain MLP with relu² (up -> relu² -> down), RoPE on half of each head inside its function,
-    # LayerNorm1P norms ((1 + weight) with a bias: not one the norm family writes, so recorded and left alone)
+    # LayerNorm1P norms ((1 + weight) with a bias: layernorm_offset, alone and in its layer's residual add)
     kwargs = {key: value for key, value in kwargs.items() if key != "rms_norm_eps"}
     return NemotronConfig(pad_token_id=0, bos_token_id=0, eos_token_id=0, **kwargs)
 

@@ -2,8 +2,10 @@
 
 A candidate is data: `render(config)` is the kernel source (only @triton.jit code), `plan(config)` how to
 launch it in the family's vocabulary (services.ops.rotary, whose wrapper takes q and k as attention passes
-them, any strides, and returns new tensors laid out as q and k are). One program per (position, q or k)
-rotates its heads as [heads, head_dim / 2] tiles with the position's cos and sin loaded once. The arithmetic
+them, any strides, and returns new tensors laid out as q and k are). A program rotates one position's heads as
+[heads, head_dim / 2] tiles with the position's cos and sin loaded once (for q or k, or for both), or one head at
+a block of positions as a [positions, head_dim / 2] tile; a config may dispatch between two of these by position
+count (`combine`). The arithmetic
 follows the HF functions: `rope_half` rounds each product and the sum to the tensors' dtype as torch's separate
 ops do (x1·c - x2·s and x2·c + x1·s over the two halves); `rope_interleaved` (Cohere) computes in fp32 over
 (even, odd) pairs and casts once; the partial variants rotate the first R dims (cos's width) and copy the rest of
@@ -14,6 +16,7 @@ the head: `rope_half_partial` (GPT-NeoX) over the two halves of those R dims as 
 from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
+from services.core.shapes import shape_dims
 from services.ops import rotary
 
 TEMPLATE = "rotary_positions"
@@ -86,8 +89,8 @@ DISPATCH_PARAMS = ("dispatch_positions", "small_warps", "small_heads", "small_to
 DISPATCH_ROWS = 4096
 
 
-def _shape_problem(warps: int, heads: int, together: int, positions: int) -> bool:
-    return not (
+def _shape_fits(warps: int, heads: int, together: int, positions: int) -> bool:
+    return (
         warps in (1, 2, 4, 8, 16, 32)
         and 0 <= heads <= MAX_HEADS
         and heads & (heads - 1) == 0
@@ -100,21 +103,21 @@ def _shape_problem(warps: int, heads: int, together: int, positions: int) -> boo
 
 def valid(config: pb.TemplateConfig) -> bool:
     params = config.params
-    own = (config.num_warps, params.get("heads", 0), params.get("together", 0), params.get("positions", 0))
+    own = (config.num_warps, *(params.get(k, 0) for k in LAUNCH_PARAMS))
     keys = set(params)
     if keys & set(DISPATCH_PARAMS):
         small = (params.get("small_warps", 0), *(params.get(f"small_{k}", 0) for k in LAUNCH_PARAMS))
         dispatch_ok = (
             {"dispatch_positions", "small_warps"} <= keys
             and 1 <= params["dispatch_positions"] <= rotary.MAX_DISPATCH_POSITIONS
-            and not _shape_problem(*small)
+            and _shape_fits(*small)
         )
     else:
         dispatch_ok = True
     return (
         config.template == TEMPLATE
         and config.variant in VARIANTS
-        and not _shape_problem(*own)
+        and _shape_fits(*own)
         and keys <= {*LAUNCH_PARAMS, *DISPATCH_PARAMS}
         and dispatch_ok
     )
@@ -140,8 +143,8 @@ def plain(config: pb.TemplateConfig) -> bool:
 def dispatch_size(shape: str) -> int:
     """The positions (batch · seq) of a shape the judge timed: it packs q, k, cos and sin as (batch, seq, heads + 2,
     head_dim) (services.ops.rotary.timed_bytes)."""
-    dims = [int(d) for d in shape.split("x")]
-    return dims[0] * dims[1]
+    batch, seq = shape_dims(shape)[:2]
+    return batch * seq
 
 
 def combine(small: pb.TemplateConfig, large: pb.TemplateConfig, limit: int = DISPATCH_ROWS) -> pb.TemplateConfig:
