@@ -259,6 +259,24 @@ def test_a_second_up_on_the_same_port_is_refused_and_the_first_keeps_serving(up,
     assert proc.poll() is None
 
 
+def test_the_embedded_nats_server_never_takes_the_port_promised_to_the_inference_server():
+    """`yantra up` starts nats-server before the inference server listens; a free port picked then could be the
+    server's (a CI run lost a test to exactly that). free_port keeps drawing while the OS offers an avoided port."""
+    from services.core.stack import ports_of
+
+    offered: list[int] = []
+
+    class AvoidFirstThree:  # the OS's first three offers count as promised elsewhere, whatever they are
+        def __contains__(self, port: object) -> bool:
+            offered.append(port)
+            return len(offered) <= 3
+
+    port = free_port(AvoidFirstThree())
+    assert len(offered) == 4 and port == offered[-1]
+    assert ports_of("127.0.0.1:50551") == (50551,) and ports_of("[::1]:7") == (7,)
+    assert ports_of("unix:/tmp/s") == () and ports_of("localhost") == ()
+
+
 # ------------------------------------------------------------------ operations: a first week of real use
 
 

