@@ -13,6 +13,7 @@ import transformers.models.cohere.modeling_cohere as cohere
 import transformers.models.deepseek_v32.modeling_deepseek_v32 as deepseek_v32
 import transformers.models.ernie4_5.modeling_ernie4_5 as ernie
 import transformers.models.gemma.modeling_gemma as gemma
+import transformers.models.gemma4.modeling_gemma4 as gemma4
 import transformers.models.glm.modeling_glm as glm
 import transformers.models.gpt2.modeling_gpt2 as gpt2
 import transformers.models.gpt_neox.modeling_gpt_neox as gpt_neox
@@ -128,6 +129,46 @@ def test_q_and_k_passed_seq_major_are_rotated_as_the_hf_function_rotates_them(dt
     assert q.is_contiguous()
     got, want = op(q, k, cos, sin, unsqueeze_dim=2), deepseek_v32.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=2)
     assert all(g.shape == w.shape and torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_a_function_of_one_tensor_is_found_with_the_roles_of_its_parameters():
+    """Gemma 4 (and 3n) rotate q and k in two calls of apply_rotary_pos_emb(x, cos, sin, unsqueeze_dim): found by
+    calling it so, its parameters mapped to the wrapper's, its contract naming no k."""
+    target = "transformers.models.gemma4.modeling_gemma4.apply_rotary_pos_emb"
+    assert rotary.find_functions(gemma4) == {target: "rope_half"}
+    found = rotary.recognise_rope(gemma4.apply_rotary_pos_emb)
+    assert found == ("rope_half", {"x": "q", "cos": "cos", "sin": "sin", "unsqueeze_dim": "unsqueeze_dim"})
+    contract = rotary.function_contract(target, ["x", "cos", "sin", "unsqueeze_dim"], found.roles)
+    assert list(contract.entry_inputs) == ["q", "cos", "sin", "unsqueeze_dim"] and rotary.one_tensor(contract)
+    assert rotary.recognise_rope(qwen2.apply_rotary_pos_emb) == ("rope_half", {})  # two tensors: by position
+    assert not rotary.one_tensor(rotary.function_contract("f", ["q", "k", "cos", "sin"]))
+
+    def other_tail(x, cos, sin, position_ids=None):  # computes it, but a parameter the wrapper has no role for
+        return gemma4.apply_rotary_pos_emb(x, cos, sin)
+
+    roles = rotary.recognise_rope(other_tail).roles
+    assert roles == {"x": "q", "cos": "cos", "sin": "sin"}
+    assert rotary.function_contract("f", ["x", "cos", "sin", "position_ids"], roles) is None
+    assert rotary.recognise_rope(lambda x, cos, sin: 2 * gemma4.apply_rotary_pos_emb(x, cos, sin)) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("together", "heads", "positions"), [(1, 0, 0), (0, 16, 0), (0, 0, 4)],
+                         ids=["one-program-a-position", "two-programs-a-position", "a-head-at-blocks"])  # fmt: skip
+def test_one_tensor_is_rotated_as_gemma4_rotates_it(dtype, together, heads, positions):
+    """The wrapper called as Gemma 4 calls its function (x of (batch, seq, heads, dim), unsqueeze_dim=2, and the
+    heads-major form): the same launch with k of no heads, q's output bit for bit the function's."""
+    interpreter_rounding.install()
+    config = template.search_configs("rope_half")[0]
+    config.params.update(heads=heads, together=together, positions=positions)
+    op = _op(config)
+    q, _, cos, sin = _operands("rope_half", dtype)
+    seq_major = q.transpose(1, 2)
+    for x, dim in ((seq_major, 2), (q, 1)):
+        got, want = op(q=x, cos=cos, sin=sin, unsqueeze_dim=dim), gemma4.apply_rotary_pos_emb(x, cos, sin, dim)
+        assert isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(got, want)
+    with pytest.raises(ValueError, match="rope of one tensor takes x of 4 dims"):
+        op(q=q[0], cos=cos, sin=sin)
 
 
 def test_a_seq_major_live_shape_is_read_heads_major():

@@ -226,11 +226,13 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Messag
                 family, "input norm, attention, post norm and MLP"
             )
             return [conclude(target, state, run, f"{target} has no recorded {roles} roles for a layer contract")]
-    elif family == rotary.FAMILY:  # a function: its parameters are the wrapper's, by position
-        contract = rotary.function_contract(intro.class_path, intro.forward_params)
+    elif family == rotary.FAMILY:  # a function: its parameters are the wrapper's, by position or by role
+        roles = profile.roles if profile is not None else {}
+        contract = rotary.function_contract(intro.class_path, intro.forward_params, roles)
         if contract is None:
             params = ", ".join(intro.forward_params)
-            return [conclude(target, state, run, f"{target}({params}) does not take (q, k, cos, sin[, unsqueeze_dim])")]
+            takes = "(q, k, cos, sin[, unsqueeze_dim]) or (x, cos, sin[, unsqueeze_dim])"
+            return [conclude(target, state, run, f"{target}({params}) does not take {takes}")]
     else:
         try:
             contract = derive_contract(intro)

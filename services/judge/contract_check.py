@@ -230,7 +230,8 @@ def _check_layer(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, chec
 
 def _check_function(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, checks: list[str]) -> None:
     """A function contract (a modeling file's global swapped whole): its target and parameters, importable as a
-    function, no bindings, its parameters the wrapper's by position."""
+    function, no bindings, its parameters the wrapper's by position (q, k, cos, sin) or by the roles a function of
+    one tensor's play (x as q, cos, sin)."""
     _family_kind(contract, ops)
     _target_and_inputs(contract, intro, checks, "function")
     try:
@@ -247,12 +248,17 @@ def _check_function(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, c
         raise ContractError(
             "binding-kind", "a function contract binds nothing: the function's arguments are all it has"
         )
+    # the parameters' roles found again here, by running the function (one tensor or q and k): never the
+    # proposal's word for how the wrapper is called
+    found = ops.recognise_rope(fn)
+    expected = ops.function_contract(intro.class_path, takes, found.roles if found else {})
     entry = list(contract.entry_inputs) or list(contract.inputs)
-    if entry != list(ops.ENTRY_PARAMS[: len(entry)]) or len(entry) != len(contract.inputs) or len(entry) < 4:
+    if expected is None or entry != (list(expected.entry_inputs) or list(expected.inputs)):
+        want = ", ".join(expected.entry_inputs or expected.inputs) if expected else "nothing the wrapper takes"
         raise ContractError(
             "entry-signature",
-            f"{contract.entrypoint}({', '.join(ops.ENTRY_PARAMS)}) does not take the function's parameters "
-            f"({', '.join(entry)}) by position",
+            f"{contract.entrypoint}({', '.join(ops.ENTRY_PARAMS)}) is called with ({', '.join(entry)}) for the "
+            f"function's parameters; what they are: ({want})",
         )
     checks.append(f"{contract.entrypoint}({', '.join(entry)}) = the function's parameters")
 

@@ -36,6 +36,7 @@ class RopeSpec:
     examples: int = 4
     rotary_dim: int = 0  # cos's live width (a partial rotary's, narrower than the head); 0: the head's
     boundaries: tuple[int, ...] = ()  # the plan's dispatch limits (positions): each is drawn at and past it
+    one_tensor: bool = False  # the function rotates one tensor (Gemma 4's): every case's k has no heads
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
 
     def base(heads):
         full = (b, s, heads * d) if layout == "attention" else (b, heads, s, d)
+        if not heads:  # a function of one tensor: k has no heads
+            return torch.empty(full, dtype=dtype)
         return _values(full, regime, dtype, g).contiguous()
 
     partial = variant in rotary.PARTIAL_VARIANTS  # cos in the half layout of the live rotary width
@@ -120,12 +123,14 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     for limit in sorted(set(spec.boundaries)):
         if spec.gpu or limit < CPU_BOUNDARY_POSITIONS:
             plan += [("dispatch-edge", (1, hq, n, d), gqa, "normal", "attention", 1, False) for n in (limit, limit + 1)]
+    if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)
+        plan = [(*row[:2], 0, *row[3:]) for row in plan]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]
     g = _generator(seed, "rope-drawn")
     for i in range(spec.examples):
         pick = lambda options: options[int(torch.randint(len(options), (1,), generator=g))]  # noqa: E731
         shape = (1 + int(torch.randint(2, (1,), generator=g)), hq, 1 + int(torch.randint(8, (1,), generator=g)), d)
-        heads_k = pick([1, gqa, hq])
+        heads_k = 0 if spec.one_tensor else pick([1, gqa, hq])
         cases.append(
             _case(
                 "drawn",
@@ -144,9 +149,23 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
 
 
 def flat(pair) -> torch.Tensor:
-    """q's and k's outputs as one flat tensor (our code, not the candidate's): what the verdict compares."""
+    """q's and k's outputs as one flat tensor (our code, not the candidate's): what the verdict compares. A function
+    of one tensor answers q's alone."""
+    if isinstance(pair, torch.Tensor):
+        return pair.reshape(-1)
     q_out, k_out = pair
     return torch.cat((q_out.reshape(-1), k_out.reshape(-1)))
+
+
+def one_tensor_form(fn: Callable, one_tensor: bool, ours: bool = False) -> Callable:
+    """`fn` called as the judge calls every rotary op, (q, k, cos, sin): a function of one tensor gets q alone (the
+    cases' k has no heads), the live one by position (x, cos, sin: what recognition found its first three play),
+    ours (the family's wrapper) without k, as the server's binder calls it."""
+    if not one_tensor:
+        return fn
+    if ours:
+        return lambda q, k, cos, sin: fn(q, cos=cos, sin=sin)
+    return lambda q, k, cos, sin: fn(q, cos, sin)
 
 
 def rope_references(cases: list[RopeCase], fn: Callable) -> list:

@@ -451,13 +451,17 @@ class _RopeSubject:
     """A rotary function: the family's op called on each case's (q, k, cos, sin), laid out as attention passes
     them; its two outputs flattened into one tensor by our code (services.judge.rope_cases.flat)."""
 
-    def __init__(self, job: dict, module, ops, plan, loaded, empty, cases: dict, device):
-        from services.judge.rope_cases import flat
+    def __init__(self, job: dict, module, ops, plan, loaded, empty, cases: dict, device, contract):
+        from services.judge.rope_cases import flat, one_tensor_form
 
         self.job, self.cases, self.device = job, cases, device
-        self.fn = getattr(module, job["class_path"].rsplit(".", 1)[-1])  # the live function: the timing's oracle
-        op = ops.make_op(plan, loaded, empty=empty)
-        ghost = ops.make_op(plan, loaded, empty=empty, launch=False)
+        # a function of one tensor (Gemma 4's) is called for q alone (the cases' k has no heads), and so is the
+        # op, as the server's binder calls it: without k
+        self.one_tensor = ops.one_tensor(contract)
+        live_fn = getattr(module, job["class_path"].rsplit(".", 1)[-1])  # the live function: the timing's oracle
+        self.fn = one_tensor_form(live_fn, self.one_tensor)
+        op = one_tensor_form(ops.make_op(plan, loaded, empty=empty), self.one_tensor, ours=True)
+        ghost = one_tensor_form(ops.make_op(plan, loaded, empty=empty, launch=False), self.one_tensor, ours=True)
         self.op = lambda *operands: flat(op(*operands))
         self.ghost_op = lambda *operands: flat(ghost(*operands))
         self.raw_op = op
@@ -487,7 +491,7 @@ class _RopeSubject:
         # k's live heads (a GQA model has fewer than q), k as (batch, heads, seq, head_dim) whichever order the call
         # passed; as many as q where the profile predates recording them
         second = rotary.heads_major(self.job.get("second_shape") or (), self.job.get("third_shape") or ())
-        hk = second[1] if len(second) == 4 else hq
+        hk = 0 if self.one_tensor else second[1] if len(second) == 4 else hq
 
         main, unpack = _rope_oracle(self.fn, hq, hk, rotary.live_rotary_dim(self.job.get("third_shape") or (), d))
         by_positions: dict[int, tuple[int, ...]] = {}
@@ -500,7 +504,8 @@ class _RopeSubject:
 
         live = tuple(int(d) for d in self.job["live_shape"])
         hq, d = (live[1], live[3]) if len(live) == 4 else (4, int(self.job["width"]))
-        return torch.randn(1, 1, 2 * hq + 2, d).to(device=self.device, dtype=dtype)
+        heads = hq + 2 if self.one_tensor else 2 * hq + 2  # q's heads (and as many of k's), cos, sin
+        return torch.randn(1, 1, heads, d).to(device=self.device, dtype=dtype)
 
 
 def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
@@ -540,7 +545,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
         if ops is gated_mlp:
             subject = _PairSubject(job, ops, plan, loaded, empty, cases, device)
         elif ops is rotary:
-            subject = _RopeSubject(job, cls, ops, plan, loaded, empty, cases, device)
+            subject = _RopeSubject(job, cls, ops, plan, loaded, empty, cases, device, contract)
         elif ops is residual_norm:
             subject = _AddNormSubject(job, ops, plan, loaded, empty, cases, device)
         elif ops is plain_mlp:

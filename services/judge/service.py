@@ -41,7 +41,7 @@ from services.judge.module_factory import (
     width_and_eps,
 )
 from services.judge.pair_cases import PairSpec, draw_pair_cases
-from services.judge.rope_cases import RopeSpec, draw_rope_cases, rope_references
+from services.judge.rope_cases import RopeSpec, draw_rope_cases, one_tensor_form, rope_references
 from services.judge.sandbox import SandboxJob, SandboxLimits, run_job
 from services.judge.verdict import BoundError
 from services.ops import family, gated_mlp, plain_mlp, residual_norm, rotary, row_reduction
@@ -329,12 +329,14 @@ class JudgeService:
         live = rotary.heads_major(target.input_shape, target.third_shape)  # q as (batch, heads, seq, head_dim)
         job = self._op_job(proposal, target, int(live[-1]) if live else 0, live)
         rotary_dim = rotary.live_rotary_dim(target.third_shape, int(live[-1])) if live else 0
+        one = rotary.one_tensor(proposal.contract)  # the contract check found the function's roles so
         spec = RopeSpec(
             live, torch_dtype(dtype), self.use_gpu, examples=max(2, self.examples // 4), rotary_dim=rotary_dim,
             boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
+            one_tensor=one,
         )  # fmt: skip
         cases = draw_rope_cases(spec, target.computes, job.seed_base)
-        refs = rope_references(cases, fn)
+        refs = rope_references(cases, one_tensor_form(fn, one))
         blob = io.BytesIO()
         torch.save(
             {

@@ -110,13 +110,17 @@ def _probe():
     return q, k, angles
 
 
-def _answer(fn: Callable, q, k, theta):
-    """fn's (q_embed, k_embed) for cos and sin of `theta`; None when it raises or answers anything else."""
+def _answer(fn: Callable, q, k, theta, one_tensor: bool):
+    """fn's (q_embed, k_embed) for cos and sin of `theta` (one tensor: fn(x, cos, sin) on q, then on k); None when
+    it raises or answers anything else."""
     import torch
 
     try:
         with torch.no_grad():
-            got = fn(q, k, theta.cos(), theta.sin())
+            if one_tensor:
+                got = fn(q, theta.cos(), theta.sin()), fn(k, theta.cos(), theta.sin())
+            else:
+                got = fn(q, k, theta.cos(), theta.sin())
     except Exception:  # not a function of (q, k, cos, sin) of these widths
         return None
     if isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got):
@@ -124,26 +128,55 @@ def _answer(fn: Callable, q, k, theta):
     return None
 
 
-def recognise_function(fn: Callable) -> str | None:
-    """The variant `fn(q, k, cos, sin)` computes, found by calling it on probe tensors; None when it computes
-    none of them (or cannot be called so). cos and sin half as wide as the head come first: a function that
-    splits the head at cos's width (GPT-NeoX's, GLM's) computes a whole-head variant too where cos is as wide as
-    the head, but its model may call it with a narrower cos, which only the partial variant's kernel takes; a
-    whole-head function cannot take them (it raises). Then half-split (cat(f, f)) and interleaved (each angle
-    twice in a row) cos and sin as wide as the head."""
-    import torch
+class Recognised(NamedTuple):
+    variant: str
+    # the function's parameters -> the wrapper's where it rotates one tensor ((x, cos, sin[, unsqueeze_dim]) as
+    # Gemma 3n's and Gemma 4's: {"x": "q", ...}); {} where it takes (q, k, cos, sin[, unsqueeze_dim]) by position
+    roles: dict[str, str]
 
+
+def _positional(fn: Callable) -> list | None:
     try:
-        params = [
+        return [
             p
             for p in inspect.signature(fn).parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
     except (TypeError, ValueError):
         return None
-    required = [p for p in params if p.default is p.empty]
-    if len(params) < 4 or len(required) > 4:
+
+
+def recognise_rope(fn: Callable) -> Recognised | None:
+    """What `fn` computes and how it is called, found by calling it on probe tensors: as fn(q, k, cos, sin), or
+    where it takes one tensor, as fn(x, cos, sin) (attention calling it for q, then for k). None when it computes
+    none of the variants (or cannot be called so).
+
+    cos and sin half as wide as the head come first: a function that splits the head at cos's width (GPT-NeoX's,
+    GLM's) computes a whole-head variant too where cos is as wide as the head, but its model may call it with a
+    narrower cos, which only the partial variant's kernel takes; a whole-head function cannot take them (it
+    raises). Then half-split (cat(f, f)) and interleaved (each angle twice in a row) cos and sin as wide as the
+    head."""
+    params = _positional(fn)
+    if params is None:
         return None
+    required = [p for p in params if p.default is p.empty]
+    forms = [one for one, least in ((False, 4), (True, 3)) if len(params) >= least and len(required) <= least]
+    for one_tensor in forms:
+        variant = _variant(fn, one_tensor)
+        if variant is None:
+            continue
+        if not one_tensor:
+            return Recognised(variant, {})
+        names = [p.name for p in params]
+        roles = dict(zip(names, ("q", "cos", "sin"), strict=False))
+        roles.update({name: name for name in names[3:] if name == "unsqueeze_dim"})  # else: no role, no contract
+        return Recognised(variant, roles)
+    return None
+
+
+def _variant(fn: Callable, one_tensor: bool) -> str | None:
+    import torch
+
     q, k, angles = _probe()
     quarter = angles[..., : angles.shape[-1] // 2]
     trials = (  # (cos and sin's angles, the variants they tell apart, whether the function may refuse them)
@@ -153,11 +186,11 @@ def recognise_function(fn: Callable) -> str | None:
         (torch.repeat_interleave(angles, 2, dim=-1), ("rope_interleaved",), False),
     )
     for theta, variants, may_refuse in trials:
-        got = _answer(fn, q, k, theta)
+        got = _answer(fn, q, k, theta, one_tensor)
         if got is None:
             if may_refuse:
                 continue
-            return None  # not a function of (q, k, cos, sin): not this family's
+            return None  # not a function of (q, k, cos, sin) in this form: not this family's
         for variant in variants:
             want = _reference(variant)(q, k, theta.cos(), theta.sin())
             if all(
@@ -168,18 +201,29 @@ def recognise_function(fn: Callable) -> str | None:
     return None
 
 
-def find_functions(module) -> dict[str, str]:
-    """{"package.module.function": variant} for every function defined in the Python module `module` (a model's
-    modeling file) that computes a rotary embedding."""
+def recognise_function(fn: Callable) -> str | None:
+    """The variant `fn` computes (`recognise_rope`), None when none."""
+    found = recognise_rope(fn)
+    return found.variant if found else None
+
+
+def find_ropes(module) -> dict[str, Recognised]:
+    """{"package.module.function": what it computes and how it is called} for every function defined in the Python
+    module `module` (a model's modeling file) that computes a rotary embedding."""
     found = {}
     for name, fn in inspect.getmembers(module, inspect.isfunction):
         fn = inspect.unwrap(fn)  # a kernel swapped in is recognised as the function it replaced (`__wrapped__`)
         if fn.__module__ != module.__name__:
             continue  # imported from elsewhere: its own module's function
-        variant = recognise_function(fn)
-        if variant:
-            found[f"{module.__name__}.{name}"] = variant
+        recognised = recognise_rope(fn)
+        if recognised:
+            found[f"{module.__name__}.{name}"] = recognised
     return found
+
+
+def find_functions(module) -> dict[str, str]:
+    """{"package.module.function": variant} of `find_ropes`."""
+    return {path: found.variant for path, found in find_ropes(module).items()}
 
 
 def recognise(module) -> str | None:
@@ -302,7 +346,8 @@ class _RopeLaunch(NamedTuple):
 def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None, launch: bool = True) -> Callable:
     """rope(q, k, cos, sin, unsqueeze_dim=1) -> (q_embed, k_embed) with the plan's kernel (checked by
     `check_plan`). `unsqueeze_dim` 1: q and k of (batch, heads, seq, head_dim), what most HF callers pass; 2: of
-    (batch, seq, heads, head_dim) (cos and sin broadcast over the heads either way)."""
+    (batch, seq, heads, head_dim) (cos and sin broadcast over the heads either way). Without k it rotates q
+    alone and returns its output (a function of one tensor: the same launch with k of no heads)."""
     import torch
 
     # FMA contraction off: the HF functions round each product before the sum (torch's separate ops), and a fused
@@ -339,7 +384,11 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
                  "pass": d - r, "block_pass": next_pow2(max(d - r, 1))}  # fmt: skip
         return {n: exprs[v] if isinstance(v, str) else v for n, v in launches[index].constexprs.items()}
 
-    def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
+    def rope(q, k=None, cos=None, sin=None, unsqueeze_dim: int = 1):
+        if k is None:  # one tensor (Gemma 4's apply_rotary_pos_emb(x, cos, sin)): k of no heads, q's output alone
+            if not isinstance(q, torch.Tensor) or q.dim() != 4:
+                raise ValueError(f"rope of one tensor takes x of 4 dims, got {getattr(q, 'shape', type(q))}")
+            return rope(q, q[:, :, :0] if unsqueeze_dim == 2 else q[:, :0], cos, sin, unsqueeze_dim)[0]
         if unsqueeze_dim == 2:
             if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and q.dim() == k.dim() == 4:
                 # q and k of (batch, seq, heads, head_dim) (DeepSeek-V3.2's indexer, HunYuan v4): rotated as their
@@ -352,7 +401,8 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
         qs, ks, cs, qt, kt, ct = _check(q, k, cos, sin, partial)
         b, hq, s, d = qs
         dtype = q.dtype if cos.dtype == q.dtype else torch.promote_types(q.dtype, cos.dtype)
-        q_out, k_out = output(q, qs, qt, dtype), output(k, ks, kt, dtype)
+        q_out = output(q, qs, qt, dtype)
+        k_out = output(k, ks, kt, dtype) if ks[1] else q_out[:, :0]  # no heads: a view, never a null pointer
         positions = b * s
         if positions and launch:
             qo, ko = q_out.stride(), k_out.stride()
@@ -380,16 +430,28 @@ make_forward = make_op  # a function target's wrapper is the op itself (services
 ENTRY_PARAMS = ("q", "k", "cos", "sin", "unsqueeze_dim")
 
 
-def function_contract(target: str, params) -> pb.Contract | None:
+def function_contract(target: str, params, roles: Mapping[str, str] | None = None) -> pb.Contract | None:
     """The function contract of a recognised RoPE function: its parameters are the wrapper's, by position (its
-    own names mapped to the wrapper's); None when it takes other parameters than (q, k, cos, sin[, unsqueeze_dim])."""
+    own names mapped to the wrapper's), or by the `roles` recognition found (a function of one tensor); None when
+    it takes other parameters than (q, k, cos, sin[, unsqueeze_dim]), or a parameter has no role."""
     params = list(params)
-    if not 4 <= len(params) <= len(ENTRY_PARAMS):
+    if roles:
+        entry = [roles.get(name, "") for name in params]
+        if not all(entry) or entry[:3] != ["q", "cos", "sin"] or entry[3:] not in ([], ["unsqueeze_dim"]):
+            return None
+    elif not 4 <= len(params) <= len(ENTRY_PARAMS):
         return None
-    entry = list(ENTRY_PARAMS[: len(params)])
+    else:
+        entry = list(ENTRY_PARAMS[: len(params)])
     return pb.Contract(
         kind=KIND, target=target, entrypoint=ENTRYPOINT, inputs=params, entry_inputs=entry if params != entry else []
     )
+
+
+def one_tensor(contract: pb.Contract) -> bool:
+    """Whether a function contract's function rotates one tensor (its entry names no k)."""
+    entry = list(contract.entry_inputs) or list(contract.inputs)
+    return "q" in entry and "k" not in entry
 
 
 def heads_major(shape, cos_shape) -> tuple[int, ...]:

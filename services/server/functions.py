@@ -72,13 +72,14 @@ def modeling_modules(model: torch.nn.Module) -> list:
     return [sys.modules[n] for n in names if n in sys.modules and n.startswith("transformers.models.")]
 
 
-def model_functions(model: torch.nn.Module) -> dict[str, str]:
-    """{dotted path: variant} of the functions an op family recognises in the model's modeling files."""
+def model_functions(model: torch.nn.Module) -> dict:
+    """{dotted path: what it computes and how it is called (services.ops.rotary.Recognised)} of the functions an
+    op family recognises in the model's modeling files."""
     from services.ops import rotary
 
-    found: dict[str, str] = {}
+    found: dict = {}
     for module in modeling_modules(model):
-        found.update(rotary.find_functions(module))
+        found.update(rotary.find_ropes(module))
     return found
 
 

@@ -227,7 +227,8 @@ def kernel_forward(entry: Callable, contract: pb.Contract, handle: SwapHandle) -
 
 
 def apply_swap(model: torch.nn.Module, contract: pb.Contract, entry: Callable) -> SwapHandle:
-    """Patch every instance whose exact class is `contract.target`; SwapRefused when none can be patched."""
+    """Patch every instance whose exact class is `contract.target` and that holds every attribute the contract
+    binds; SwapRefused when none can be patched."""
     kind = contract.kind or "module_class"
     if kind not in SUPPORTED_KINDS:
         raise SwapRefused(f"contract kind {kind!r} is not served yet (supported: {', '.join(SUPPORTED_KINDS)})")
@@ -241,9 +242,12 @@ def apply_swap(model: torch.nn.Module, contract: pb.Contract, entry: Callable) -
         raise SwapRefused(
             f"no module of class {contract.target} in the served model; its classes are: {', '.join(present)}"
         )
-    for b in contract.bindings:
-        if not hasattr(instances[0], b.attr):
-            raise SwapRefused(f"{contract.target} has no attribute {b.attr!r} that the contract binds to {b.param!r}")
+    # Only instances holding every bound attribute: one class may build instances without one (Gemma 4's v norm
+    # has no weight), which keep their own forward; parity then replays every instance's recorded calls.
+    instances = [m for m in instances if all(getattr(m, b.attr, None) is not None for b in contract.bindings)]
+    if not instances:
+        missing = ", ".join(f"{b.attr!r} (bound to {b.param!r})" for b in contract.bindings)
+        raise SwapRefused(f"no instance of {contract.target} holds every attribute the contract binds: {missing}")
     handle = SwapHandle(contract.target)
     fn = kernel_forward(entry, contract, handle)
     try:

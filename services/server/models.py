@@ -191,6 +191,17 @@ def _nemotron(kwargs: dict):
     return NemotronConfig(pad_token_id=0, bos_token_id=0, eos_token_id=0, **kwargs)
 
 
+def _gemma4(kwargs: dict):
+    from transformers import Gemma4TextConfig
+
+    # Gemma 4's text model: RoPE in a function of one tensor (called for q, then k, each (batch, seq, heads, dim)),
+    # q/k/v norms per head, a GELU-tanh gated MLP, sliding and full attention layers. Its own LM head: with the
+    # embedding (scaled by sqrt(hidden)) tied to it, random weights predict the input token back (a canary that
+    # repeats one token proves nothing)
+    sizes = {**kwargs, "tie_word_embeddings": False}
+    return Gemma4TextConfig(pad_token_id=0, bos_token_id=0, eos_token_id=0, head_dim=16, global_head_dim=16, **sizes)
+
+
 def _granite(kwargs: dict):
     from transformers import GraniteConfig
 
@@ -219,6 +230,7 @@ PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-glm4": (lambda: _glm4(tiny_sizes()), "float32"),
     "tiny-gptneox": (lambda: _gpt_neox(tiny_sizes()), "float32"),
     "tiny-nemotron": (lambda: _nemotron(tiny_sizes()), "float32"),
+    "tiny-gemma4": (lambda: _gemma4(tiny_sizes()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0

@@ -77,10 +77,10 @@ class ModuleProfiler:
             self.stats.setdefault(class_path(module), _ClassStats()).modules.append(module)
             self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._post, with_kwargs=True, always_call=True))
-        for target, variant in model_functions(self.model).items():
+        for target, found in model_functions(self.model).items():
             site = site_of(target)
             if site is not None:
-                self.functions[target] = (site, variant)
+                self.functions[target] = (site, found)
                 self.stats.setdefault(target, _ClassStats())
                 self._functions.enter_context(wrapped(site, self._timed(site)))
         return self
@@ -154,7 +154,8 @@ class ModuleProfiler:
             if first is not None and len(tensors) > 2:
                 s.third_shapes.setdefault(tuple(first.shape), tuple(tensors[2].shape))
             s.input_bytes += sum(_nbytes(a) for a in args if isinstance(a, torch.Tensor))
-            s.output_bytes += sum(_nbytes(o) for o in (output or ()) if isinstance(o, torch.Tensor))
+            outputs = (output,) if isinstance(output, torch.Tensor) else output or ()  # one tensor's, or q's and k's
+            s.output_bytes += sum(_nbytes(o) for o in outputs if isinstance(o, torch.Tensor))
         else:
             s.input_bytes += _nbytes(first)
             s.output_bytes += _nbytes(first_tensor(output))
@@ -176,11 +177,15 @@ class ModuleProfiler:
 
     def _function_profile(self, target: str, s: _ClassStats) -> pb.ModuleClassProfile:
         """A function's profile in a module class's shape: its parameters as the forward's, what it computes."""
-        site, variant = self.functions[target]
+        site, found = self.functions[target]
         total_us = s.host_us + sum(a.elapsed_time(b) * 1e3 for a, b in s.events)
         dominant = s.shapes.most_common(1)[0][0] if s.shapes else ()
+        second, third = s.second_shapes.get(dominant, ()), s.third_shapes.get(dominant, ())
+        if found.roles:  # one tensor, (x, cos, sin): no k, and cos its second operand
+            second, third = (), second
         return pb.ModuleClassProfile(
-            computes=variant,
+            computes=found.variant,
+            roles=found.roles,
             probed=True,
             introspection=pb.ModuleIntrospection(
                 class_path=target, forward_params=function_params(site.current), leaf=True
@@ -189,8 +194,8 @@ class ModuleProfiler:
             calls=s.calls,
             total_time_us=total_us,
             input_shape=list(dominant),
-            second_shape=list(s.second_shapes.get(dominant, ())),
-            third_shape=list(s.third_shapes.get(dominant, ())),
+            second_shape=list(second),
+            third_shape=list(third),
             dtype=_served_dtype(s),
             input_bytes=round(s.input_bytes / s.calls) if s.calls else 0,
             output_bytes=round(s.output_bytes / s.calls) if s.calls else 0,

@@ -21,6 +21,7 @@ QWEN2 = "transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb"
 COHERE = "transformers.models.cohere.modeling_cohere.apply_rotary_pos_emb"
 GLM = "transformers.models.glm.modeling_glm.apply_rotary_pos_emb"
 NEOX = "transformers.models.gpt_neox.modeling_gpt_neox.apply_rotary_pos_emb"
+GEMMA4 = "transformers.models.gemma4.modeling_gemma4.apply_rotary_pos_emb"
 
 
 def _captured(target: str, variant: str, dtype: str = "torch.bfloat16", cos=(1, 5, 16)) -> pb.ProfileCaptured:
@@ -148,3 +149,26 @@ async def test_a_dispatch_by_position_count_is_judged_on_both_sides_of_its_limit
     prior = log_of(captured, broken)
     [rejected] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
     assert rejected.reward == -1 and "correctness failed" in rejected.reason, rejected.reason
+
+
+async def test_a_function_of_one_tensor_is_judged_on_q_alone_as_it_is_called():
+    """Gemma 4's apply_rotary_pos_emb(x, cos, sin, unsqueeze_dim) rotates q, then k, in two calls: the contract maps
+    x to the wrapper's q (found again by the judge, by running the function), every case rotates q alone and the
+    op is called without k, as the server's binder calls it. A contract calling it as (q, k, cos, sin) is refused."""
+    captured = _captured(GEMMA4, "rope_half")
+    profile = captured.observed.modules[0]
+    profile.roles.update({"x": "q", "cos": "cos", "sin": "sin", "unsqueeze_dim": "unsqueeze_dim"})
+    profile.input_shape[:] = [1, 5, 4, 16]  # as Gemma 4 passes it: (batch, seq, heads, dim), unsqueeze_dim=2
+    contract = rotary.function_contract(GEMMA4, profile.introspection.forward_params, profile.roles)
+    prior = log_of(captured, _proposal(captured, template.search_configs("rope_half")[0], contract))
+    [judged] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
+    assert judged.reward == 1, judged.reason
+    evidence = judged.observed.correctness
+    assert evidence.checks_passed == evidence.checks_run >= 12 and evidence.shapes[0] == "1x4x5x16"
+    assert "rope(q, cos, sin, unsqueeze_dim) = the function's parameters" in judged.observed.contract.checks
+
+    by_position = rotary.function_contract(GEMMA4, profile.introspection.forward_params)  # (q, k, cos, sin)
+    prior = log_of(captured, _proposal(captured, template.search_configs("rope_half")[0], by_position))
+    [refused] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
+    assert refused.reward == -1 and refused.observed.contract.rule_id == "entry-signature", refused.reason
+    assert "what they are: (q, cos, sin, unsqueeze_dim)" in refused.reason

@@ -150,7 +150,7 @@ def _template_and_contract(profile: pb.ModuleClassProfile):
     intro = profile.introspection
     if profile.computes in rotary.VARIANTS:
         contract = rotary.function_contract(
-            intro.class_path, inspect.signature(site_of(intro.class_path).current).parameters
+            intro.class_path, inspect.signature(site_of(intro.class_path).current).parameters, profile.roles
         )
         return rotary_template, contract
     for ops, template in ((residual_norm, add_norm), (plain_mlp, mlp_act), (gated_mlp, gated)):
@@ -186,6 +186,9 @@ def _template_and_contract(profile: pb.ModuleClassProfile):
         # RoPE on half of each head
         ("tiny-nemotron", {"NemotronLayerNorm1P": "layernorm_offset", "NemotronDecoderLayer": "add_layernorm_offset",
                            "NemotronMLP": "mlp_relu2", ROPE_FN: "rope_half_partial"}),
+        # Gemma 4: RoPE in a function of one tensor (q, then k), per-head q/k/v norms beside the hidden ones (v's
+        # without a weight), sandwich norms (no residual norm), a GELU-tanh gated MLP
+        ("tiny-gemma4", {"Gemma4RMSNorm": "rmsnorm", "Gemma4TextMLP": "geglu_tanh", ROPE_FN: "rope_half"}),
     ],
 )  # fmt: skip
 async def test_architectures_beyond_the_list_are_recognised_by_what_they_compute_and_each_op_swaps(preset, expected):

@@ -23,14 +23,15 @@ from services.server.parity import swap_with_parity
     ("preset", "variant"),
     [("tiny-qwen2", "rope_half"), ("tiny-llama", "rope_half"), ("tiny-gemma", "rope_half"),
      ("tiny-cohere", "rope_interleaved"), ("tiny-mistral", "rope_half"), ("tiny-qwen3", "rope_half"),
-     ("tiny-glm", "rope_pairs_partial"), ("tiny-gptneox", "rope_half_partial")],
+     ("tiny-glm", "rope_pairs_partial"), ("tiny-gptneox", "rope_half_partial"),
+     ("tiny-gemma4", "rope_half")],  # Gemma 4's rotates one tensor a call: x as q, no k
 )  # fmt: skip
 async def test_the_rope_kernel_swaps_in_as_a_function_with_parity_and_reverts_exactly(preset, variant):
     engine = Engine(load_model(preset, "cpu"))
     try:
         observation = await engine.capture_profile(["Hello there"], 4)  # records the live calls for parity
         [(target, found)] = model_functions(engine.model).items()
-        assert found == variant and target.endswith(".apply_rotary_pos_emb")
+        assert found.variant == variant and target.endswith(".apply_rotary_pos_emb")
         # the profile records cos's shape: its last dim is the rotary width the judge draws cos at
         [profile] = [m for m in observation.modules if m.introspection.class_path == target]
         config = engine.model.config
@@ -41,14 +42,16 @@ async def test_the_rope_kernel_swaps_in_as_a_function_with_parity_and_reverts_ex
         site = site_of(target)
         original = site.current
         assert len(engine.live_inputs[target]) >= 2  # prefill and decode calls
-        contract = rotary.function_contract(target, inspect.signature(original).parameters)
+        assert dict(profile.roles) == found.roles and bool(found.roles) == (preset == "tiny-gemma4")
+        assert not profile.second_shape if found.roles else profile.second_shape[-1] == head_dim  # k's, where it has k
+        contract = rotary.function_contract(target, inspect.signature(original).parameters, found.roles)
         config = template.search_configs(variant)[0]
         entry = candidate_wrapper(Path(tempfile.mkdtemp()), template.render(config), template.plan(config))
         observed = pb.ParityObservation()
         handle = await engine.exclusive(swap_with_parity, engine, contract, entry, engine.encode("Hello"), observed)
         assert handle is not None, observed.error
         assert site.current is not original and observed.modules_matched == 1
-        assert model_functions(engine.model) == {target: variant}  # still found (and profiled) while swapped
+        assert model_functions(engine.model) == {target: found}  # still found (and profiled) while swapped
         assert observed.activations_passed == observed.activations_checked > 0 and observed.profile_inputs_checked >= 2
         assert observed.max_abs_err == 0.0  # bit for bit, as the HF function
         assert list(observed.canary_tokens_before) == list(observed.canary_tokens_after)
