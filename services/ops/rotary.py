@@ -16,6 +16,10 @@ sin is this family's, as one of these variants:
   half layout's angle j, each op rounding as torch's do (Helium's and Ernie 4.5's pairs over the whole head are
   it at R = head_dim; Ernie's computes in fp32 and casts once, within the judge's rounding bound of it).
 
+Gemma 4 and 3n apply it in a function of one tensor, `apply_rotary_pos_emb(x, cos, sin, unsqueeze_dim)`, called
+for q, then for k: found by calling it so (`recognise_rope`), its parameters' roles recorded (x as the wrapper's q),
+and served by the same wrapper called without k.
+
 The wrapper (`make_op`) takes q and k as attention passes them ((batch, heads, seq, head_dim) views, usually
 transposed out of the projections' layout, so any strides) and cos and sin of (batch, seq, head_dim), and runs
 one launch over both: one program per (position, q or k), every head of it, the position's cos and sin read
