@@ -213,3 +213,23 @@ class SlotDecoder:
         for slot in feeds:
             self.lengths[slot] += 1
         return logits
+
+
+def lane_refusal(decoder: SlotDecoder) -> str | None:
+    """Why the model cannot decode over the slot cache, found by trying (a two-token prefill into a free slot and,
+    where steps run eagerly, one step; then the slot freed); None when it can. The lane passes its own 4-D causal
+    mask and positions: a model that builds its mask otherwise (Bloom's ALiBi wants the 2-D padding mask) raises
+    here, at load, and is served on the solo lane instead of failing every request. Not a graph step: a capture
+    belongs to the engine's thread and the first request's bucket."""
+    slot = decoder.free_slot()
+    if slot is None:
+        return None
+    try:
+        decoder.prefill(slot, [0, 0])
+        if not decoder.graphs:
+            decoder.step({slot: 0})
+    except Exception as exc:  # any architecture's own error: the lane is off, the solo lane serves
+        return f"the model does not decode over slots ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+    finally:
+        decoder.release(slot)
+    return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from services.core.pb import events_pb2 as pb
-from services.server.batch_decode import SlotDecoder
+from services.server.batch_decode import SlotDecoder, lane_refusal
 from services.server.batching import END, Batcher, Request
 from services.server.calibrate import calibrate
 from services.server.hotswap import SwapHandle, apply_swap, first_forward
@@ -34,6 +35,8 @@ from services.server.profiling import ModuleProfiler
 from services.server.sampling import GREEDY, Sampling, choose, generator
 from services.server.slot_cache import slot_cache_problem
 from services.server.stats import RequestStats
+
+log = logging.getLogger(__name__)
 
 MAX_NEW_TOKENS = 4096
 MAX_ACTIVE = 64  # requests generated at once; more are refused (RESOURCE_EXHAUSTED) rather than queued unbounded
@@ -103,7 +106,12 @@ class Engine:
             self.decoder = SlotDecoder(
                 self.model, loaded.device, loaded.dtype, slots, length, self._cache_kw, graphs=graphs is not False
             )
-            self.batcher = Batcher(self.decoder)
+            self.lane_problem = lane_refusal(self.decoder)
+            if self.lane_problem:
+                log.warning("batched lane off, requests decode alone: %s", self.lane_problem)
+                self.decoder = None
+            else:
+                self.batcher = Batcher(self.decoder)
         self.graphs = self.decoder is not None and self.decoder.graphs
         self._batches: asyncio.Task | None = None
 

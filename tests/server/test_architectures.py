@@ -274,3 +274,20 @@ async def _each_op_found_swaps(preset: str, expected: dict) -> None:
             await engine.exclusive(engine.revert, handle)
     finally:
         engine.close()
+
+
+async def test_a_model_the_batched_lane_cannot_call_is_served_alone(monkeypatch):
+    """Bloom builds its ALiBi bias from a 2-D padding mask; the batched lane passes a 4-D causal one. Found at load by
+    trying the lane (a two-token prefill and a step), not by its name: the lane is off with the model's own error,
+    requests decode alone, and its norms are still found and swapped."""
+    monkeypatch.setitem(models.PRESETS, "tiny-unlisted", (_config("BloomConfig"), "float32"))
+    engine = Engine(load_model("tiny-unlisted", "cpu"))
+    try:
+        assert engine.decoder is None and engine.batcher is None
+        assert engine.lane_problem.startswith("the model does not decode over slots (ValueError: too many values")
+        ids = engine.encode("Hello there")
+        served = [t async for chunk in engine.generate(ids, 6, stop_at_eos=False) for t in chunk]
+        assert served == engine.decode(ids, 6)[0] and len(set(served)) > 1
+    finally:
+        engine.close()
+    await _each_op_found_swaps("tiny-unlisted", {"LayerNorm": "layernorm"})
