@@ -17,6 +17,7 @@ import transformers.models.gemma4.modeling_gemma4 as gemma4
 import transformers.models.glm.modeling_glm as glm
 import transformers.models.gpt2.modeling_gpt2 as gpt2
 import transformers.models.gpt_neox.modeling_gpt_neox as gpt_neox
+import transformers.models.gpt_oss.modeling_gpt_oss as gpt_oss
 import transformers.models.helium.modeling_helium as helium
 import transformers.models.llama.modeling_llama as llama
 import transformers.models.qwen2.modeling_qwen2 as qwen2
@@ -49,7 +50,7 @@ def _operands(variant: str, dtype, batch=2, seq=5, heads_q=4, heads_k=2, dim=16,
 
 
 def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
-    modules = (qwen2, llama, gemma, cohere, glm, gpt_neox, helium, ernie, gpt2)
+    modules = (qwen2, llama, gemma, cohere, glm, gpt_neox, helium, ernie, gpt2, gpt_oss)
     found = {m.__name__.rsplit(".", 1)[-1]: rotary.find_functions(m) for m in modules}
     assert found == {
         "modeling_qwen2": {"transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb": "rope_half"},
@@ -69,6 +70,8 @@ def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
             "transformers.models.ernie4_5.modeling_ernie4_5.apply_rotary_pos_emb": "rope_pairs_partial"
         },
         "modeling_gpt2": {},  # learned positions: no rotary function
+        # rotate_half's maths with cos and sin of one angle a pair, half the head wide
+        "modeling_gpt_oss": {"transformers.models.gpt_oss.modeling_gpt_oss.apply_rotary_pos_emb": "rope_half_angles"},
     }
 
     def renamed(query, key, c, s):  # another name, another layout of the same maths: still found
@@ -169,6 +172,38 @@ def test_one_tensor_is_rotated_as_gemma4_rotates_it(dtype, together, heads, posi
         assert isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(got, want)
     with pytest.raises(ValueError, match="rope of one tensor takes x of 4 dims"):
         op(q=q[0], cos=cos, sin=sin)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("together", "heads", "positions"), [(1, 0, 0), (0, 16, 0), (0, 0, 4)],
+                         ids=["one-program-a-position", "two-programs-a-position", "a-head-at-blocks"])  # fmt: skip
+def test_gpt_oss_angles_are_rotated_as_its_function_rotates_them(dtype, together, heads, positions):
+    """GPT-OSS's cos and sin hold one angle a pair (half the head wide): its kernel, told ANGLES, answers bit for bit
+    what the function answers; the full-width kernel, which reads both halves of cos, refuses them."""
+    interpreter_rounding.install()
+    config = template.search_configs("rope_half_angles")[0]
+    config.params.update(heads=heads, together=together, positions=positions)
+    op = _op(config)
+    q, k, cos, sin = _operands("rope_half", dtype)
+    cos, sin = cos[..., : cos.shape[-1] // 2], sin[..., : sin.shape[-1] // 2]  # one angle a pair
+    got, want = op(q, k, cos, sin), gpt_oss.apply_rotary_pos_emb(q, k, cos, sin)
+    assert all(g.shape == w.shape and torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    with pytest.raises(ValueError, match="do not fit together"):
+        _op(template.search_configs("rope_half")[0])(q, k, cos, sin)
+    full = torch.cat((cos, cos), -1)
+    with pytest.raises(ValueError, match="do not fit together"):  # nor does the angles kernel take a full-width cos
+        op(q, k, full, full)
+
+
+def test_a_dispatch_reads_cos_alike_in_both_launches():
+    small = template.search_configs("rope_half_angles")[2]
+    config = template.combine(small, template.search_configs("rope_half_angles")[0], limit=8)
+    source, plan = template.render(config), template.plan(config)
+    kernels = check_kernel_source(source).kernels
+    assert family("rotary").check_plan(plan, kernels) == []
+    plan.launches[0].constexprs[rotary.ANGLES] = "0"
+    [finding] = family("rotary").check_plan(plan, kernels)
+    assert "ANGLES is 0 or 1 (cos of one angle a pair), the same in every launch: ['0', '1']" in finding.reason
 
 
 def test_a_seq_major_live_shape_is_read_heads_major():

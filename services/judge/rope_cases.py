@@ -48,7 +48,7 @@ class RopeCase:
     layout: str
     q: torch.Tensor  # CPU bases, contiguous: (batch, seq, heads·dim) for "attention", else (batch, heads, seq, dim)
     k: torch.Tensor
-    cos: torch.Tensor  # (batch or 1, seq, dim)
+    cos: torch.Tensor  # (batch or 1, seq, dim), or of half of dim (one angle a pair)
     sin: torch.Tensor
 
 
@@ -87,6 +87,8 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
     partial = variant in rotary.PARTIAL_VARIANTS  # cos in the half layout of the live rotary width
     width = (spec.rotary_dim or d) if partial else d
     theta = _angles(cos_batch, s, width, variant != "rope_interleaved", g, far)
+    if variant in rotary.ANGLE_VARIANTS:  # one angle a pair (GPT-OSS's): the half layout's first half
+        theta = theta[..., : width // 2]
     name = f"{kind} q {b}x{hq}x{s}x{d} k-heads {heads_k} {regime} {layout}" + (" cos-batch-1" if cos_batch == 1 else "")
     name += f" rotary-dim {width}" if width != d else ""
     name += " far-positions" if far else ""

@@ -14,7 +14,9 @@ sin is this family's, as one of these variants:
   first R dims rotated as `rope_half` rotates a head, the other head_dim - R dims passed through;
 - `rope_pairs_partial` (GLM): the same split, the first R dims rotated over (even, odd) pairs, pair j by the
   half layout's angle j, each op rounding as torch's do (Helium's and Ernie 4.5's pairs over the whole head are
-  it at R = head_dim; Ernie's computes in fp32 and casts once, within the judge's rounding bound of it).
+  it at R = head_dim; Ernie's computes in fp32 and casts once, within the judge's rounding bound of it);
+- `rope_half_angles` (GPT-OSS): `rope_half` with cos and sin half as wide as the head, one angle a pair
+  (x1·c - x2·s, x2·c + x1·s over the two halves), not repeated into both halves.
 
 Gemma 4 and 3n apply it in a function of one tensor, `apply_rotary_pos_emb(x, cos, sin, unsqueeze_dim)`, called
 for q, then for k: found by calling it so (`recognise_rope`), its parameters' roles recorded (x as the wrapper's q),
@@ -39,7 +41,8 @@ from services.ops.row_reduction import PlanError, check_launch
 
 FAMILY = "rotary"
 PARTIAL_VARIANTS = ("rope_half_partial", "rope_pairs_partial")  # cos's width may be narrower than the head
-VARIANTS = ("rope_half", "rope_interleaved", *PARTIAL_VARIANTS)
+ANGLE_VARIANTS = ("rope_half_angles",)  # cos and sin hold one angle a rotated pair: half the head wide
+VARIANTS = ("rope_half", "rope_interleaved", *PARTIAL_VARIANTS, *ANGLE_VARIANTS)
 WRITABLE = VARIANTS
 KIND = "function"
 ENTRYPOINT = "rope"
@@ -59,6 +62,9 @@ ARGS = (
 CONSTEXPR_EXPRS = (
     "half", "block_half", "block_heads_q", "block_heads_k", "rot_half", "block_rot_half", "pass", "block_pass",
 )  # fmt: skip
+# A kernel told ANGLES = 1 reads cos and sin of one angle a rotated pair (half the head wide, GPT-OSS's): the wrapper
+# takes cos of that width for it, and only for it (a kernel reading both halves of cos would read past each row).
+ANGLES = "ANGLES"
 PARTIAL_EXPRS = ("rot_half", "block_rot_half", "pass", "block_pass")
 # a program per (position, q or k), or a program per position rotating both (cos and sin loaded once for both);
 # or a program per (head of q or k, block of N consecutive positions): the kernel told POSITIONS = N by the plan
@@ -75,13 +81,15 @@ def _reference(variant: str) -> Callable:
     import torch
 
     def rotate(x):
-        if variant in ("rope_half", "rope_half_partial"):
+        if variant in ("rope_half", "rope_half_partial", *ANGLE_VARIANTS):
             half = x.shape[-1] // 2
             return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
 
     def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
         cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        if variant in ANGLE_VARIANTS:  # one angle a pair: both halves of the head turn by it
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
         if variant == "rope_pairs_partial":  # the half layout's angles, each for one (even, odd) pair
             cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
             sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
@@ -158,8 +166,8 @@ def recognise_rope(fn: Callable) -> Recognised | None:
     cos and sin half as wide as the head come first: a function that splits the head at cos's width (GPT-NeoX's,
     GLM's) computes a whole-head variant too where cos is as wide as the head, but its model may call it with a
     narrower cos, which only the partial variant's kernel takes; a whole-head function cannot take them (it
-    raises). Then half-split (cat(f, f)) and interleaved (each angle twice in a row) cos and sin as wide as the
-    head."""
+    raises). Then one angle a pair, half the head wide (GPT-OSS's), then half-split (cat(f, f)) and interleaved
+    (each angle twice in a row) cos and sin as wide as the head."""
     params = _positional(fn)
     if params is None:
         return None
@@ -185,6 +193,7 @@ def _variant(fn: Callable, one_tensor: bool) -> str | None:
     quarter = angles[..., : angles.shape[-1] // 2]
     trials = (  # (cos and sin's angles, the variants they tell apart, whether the function may refuse them)
         (torch.cat((quarter, quarter), dim=-1), PARTIAL_VARIANTS, True),
+        (angles, ANGLE_VARIANTS, True),  # one angle a pair (GPT-OSS's); a function of cos as wide as the head raises
         # (a pairs function that cannot split the head, Helium's, is the partial one's at cos as wide as the head)
         (torch.cat((angles, angles), dim=-1), ("rope_half", "rope_pairs_partial"), False),
         (torch.repeat_interleave(angles, 2, dim=-1), ("rope_interleaved",), False),
@@ -298,6 +307,9 @@ def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
             )
         if len({tuple(launch.args) for launch in plan.launches}) > 1:
             raise PlanError("a dispatch's launches pass the same runtime arguments (one output layout for both)")
+        told = {launch.constexprs.get(ANGLES, "0") for launch in plan.launches}
+        if not told <= {"0", "1"} or len(told) > 1:
+            raise PlanError(f"{ANGLES} is 0 or 1 (cos of one angle a pair), the same in every launch: {sorted(told)}")
         for launch in plan.launches:
             check_launch(launch, kernels, args=ARGS, grid=_parse_grid, value=_constexpr_value)
             mismatch = _grid_mismatch(launch)
@@ -308,7 +320,7 @@ def check_plan(plan: pb.LaunchPlan, kernels: Mapping) -> list[pb.Finding]:
     return []
 
 
-def _check(q, k, cos, sin, partial: bool = False) -> tuple[tuple[int, ...], ...]:
+def _check(q, k, cos, sin, partial: bool = False, angles: bool = False) -> tuple[tuple[int, ...], ...]:
     """The shapes and strides of q, k and cos where the four fit the wrapper; raises with what does not. On every
     call of the op: each shape and stride is read once (a decode step's host time is mostly this kind of work)."""
     import torch
@@ -323,7 +335,7 @@ def _check(q, k, cos, sin, partial: bool = False) -> tuple[tuple[int, ...], ...]
             f"{tuple(qs)}, k {tuple(ks)}, cos {tuple(cs)}, sin {tuple(sin.shape)}"
         )
     b, _, s, d = qs
-    r = cs[2]  # the rotary width: the head's, or (a partial plan) at most it
+    r = 2 * cs[2] if angles else cs[2]  # the rotary width: the head's, or (a partial plan) at most it
     fits = r == d or (partial and r <= d)
     if ks[0] != b or ks[2] != s or ks[3] != d or cs[0] not in (1, b) or cs[1] != s or not fits:
         raise ValueError(f"q {tuple(qs)}, k {tuple(ks)} and cos {tuple(cs)} do not fit together")
@@ -370,6 +382,7 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     allocate = empty or torch.empty
     strided = any(a in OUT_STRIDES for a in launches[0].args)
     partial = any(v in PARTIAL_EXPRS for v in launches[0].constexprs.values())
+    angles = launches[0].constexprs.get(ANGLES) == 1
 
     def output(x, shape, stride, dtype):
         """x's output: in x's (batch, seq, heads, head_dim) memory where x is laid out so and the plan says where
@@ -399,10 +412,10 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
                 # (batch, heads, seq, head_dim) views, the outputs given back in the caller's order
                 q_out, k_out = rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
                 return q_out.transpose(1, 2), k_out.transpose(1, 2)
-            _check(q, k, cos, sin, partial)  # not two 4-D tensors: raises with what does not fit
+            _check(q, k, cos, sin, partial, angles)  # not two 4-D tensors: raises with what does not fit
         if unsqueeze_dim != 1:
             raise ValueError(f"rope broadcasts cos and sin over the heads (unsqueeze_dim 1 or 2), not {unsqueeze_dim}")
-        qs, ks, cs, qt, kt, ct = _check(q, k, cos, sin, partial)
+        qs, ks, cs, qt, kt, ct = _check(q, k, cos, sin, partial, angles)
         b, hq, s, d = qs
         dtype = q.dtype if cos.dtype == q.dtype else torch.promote_types(q.dtype, cos.dtype)
         q_out = output(q, qs, qt, dtype)

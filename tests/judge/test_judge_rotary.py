@@ -22,6 +22,7 @@ COHERE = "transformers.models.cohere.modeling_cohere.apply_rotary_pos_emb"
 GLM = "transformers.models.glm.modeling_glm.apply_rotary_pos_emb"
 NEOX = "transformers.models.gpt_neox.modeling_gpt_neox.apply_rotary_pos_emb"
 GEMMA4 = "transformers.models.gemma4.modeling_gemma4.apply_rotary_pos_emb"
+GPT_OSS = "transformers.models.gpt_oss.modeling_gpt_oss.apply_rotary_pos_emb"
 
 
 def _captured(target: str, variant: str, dtype: str = "torch.bfloat16", cos=(1, 5, 16)) -> pb.ProfileCaptured:
@@ -172,3 +173,16 @@ async def test_a_function_of_one_tensor_is_judged_on_q_alone_as_it_is_called():
     [refused] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
     assert refused.reward == -1 and refused.observed.contract.rule_id == "entry-signature", refused.reason
     assert "what they are: (q, cos, sin, unsqueeze_dim)" in refused.reason
+
+
+async def test_gpt_oss_rope_is_judged_with_one_angle_a_pair():
+    """GPT-OSS's cos and sin are half the head wide (one angle a pair, as its profile records them): every case draws
+    them so, its kernel passes and the whole-head kernel (which reads both halves of cos) is refused for them."""
+    passed = await _judge(GPT_OSS, "rope_half_angles", "rope_half_angles", cos=(1, 5, 8))
+    assert passed.reward == 1, passed.reason
+    evidence = passed.observed.correctness
+    assert evidence.checks_passed == evidence.checks_run >= 12 and not evidence.error
+    spec = RopeSpec((1, 4, 5, 16), torch.bfloat16, gpu=False, rotary_dim=8)  # the profile's cos width
+    assert all(c.cos.shape[-1] == 8 and c.shape[-1] == 16 for c in draw_rope_cases(spec, "rope_half_angles", seed=1))
+    rejected = await _judge(GPT_OSS, "rope_half_angles", "rope_half", cos=(1, 5, 8))
+    assert rejected.reward == -1 and "do not fit together" in rejected.reason, rejected.reason

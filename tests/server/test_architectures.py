@@ -239,8 +239,10 @@ GPTJ_SIZES = dict(hidden_size=None, intermediate_size=None, num_hidden_layers=No
          {"OlmoeRMSNorm": "rmsnorm", "OlmoeDecoderLayer": "add_rmsnorm", ROPE_FN: "rope_half"}),
         # GPT-J: a parallel block; its RoPE function rotates one tensor, taking (x, sin, cos): not this family's
         (_config("GPTJConfig", **GPTJ_SIZES), {"LayerNorm": "layernorm", "GPTJMLP": "mlp_gelu_tanh"}),
+        # GPT-OSS: RoPE with cos and sin of one angle a pair (half the head wide); its experts are no MLP written
+        (_config("GptOssConfig"), {"GptOssRMSNorm": "rmsnorm", ROPE_FN: "rope_half_angles"}),
     ],
-    ids=["persimmon", "arcee", "cohere2", "stablelm", "olmoe", "gptj"],
+    ids=["persimmon", "arcee", "cohere2", "stablelm", "olmoe", "gptj", "gpt-oss"],
 )  # fmt: skip
 async def test_architectures_without_a_preset_are_recognised_and_each_op_swaps(monkeypatch, build, expected):
     """The same from configs no preset names (a model of any of these architectures served from a local path)."""

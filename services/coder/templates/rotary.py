@@ -10,7 +10,8 @@ follows the HF functions: `rope_half` rounds each product and the sum to the ten
 ops do (x1·c - x2·s and x2·c + x1·s over the two halves); `rope_interleaved` (Cohere) computes in fp32 over
 (even, odd) pairs and casts once; the partial variants rotate the first R dims (cos's width) and copy the rest of
 the head: `rope_half_partial` (GPT-NeoX) over the two halves of those R dims as `rope_half` does, `rope_pairs_partial`
-(GLM) over (even, odd) pairs, pair j by the half layout's angle j, rounding as `rope_half` does.
+(GLM) over (even, odd) pairs, pair j by the half layout's angle j, rounding as `rope_half` does; `rope_half_angles`
+(GPT-OSS) as `rope_half`, with cos and sin of one angle a pair (half the head wide).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ KERNELS = {
     "rope_interleaved": "_rope_interleaved_kernel",
     "rope_half_partial": "_rope_half_partial_kernel",
     "rope_pairs_partial": "_rope_pairs_partial_kernel",
+    "rope_half_angles": "_rope_half_angles_kernel",
 }
 # (warps, heads a tile, together[, positions]) in the order tried. A program rotates one position's heads as
 # [heads, head_dim / 2] tiles, `heads` at a time (0: all of a tensor's heads in one tile, q's and k's each a power
@@ -168,11 +170,13 @@ def _launch(variant: str, warps: int, heads: int, together: int, positions: int,
         if variant in rotary.PARTIAL_VARIANTS
         else {"HALF": "half", "BLOCK": "block_half"}
     )
+    angles = {rotary.ANGLES: "1"} if variant in rotary.ANGLE_VARIANTS else {}  # cos of one angle a pair
     return pb.KernelLaunch(
         kernel=KERNELS[variant],
         args=list(rotary.ARGS),
         constexprs={
             **widths,
+            **angles,
             "HEADS_Q": str(heads) if heads else "block_heads_q",
             "HEADS_K": str(heads) if heads else "block_heads_k",
             "TOGETHER": str(together),
@@ -346,11 +350,21 @@ _PASS_LOAD = """
 _PASS_STORE = """
     tl.store(o + 2 * HALF + p, rest.to(dt), mask=kept)"""
 _PASS = (", PASS: tl.constexpr, BLOCK_PASS: tl.constexpr", ", PASS, BLOCK_PASS")
+# one angle a pair (GPT-OSS's cos and sin, half the head wide): both halves turn by it. ANGLES tells the wrapper
+# (services.ops.rotary) to take cos of that width; the kernel reads only its first HALF either way.
+_HALF_OF_ANGLES = """\
+    # one angle a pair: cos and sin as wide as half the head, both halves turned by it
+    c1 = tl.load(cos_ptr + c + j, mask=angle_mask, other=0.0).to(tl.float32)
+    s1 = tl.load(sin_ptr + c + j, mask=angle_mask, other=0.0).to(tl.float32)
+    c2 = c1
+    s2 = s1"""
+_ANGLES = (", ANGLES: tl.constexpr", ", ANGLES")
 _PARTS = {  # variant: (x's loads, the angles' loads, the rotation and stores, the partial variants' parameters)
     "rope_half": (_HALF_LOAD, _HALF_ANGLES, _HALF_ROTATE, ("", "")),
     "rope_interleaved": (_PAIRS_LOAD, _PAIR_ANGLES, _PAIR_ROTATE, ("", "")),
     "rope_half_partial": (_HALF_LOAD + _PASS_LOAD, _HALF_ANGLES, _HALF_ROTATE + _PASS_STORE, _PASS),
     "rope_pairs_partial": (_PAIRS_LOAD + _PASS_LOAD, _PAIRS_OF_HALF_ANGLES, _PAIRS_ROUNDED_ROTATE + _PASS_STORE, _PASS),
+    "rope_half_angles": (_HALF_LOAD, _HALF_OF_ANGLES, _HALF_ROTATE, _ANGLES),
 }
 
 
