@@ -6,6 +6,7 @@
     python bench/rope.py --variant rope_pairs_partial --out bench/results   # GLM's: pairs over half the head
     python bench/rope.py --variant rope_half_partial --out bench/results    # GPT-NeoX's: halves of a quarter
     python bench/rope.py --variant rope_interleaved --out bench/results     # Cohere's: pairs over the head
+    python bench/rope.py --variant rope_half_angles --out bench/results     # GPT-OSS's: one angle a pair
 
 The op is HF's `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)` (transformers' Qwen2 modeling file,
 `rotate_half` layout: x·cos + (-x2, x1)·sin over the two halves of the head dimension), bf16, q of
@@ -25,8 +26,9 @@ the angles at positions 1,000.., cast to bf16. `--variant rope_pairs_partial` ti
 through) at GLM-4-9B's attention (32 q heads, 2 kv heads, head_dim 128, half of it rotated), cos and sin of
 (batch, positions, 64); `--variant rope_half_partial` GPT-NeoX's (rotate_half over the first rotary_dim, the rest
 passed through) at Pythia-2.8B's (32 heads of 80, 20 rotated); `--variant rope_interleaved` Cohere's ((even, odd)
-pairs over the whole head in fp32, cos and sin with each angle twice in a row) at Command R's (64 heads of 128).
-Liger has none of these ops, so their peers are eager and torch.compile; results go to <variant>_h200.json/.png.
+pairs over the whole head in fp32, cos and sin with each angle twice in a row) at Command R's (64 heads of 128);
+`--variant rope_half_angles` GPT-OSS's (rotate_half, cos and sin of one angle a pair) at GPT-OSS-20B's (64 q heads,
+8 kv heads of 64). Liger has none of these ops, so their peers are eager and torch.compile; results go to <variant>_h200.json/.png.
 
 Every implementation is checked against eager before it is timed (ours is expected bit-exact; max abs error
 of every one is in the JSON). GPU time per call by CUDA-graph replay over inputs rotated past the L2
@@ -82,6 +84,11 @@ VARIANTS = {
         {"command-r-35b": (64, 64, 128, 8_000_000.0, 128)},
         "rope_interleaved_h200",
     ),
+    "rope_half_angles": (
+        "transformers.models.gpt_oss.modeling_gpt_oss.apply_rotary_pos_emb",
+        {"gpt-oss-20b": (64, 8, 64, 150_000.0, 64)},
+        "rope_half_angles_h200",
+    ),
 }
 MODELS = {name: shape for _, models, _ in VARIANTS.values() for name, shape in models.items()}
 DECODE_SEQS = (1, 64)
@@ -104,12 +111,14 @@ def hf_rope(variant: str = "rope_half"):
 
 
 def rope_inputs(
-    heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed=0, batch=BATCH, rotary_dim=None, interleaved=False
-):
+    heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed=0, batch=BATCH, rotary_dim=None, interleaved=False,
+    angles=False,
+):  # fmt: skip
     """(q, k, cos, sin) as attention passes them; `layout` "transposed": q and k are (batch, seq, heads·dim)
     projection outputs viewed as (batch, heads, seq, dim), "contiguous": (batch, heads, seq, dim) tensors; cos
     and sin of `rotary_dim` (the head's by default), as the model's rotary embedding makes them (`interleaved`:
-    each angle twice in a row, as Cohere's does, else cat(f, f))."""
+    each angle twice in a row, as Cohere's does; `angles`: one angle a pair, half as wide, as GPT-OSS's; else
+    cat(f, f))."""
     gen = torch.Generator(device=device).manual_seed(seed)
 
     def heads_major(heads):
@@ -125,8 +134,9 @@ def rope_inputs(
     positions = torch.arange(START, START + seq, device=device, dtype=torch.float32)
     freqs = positions[:, None] * inv_freq[None]
     emb = torch.repeat_interleave(freqs, 2, dim=-1) if interleaved else torch.cat((freqs, freqs), dim=-1)
-    cos = emb.cos().to(dtype)[None].expand(batch, seq, r).contiguous()
-    sin = emb.sin().to(dtype)[None].expand(batch, seq, r).contiguous()
+    emb = freqs if angles else emb
+    cos = emb.cos().to(dtype)[None].expand(batch, seq, emb.shape[-1]).contiguous()
+    sin = emb.sin().to(dtype)[None].expand(batch, seq, emb.shape[-1]).contiguous()
     return q, k, cos, sin
 
 
@@ -225,17 +235,29 @@ def bench_shape(
     }  # fmt: skip
     try:
         peers = peer_impls(device, variant)
-        pairs = variant == "rope_interleaved"
+        pairs, angles = variant == "rope_interleaved", variant in rotary.ANGLE_VARIANTS
         sample = rope_inputs(
-            heads_q, heads_k, seq, dim, theta, layout, dtype, device, rotary_dim=rotary_dim, interleaved=pairs
-        )
+            heads_q, heads_k, seq, dim, theta, layout, dtype, device, rotary_dim=rotary_dim, interleaved=pairs,
+            angles=angles,
+        )  # fmt: skip
         q, k, cos, _ = sample
         bytes_moved = rotary.bytes_moved(q.numel(), k.numel(), cos.numel(), dtype.itemsize)
         copies = min(MAX_COPIES, max(1, math.ceil(2 * L2_BYTES / input_bytes(sample))))
         inputs = [sample] + [
             rope_inputs(
-                heads_q, heads_k, seq, dim, theta, layout, dtype, device, seed, rotary_dim=rotary_dim, interleaved=pairs
-            )
+                heads_q,
+                heads_k,
+                seq,
+                dim,
+                theta,
+                layout,
+                dtype,
+                device,
+                seed,
+                rotary_dim=rotary_dim,
+                interleaved=pairs,
+                angles=angles,
+            )  # fmt: skip
             for seed in range(1, copies)
         ]
         impls = {**peers, **ours}
@@ -377,6 +399,7 @@ def check_small(device: str, variant: str = "rope_half") -> list[dict]:
                 batch=batch,
                 rotary_dim=rotary_dim,
                 interleaved=variant == "rope_interleaved",
+                angles=variant in rotary.ANGLE_VARIANTS,
             )
             assert layout == "contiguous" or not sample[0].is_contiguous()
             shape = {"batch": batch, "heads_q": heads_q, "heads_k": heads_k, "seq": seq, "head_dim": dim}

@@ -47,7 +47,7 @@ for step in $steps; do
     layernorm) python3 bench/rmsnorm.py --variant layernorm --out bench/results 2>&1 | tee "$RESULTS_DIR/layernorm.log" ;;
     addnorm) python3 bench/add_norm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/add_norm.log" ;;
     rope) python3 bench/rope.py --out bench/results 2>&1 | tee "$RESULTS_DIR/rope.log" ;;
-    ropepartial) for variant in ${ROPE_VARIANTS:-rope_pairs_partial rope_half_partial rope_interleaved}; do
+    ropepartial) for variant in ${ROPE_VARIANTS:-rope_pairs_partial rope_half_partial rope_interleaved rope_half_angles}; do
             python3 bench/rope.py --variant $variant --out bench/results 2>&1 | tail -30
           done | tee "$RESULTS_DIR/rope_partial.log" ;;
     rotarytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_rotary_gpu.py 2>&1 \
