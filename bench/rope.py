@@ -28,7 +28,8 @@ through) at GLM-4-9B's attention (32 q heads, 2 kv heads, head_dim 128, half of 
 passed through) at Pythia-2.8B's (32 heads of 80, 20 rotated); `--variant rope_interleaved` Cohere's ((even, odd)
 pairs over the whole head in fp32, cos and sin with each angle twice in a row) at Command R's (64 heads of 128);
 `--variant rope_half_angles` GPT-OSS's (rotate_half, cos and sin of one angle a pair) at GPT-OSS-20B's (64 q heads,
-8 kv heads of 64). Liger has none of these ops, so their peers are eager and torch.compile; results go to <variant>_h200.json/.png.
+8 kv heads of 64). Liger has none of these ops, so their peers are eager and torch.compile; results go to
+<variant>_h200.json/.png.
 
 Every implementation is checked against eager before it is timed (ours is expected bit-exact; max abs error
 of every one is in the JSON). GPU time per call by CUDA-graph replay over inputs rotated past the L2
