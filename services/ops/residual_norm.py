@@ -59,8 +59,9 @@ def rows_per_program(plan: pb.LaunchPlan) -> set[int]:
 # ---------------------------------------------------------------- what a layer computes
 
 
-def _standins():
-    """A recording attention (returns (output, None), as HF attentions do) and a recording MLP (a tensor)."""
+def _standins(mlp_pair: bool = False):
+    """A recording attention (returns (output, None), as HF attentions do) and a recording MLP (a tensor, or with
+    `mlp_pair` (output, None), as a mixture of experts returning its router's scores beside it does: GPT-OSS's)."""
     import torch
 
     class Attention(torch.nn.Module):
@@ -81,7 +82,7 @@ def _standins():
             out = h * -0.75 + 0.125
             self.inputs.append(h)
             self.outputs.append(out)
-            return out
+            return (out, None) if mlp_pair else out
 
     return Attention(), Mlp()
 
@@ -109,12 +110,12 @@ def _norm_children(layer) -> tuple[dict, dict] | None:
     return norms, others
 
 
-def _traced(layer, attention: str, mlp: str, norms, probe) -> dict | None:
+def _traced(layer, attention: str, mlp: str, norms, probe, mlp_pair: bool = False) -> dict | None:
     """The layer run on `probe` with its `attention` and `mlp` children stood in for: what each part was fed and
     gave ({"norms": {name: (input, output)}, "attention"/"mlp": (input, output), "out": the layer's output})."""
     import torch
 
-    att, mlp_standin = _standins()
+    att, mlp_standin = _standins(mlp_pair)
     saved = {attention: layer._modules[attention], mlp: layer._modules[mlp]}
     seen: dict[str, list] = {}
     handles = []
@@ -155,7 +156,7 @@ def _same(a, b) -> bool:
 
 def identify(layer) -> tuple[str, dict[str, str]] | None:
     """(variant, {role: child name}) of a pre-norm decoder layer; None when `layer` is not one. Runs its forward
-    twice at most on a probe, its attention and MLP stood in for (restored before returning)."""
+    four times at most on a probe, its attention and MLP stood in for (restored before returning)."""
     import torch
 
     found = _norm_children(layer)
@@ -168,8 +169,9 @@ def identify(layer) -> tuple[str, dict[str, str]] | None:
         return None
     gen = torch.Generator().manual_seed(int(first.shape[0]))
     probe = torch.randn(*PROBE_SHAPE, int(first.shape[0]), generator=gen).to(first.device, first.dtype)
-    for attention, mlp in itertools.permutations(others):
-        trace = _traced(layer, attention, mlp, norms, probe)
+    # the MLP answering a tensor, or (output, scores) of which the layer keeps the output (GPT-OSS's experts)
+    for (attention, mlp), mlp_pair in itertools.product(itertools.permutations(others), (False, True)):
+        trace = _traced(layer, attention, mlp, norms, probe, mlp_pair)
         if trace is None:
             continue
         a_in, a_out = trace["attention"]
@@ -317,11 +319,16 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
             from services.ops import Answered
 
             summed = hidden_states + attended
-            raise Answered(summed + mlp(post_norm(summed)), exc) from exc
-        return summed + mlp(normed)
+            raise Answered(summed + _output(mlp(post_norm(summed))), exc) from exc
+        return summed + _output(mlp(normed))
 
     add_norm_layer.launchers = op.launchers
     return add_norm_layer
+
+
+def _output(answer):
+    """An MLP's output: its answer, or the first of (output, router scores) (recognition found the layer keeps it)."""
+    return answer[0] if isinstance(answer, tuple) else answer
 
 
 def contract_for(module, class_path: str) -> pb.Contract | None:

@@ -240,7 +240,9 @@ GPTJ_SIZES = dict(hidden_size=None, intermediate_size=None, num_hidden_layers=No
         # GPT-J: a parallel block; its RoPE function rotates one tensor, taking (x, sin, cos): not this family's
         (_config("GPTJConfig", **GPTJ_SIZES), {"LayerNorm": "layernorm", "GPTJMLP": "mlp_gelu_tanh"}),
         # GPT-OSS: RoPE with cos and sin of one angle a pair (half the head wide); its experts are no MLP written
-        (_config("GptOssConfig"), {"GptOssRMSNorm": "rmsnorm", ROPE_FN: "rope_half_angles"}),
+        # its layer's MLP answers (output, router scores), the layer keeping the output: its add still fuses
+        (_config("GptOssConfig"), {"GptOssRMSNorm": "rmsnorm", "GptOssDecoderLayer": "add_rmsnorm",
+                                   ROPE_FN: "rope_half_angles"}),
     ],
     ids=["persimmon", "arcee", "cohere2", "stablelm", "olmoe", "gptj", "gpt-oss"],
 )  # fmt: skip

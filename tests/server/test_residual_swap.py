@@ -128,3 +128,37 @@ async def test_a_layer_kernel_wrong_only_on_long_prompts_is_found_by_the_shadow_
             assert handle.samples and "off the module's own forward" in check_swap(handle)
     finally:
         engine.close()
+
+
+def test_a_layer_keeping_the_first_of_its_mlps_pair_is_recognised_and_one_using_the_second_is_not():
+    """GPT-OSS's experts answer (output, router scores) and its layer keeps the output: still the residual add into
+    the post norm. A layer that adds the scores too (or returns them) computes something else: not recognised."""
+    import torch
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    class Experts(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+
+        def forward(self, h):
+            return self.proj(h), self.proj(h).sum(-1, keepdim=True)
+
+    class Layer(torch.nn.Module):
+        def __init__(self, use_scores: bool):
+            super().__init__()
+            self.input_layernorm, self.post_attention_layernorm = LlamaRMSNorm(8), LlamaRMSNorm(8)
+            self.self_attn, self.mlp, self.use_scores = torch.nn.Linear(8, 8), Experts(), use_scores
+
+        def forward(self, hidden_states):
+            attended = self.self_attn(self.input_layernorm(hidden_states))
+            hidden_states = hidden_states + (attended[0] if isinstance(attended, tuple) else attended)
+            out, scores = self.mlp(self.post_attention_layernorm(hidden_states))
+            return hidden_states + out + (scores if self.use_scores else 0)
+
+    assert residual_norm.identify(Layer(use_scores=False)) == (
+        "add_rmsnorm",
+        {"input_norm": "input_layernorm", "attention": "self_attn", "post_norm": "post_attention_layernorm",
+         "mlp": "mlp"},
+    )  # fmt: skip
+    assert residual_norm.identify(Layer(use_scores=True)) is None
