@@ -75,6 +75,7 @@ def _standins(mlp_pair: bool = False):
             out = h * 0.5 + 0.25
             self.inputs.append(h)
             self.outputs.append(out)
+            self.positional = len(args)  # the rewrite passes the normed input alone by position (CTRL passes 3)
             return out, None
 
     class Mlp(Attention):
@@ -134,6 +135,8 @@ def _traced(layer, attention: str, mlp: str, norms, probe, mlp_pair: bool = Fals
         for h in handles:
             h.remove()
     if len(att.inputs) != 1 or len(mlp_standin.inputs) != 1 or any(len(v) != 1 for v in seen.values()):
+        return None
+    if att.positional > 1:  # an attention given more than its input by position is called otherwise than ours
         return None
     return {
         "norms": {name: calls[0] for name, calls in seen.items()},

@@ -162,3 +162,14 @@ def test_a_layer_keeping_the_first_of_its_mlps_pair_is_recognised_and_one_using_
          "mlp": "mlp"},
     )  # fmt: skip
     assert residual_norm.identify(Layer(use_scores=True)) is None
+
+
+def test_a_layer_passing_its_attention_more_than_its_input_by_position_is_not_recognised():
+    """CTRL's layer adds its attention into the post norm like a pre-norm layer, but calls the attention with
+    (v, k, q, mask, ...) by position: the rewrite passes the normed input alone (and the layer's own keywords), so
+    the swap would be refused at parity after a whole search. Not recognised."""
+    from transformers import CTRLConfig
+    from transformers.models.ctrl.modeling_ctrl import EncoderLayer
+
+    config = CTRLConfig(n_embd=16, n_head=2, dff=32, n_layer=1, vocab_size=64)
+    assert residual_norm.identify(EncoderLayer(config).eval()) is None
