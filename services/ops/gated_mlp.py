@@ -32,7 +32,7 @@ from services.ops import elementwise
 
 FAMILY = "gated_mlp"
 VARIANTS = ("swiglu", "geglu_tanh", "geglu")
-WRITABLE = ("swiglu", "geglu_tanh")  # exact GELU (erf) is recognised, not written
+WRITABLE = VARIANTS
 PROBE_ROWS = 4
 
 

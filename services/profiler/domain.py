@@ -121,8 +121,8 @@ def writable_variants(schema_version: int) -> tuple[str, ...]:
         writable = tuple(v for v in writable if v not in rotary.PARTIAL_VARIANTS)
     if schema_version < 9:  # Nemotron's relu² MLP and LayerNorm1P, alone and in a residual norm
         writable = tuple(v for v in writable if v not in ("mlp_relu2", "layernorm_offset", "add_layernorm_offset"))
-    if schema_version < 10:  # GPT-OSS's RoPE of one angle a pair
-        writable = tuple(v for v in writable if v not in rotary.ANGLE_VARIANTS)
+    if schema_version < 10:  # GPT-OSS's RoPE of one angle a pair; the gated MLP of torch's exact GELU
+        writable = tuple(v for v in writable if v not in (*rotary.ANGLE_VARIANTS, "geglu"))
     return writable
 
 

@@ -26,8 +26,9 @@ HIDDEN, INTERMEDIATE = 32, 96
 def _mlp(kind: str) -> torch.nn.Module:
     if kind == "phi3":  # gate and up fused in one map, chunked
         return Phi3MLP(Phi3Config(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, hidden_act="silu"))
-    if kind == "llama":
-        return LlamaMLP(LlamaConfig(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, hidden_act="silu"))
+    if kind in ("llama", "llama_erf"):  # SiLU, or torch's exact GELU (erf: ModernBERT's decoder gates with it)
+        act = "gelu" if kind == "llama_erf" else "silu"
+        return LlamaMLP(LlamaConfig(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, hidden_act=act))
     config = GemmaConfig(hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, hidden_activation="gelu_pytorch_tanh")
     return GemmaMLP(config)
 
@@ -81,8 +82,9 @@ async def _judge(mlp, variant: str, *, source: str | None = None, contract=None,
 
 @pytest.mark.parametrize(
     ("kind", "right", "wrong"),
-    [("llama", "swiglu", "geglu_tanh"), ("gemma", "geglu_tanh", "swiglu"), ("phi3", "swiglu", "geglu_tanh")],
-)
+    [("llama", "swiglu", "geglu_tanh"), ("gemma", "geglu_tanh", "swiglu"), ("phi3", "swiglu", "geglu_tanh"),
+     ("llama_erf", "geglu", "geglu_tanh")],
+)  # fmt: skip
 async def test_the_kernel_of_the_mlps_activation_passes_and_the_other_is_rejected(kind, right, wrong):
     mlp = _mlp(kind)
     assert gated_mlp.recognise(mlp) == right

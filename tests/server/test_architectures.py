@@ -243,8 +243,11 @@ GPTJ_SIZES = dict(hidden_size=None, intermediate_size=None, num_hidden_layers=No
         # its layer's MLP answers (output, router scores), the layer keeping the output: its add still fuses
         (_config("GptOssConfig"), {"GptOssRMSNorm": "rmsnorm", "GptOssDecoderLayer": "add_rmsnorm",
                                    ROPE_FN: "rope_half_angles"}),
+        # ModernBERT's decoder: a bias-free LayerNorm, a gated MLP of torch's exact GELU (erf) over one fused map
+        (_config("ModernBertDecoderConfig"), {"LayerNorm": "layernorm_no_bias", "ModernBertDecoderMLP": "geglu",
+                                              ROPE_FN: "rope_half"}),
     ],
-    ids=["persimmon", "arcee", "cohere2", "stablelm", "olmoe", "gptj", "gpt-oss"],
+    ids=["persimmon", "arcee", "cohere2", "stablelm", "olmoe", "gptj", "gpt-oss", "modernbert-decoder"],
 )  # fmt: skip
 async def test_architectures_without_a_preset_are_recognised_and_each_op_swaps(monkeypatch, build, expected):
     """The same from configs no preset names (a model of any of these architectures served from a local path)."""

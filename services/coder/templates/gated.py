@@ -16,8 +16,8 @@ from services.ops import elementwise, gated_mlp
 TEMPLATE = "gated_elementwise"
 OP_FAMILY = gated_mlp.FAMILY
 ENTRYPOINT = gated_mlp.ENTRYPOINT
-VARIANTS = ("swiglu", "geglu_tanh")
-KERNELS = {"swiglu": "_swiglu_kernel", "geglu_tanh": "_geglu_tanh_kernel"}
+VARIANTS = ("swiglu", "geglu_tanh", "geglu")
+KERNELS = {"swiglu": "_swiglu_kernel", "geglu_tanh": "_geglu_tanh_kernel", "geglu": "_geglu_kernel"}
 # Elements per program and warps, tried in this order (an elementwise pass: wide blocks, 4-8 warps).
 BLOCKS = (2048, 1024, 4096)
 NUM_WARPS = (4, 8)
@@ -110,6 +110,9 @@ _ACTIVATIONS = {
     t = tl.exp(-2.0 * tl.abs(inner))
     tanh = tl.where(inner >= 0, 1.0, -1.0) * (1.0 - t) / (1.0 + t)
     act = (0.5 * g * (1.0 + tanh)).to(g_ptr.dtype.element_ty).to(tl.float32)""",
+    # torch's exact GELU: x · 0.5 · (1 + erf(x / sqrt(2))), erf in fp32
+    "geglu": """\
+    act = (g * 0.5 * (1.0 + tl.erf(g * 0.7071067811865476))).to(g_ptr.dtype.element_ty).to(tl.float32)""",
 }
 _SOURCES = {
     variant: _SKELETON.format(variant=variant, kernel=KERNELS[variant], activation=lines)
