@@ -59,9 +59,10 @@ def rows_per_program(plan: pb.LaunchPlan) -> set[int]:
 # ---------------------------------------------------------------- what a layer computes
 
 
-def _standins(mlp_pair: bool = False):
-    """A recording attention (returns (output, None), as HF attentions do) and a recording MLP (a tensor, or with
-    `mlp_pair` (output, None), as a mixture of experts returning its router's scores beside it does: GPT-OSS's)."""
+def _standins(mlp_pair: bool = False, attention_pair: bool = True):
+    """A recording attention (returns (output, None), as HF attentions do, or without `attention_pair` a tensor, as
+    a linear attention does: Qwen3-Next's) and a recording MLP (a tensor, or with `mlp_pair` (output, None), as a
+    mixture of experts returning its router's scores beside it does: GPT-OSS's)."""
     import torch
 
     class Attention(torch.nn.Module):
@@ -76,7 +77,7 @@ def _standins(mlp_pair: bool = False):
             self.inputs.append(h)
             self.outputs.append(out)
             self.positional = len(args)  # the rewrite passes the normed input alone by position (CTRL passes 3)
-            return out, None
+            return (out, None) if attention_pair else out
 
     class Mlp(Attention):
         def forward(self, h, *args, **kwargs):
@@ -111,12 +112,13 @@ def _norm_children(layer) -> tuple[dict, dict] | None:
     return norms, others
 
 
-def _traced(layer, attention: str, mlp: str, norms, probe, mlp_pair: bool = False) -> dict | None:
+def _traced(layer, attention: str, mlp: str, norms, probe, pairs: tuple[bool, bool] = (True, False)) -> dict | None:
     """The layer run on `probe` with its `attention` and `mlp` children stood in for: what each part was fed and
     gave ({"norms": {name: (input, output)}, "attention"/"mlp": (input, output), "out": the layer's output})."""
     import torch
 
-    att, mlp_standin = _standins(mlp_pair)
+    attention_pair, mlp_pair = pairs
+    att, mlp_standin = _standins(mlp_pair, attention_pair)
     saved = {attention: layer._modules[attention], mlp: layer._modules[mlp]}
     seen: dict[str, list] = {}
     handles = []
@@ -127,7 +129,7 @@ def _traced(layer, attention: str, mlp: str, norms, probe, mlp_pair: bool = Fals
     layer._modules[attention], layer._modules[mlp] = att, mlp_standin
     try:
         with torch.inference_mode():  # the class's own forward: a layer serving a kernel is still what it was
-            out = type(layer).forward(layer, probe)
+            out = type(layer).forward(layer, probe, **_required_rest(type(layer).forward))
     except Exception:  # the stand-ins in the wrong roles (or a layer that wants more): not this assignment
         return None
     finally:
@@ -146,6 +148,20 @@ def _traced(layer, attention: str, mlp: str, norms, probe, mlp_pair: bool = Fals
     }
 
 
+def _required_rest(forward) -> dict:
+    """None for each required parameter of a layer's forward after its input (Qwen3-Next's requires its
+    position_embeddings): they go to the stood-in attention, which takes anything; a layer using one itself raises
+    and is not this op."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(forward).parameters.values())[2:]  # past self and the input
+    except (TypeError, ValueError):
+        return {}
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name: None for p in params if p.kind in kinds and p.default is p.empty}
+
+
 def decoder_shaped(module) -> bool:
     """Two norm children and two others with parameters: what `identify` tries (its probe of the norms only)."""
     return len(_roled_children(module)) == 4 and _norm_children(module) is not None
@@ -159,7 +175,7 @@ def _same(a, b) -> bool:
 
 def identify(layer) -> tuple[str, dict[str, str]] | None:
     """(variant, {role: child name}) of a pre-norm decoder layer; None when `layer` is not one. Runs its forward
-    four times at most on a probe, its attention and MLP stood in for (restored before returning)."""
+    eight times at most on a probe, its attention and MLP stood in for (restored before returning)."""
     import torch
 
     found = _norm_children(layer)
@@ -172,9 +188,11 @@ def identify(layer) -> tuple[str, dict[str, str]] | None:
         return None
     gen = torch.Generator().manual_seed(int(first.shape[0]))
     probe = torch.randn(*PROBE_SHAPE, int(first.shape[0]), generator=gen).to(first.device, first.dtype)
-    # the MLP answering a tensor, or (output, scores) of which the layer keeps the output (GPT-OSS's experts)
-    for (attention, mlp), mlp_pair in itertools.product(itertools.permutations(others), (False, True)):
-        trace = _traced(layer, attention, mlp, norms, probe, mlp_pair)
+    # the attention answering (output, weights) or a tensor (a linear attention), the MLP a tensor or (output,
+    # scores) of which the layer keeps the output (GPT-OSS's experts)
+    pairs = ((True, False), (False, False), (True, True), (False, True))
+    for (attention, mlp), answers in itertools.product(itertools.permutations(others), pairs):
+        trace = _traced(layer, attention, mlp, norms, probe, answers)
         if trace is None:
             continue
         a_in, a_out = trace["attention"]

@@ -246,8 +246,13 @@ GPTJ_SIZES = dict(hidden_size=None, intermediate_size=None, num_hidden_layers=No
         # ModernBERT's decoder: a bias-free LayerNorm, a gated MLP of torch's exact GELU (erf) over one fused map
         (_config("ModernBertDecoderConfig"), {"LayerNorm": "layernorm_no_bias", "ModernBertDecoderMLP": "geglu",
                                               ROPE_FN: "rope_half"}),
+        # Qwen3.5: three linear-attention layers (their mixer answers a tensor) to one of full attention, each
+        # layer's forward requiring its position embeddings; (1 + weight) RMSNorms, RoPE on part of each head
+        (_config("Qwen3_5TextConfig", num_hidden_layers=4),
+         {"Qwen3_5RMSNorm": "rmsnorm_offset", "Qwen3_5DecoderLayer": "add_rmsnorm_offset", "Qwen3_5MLP": "swiglu",
+          ROPE_FN: "rope_half_partial"}),
     ],
-    ids=["persimmon", "arcee", "cohere2", "stablelm", "olmoe", "gptj", "gpt-oss", "modernbert-decoder"],
+    ids=["persimmon", "arcee", "cohere2", "stablelm", "olmoe", "gptj", "gpt-oss", "modernbert-decoder", "qwen3.5"],
 )  # fmt: skip
 async def test_architectures_without_a_preset_are_recognised_and_each_op_swaps(monkeypatch, build, expected):
     """The same from configs no preset names (a model of any of these architectures served from a local path)."""
