@@ -47,6 +47,7 @@ class _ClassStats:
     shapes: Counter = field(default_factory=Counter)
     dtypes: Counter = field(default_factory=Counter)
     shape_module: dict = field(default_factory=dict)  # input shape -> the first instance called with it
+    widths: dict = field(default_factory=dict)  # id(instance) -> the last dims of the inputs it was called with
     second_shapes: dict = field(default_factory=dict)  # a function's: input shape -> its second tensor's shape
     third_shapes: dict = field(default_factory=dict)  # and its third's (RoPE's cos)
     input_bytes: int = 0
@@ -147,6 +148,8 @@ class ModuleProfiler:
             s.shapes[tuple(first.shape)] += 1
             s.shape_module.setdefault(tuple(first.shape), module)
             s.dtypes[first.dtype] += 1
+            if first.dim():
+                s.widths.setdefault(id(module), set()).add(int(first.shape[-1]))
         if isinstance(module, FunctionSite):  # a function's operands and results: every tensor (q, k, cos, sin)
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
             if first is not None and len(tensors) > 1:
@@ -211,6 +214,8 @@ class ModuleProfiler:
         # width, parameters and shape must describe the same calls.
         representative = s.shape_module.get(dominant, s.modules[0]) if dominant else s.modules[0]
         found = recognise(representative)  # a leaf's op, or a layer's (a gated MLP) found by running it
+        if found and found[0] == "row_reduction" and not _rows_fit_weights(s):
+            found = None  # probed at its weight's width, called at another (FalconMamba's weightless norm): not it
         child_us = Counter(s.child_host_us)
         for name, a, b in s.child_events:
             child_us[name] += a.elapsed_time(b) * 1e3
@@ -238,6 +243,18 @@ def family_roles(module: torch.nn.Module, found: tuple[str, str] | None) -> dict
     """The parts its op family found `module`'s children to play ({} for a leaf op, or nothing found)."""
     roles = getattr(family(found[0]), "roles_of", None) if found else None
     return dict(roles(module) or {}) if roles else {}
+
+
+def _rows_fit_weights(s: _ClassStats) -> bool:
+    """Whether every instance of a norm class was called on rows of its own weight's width: one recognised by a
+    probe at that width computes the op on its live calls only if they are that wide (FalconMamba builds its
+    weightless norm of dt at the intermediate width and calls it on the time-step rank's)."""
+    for module in s.modules:
+        weight = getattr(module, "weight", None)
+        width = int(weight.shape[0]) if isinstance(weight, torch.Tensor) and weight.dim() == 1 else None
+        if any(w != width for w in s.widths.get(id(module), ())):
+            return False
+    return True
 
 
 def _served_dtype(s: _ClassStats) -> str:

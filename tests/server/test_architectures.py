@@ -251,8 +251,12 @@ GPTJ_SIZES = dict(hidden_size=None, intermediate_size=None, num_hidden_layers=No
         (_config("Qwen3_5TextConfig", num_hidden_layers=4),
          {"Qwen3_5RMSNorm": "rmsnorm_offset", "Qwen3_5DecoderLayer": "add_rmsnorm_offset", "Qwen3_5MLP": "swiglu",
           ROPE_FN: "rope_half_partial"}),
+        # FalconMamba: an RMSNorm, and a weightless one whose dt instance is built at the intermediate width and called
+        # at the time-step rank's (its weight unused): recognised at its weight's width, never at its calls' (nothing)
+        (_config("FalconMambaConfig"), {"FalconMambaRMSNorm": "rmsnorm"}),
     ],
-    ids=["persimmon", "arcee", "cohere2", "stablelm", "olmoe", "gptj", "gpt-oss", "modernbert-decoder", "qwen3.5"],
+    ids=["persimmon", "arcee", "cohere2", "stablelm", "olmoe", "gptj", "gpt-oss", "modernbert-decoder", "qwen3.5",
+         "falcon-mamba"],
 )  # fmt: skip
 async def test_architectures_without_a_preset_are_recognised_and_each_op_swaps(monkeypatch, build, expected):
     """The same from configs no preset names (a model of any of these architectures served from a local path)."""
