@@ -251,8 +251,9 @@ def _rows_fit_weights(s: _ClassStats) -> bool:
     weightless norm of dt at the intermediate width and calls it on the time-step rank's)."""
     for module in s.modules:
         weight = getattr(module, "weight", None)
-        width = int(weight.shape[0]) if isinstance(weight, torch.Tensor) and weight.dim() == 1 else None
-        if any(w != width for w in s.widths.get(id(module), ())):
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
+            continue  # no weight to scale by (Gemma 4's v norm): never patched (services.server.hotswap)
+        if any(w != weight.shape[0] for w in s.widths.get(id(module), ())):
             return False
     return True
 
