@@ -258,7 +258,7 @@ def _rotate_tensor(x_ptr, o_ptr, cos_ptr, sin_ptr, unit, positions, seq, heads, 
 def {kernel}(q_ptr, k_ptr, cos_ptr, sin_ptr, qo_ptr, ko_ptr, positions, seq, heads_q, heads_k,
              q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, c_sb, c_ss, qo_sb, qo_sh, qo_ss, ko_sb, ko_sh, ko_ss,
              HALF: tl.constexpr, BLOCK: tl.constexpr, HEADS_Q: tl.constexpr, HEADS_K: tl.constexpr,
-             TOGETHER: tl.constexpr{{params}}, POSITIONS: tl.constexpr = 0):
+             TOGETHER: tl.constexpr{{params}}{{kernel_params}}, POSITIONS: tl.constexpr = 0):
     pid = tl.program_id(0)
     # q's programs, without TOGETHER: a position each, or a head at a block of positions each
     units = positions if POSITIONS == 0 else (positions + POSITIONS - 1) // POSITIONS * heads_q
@@ -350,21 +350,21 @@ _PASS_LOAD = """
 _PASS_STORE = """
     tl.store(o + 2 * HALF + p, rest.to(dt), mask=kept)"""
 _PASS = (", PASS: tl.constexpr, BLOCK_PASS: tl.constexpr", ", PASS, BLOCK_PASS")
-# one angle a pair (GPT-OSS's cos and sin, half the head wide): both halves turn by it. ANGLES tells the wrapper
-# (services.ops.rotary) to take cos of that width; the kernel reads only its first HALF either way.
+# one angle a pair (GPT-OSS's cos and sin, half the head wide): both halves turn by it. The kernel's ANGLES (its
+# plan sets it to 1) tells the wrapper (services.ops.rotary) to take cos of that width; the kernel reads only
+# cos's first HALF either way.
 _HALF_OF_ANGLES = """\
     # one angle a pair: cos and sin as wide as half the head, both halves turned by it
     c1 = tl.load(cos_ptr + c + j, mask=angle_mask, other=0.0).to(tl.float32)
     s1 = tl.load(sin_ptr + c + j, mask=angle_mask, other=0.0).to(tl.float32)
     c2 = c1
     s2 = s1"""
-_ANGLES = (", ANGLES: tl.constexpr", ", ANGLES")
 _PARTS = {  # variant: (x's loads, the angles' loads, the rotation and stores, the partial variants' parameters)
     "rope_half": (_HALF_LOAD, _HALF_ANGLES, _HALF_ROTATE, ("", "")),
     "rope_interleaved": (_PAIRS_LOAD, _PAIR_ANGLES, _PAIR_ROTATE, ("", "")),
     "rope_half_partial": (_HALF_LOAD + _PASS_LOAD, _HALF_ANGLES, _HALF_ROTATE + _PASS_STORE, _PASS),
     "rope_pairs_partial": (_PAIRS_LOAD + _PASS_LOAD, _PAIRS_OF_HALF_ANGLES, _PAIRS_ROUNDED_ROTATE + _PASS_STORE, _PASS),
-    "rope_half_angles": (_HALF_LOAD, _HALF_OF_ANGLES, _HALF_ROTATE, _ANGLES),
+    "rope_half_angles": (_HALF_LOAD, _HALF_OF_ANGLES, _HALF_ROTATE, ("", "")),
 }
 
 
@@ -381,6 +381,7 @@ def _source(variant: str) -> str:
         .replace("{compute}", compute)
         .replace("{params}", params)
         .replace("{args}", args)
+        .replace("{kernel_params}", ", ANGLES: tl.constexpr" if variant in rotary.ANGLE_VARIANTS else "")
     )
 
 
