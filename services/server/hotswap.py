@@ -243,8 +243,9 @@ def apply_swap(model: torch.nn.Module, contract: pb.Contract, entry: Callable) -
             f"no module of class {contract.target} in the served model; its classes are: {', '.join(present)}"
         )
     # Only instances holding every bound attribute: one class may build instances without one (Gemma 4's v norm
-    # has no weight), which keep their own forward; parity then replays every instance's recorded calls.
-    instances = [m for m in instances if all(getattr(m, b.attr, None) is not None for b in contract.bindings)]
+    # has no weight), which keep their own forward; parity then replays every instance's recorded calls. An
+    # attribute held as None (a LayerNorm built without its bias) is held: the wrapper takes None where optional.
+    instances = [m for m in instances if all(hasattr(m, b.attr) for b in contract.bindings)]
     if not instances:
         missing = ", ".join(f"{b.attr!r} (bound to {b.param!r})" for b in contract.bindings)
         raise SwapRefused(f"no instance of {contract.target} holds every attribute the contract binds: {missing}")

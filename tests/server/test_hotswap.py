@@ -225,3 +225,21 @@ async def test_parity_replays_the_real_inputs_of_the_last_profile(engine, contra
     handle.revert()
     assert observed.activations_passed == observed.activations_checked > observed.profile_inputs_checked > 0
     engine.live_inputs.clear()
+
+
+def test_instances_without_a_bound_attribute_keep_their_own_forward(engine, kernel_path):
+    """One class may build instances without an attribute the contract binds (Gemma 4's v norm has no weight): those
+    are left as they are, the others patched."""
+    contract = rmsnorm_contract()
+    norms = instances_of(engine.model, contract.target)
+    weightless = norms[1]
+    saved = weightless.weight
+    del weightless.weight
+    try:
+        handle = apply_swap(engine.model, contract, load_candidate(kernel_path))
+        assert not is_patched(weightless) and all(is_patched(m) for m in norms if m is not weightless)
+        assert len(handle.patched) == len(norms) - 1
+        handle.revert()
+    finally:
+        weightless.weight = saved
+    assert not any(is_patched(m) for m in engine.model.modules())
