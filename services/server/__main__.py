@@ -11,7 +11,7 @@ import grpc
 from services.core.runner import run_service
 from services.core.service_main import Setup, configure_logging, main
 from services.core.settings import Settings
-from services.server.engine import Engine
+from services.server.engine import Engine, ModelNotServable
 from services.server.grpc_api import AddressUnavailable, address_problem, bind_grpc
 from services.server.metrics import default_server_id, metrics_loop
 from services.server.models import UnknownModel, load_model
@@ -83,13 +83,12 @@ def run() -> int:
         return 2
     log.info("loaded %s on %s (%s)", loaded.name, loaded.device, loaded.dtype)
     try:
-        return main(
-            "server",
-            make_setup(
-                Engine(loaded, max_active=settings.max_requests, graphs=settings.graphs, slots=settings.batch),
-                settings.instance_id or secrets.token_hex(8),
-            ),
-        )
+        engine = Engine(loaded, max_active=settings.max_requests, graphs=settings.graphs, slots=settings.batch)
+    except ModelNotServable as exc:
+        log.error("server: %s", exc)
+        return 2
+    try:
+        return main("server", make_setup(engine, settings.instance_id or secrets.token_hex(8)))
     except AddressUnavailable as exc:
         log.error("server: %s", exc)
         return 2

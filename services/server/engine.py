@@ -68,6 +68,10 @@ class DecodeMeasurement:
     seconds: float
 
 
+class ModelNotServable(ValueError):
+    """The model loaded but cannot decode here (it wants a cache of its own, say): refused at load, never served."""
+
+
 class Engine:
     def __init__(
         self,
@@ -114,9 +118,24 @@ class Engine:
                 self.batcher = Batcher(self.decoder)
         self.graphs = self.decoder is not None and self.decoder.graphs
         self._batches: asyncio.Task | None = None
+        problem = self._solo_refusal()
+        if problem:
+            self.close()
+            raise ModelNotServable(problem)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+    def _solo_refusal(self) -> str | None:
+        """Why the model cannot decode alone over a dynamic cache, found by trying two steps; None when it can. The
+        lane every request falls back to: a model that raises there (MiniMax and xLSTM want caches of their own)
+        would fail every request, so it is refused at load with its own error."""
+        try:
+            self.decode([0, 0], 2)
+        except Exception as exc:  # any architecture's own error
+            first = str(exc).splitlines()[0][:200] if str(exc) else ""
+            return f"{self.loaded.name} does not decode over a dynamic cache here ({type(exc).__name__}: {first})"
+        return None
 
     # ------------------------------------------------------------------ exclusive access
 

@@ -307,3 +307,15 @@ async def test_a_model_the_batched_lane_cannot_call_is_served_alone(monkeypatch)
     finally:
         engine.close()
     await _each_op_found_swaps("tiny-unlisted", {"LayerNorm": "layernorm"})
+
+
+def test_a_model_that_cannot_decode_over_a_dynamic_cache_is_refused_at_load(monkeypatch):
+    """MiniMax wants a cache of its own: every request would fail on either lane, so the engine refuses it at load
+    with the model's own error (the server then exits with status 2, as for an unknown model)."""
+    from services.server.engine import ModelNotServable
+
+    monkeypatch.setitem(models.PRESETS, "tiny-unlisted", (_config("MiniMaxConfig"), "float32"))
+    loaded = load_model("tiny-unlisted", "cpu")
+    with pytest.raises(ModelNotServable, match=r"tiny-unlisted does not decode over a dynamic cache here \(ValueError: "
+                                               r"MiniMax uses cache of its own"):  # fmt: skip
+        Engine(loaded)
