@@ -18,6 +18,7 @@ import transformers.models.glm.modeling_glm as glm
 import transformers.models.gpt2.modeling_gpt2 as gpt2
 import transformers.models.gpt_neox.modeling_gpt_neox as gpt_neox
 import transformers.models.gpt_oss.modeling_gpt_oss as gpt_oss
+import transformers.models.gptj.modeling_gptj as gptj
 import transformers.models.helium.modeling_helium as helium
 import transformers.models.llama.modeling_llama as llama
 import transformers.models.qwen2.modeling_qwen2 as qwen2
@@ -50,7 +51,7 @@ def _operands(variant: str, dtype, batch=2, seq=5, heads_q=4, heads_k=2, dim=16,
 
 
 def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
-    modules = (qwen2, llama, gemma, cohere, glm, gpt_neox, helium, ernie, gpt2, gpt_oss)
+    modules = (qwen2, llama, gemma, cohere, glm, gpt_neox, helium, ernie, gpt2, gpt_oss, gptj)
     found = {m.__name__.rsplit(".", 1)[-1]: rotary.find_functions(m) for m in modules}
     assert found == {
         "modeling_qwen2": {"transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb": "rope_half"},
@@ -72,6 +73,8 @@ def test_the_rope_function_of_a_modeling_file_is_found_by_what_it_computes():
         "modeling_gpt2": {},  # learned positions: no rotary function
         # rotate_half's maths with cos and sin of one angle a pair, half the head wide
         "modeling_gpt_oss": {"transformers.models.gpt_oss.modeling_gpt_oss.apply_rotary_pos_emb": "rope_half_angles"},
+        # one seq-major tensor, (tensor, sin, cos), (even, odd) pairs by one angle a pair
+        "modeling_gptj": {"transformers.models.gptj.modeling_gptj.apply_rotary_pos_emb": "rope_pairs_angles"},
     }
 
     def renamed(query, key, c, s):  # another name, another layout of the same maths: still found
@@ -193,6 +196,35 @@ def test_gpt_oss_angles_are_rotated_as_its_function_rotates_them(dtype, together
     full = torch.cat((cos, cos), -1)
     with pytest.raises(ValueError, match="do not fit together"):  # nor does the angles kernel take a full-width cos
         op(q, k, full, full)
+
+
+def test_gpt_j_rotates_one_seq_major_tensor_and_its_roles_say_so():
+    """GPT-J's apply_rotary_pos_emb(tensor, sin, cos): sin before cos, the tensor (batch, seq, heads, rotary dims)
+    sliced off each head, cos and sin of one angle a pair: found by calling it so, the tensor mapped to the
+    wrapper's x_seq_major (no unsqueeze_dim to say the layout)."""
+    found = rotary.recognise_rope(gptj.apply_rotary_pos_emb)
+    assert found == ("rope_pairs_angles", {"tensor": "x_seq_major", "sin": "sin", "cos": "cos"})
+    contract = rotary.function_contract("m.f", ["tensor", "sin", "cos"], found.roles)
+    assert list(contract.entry_inputs) == ["x_seq_major", "sin", "cos"] and rotary.one_tensor(contract)
+    assert rotary.function_contract("m.f", ["tensor", "sin", "cos"], {"tensor": "x_seq_major", "sin": "cos"}) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("together", "heads", "positions"), [(1, 0, 0), (0, 16, 0), (0, 0, 4)],
+                         ids=["one-program-a-position", "two-programs-a-position", "a-head-at-blocks"])  # fmt: skip
+def test_gpt_j_pairs_are_rotated_as_its_function_rotates_them(dtype, together, heads, positions):
+    """The wrapper called as the server's binder calls it for GPT-J (x_seq_major, sin, cos) on the rotary dims sliced
+    off 24-wide heads: bit for bit the function's answer, in its shape."""
+    interpreter_rounding.install()
+    config = template.search_configs("rope_pairs_angles")[0]
+    config.params.update(heads=heads, together=together, positions=positions)
+    op = _op(config)
+    gen = torch.Generator().manual_seed(24)
+    x = torch.randn(2, 5, 4, 24, generator=gen).to(dtype)[..., :16]  # (batch, seq, heads, rotary dims): a view
+    theta = torch.rand(2, 5, 8, generator=gen) * 6
+    sin, cos = theta.sin().to(dtype), theta.cos().to(dtype)
+    got, want = op(x_seq_major=x, sin=sin, cos=cos), gptj.apply_rotary_pos_emb(x, sin, cos)
+    assert got.shape == want.shape and torch.equal(got, want)
 
 
 def test_a_dispatch_reads_cos_alike_in_both_launches():

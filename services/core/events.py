@@ -34,10 +34,11 @@ Envelope = envelope_pb2.Envelope
 # 9: Nemotron's ops are recognised and named among the writable: a plain MLP's relu² (mlp_relu2) and LayerNorm1P
 # (layernorm_offset: torch's LayerNorm of 1 + weight, formed in the weight's dtype), alone and in a residual norm;
 # a reason written at 8 keeps its words (a profile written before recorded them as nothing).
-# 10: GPT-OSS's RoPE (rope_half_angles: cos and sin of one angle a pair) is recognised and named among the writable,
-# and so is the gated MLP of torch's exact GELU (geglu, recognised before, now written); a reason written at 9 keeps
-# its words. A RoPE function of one tensor (Gemma 4's) is profiled with its parameters'
-# roles (`roles`: x as the wrapper's q), no k and its cos as the third operand; a profile written before held none.
+# 10: GPT-OSS's and GPT-J's RoPE (rope_half_angles, rope_pairs_angles: cos and sin of one angle a pair) are
+# recognised and named among the writable, and so is the gated MLP of torch's exact GELU (geglu, recognised before,
+# now written); a reason written at 9 keeps its words. A RoPE function of one tensor (Gemma 4's, GPT-J's) is
+# profiled with its parameters' roles (`roles`: x as the wrapper's q, GPT-J's tensor as its x_seq_major), no k and
+# its cos as the third operand; a profile written before held none.
 SCHEMA_VERSION = 10
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).

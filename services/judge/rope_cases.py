@@ -159,15 +159,23 @@ def flat(pair) -> torch.Tensor:
     return torch.cat((q_out.reshape(-1), k_out.reshape(-1)))
 
 
-def one_tensor_form(fn: Callable, one_tensor: bool, ours: bool = False) -> Callable:
-    """`fn` called as the judge calls every rotary op, (q, k, cos, sin): a function of one tensor gets q alone (the
-    cases' k has no heads), the live one by position (x, cos, sin: what recognition found its first three play),
-    ours (the family's wrapper) without k, as the server's binder calls it."""
-    if not one_tensor:
+def one_tensor_form(fn: Callable, contract, ours: bool = False) -> Callable:
+    """`fn` called as the judge calls every rotary op, (q, k, cos, sin) on heads-major q and k, where the contract's
+    function rotates one tensor: q alone (the cases' k has no heads), by the roles the contract maps — the live
+    function by its own parameter names, ours (the family's wrapper) by its own, as the server's binder calls it; a
+    seq-major tensor (GPT-J's) passed as (batch, seq, heads, dim) and its answer viewed back heads-major. Any other
+    contract's function is `fn` itself."""
+    if not rotary.one_tensor(contract):
         return fn
-    if ours:
-        return lambda q, k, cos, sin: fn(q, cos=cos, sin=sin)
-    return lambda q, k, cos, sin: fn(q, cos, sin)
+    entry = list(contract.entry_inputs) or list(contract.inputs)
+    names = entry if ours else list(contract.inputs)
+
+    def call(q, k, cos, sin):
+        values = {"q": q, "x_seq_major": q.transpose(1, 2), "cos": cos, "sin": sin}
+        out = fn(**{name: values[role] for name, role in zip(names, entry, strict=True) if role in values})
+        return out.transpose(1, 2) if "x_seq_major" in entry else out
+
+    return call
 
 
 def rope_references(cases: list[RopeCase], fn: Callable) -> list:

@@ -459,9 +459,9 @@ class _RopeSubject:
         # op, as the server's binder calls it: without k
         self.one_tensor = ops.one_tensor(contract)
         live_fn = getattr(module, job["class_path"].rsplit(".", 1)[-1])  # the live function: the timing's oracle
-        self.fn = one_tensor_form(live_fn, self.one_tensor)
-        op = one_tensor_form(ops.make_op(plan, loaded, empty=empty), self.one_tensor, ours=True)
-        ghost = one_tensor_form(ops.make_op(plan, loaded, empty=empty, launch=False), self.one_tensor, ours=True)
+        self.fn = one_tensor_form(live_fn, contract)
+        op = one_tensor_form(ops.make_op(plan, loaded, empty=empty), contract, ours=True)
+        ghost = one_tensor_form(ops.make_op(plan, loaded, empty=empty, launch=False), contract, ours=True)
         self.op = lambda *operands: flat(op(*operands))
         self.ghost_op = lambda *operands: flat(ghost(*operands))
         self.raw_op = op

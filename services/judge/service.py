@@ -336,7 +336,7 @@ class JudgeService:
             one_tensor=one,
         )  # fmt: skip
         cases = draw_rope_cases(spec, target.computes, job.seed_base)
-        refs = rope_references(cases, one_tensor_form(fn, one))
+        refs = rope_references(cases, one_tensor_form(fn, proposal.contract))
         blob = io.BytesIO()
         torch.save(
             {

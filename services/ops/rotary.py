@@ -16,11 +16,14 @@ sin is this family's, as one of these variants:
   half layout's angle j, each op rounding as torch's do (Helium's and Ernie 4.5's pairs over the whole head are
   it at R = head_dim; Ernie's computes in fp32 and casts once, within the judge's rounding bound of it);
 - `rope_half_angles` (GPT-OSS): `rope_half` with cos and sin half as wide as the head, one angle a pair
-  (x1·c - x2·s, x2·c + x1·s over the two halves), not repeated into both halves.
+  (x1·c - x2·s, x2·c + x1·s over the two halves), not repeated into both halves;
+- `rope_pairs_angles` (GPT-J, CodeGen): the same over (even, odd) pairs, pair j by angle j, each op rounding as
+  torch's do.
 
 Gemma 4 and 3n apply it in a function of one tensor, `apply_rotary_pos_emb(x, cos, sin, unsqueeze_dim)`, called
-for q, then for k: found by calling it so (`recognise_rope`), its parameters' roles recorded (x as the wrapper's q),
-and served by the same wrapper called without k.
+for q, then for k; GPT-J and CodeGen in `apply_rotary_pos_emb(tensor, sin, cos)`, its tensor (batch, seq, heads,
+rotary dims): found by calling them so (`recognise_rope`), their parameters' roles recorded (x as the wrapper's q,
+GPT-J's tensor as its `x_seq_major`), and served by the same wrapper called without k.
 
 The wrapper (`make_op`) takes q and k as attention passes them ((batch, heads, seq, head_dim) views, usually
 transposed out of the projections' layout, so any strides) and cos and sin of (batch, seq, head_dim), and runs
@@ -41,7 +44,8 @@ from services.ops.row_reduction import PlanError, check_launch
 
 FAMILY = "rotary"
 PARTIAL_VARIANTS = ("rope_half_partial", "rope_pairs_partial")  # cos's width may be narrower than the head
-ANGLE_VARIANTS = ("rope_half_angles",)  # cos and sin hold one angle a rotated pair: half the head wide
+# cos and sin hold one angle a rotated pair: half the head wide (GPT-OSS's halves, GPT-J's pairs)
+ANGLE_VARIANTS = ("rope_half_angles", "rope_pairs_angles")
 VARIANTS = ("rope_half", "rope_interleaved", *PARTIAL_VARIANTS, *ANGLE_VARIANTS)
 WRITABLE = VARIANTS
 KIND = "function"
@@ -81,15 +85,17 @@ def _reference(variant: str) -> Callable:
     import torch
 
     def rotate(x):
-        if variant in ("rope_half", "rope_half_partial", *ANGLE_VARIANTS):
+        if variant in ("rope_half", "rope_half_partial", "rope_half_angles"):
             half = x.shape[-1] // 2
             return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
 
     def rope(q, k, cos, sin, unsqueeze_dim: int = 1):
         cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-        if variant in ANGLE_VARIANTS:  # one angle a pair: both halves of the head turn by it
+        if variant == "rope_half_angles":  # one angle a pair: both halves of the head turn by it
             cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        if variant == "rope_pairs_angles":  # one angle a pair: both elements of each pair turn by it
+            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
         if variant == "rope_pairs_partial":  # the half layout's angles, each for one (even, odd) pair
             cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
             sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
@@ -122,17 +128,32 @@ def _probe():
     return q, k, angles
 
 
-def _answer(fn: Callable, q, k, theta, one_tensor: bool):
-    """fn's (q_embed, k_embed) for cos and sin of `theta` (one tensor: fn(x, cos, sin) on q, then on k); None when
-    it raises or answers anything else."""
+# How a RoPE function is called: (q, k, cos, sin); one tensor (x, cos, sin), heads-major, for q then k (Gemma 4's);
+# one tensor (x, sin, cos), seq-major, for q then k (GPT-J's). Each: (least parameters, the roles of the first ones).
+FORMS = {
+    "two": (4, ()),
+    "one": (3, ("q", "cos", "sin")),
+    "one_seq_major": (3, ("x_seq_major", "sin", "cos")),
+}
+
+
+def _call(fn: Callable, form: str, q, k, cos, sin):
+    """fn's (q_embed, k_embed) called in `form` on heads-major q and k."""
+    if form == "two":
+        return fn(q, k, cos, sin)
+    if form == "one":
+        return fn(q, cos, sin), fn(k, cos, sin)
+    return tuple(fn(x.transpose(1, 2), sin, cos).transpose(1, 2) for x in (q, k))
+
+
+def _answer(fn: Callable, q, k, theta, form: str):
+    """fn's (q_embed, k_embed) for cos and sin of `theta`, called in `form`; None when it raises or answers anything
+    else."""
     import torch
 
     try:
         with torch.no_grad():
-            if one_tensor:
-                got = fn(q, theta.cos(), theta.sin()), fn(k, theta.cos(), theta.sin())
-            else:
-                got = fn(q, k, theta.cos(), theta.sin())
+            got = _call(fn, form, q, k, theta.cos(), theta.sin())
     except Exception:  # not a function of (q, k, cos, sin) of these widths
         return None
     if isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got):
@@ -143,7 +164,8 @@ def _answer(fn: Callable, q, k, theta, one_tensor: bool):
 class Recognised(NamedTuple):
     variant: str
     # the function's parameters -> the wrapper's where it rotates one tensor ((x, cos, sin[, unsqueeze_dim]) as
-    # Gemma 3n's and Gemma 4's: {"x": "q", ...}); {} where it takes (q, k, cos, sin[, unsqueeze_dim]) by position
+    # Gemma 3n's and Gemma 4's: {"x": "q", ...}; GPT-J's (tensor, sin, cos): {"tensor": "x_seq_major", ...}); {}
+    # where it takes (q, k, cos, sin[, unsqueeze_dim]) by position
     roles: dict[str, str]
 
 
@@ -160,8 +182,9 @@ def _positional(fn: Callable) -> list | None:
 
 def recognise_rope(fn: Callable) -> Recognised | None:
     """What `fn` computes and how it is called, found by calling it on probe tensors: as fn(q, k, cos, sin), or
-    where it takes one tensor, as fn(x, cos, sin) (attention calling it for q, then for k). None when it computes
-    none of the variants (or cannot be called so).
+    where it takes one tensor, as fn(x, cos, sin) or (GPT-J's) fn(x, sin, cos) on x of (batch, seq, heads, dim),
+    attention calling it for q, then for k (`FORMS`). None when it computes none of the variants (or cannot be
+    called so).
 
     cos and sin half as wide as the head come first: a function that splits the head at cos's width (GPT-NeoX's,
     GLM's) computes a whole-head variant too where cos is as wide as the head, but its model may call it with a
@@ -172,21 +195,21 @@ def recognise_rope(fn: Callable) -> Recognised | None:
     if params is None:
         return None
     required = [p for p in params if p.default is p.empty]
-    forms = [one for one, least in ((False, 4), (True, 3)) if len(params) >= least and len(required) <= least]
-    for one_tensor in forms:
-        variant = _variant(fn, one_tensor)
+    for form, (least, first) in FORMS.items():
+        if len(params) < least or len(required) > least:
+            continue
+        variant = _variant(fn, form)
         if variant is None:
             continue
-        if not one_tensor:
-            return Recognised(variant, {})
         names = [p.name for p in params]
-        roles = dict(zip(names, ("q", "cos", "sin"), strict=False))
-        roles.update({name: name for name in names[3:] if name == "unsqueeze_dim"})  # else: no role, no contract
+        roles = dict(zip(names, first, strict=False))
+        if form == "one":  # its layout told by unsqueeze_dim, where it takes one; any other parameter: no role
+            roles.update({name: name for name in names[3:] if name == "unsqueeze_dim"})
         return Recognised(variant, roles)
     return None
 
 
-def _variant(fn: Callable, one_tensor: bool) -> str | None:
+def _variant(fn: Callable, form: str) -> str | None:
     import torch
 
     q, k, angles = _probe()
@@ -199,7 +222,7 @@ def _variant(fn: Callable, one_tensor: bool) -> str | None:
         (torch.repeat_interleave(angles, 2, dim=-1), ("rope_interleaved",), False),
     )
     for theta, variants, may_refuse in trials:
-        got = _answer(fn, q, k, theta, one_tensor)
+        got = _answer(fn, q, k, theta, form)
         if got is None:
             if may_refuse:
                 continue
@@ -363,7 +386,8 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
     """rope(q, k, cos, sin, unsqueeze_dim=1) -> (q_embed, k_embed) with the plan's kernel (checked by
     `check_plan`). `unsqueeze_dim` 1: q and k of (batch, heads, seq, head_dim), what most HF callers pass; 2: of
     (batch, seq, heads, head_dim) (cos and sin broadcast over the heads either way). Without k it rotates q
-    alone and returns its output (a function of one tensor: the same launch with k of no heads)."""
+    alone and returns its output (a function of one tensor: the same launch with k of no heads); `x_seq_major`
+    is such a q of (batch, seq, heads, head_dim) (GPT-J's tensor)."""
     import torch
 
     # FMA contraction off: the HF functions round each product before the sum (torch's separate ops), and a fused
@@ -401,7 +425,9 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
                  "pass": d - r, "block_pass": next_pow2(max(d - r, 1))}  # fmt: skip
         return {n: exprs[v] if isinstance(v, str) else v for n, v in launches[index].constexprs.items()}
 
-    def rope(q, k=None, cos=None, sin=None, unsqueeze_dim: int = 1):
+    def rope(q=None, k=None, cos=None, sin=None, unsqueeze_dim: int = 1, x_seq_major=None):
+        if x_seq_major is not None:  # one tensor of (batch, seq, heads, dim) (GPT-J's): q's layout at unsqueeze_dim 2
+            return rope(x_seq_major, None, cos, sin, 2)
         if k is None:  # one tensor (Gemma 4's apply_rotary_pos_emb(x, cos, sin)): k of no heads, q's output alone
             if not isinstance(q, torch.Tensor) or q.dim() != 4:
                 raise ValueError(f"rope of one tensor takes x of 4 dims, got {getattr(q, 'shape', type(q))}")
@@ -444,7 +470,9 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
 
 make_forward = make_op  # a function target's wrapper is the op itself (services.core.kernels.candidate_wrapper)
 
-ENTRY_PARAMS = ("q", "k", "cos", "sin", "unsqueeze_dim")
+ENTRY_PARAMS = ("q", "k", "cos", "sin", "unsqueeze_dim", "x_seq_major")
+# what a function of one tensor's parameters may be, in order (services.ops.rotary.FORMS)
+ONE_TENSOR_ENTRIES = (["q", "cos", "sin"], ["q", "cos", "sin", "unsqueeze_dim"], ["x_seq_major", "sin", "cos"])
 
 
 def function_contract(target: str, params, roles: Mapping[str, str] | None = None) -> pb.Contract | None:
@@ -454,12 +482,12 @@ def function_contract(target: str, params, roles: Mapping[str, str] | None = Non
     params = list(params)
     if roles:
         entry = [roles.get(name, "") for name in params]
-        if not all(entry) or entry[:3] != ["q", "cos", "sin"] or entry[3:] not in ([], ["unsqueeze_dim"]):
+        if entry not in ONE_TENSOR_ENTRIES:
             return None
-    elif not 4 <= len(params) <= len(ENTRY_PARAMS):
+    elif not 4 <= len(params) <= 5:
         return None
     else:
-        entry = list(ENTRY_PARAMS[: len(params)])
+        entry = list(ENTRY_PARAMS[: len(params)])  # (q, k, cos, sin[, unsqueeze_dim])
     return pb.Contract(
         kind=KIND, target=target, entrypoint=ENTRYPOINT, inputs=params, entry_inputs=entry if params != entry else []
     )
@@ -468,7 +496,7 @@ def function_contract(target: str, params, roles: Mapping[str, str] | None = Non
 def one_tensor(contract: pb.Contract) -> bool:
     """Whether a function contract's function rotates one tensor (its entry names no k)."""
     entry = list(contract.entry_inputs) or list(contract.inputs)
-    return "q" in entry and "k" not in entry
+    return entry in ONE_TENSOR_ENTRIES
 
 
 def heads_major(shape, cos_shape) -> tuple[int, ...]:

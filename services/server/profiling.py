@@ -184,8 +184,8 @@ class ModuleProfiler:
         total_us = s.host_us + sum(a.elapsed_time(b) * 1e3 for a, b in s.events)
         dominant = s.shapes.most_common(1)[0][0] if s.shapes else ()
         second, third = s.second_shapes.get(dominant, ()), s.third_shapes.get(dominant, ())
-        if found.roles:  # one tensor, (x, cos, sin): no k, and cos its second operand
-            second, third = (), second
+        if found.roles:  # one tensor: no k, and cos its second operand ((x, cos, sin)) or its third ((x, sin, cos))
+            second, third = (), second if list(found.roles.values()).index("cos") == 1 else third
         return pb.ModuleClassProfile(
             computes=found.variant,
             roles=found.roles,

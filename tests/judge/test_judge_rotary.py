@@ -23,6 +23,7 @@ GLM = "transformers.models.glm.modeling_glm.apply_rotary_pos_emb"
 NEOX = "transformers.models.gpt_neox.modeling_gpt_neox.apply_rotary_pos_emb"
 GEMMA4 = "transformers.models.gemma4.modeling_gemma4.apply_rotary_pos_emb"
 GPT_OSS = "transformers.models.gpt_oss.modeling_gpt_oss.apply_rotary_pos_emb"
+GPTJ = "transformers.models.gptj.modeling_gptj.apply_rotary_pos_emb"
 
 
 def _captured(target: str, variant: str, dtype: str = "torch.bfloat16", cos=(1, 5, 16)) -> pb.ProfileCaptured:
@@ -186,3 +187,28 @@ async def test_gpt_oss_rope_is_judged_with_one_angle_a_pair():
     assert all(c.cos.shape[-1] == 8 and c.shape[-1] == 16 for c in draw_rope_cases(spec, "rope_half_angles", seed=1))
     rejected = await _judge(GPT_OSS, "rope_half_angles", "rope_half", cos=(1, 5, 8))
     assert rejected.reward == -1 and "do not fit together" in rejected.reason, rejected.reason
+
+
+async def test_gpt_j_rope_is_judged_on_one_seq_major_tensor():
+    """GPT-J's apply_rotary_pos_emb(tensor, sin, cos) rotates one (batch, seq, heads, dim) tensor by one angle a pair:
+    the judge calls it so (by its own parameter names) and the op as the binder does (x_seq_major, sin, cos); its
+    kernel passes, the half layout's is rejected for its answers."""
+    captured = _captured(GPTJ, "rope_pairs_angles", cos=(1, 5, 8))
+    profile = captured.observed.modules[0]
+    profile.roles.update({"tensor": "x_seq_major", "sin": "sin", "cos": "cos"})
+    profile.input_shape[:] = [1, 5, 4, 16]  # seq-major, as GPT-J passes it
+    contract = rotary.function_contract(GPTJ, profile.introspection.forward_params, profile.roles)
+
+    async def judged(variant: str):
+        prior = log_of(captured, _proposal(captured, template.search_configs(variant)[0], contract))
+        [verdict] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
+        return verdict
+
+    passed = await judged("rope_pairs_angles")
+    assert passed.reward == 1, passed.reason
+    assert passed.observed.correctness.shapes[0] == "1x4x5x16"
+    assert "rope(x_seq_major, sin, cos) = the function's parameters" in passed.observed.contract.checks
+    rejected = await judged("rope_half_angles")
+    assert rejected.reward == -1 and rejected.reason.startswith("correctness failed: outside-tolerance"), (
+        rejected.reason
+    )

@@ -231,7 +231,8 @@ def test_a_probed_profile_is_decided_by_what_its_forward_computes(profile_of):
 def test_a_reason_names_the_writable_variants_of_its_schema():
     """A reason re-derives in the words of its schema: gated MLPs and RoPE named since 5, the residual norm and the
     plain MLP since 6, OLMo2's RMSNorm (its weight in fp32) since 7, the partial RoPE functions since 8, Nemotron's
-    relu² and LayerNorm1P since 9, GPT-OSS's RoPE of one angle a pair and the exact-GELU gated MLP since 10."""
+    relu² and LayerNorm1P since 9, GPT-OSS's and GPT-J's RoPE of one angle a pair and the exact-GELU gated MLP
+    since 10."""
     at = {v: domain.writable_variants(v) for v in (4, 5, 6, 7, 8, 9, 10)}
     assert "swiglu" not in at[4] and "swiglu" in at[5] and "add_rmsnorm" not in at[5] and "add_rmsnorm" in at[6]
     new = {"rmsnorm_fp32_weight", "add_rmsnorm_fp32_weight"}
@@ -242,6 +243,6 @@ def test_a_reason_names_the_writable_variants_of_its_schema():
     nemotron = {"mlp_relu2", "layernorm_offset", "add_layernorm_offset"}
     assert not nemotron & set(at[8]) and [v for v in at[9] if v not in nemotron] == list(at[8])
     assert nemotron <= set(at[9])
-    since_10 = {"rope_half_angles", "geglu"}
+    since_10 = {"rope_half_angles", "rope_pairs_angles", "geglu"}
     assert not since_10 & set(at[9]) and [v for v in at[10] if v not in since_10] == list(at[9])
     assert since_10 <= set(at[10])

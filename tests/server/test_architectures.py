@@ -237,8 +237,10 @@ GPTJ_SIZES = dict(hidden_size=None, intermediate_size=None, num_hidden_layers=No
         # OLMoE: its experts are no MLP these families write (recorded as nothing); its layer and norms are
         (_config("OlmoeConfig", num_experts=4, num_experts_per_tok=2),
          {"OlmoeRMSNorm": "rmsnorm", "OlmoeDecoderLayer": "add_rmsnorm", ROPE_FN: "rope_half"}),
-        # GPT-J: a parallel block; its RoPE function rotates one tensor, taking (x, sin, cos): not this family's
-        (_config("GPTJConfig", **GPTJ_SIZES), {"LayerNorm": "layernorm", "GPTJMLP": "mlp_gelu_tanh"}),
+        # GPT-J: a parallel block; its RoPE function rotates one seq-major tensor (the rotary dims sliced off each
+        # head), taking (tensor, sin, cos) of one angle a pair over (even, odd) pairs
+        (_config("GPTJConfig", **GPTJ_SIZES), {"LayerNorm": "layernorm", "GPTJMLP": "mlp_gelu_tanh",
+                                               ROPE_FN: "rope_pairs_angles"}),
         # GPT-OSS: RoPE with cos and sin of one angle a pair (half the head wide); its experts are no MLP written
         # its layer's MLP answers (output, router scores), the layer keeping the output: its add still fuses
         (_config("GptOssConfig"), {"GptOssRMSNorm": "rmsnorm", "GptOssDecoderLayer": "add_rmsnorm",

@@ -11,7 +11,8 @@ ops do (x1·c - x2·s and x2·c + x1·s over the two halves); `rope_interleaved`
 (even, odd) pairs and casts once; the partial variants rotate the first R dims (cos's width) and copy the rest of
 the head: `rope_half_partial` (GPT-NeoX) over the two halves of those R dims as `rope_half` does, `rope_pairs_partial`
 (GLM) over (even, odd) pairs, pair j by the half layout's angle j, rounding as `rope_half` does; `rope_half_angles`
-(GPT-OSS) as `rope_half`, with cos and sin of one angle a pair (half the head wide).
+(GPT-OSS) as `rope_half`, with cos and sin of one angle a pair (half the head wide); `rope_pairs_angles` (GPT-J)
+as GLM's pairs over the whole head, with cos and sin of one angle a pair.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ KERNELS = {
     "rope_half_partial": "_rope_half_partial_kernel",
     "rope_pairs_partial": "_rope_pairs_partial_kernel",
     "rope_half_angles": "_rope_half_angles_kernel",
+    "rope_pairs_angles": "_rope_pairs_angles_kernel",
 }
 # (warps, heads a tile, together[, positions]) in the order tried. A program rotates one position's heads as
 # [heads, head_dim / 2] tiles, `heads` at a time (0: all of a tensor's heads in one tile, q's and k's each a power
@@ -365,6 +367,7 @@ _PARTS = {  # variant: (x's loads, the angles' loads, the rotation and stores, t
     "rope_half_partial": (_HALF_LOAD + _PASS_LOAD, _HALF_ANGLES, _HALF_ROTATE + _PASS_STORE, _PASS),
     "rope_pairs_partial": (_PAIRS_LOAD + _PASS_LOAD, _PAIRS_OF_HALF_ANGLES, _PAIRS_ROUNDED_ROTATE + _PASS_STORE, _PASS),
     "rope_half_angles": (_HALF_LOAD, _HALF_OF_ANGLES, _HALF_ROTATE, ("", "")),
+    "rope_pairs_angles": (_PAIRS_LOAD, _PAIRS_OF_HALF_ANGLES, _PAIRS_ROUNDED_ROTATE, ("", "")),
 }
 
 
