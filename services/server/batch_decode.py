@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from services.server.hotswap import first_forward, forwards_version
+from services.server.models import error_line
 from services.server.slot_cache import SlotIndex, slot_cache
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # step sizes captured as graphs; a step runs the smallest that fits
@@ -229,7 +230,7 @@ def lane_refusal(decoder: SlotDecoder) -> str | None:
         if not decoder.graphs:
             decoder.step({slot: 0})
     except Exception as exc:  # any architecture's own error: the lane is off, the solo lane serves
-        return f"the model does not decode over slots ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        return f"the model does not decode over slots ({error_line(exc, 200)})"
     finally:
         decoder.release(slot)
     return None

@@ -30,7 +30,7 @@ from services.server.batching import END, Batcher, Request
 from services.server.calibrate import calibrate
 from services.server.hotswap import SwapHandle, apply_swap, first_forward
 from services.server.introspection import dtype_name, instances_of, introspect_module
-from services.server.models import LoadedModel
+from services.server.models import LoadedModel, error_line
 from services.server.profiling import ModuleProfiler
 from services.server.sampling import GREEDY, Sampling, choose, generator
 from services.server.slot_cache import slot_cache_problem
@@ -133,8 +133,7 @@ class Engine:
         try:
             self.decode([0, 0], 2)
         except Exception as exc:  # any architecture's own error
-            first = str(exc).splitlines()[0][:200] if str(exc) else ""
-            return f"{self.loaded.name} does not decode over a dynamic cache here ({type(exc).__name__}: {first})"
+            return f"{self.loaded.name} does not decode over a dynamic cache here ({error_line(exc, 200)})"
         return None
 
     # ------------------------------------------------------------------ exclusive access

@@ -9,6 +9,12 @@ from dataclasses import dataclass
 from services.server.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 
 
+def error_line(exc: BaseException, limit: int | None = None) -> str:
+    """A model's own error in one line: its type and the first line of its message (cut at `limit` characters)."""
+    lines = str(exc).splitlines()
+    return f"{type(exc).__name__}: {(lines[0] if lines else '')[:limit]}"
+
+
 class UnknownModel(ValueError):
     """The model name is neither a preset nor a checkpoint available locally."""
 
@@ -315,7 +321,7 @@ def _load_local(name: str, device: str) -> LoadedModel:
         presets = ", ".join(PRESETS)
         raise UnknownModel(
             f"unknown model {name!r}: not a preset ({presets}), not a local directory, and not in the local "
-            f"Hugging Face cache ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            f"Hugging Face cache ({error_line(exc)})"
         ) from exc
     model.to(device)
     model.eval()

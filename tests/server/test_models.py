@@ -114,3 +114,14 @@ def test_a_causal_checkpoint_missing_its_head_is_refused(tmp_path):
     path.write_text(path.read_text().replace('"Qwen2Model"', '"Qwen2ForCausalLM"'))
     with pytest.raises(UnservableModel, match="lm_head.weight"):
         load_model(str(tmp_path / "headless"), "cpu")
+
+
+def test_a_models_error_is_one_line_even_without_a_message():
+    """What the load probes (a lane that cannot take the model, a model that cannot decode) and an unknown model's
+    refusal say of the model's own error: its type and its message's first line, cut where asked; an error with no
+    message is its type alone (the lane probe's own formatting raised IndexError on one, failing the load)."""
+    from services.server.models import error_line
+
+    assert error_line(ValueError("too many values\nTraceback follows")) == "ValueError: too many values"
+    assert error_line(RuntimeError("x" * 300), 200) == "RuntimeError: " + "x" * 200
+    assert error_line(IndexError()) == "IndexError: "
