@@ -128,12 +128,13 @@ def _probe():
     return q, k, angles
 
 
-# How a RoPE function is called: (q, k, cos, sin); one tensor (x, cos, sin), heads-major, for q then k (Gemma 4's);
-# one tensor (x, sin, cos), seq-major, for q then k (GPT-J's). Each: (least parameters, the roles of the first ones).
+# How a RoPE function is called: (q, k, cos, sin); one tensor (x, cos, sin), heads-major, for q then k (Gemma 4's),
+# its layout told by an unsqueeze_dim where it takes one; one tensor (x, sin, cos), seq-major, for q then k (GPT-J's).
+# Each: (least parameters, the roles of the first ones, the parameters it may take after them, by name).
 FORMS = {
-    "two": (4, ()),
-    "one": (3, ("q", "cos", "sin")),
-    "one_seq_major": (3, ("x_seq_major", "sin", "cos")),
+    "two": (4, (), ()),
+    "one": (3, ("q", "cos", "sin"), ("unsqueeze_dim",)),
+    "one_seq_major": (3, ("x_seq_major", "sin", "cos"), ()),
 }
 
 
@@ -195,7 +196,7 @@ def recognise_rope(fn: Callable) -> Recognised | None:
     if params is None:
         return None
     required = [p for p in params if p.default is p.empty]
-    for form, (least, first) in FORMS.items():
+    for form, (least, first, then) in FORMS.items():
         if len(params) < least or len(required) > least:
             continue
         variant = _variant(fn, form)
@@ -203,8 +204,7 @@ def recognise_rope(fn: Callable) -> Recognised | None:
             continue
         names = [p.name for p in params]
         roles = dict(zip(names, first, strict=False))
-        if form == "one":  # its layout told by unsqueeze_dim, where it takes one; any other parameter: no role
-            roles.update({name: name for name in names[3:] if name == "unsqueeze_dim"})
+        roles.update({name: name for name in names[len(first) :] if name in then})  # any other: no role, no contract
         return Recognised(variant, roles)
     return None
 
@@ -471,8 +471,10 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
 make_forward = make_op  # a function target's wrapper is the op itself (services.core.kernels.candidate_wrapper)
 
 ENTRY_PARAMS = ("q", "k", "cos", "sin", "unsqueeze_dim", "x_seq_major")
-# what a function of one tensor's parameters may be, in order (services.ops.rotary.FORMS)
-ONE_TENSOR_ENTRIES = (["q", "cos", "sin"], ["q", "cos", "sin", "unsqueeze_dim"], ["x_seq_major", "sin", "cos"])
+# what a function of one tensor's parameters may be, in order: a form's first roles, then what it may take after
+ONE_TENSOR_ENTRIES = tuple(
+    [*first, *then[:n]] for _, first, then in FORMS.values() if first for n in range(len(then) + 1)
+)
 
 
 def function_contract(target: str, params, roles: Mapping[str, str] | None = None) -> pb.Contract | None:
