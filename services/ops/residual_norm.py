@@ -59,7 +59,7 @@ def rows_per_program(plan: pb.LaunchPlan) -> set[int]:
 # ---------------------------------------------------------------- what a layer computes
 
 
-def _standins(mlp_pair: bool = False, attention_pair: bool = True):
+def _standins(attention_pair: bool = True, mlp_pair: bool = False):
     """A recording attention (returns (output, None), as HF attentions do, or without `attention_pair` a tensor, as
     a linear attention does: Qwen3-Next's) and a recording MLP (a tensor, or with `mlp_pair` (output, None), as a
     mixture of experts returning its router's scores beside it does: GPT-OSS's)."""
@@ -117,8 +117,7 @@ def _traced(layer, attention: str, mlp: str, norms, probe, pairs: tuple[bool, bo
     gave ({"norms": {name: (input, output)}, "attention"/"mlp": (input, output), "out": the layer's output})."""
     import torch
 
-    attention_pair, mlp_pair = pairs
-    att, mlp_standin = _standins(mlp_pair, attention_pair)
+    att, mlp_standin = _standins(*pairs)
     saved = {attention: layer._modules[attention], mlp: layer._modules[mlp]}
     seen: dict[str, list] = {}
     handles = []
