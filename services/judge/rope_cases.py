@@ -161,18 +161,21 @@ def flat(pair) -> torch.Tensor:
 
 def one_tensor_form(fn: Callable, contract, ours: bool = False) -> Callable:
     """`fn` called as the judge calls every rotary op, (q, k, cos, sin) on heads-major q and k, where the contract's
-    function rotates one tensor: q alone (the cases' k has no heads), by the roles the contract maps — the live
-    function by its own parameter names, ours (the family's wrapper) by its own, as the server's binder calls it; a
-    seq-major tensor (GPT-J's) passed as (batch, seq, heads, dim) and its answer viewed back heads-major. Any other
-    contract's function is `fn` itself."""
+    function rotates one tensor: q alone (the cases' k has no heads), by the function's own parameter names — the
+    live function directly, ours (the family's wrapper) through the binder the server calls it with
+    (services.core.kernels.bind); a seq-major tensor (GPT-J's) passed as (batch, seq, heads, dim) and its answer
+    viewed back heads-major. Any other contract's function is `fn` itself."""
     if not rotary.one_tensor(contract):
         return fn
+    from services.core.kernels import bind
+
     entry = list(contract.entry_inputs) or list(contract.inputs)
-    names = entry if ours else list(contract.inputs)
+    served = bind(contract, fn) if ours else lambda _site, _args, named: fn(**named)
 
     def call(q, k, cos, sin):
         values = {"q": q, "x_seq_major": q.transpose(1, 2), "cos": cos, "sin": sin}
-        out = fn(**{name: values[role] for name, role in zip(names, entry, strict=True) if role in values})
+        named = {name: values[role] for name, role in zip(contract.inputs, entry, strict=True) if role in values}
+        out = served(None, (), named)  # a function contract binds nothing: no module to read
         return out.transpose(1, 2) if "x_seq_major" in entry else out
 
     return call
