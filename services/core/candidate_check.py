@@ -1,14 +1,15 @@
-"""Is a candidate data we may run? The kernel schema and the op family's plan check, in one verdict.
+"""Is a candidate data we may run? The kernel schema, the op family's plan check and the dataflow check, in one
+verdict.
 
 Pure and shared: the judge runs it before anything else, the server again before it loads a kernel.
 A candidate is kernel source (services.core.kernel_schema) plus a launch plan its op family checks
-(services.ops); one recorded before candidates became data has no plan and is refused: its host
-code would have to run to use it.
+(services.ops), each launch's values flowing only where they may (services.core.kernel_dataflow); one
+recorded before candidates became data has no plan and is refused: its host code would have to run to use it.
 """
 
 from __future__ import annotations
 
-from services.core import kernel_schema
+from services.core import kernel_dataflow, kernel_schema
 from services.core.pb import events_pb2 as pb
 from services.ops import UnknownFamily, family
 
@@ -32,10 +33,14 @@ def check_candidate(source: str, plan: pb.LaunchPlan) -> pb.StaticEvidence:
         )
     elif report.passed:
         try:
-            findings.extend(family(plan.family).check_plan(plan, report.kernels))
+            fam = family(plan.family)
         except UnknownFamily as exc:
             findings.append(pb.Finding(rule_id="launch-plan", reason=str(exc)))
-    checked = [*report.rules_checked, *FORMAT_RULES]
+        else:
+            findings.extend(fam.check_plan(plan, report.kernels))
+            if not findings:  # the plan fits: now where each launch's values flow, for every input
+                findings.extend(kernel_dataflow.check_plan(source, plan, fam.ARG_ROLES))
+    checked = [*report.rules_checked, *FORMAT_RULES, *kernel_dataflow.RULES]
     return pb.StaticEvidence(passed=not findings, findings=findings, rules_checked=checked)
 
 

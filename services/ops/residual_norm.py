@@ -47,6 +47,7 @@ PARAM_KINDS = {"hidden_states": "tensor", **{role: "module" for role in ROLES}}
 # Runtime arguments a kernel may take: the norm family's, with the residual `r` read beside x and the sum `s`
 # written beside y (both rows of cols, contiguous like x and y).
 ARGS = (*row_reduction.ARGS, "r", "s")
+ARG_ROLES = {**row_reduction.ARG_ROLES, "r": "input", "s": "output"}  # the residual read, the sum written
 MAX_BLOCK = row_reduction.MAX_BLOCK
 READS_PER_WRITE = 1  # two rows read (x, r), two written (y, s): a copy's mix
 PROBE_SHAPE = (1, 3)  # batch, positions of the recognition probe

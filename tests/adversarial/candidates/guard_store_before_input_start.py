@@ -6,8 +6,8 @@ cover either (the input itself is unchanged). Canary bytes before every tensor o
 """
 
 # pattern: a store before the input's start
-# layer: correctness
-# rule: guard-bytes
+# layer: static
+# rule: writes-input
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

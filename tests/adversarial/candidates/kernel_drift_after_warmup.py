@@ -9,8 +9,8 @@ re-check after the timing calls: rule drift).
 """
 
 # pattern: correct-then-drifting state kept in memory past a tensor's end
-# layer: correctness
-# rule: guard-bytes
+# layer: static
+# rule: value-branch
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

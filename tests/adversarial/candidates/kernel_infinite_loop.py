@@ -6,8 +6,8 @@ the child's process group with SIGKILL when its time runs out.
 """
 
 # pattern: an infinite loop
-# layer: sandbox
-# rule: timeout
+# layer: static
+# rule: unbounded-loop
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

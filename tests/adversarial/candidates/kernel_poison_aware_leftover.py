@@ -7,8 +7,8 @@ filled with a finite pattern instead, and the two answers differ.
 """
 
 # pattern: uninitialised memory, by a candidate that knows the judge poisons with NaN
-# layer: correctness
-# rule: nondeterministic
+# layer: static
+# rule: reads-output
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

@@ -6,8 +6,8 @@ them, and skips the weight multiply on real traffic. The judge draws fresh cases
 """
 
 # pattern: seed-specialised fast path, decided inside the kernel where no static check can see it
-# layer: correctness
-# rule: outside-tolerance
+# layer: static
+# rule: value-branch
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

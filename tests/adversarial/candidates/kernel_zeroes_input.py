@@ -7,8 +7,8 @@ before the child existed).
 """
 
 # pattern: zeroing inputs so the reference also returns zeros (kernel-only source: nothing for a schema to see)
-# layer: correctness
-# rule: modified-input
+# layer: static
+# rule: writes-input
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

@@ -5,8 +5,8 @@ zeros and match exactly. The child compares the weight bit for bit with a CPU co
 """
 
 # pattern: zeroing the shared module state so the reference agrees with a do-nothing kernel
-# layer: correctness
-# rule: modified-weights
+# layer: static
+# rule: writes-input
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

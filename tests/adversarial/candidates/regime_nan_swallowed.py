@@ -6,8 +6,8 @@ draws non-finite inputs and requires NaN/Inf wherever the module's own output ha
 """
 
 # pattern: NaN inputs swallowed to 0
-# layer: correctness
-# rule: missing-nonfinite
+# layer: static
+# rule: value-branch
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

@@ -1,0 +1,438 @@
+"""Where a kernel's values come from and where they go: a dataflow check of candidate kernel bodies.
+
+The kernel schema (services.core.kernel_schema) says which constructs a kernel may use; this says how values may
+flow between them, for one launch of a plan (which fixes what each runtime parameter is: an input tensor, an
+output, a shape, a stride, a scalar). A kernel that is wrong only on some inputs has to decide *somewhere* that an
+input is one of those: by branching on what it loaded, masking with it, addressing with it, looping on it, or by
+reading what it wrote last time. Tests can only sample inputs; this closes those doors for every input:
+
+- values loaded from memory (and runtime scalars such as eps) flow into arithmetic and stores, never into a
+  branch, a loop bound, a mask, an address or a `tl.where` condition (`value-branch`, `value-address`);
+- an address is a tensor argument of the plan plus an offset built from program ids, ranges, loop variables,
+  shape arguments, strides and constexprs; a pointer is never compared, multiplied, cast or turned into an int
+  (under the interpreter `int()` of a pointer is a raw address of the process) (`pointer-origin`);
+- loads read inputs only and stores write outputs only, unless the family declares a tensor in-place
+  (`reads-output`: an output buffer read as a cache; `writes-input`: a residual stream or a weight changed);
+- every loop is a `for` over `range`/`tl.range`/`tl.static_range` of shape arguments with a positive step that
+  cannot be zero (a literal, a constexpr, the program count): it ends on every input (`unbounded-loop`).
+
+Abstract interpretation over the AST: each name holds a taint (loaded data or not; which tensor arguments it may
+point into), joined over branches and iterated to a fixed point over loops; a call of another kernel of the source
+is followed with its arguments' taints. Pure and stdlib-only: the judge and the server both run it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from services.core.pb import events_pb2 as pb
+
+RULES: dict[str, str] = {
+    "value-branch": "loaded values never decide a branch, a loop, a mask or a tl.where condition",
+    "value-address": "loaded values never become part of an address",
+    "pointer-origin": "an address is a tensor argument plus an index offset; pointers are never compared, cast or "
+    "turned into numbers",
+    "reads-output": "a kernel loads only its inputs (an output is not a cache), unless the family declares it in-place",
+    "writes-input": "a kernel stores only to its outputs, never to an input or a weight",
+    "unbounded-loop": "every loop is a for over range/tl.range/tl.static_range of shape arguments with a positive "
+    "constant, constexpr or program-count step",
+}
+
+# What a plan's runtime argument is, as its op family declares it (`ARG_ROLES` in each family).
+INPUT, OUTPUT, INPLACE, SHAPE, STRIDE, SCALAR = "input", "output", "inplace", "shape", "stride", "scalar"
+ROLES = (INPUT, OUTPUT, INPLACE, SHAPE, STRIDE, SCALAR)
+
+_LOOPS = ("range", "tl.range", "tl.static_range")
+# Calls that only reshape or annotate: a pointer block passes through them as a pointer block.
+_POINTER_SHAPING = frozenset(
+    "tl.reshape tl.view tl.broadcast_to tl.broadcast tl.expand_dims tl.trans tl.permute tl.multiple_of "
+    "tl.max_contiguous tl.max_constancy reshape view broadcast_to expand_dims trans permute ravel".split()
+)
+# Attributes that are types or static shapes, whatever they are read from.
+_STATIC_ATTRS = frozenset({"dtype", "element_ty", "shape"})
+_MAX_DEPTH = 8  # kernels calling kernels: Triton inlines them, none recurses
+_MAX_LOOP_PASSES = 8
+
+
+@dataclass(frozen=True)
+class Taint:
+    data: bool = False  # derived from loaded memory or a runtime scalar
+    points: frozenset[str] = frozenset()  # the plan arguments (tensors) this may address
+    # data whose zero crossings may have moved from the loaded values' (a constant added, a function applied):
+    # its sign no longer tells the loaded values' signs, so a sign test of it is a threshold (see `_sign_test`)
+    shifted: bool = False
+
+    def __or__(self, other: Taint) -> Taint:
+        return Taint(self.data or other.data, self.points | other.points, self.shifted or other.shifted)
+
+    def moved(self) -> Taint:
+        return Taint(self.data, self.points, self.data)
+
+    @property
+    def pointer(self) -> bool:
+        return bool(self.points)
+
+
+INDEX = Taint()
+DATA = Taint(data=True)
+
+
+def _join(taints) -> Taint:
+    out = INDEX
+    for t in taints:
+        out = out | t
+    return out
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else ""
+    return ""
+
+
+@dataclass
+class _Context:
+    kernels: Mapping[str, ast.FunctionDef]
+    readable: frozenset[str]
+    writable: frozenset[str]
+    positive: frozenset[str]  # constexpr parameters of the launched kernel whose value is known positive
+    findings: dict[tuple[str, int], str] = field(default_factory=dict)
+    returns: list[Taint] = field(default_factory=list)
+
+    def add(self, rule: str, reason: str, node: ast.AST) -> None:
+        self.findings.setdefault((rule, getattr(node, "lineno", 0)), reason)
+
+
+class _Kernel:
+    """One kernel body under one binding of its parameters' taints."""
+
+    def __init__(self, ctx: _Context, fn: ast.FunctionDef, env: dict[str, Taint], depth: int, positive: frozenset):
+        self.ctx, self.fn, self.env, self.depth = ctx, fn, env, depth
+        self.positive = positive  # names known to hold a positive constant (constexprs given positive values)
+        self.returns: list[Taint] = []
+
+    # ------------------------------------------------------------------ statements
+
+    def run(self) -> Taint:
+        self.block(self.fn.body)
+        return _join(self.returns)
+
+    def block(self, body: list[ast.stmt]) -> None:
+        for stmt in body:
+            self.stmt(stmt)
+
+    def stmt(self, s: ast.stmt) -> None:
+        if isinstance(s, ast.Assign):
+            value = self.expr(s.value)
+            for target in s.targets:
+                self.assign(target, s.value, value)
+        elif isinstance(s, ast.AnnAssign):
+            if s.value is not None:
+                self.assign(s.target, s.value, self.expr(s.value))
+        elif isinstance(s, ast.AugAssign):
+            self.assign(s.target, None, self.binop(s.op, self.expr(s.target), self.expr(s.value), s))
+        elif isinstance(s, ast.Expr):
+            self.expr(s.value)
+        elif isinstance(s, ast.Return):
+            self.returns.append(self.expr(s.value) if s.value is not None else INDEX)
+        elif isinstance(s, ast.If):
+            self.test(s.test, "an if")
+            before = dict(self.env)
+            self.block(s.body)
+            taken = self.env
+            self.env = dict(before)
+            self.block(s.orelse)
+            self.env = _merge(taken, self.env)
+        elif isinstance(s, ast.For):
+            self.for_loop(s)
+        elif isinstance(s, ast.While):
+            self.ctx.add(
+                "unbounded-loop",
+                "a while loop: nothing proves it ends on every input (use a for over range of shape arguments)",
+                s,
+            )
+            self.test(s.test, "a while")
+            self.loop_body(s.body + s.orelse)
+        # pass, break, continue: no flow of values
+
+    def assign(self, target: ast.expr, value_node: ast.expr | None, value: Taint) -> None:
+        if isinstance(target, ast.Name):
+            self.env[target.id] = value
+        elif isinstance(target, ast.Tuple | ast.List):
+            # `a, b = x, y` keeps each its own taint; any other unpacking gives each part the whole value's
+            parts = value_node.elts if isinstance(value_node, ast.Tuple | ast.List) else None
+            if parts is not None and len(parts) == len(target.elts):
+                for t, v in zip(target.elts, parts, strict=True):
+                    self.assign(t, v, self.expr(v))
+            else:
+                for t in target.elts:
+                    self.assign(t, None, value)
+        # subscripts and attributes as targets are refused by the kernel schema
+
+    def for_loop(self, s: ast.For) -> None:
+        it = s.iter
+        name = _dotted(it.func) if isinstance(it, ast.Call) else ""
+        if name not in _LOOPS:
+            self.ctx.add("unbounded-loop", "a for loop must run over range, tl.range or tl.static_range", s)
+            bound = self.expr(it)
+        else:
+            args = list(it.args)
+            bound = _join(self.expr(a) for a in args)
+            for a in args:
+                t = self.expr(a)
+                if t.data:
+                    self.ctx.add("value-branch", "a loop bound depends on loaded values", a)
+                if t.pointer:
+                    self.ctx.add("pointer-origin", "a pointer is used as a loop bound", a)
+            if len(args) >= 3 and not self.positive_step(args[2]):
+                self.ctx.add(
+                    "unbounded-loop",
+                    "a loop step must be a positive literal, a constexpr given a positive value, or the program "
+                    "count: a step that can be zero never ends",
+                    args[2],
+                )
+        self.assign(s.target, None, Taint(data=bound.data))
+        self.loop_body(s.body + s.orelse)
+
+    def loop_body(self, body: list[ast.stmt]) -> None:
+        """Run the body until the names it changes stop changing (a value can flow from one iteration to the
+        next: a loop-carried pointer or accumulator); the names after it are the join of 0..n iterations."""
+        for _ in range(_MAX_LOOP_PASSES):
+            before = dict(self.env)
+            self.block(body)
+            self.env = _merge(before, self.env)
+            if self.env == before:
+                return
+
+    def positive_step(self, node: ast.expr) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, int) and not isinstance(node.value, bool) and node.value > 0
+        if isinstance(node, ast.Name):
+            return node.id in self.positive
+        if isinstance(node, ast.Call):
+            return _dotted(node.func) == "tl.num_programs"
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            return self.positive_step(node.left) and self.positive_step(node.right)
+        return False
+
+    def test(self, node: ast.expr, what: str) -> None:
+        t = self.expr(node)
+        if t.data:
+            self.ctx.add("value-branch", f"{what} decides on loaded values: a kernel may not branch on its data", node)
+        if t.pointer:
+            self.ctx.add("pointer-origin", f"{what} decides on a pointer", node)
+
+    def sign_test(self, node: ast.expr) -> bool:
+        """Whether `node` compares loaded values, scaled but not shifted, with zero: a sign split such as an
+        activation's `tl.where(x < 0, 0, x)` or tanh's sign, which holds on every input. Any other comparison of
+        data (`x - 3.7 < 0`, `x == x`, a band) is a threshold only some inputs cross."""
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1):
+            return False
+        if not isinstance(node.ops[0], ast.Lt | ast.LtE | ast.Gt | ast.GtE):
+            return False
+        sides = (node.left, node.comparators[0])
+        zero = [isinstance(e, ast.Constant) and type(e.value) in (int, float) and e.value == 0 for e in sides]
+        if zero.count(True) != 1:
+            return False
+        other = self.expr(sides[zero.index(False)])
+        return not other.pointer and not other.shifted
+
+    # ------------------------------------------------------------------ expressions
+
+    def expr(self, node: ast.expr | None) -> Taint:
+        if node is None or isinstance(node, ast.Constant):
+            return INDEX
+        if isinstance(node, ast.Name):
+            return self.env.get(node.id, INDEX)  # tl, constants of the source, builtins: no data
+        if isinstance(node, ast.Attribute):
+            if node.attr in _STATIC_ATTRS or _dotted(node).startswith("tl."):
+                return INDEX
+            return self.expr(node.value)  # .T and the like: the same values
+        if isinstance(node, ast.BinOp):
+            return self.binop(node.op, self.expr(node.left), self.expr(node.right), node)
+        if isinstance(node, ast.UnaryOp):
+            value = self.expr(node.operand)
+            if value.pointer:
+                self.ctx.add("pointer-origin", "arithmetic on a pointer other than adding an offset", node)
+            return value
+        if isinstance(node, ast.BoolOp):
+            return _join(self.expr(v) for v in node.values)
+        if isinstance(node, ast.Compare):
+            parts = [self.expr(node.left), *(self.expr(c) for c in node.comparators)]
+            if any(p.pointer for p in parts):
+                self.ctx.add("pointer-origin", "a pointer is compared (its address is not the kernel's to read)", node)
+            return Taint(data=any(p.data for p in parts))
+        if isinstance(node, ast.IfExp):
+            self.test(node.test, "a conditional expression")
+            return self.expr(node.body) | self.expr(node.orelse)
+        if isinstance(node, ast.Subscript):
+            return self.expr(node.value) | Taint(data=self.expr(node.slice).data)
+        if isinstance(node, ast.Slice):
+            return _join(self.expr(p) for p in (node.lower, node.upper, node.step))
+        if isinstance(node, ast.Tuple | ast.List):
+            return _join(self.expr(e) for e in node.elts)
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        return _join(self.expr(c) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
+
+    def binop(self, op: ast.operator, left: Taint, right: Taint, node: ast.AST) -> Taint:
+        if left.pointer or right.pointer:
+            offset_only = isinstance(op, ast.Add | ast.Sub) and not (left.pointer and right.pointer)
+            if isinstance(op, ast.Sub) and right.pointer:
+                offset_only = False  # offset - pointer is no address of any tensor
+            if not offset_only:
+                self.ctx.add("pointer-origin", "arithmetic on a pointer other than adding an offset", node)
+        out = left | right
+        if isinstance(op, ast.Add | ast.Sub):  # data plus a constant, a shape, a constexpr: zero moved
+            return out.moved() if left.data != right.data else out
+        if not isinstance(op, ast.Mult | ast.Div):
+            return out.moved()  # %, //, powers, bit operations
+        return out
+
+    def call(self, node: ast.Call) -> Taint:
+        name = _dotted(node.func)
+        args = {i: a for i, a in enumerate(node.args)}
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        if name == "tl.load":
+            self.address(args.get(0, kw.get("pointer")), self.ctx.readable, "load", node)
+            self.mask(args.get(1, kw.get("mask")), node)
+            for other in (args.get(2), kw.get("other")):
+                self.expr(other)
+            return DATA
+        if name == "tl.store":
+            self.address(args.get(0, kw.get("pointer")), self.ctx.writable, "store", node)
+            self.expr(args.get(1, kw.get("value")))
+            self.mask(args.get(2, kw.get("mask")), node)
+            return INDEX
+        if name == "tl.where":
+            cond = args.get(0, kw.get("condition"))
+            if cond is not None and not self.sign_test(cond):
+                self.test(cond, "a tl.where condition")
+            picked = _join(self.expr(a) for a in [*node.args[1:], *(v for k, v in kw.items() if k != "condition")])
+            return picked.moved()
+        if name in ("tl.program_id", "tl.num_programs", "tl.arange"):
+            return INDEX
+        if name in self.ctx.kernels:
+            return self.inline(name, node)
+        method, receiver = "", INDEX
+        if isinstance(node.func, ast.Attribute) and not name.startswith("tl."):
+            method, receiver = node.func.attr, self.expr(node.func.value)  # a value's method: x.to(...)
+        values = [self.expr(a) for a in node.args] + [self.expr(v) for v in kw.values()]
+        everything = _join([receiver, *values])
+        if method != "to" and name != "tl.abs":
+            everything = everything.moved()  # a function of the data: where it crosses zero is its own
+        if everything.pointer and name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
+            what = f"`{name or method}`"
+            self.ctx.add(
+                "pointer-origin", f"{what} of a pointer: a pointer is only offset, loaded from or stored to", node
+            )
+            return Taint(data=True, shifted=True)  # a number now, and not one an address may be built from
+        return everything
+
+    def inline(self, name: str, node: ast.Call) -> Taint:
+        fn = self.ctx.kernels[name]
+        if self.depth >= _MAX_DEPTH:
+            self.ctx.add("unbounded-loop", f"kernels call each other more than {_MAX_DEPTH} deep", node)
+            return DATA
+        params = [p.arg for p in fn.args.args]
+        env = {p: INDEX for p in params}  # defaults are literals
+        positive = set()
+        for p, a in zip(params, node.args, strict=False):
+            env[p] = self.expr(a)
+            if self.positive_step(a):
+                positive.add(p)
+        for k in node.keywords:
+            if k.arg in env:
+                env[k.arg] = self.expr(k.value)
+                if self.positive_step(k.value):
+                    positive.add(k.arg)
+        return _Kernel(self.ctx, fn, env, self.depth + 1, frozenset(positive)).run()
+
+    def address(self, node: ast.expr | None, allowed: frozenset[str], verb: str, call: ast.Call) -> None:
+        if node is None:
+            return
+        t = self.expr(node)
+        if not t.pointer:
+            self.ctx.add("pointer-origin", f"a {verb} whose address is not built on a tensor argument", call)
+            return
+        if t.data:
+            self.ctx.add("value-address", f"a {verb} whose address depends on loaded values", call)
+        outside = sorted(t.points - allowed)
+        if outside:
+            if verb == "load":
+                self.ctx.add("reads-output", f"a load from an output of the plan ({', '.join(outside)})", call)
+            else:
+                self.ctx.add("writes-input", f"a store to an input of the plan ({', '.join(outside)})", call)
+
+    def mask(self, node: ast.expr | None, call: ast.Call) -> None:
+        if node is None:
+            return
+        t = self.expr(node)
+        if t.data:
+            self.ctx.add("value-branch", "a mask depends on loaded values: masks bound indices, not data", call)
+        if t.pointer:
+            self.ctx.add("pointer-origin", "a mask is computed from a pointer", call)
+
+
+def _merge(a: dict[str, Taint], b: dict[str, Taint]) -> dict[str, Taint]:
+    return {k: a.get(k, INDEX) | b.get(k, INDEX) for k in a.keys() | b.keys()}
+
+
+def _positive_constexpr(value: str) -> bool:
+    """A plan's constexpr value: an integer literal, or one of the family's expressions (block widths, counts:
+    always at least 1)."""
+    try:
+        return int(value) > 0
+    except ValueError:
+        return True
+
+
+def check_launch(
+    source: str, launch: pb.KernelLaunch, roles: Mapping[str, str], *, tree: ast.Module | None = None
+) -> list[pb.Finding]:
+    """Findings for one launch of a plan: its kernel run with each runtime parameter as the plan's argument
+    (`roles`: the family's role of each argument name). [] when every value flows where it may."""
+    tree = tree if tree is not None else ast.parse(source)
+    kernels = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef)}
+    fn = kernels.get(launch.kernel)
+    if fn is None:
+        return []  # the plan check reports it
+    params = [p.arg for p in fn.args.args]
+    constexprs = {p.arg for p in fn.args.args if p.annotation is not None}
+    runtime = [p for p in params if p not in constexprs]
+    env: dict[str, Taint] = dict.fromkeys(params, INDEX)
+    for param, arg in zip(runtime, launch.args, strict=False):
+        role = roles.get(arg, SCALAR)
+        if role in (INPUT, OUTPUT, INPLACE):
+            env[param] = Taint(points=frozenset({arg}))
+        elif role == SCALAR:
+            env[param] = DATA
+    given = dict(launch.constexprs)
+    positive = frozenset(p for p in constexprs if p in given and _positive_constexpr(given[p]))
+    readable = frozenset(a for a, r in roles.items() if r in (INPUT, INPLACE))
+    writable = frozenset(a for a, r in roles.items() if r in (OUTPUT, INPLACE))
+    ctx = _Context(kernels, readable, writable, positive)
+    _Kernel(ctx, fn, env, 0, positive).run()
+    return [
+        pb.Finding(rule_id=rule, reason=f"{reason} (in {launch.kernel})", line=line)
+        for (rule, line), reason in sorted(ctx.findings.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+    ]
+
+
+def check_plan(source: str, plan: pb.LaunchPlan, roles: Mapping[str, str]) -> list[pb.Finding]:
+    """Findings of every launch of a plan whose source already passed the kernel schema and the family's check."""
+    tree = ast.parse(source)
+    seen: set[tuple[str, str, int]] = set()
+    out = []
+    for launch in plan.launches:
+        for f in check_launch(source, launch, roles, tree=tree):
+            key = (f.rule_id, f.reason, f.line)
+            if key not in seen:
+                seen.add(key)
+                out.append(f)
+    return out

@@ -1,0 +1,210 @@
+"""The dataflow check of kernel bodies: each rule refuses its hostile kernel, and no honest kernel is refused.
+
+Honest means every config of every family's template (the coder's whole search space) and the small kernels
+below that an author could reasonably write (a persistent grid-stride loop, a loop-carried pointer, a helper
+kernel taking pointers, an activation's sign split).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from services.coder.templates import BY_FAMILY
+from services.core import kernel_dataflow
+from services.core.candidate_check import check_candidate
+from services.core.pb import events_pb2 as pb
+from services.ops import family
+
+NORM_ARGS = ["x", "w", "y", "cols", "eps"]
+HEADER = "import triton\nimport triton.language as tl\n\n\n"
+
+
+def _launch(kernel: str = "k", args=NORM_ARGS, **constexprs: str) -> pb.KernelLaunch:
+    constexprs = constexprs or {"BLOCK": "block_cols"}
+    return pb.KernelLaunch(kernel=kernel, args=args, constexprs=constexprs, grid="rows", num_warps=4)
+
+
+def _rules(body: str, fam: str = "row_reduction", launch: pb.KernelLaunch | None = None) -> list[str]:
+    source = HEADER + textwrap.dedent(body)
+    plan = pb.LaunchPlan(family=fam, launches=[launch or _launch()])
+    return [f.rule_id for f in kernel_dataflow.check_plan(source, plan, family(fam).ARG_ROLES)]
+
+
+NORM = """
+@triton.jit
+def k(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    {extra}
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+    tl.store(y_ptr + row * n_cols + cols, (w * x * rstd).to(y_ptr.dtype.element_ty), mask=mask)
+"""
+
+
+def _norm(extra: str) -> str:
+    return NORM.replace("{extra}", textwrap.indent(textwrap.dedent(extra).strip(), "    ").strip())
+
+
+def _template_cases():
+    for fam, template in BY_FAMILY.items():
+        for variant in getattr(template, "VARIANTS", ("",)):
+            try:
+                configs = template.search_configs(variant)
+            except TypeError:
+                configs = template.search_configs()
+            for config in configs:
+                yield pytest.param(template, config, id=f"{fam}-{variant or 'plain'}-{config.num_warps}")
+
+
+def test_every_template_config_of_every_family_passes():
+    checked = 0
+    for param in _template_cases():
+        template, config = param.values
+        source, plan = template.render(config), template.plan(config)
+        findings = kernel_dataflow.check_plan(source, plan, family(plan.family).ARG_ROLES)
+        assert findings == [], (param.id, [(f.rule_id, f.reason, f.line) for f in findings])
+        checked += 1
+    assert checked > 200  # the whole search space of five families, not a sample
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "",  # the plain one-pass kernel
+        "w = tl.where(w < 0, 0.0, w)",  # a sign split, as relu's
+        "w = tl.where(0.5 * w * w * w >= 0, w, -w)",  # scaled but not shifted: still a sign split
+        "x = x + tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32) * 0.0",
+        "w = tl.maximum(w, -1e30)",  # arithmetic on data is free
+    ],
+)
+def test_honest_norm_bodies_pass(extra):
+    assert _rules(_norm(extra)) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "rule"),
+    [
+        ("if tl.max(tl.abs(x), axis=0) > 37.0:\n    w = w * 0.5", "value-branch"),
+        ("w = tl.where(x > 2.25, 0.0, w)", "value-branch"),  # a threshold off zero
+        ("w = tl.where(x - 2.25 >= 0, 0.0, w)", "value-branch"),  # the same threshold moved into the operand
+        ("w = tl.where(x == x, w, 0.0)", "value-branch"),  # a NaN test
+        ("w = w if tl.sum(x, axis=0) > 0 else w * 2.0", "value-branch"),
+        ("x = tl.load(x_ptr + cols, mask=x > 0, other=0.0)", "value-branch"),  # a mask on data
+        ("for _ in range(0, tl.load(x_ptr).to(tl.int32)):\n    w = w * 1.0", "value-branch"),
+        ("x = tl.load(x_ptr + (x > 0).to(tl.int32), mask=mask)", "value-address"),
+        ("eps_bits = tl.load(y_ptr + cols, mask=mask)", "reads-output"),
+        ("tl.store(x_ptr + cols, x, mask=mask)", "writes-input"),
+        ("tl.store(w_ptr + cols, w, mask=mask)", "writes-input"),
+        ("a = int(w_ptr)", "pointer-origin"),
+        ("a = float(x_ptr + 1)", "pointer-origin"),
+        ("x = tl.load((x_ptr * 2) + cols, mask=mask)", "pointer-origin"),
+        ("x = tl.load(y_ptr - x_ptr + cols, mask=mask)", "pointer-origin"),
+        ("w = w + (x_ptr < y_ptr).to(tl.float32)", "pointer-origin"),
+        ("x = tl.load(n_cols + cols, mask=mask)", "pointer-origin"),  # an address built on no tensor
+        ("if eps > 1e-3:\n    w = w * 0.0", "value-branch"),  # a runtime scalar is data too
+        ("while n_cols > 0:\n    w = w * 1.0", "unbounded-loop"),
+        ("for _ in range(0, n_cols, n_cols - n_cols):\n    w = w * 1.0", "unbounded-loop"),
+        ("for _ in (1, 2):\n    w = w * 1.0", "unbounded-loop"),
+    ],
+)
+def test_each_rule_refuses_its_hostile_body(extra, rule):
+    assert rule in _rules(_norm(extra)), extra
+
+
+def test_a_loaded_value_carried_round_a_loop_into_a_branch_is_found():
+    body = _norm(
+        """
+        flag = 0.0
+        for start in range(0, n_cols, BLOCK):
+            if flag > 1.0:
+                w = w * 0.5
+            flag = tl.sum(x, axis=0)
+        """
+    )
+    assert "value-branch" in _rules(body)
+
+
+def test_persistent_loops_loop_carried_pointers_and_helpers_pass():
+    body = """
+    @triton.jit
+    def _row(src, dst, w_ptr, n_cols, eps, BLOCK: tl.constexpr):
+        cols = tl.arange(0, BLOCK)
+        mask = cols < n_cols
+        x = tl.load(src + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+        tl.store(dst + cols, (w * x * rstd).to(dst.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def k(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, BLOCK: tl.constexpr, ROWS: tl.constexpr):
+        src = x_ptr + tl.program_id(0) * n_cols
+        dst = y_ptr + tl.program_id(0) * n_cols
+        for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0) * ROWS):
+            _row(src, dst, w_ptr, n_cols, eps, BLOCK)
+            src += tl.num_programs(0) * n_cols
+            dst += tl.num_programs(0) * n_cols
+        for r in tl.static_range(ROWS):
+            pass
+    """
+    launch = _launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols", ROWS="2")
+    assert _rules(body, launch=launch) == []
+
+
+def test_a_helper_kernel_is_followed_with_its_arguments():
+    body = """
+    @triton.jit
+    def _peek(p, cols):
+        return tl.load(p + cols)
+
+    @triton.jit
+    def k(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+        cols = tl.arange(0, BLOCK)
+        old = _peek(y_ptr, cols)
+        tl.store(y_ptr + cols, old)
+    """
+    assert "reads-output" in _rules(body)
+
+
+def test_a_constexpr_step_given_zero_by_the_plan_is_refused():
+    body = """
+    @triton.jit
+    def k(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr, STEP: tl.constexpr):
+        cols = tl.arange(0, BLOCK)
+        for start in range(0, n_cols, STEP):
+            tl.store(y_ptr + start + cols, tl.load(x_ptr + start + cols))
+    """
+    assert "unbounded-loop" in _rules(body, launch=_launch(BLOCK="block_cols", STEP="0"))
+    assert _rules(body, launch=_launch(BLOCK="block_cols", STEP="64")) == []
+
+
+def test_families_declare_what_each_argument_is():
+    # the residual norm's residual is an input, its sum an output; RoPE's q and k are read, never written
+    body = """
+    @triton.jit
+    def k(x_ptr, r_ptr, w_ptr, y_ptr, s_ptr, n_cols, eps, BLOCK: tl.constexpr):
+        cols = tl.arange(0, BLOCK)
+        tl.store(r_ptr + cols, tl.load(x_ptr + cols) + tl.load(r_ptr + cols))
+    """
+    launch = _launch(args=["x", "r", "w", "y", "s", "cols", "eps"])
+    assert "writes-input" in _rules(body, fam="residual_norm", launch=launch)
+    for name, fam in (("row_reduction", family("row_reduction")), ("rotary", family("rotary"))):
+        roles = fam.ARG_ROLES
+        assert set(roles) == set(fam.ARGS), name  # every argument of the vocabulary has a role
+        assert set(roles.values()) <= set(kernel_dataflow.ROLES), name
+
+
+def test_the_candidate_check_runs_it_after_the_plan_check():
+    source = HEADER + textwrap.dedent(_norm("tl.store(x_ptr + cols, x, mask=mask)"))
+    evidence = check_candidate(source, pb.LaunchPlan(family="row_reduction", launches=[_launch()]))
+    assert not evidence.passed
+    assert [f.rule_id for f in evidence.findings] == ["writes-input"]
+    assert set(kernel_dataflow.RULES) <= set(evidence.rules_checked)
+    honest = check_candidate(
+        HEADER + textwrap.dedent(_norm("")), pb.LaunchPlan(family="row_reduction", launches=[_launch()])
+    )
+    assert honest.passed, honest.findings
