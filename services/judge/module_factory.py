@@ -66,6 +66,19 @@ def bias_binding(contract: pb.Contract) -> pb.Binding | None:
     return next((b for b in contract.bindings if b.kind == "tensor" and b.param == "bias"), None)
 
 
+def module_state_attrs(intro: pb.ModuleIntrospection, contract: pb.Contract) -> tuple[str, str | None]:
+    """(weight, bias) attributes of the live module by its own names, whatever the contract binds: the judge draws
+    every one of them at random for each case and sets them by these names on the oracle and on the instance the
+    candidate is called with. A contract that leaves the bias unbound, or binds the weight to the bias, then reads
+    other values than the module's forward does, and fails (with the module's init values — zero bias, unit weight —
+    both would have read the same). The bias is None where the module has none of the weight's shape."""
+    tensors = {a.name: tuple(a.shape) for a in intro.attributes if a.kind in ("parameter", "tensor")}
+    bound = tensor_binding(contract)
+    weight = "weight" if "weight" in tensors else (bound.attr if bound else "weight")
+    bias = "bias" if "bias" in tensors and tensors["bias"] == tensors.get(weight) else None
+    return weight, bias
+
+
 def float_binding(contract: pb.Contract) -> pb.Binding | None:
     return next((b for b in contract.bindings if b.kind == "float"), None)
 

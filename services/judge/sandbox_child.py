@@ -160,8 +160,11 @@ class _NormSubject:
         self.wrapper = ops.make_forward(plan, loaded, empty=empty)
         self.call = kernels.bind(contract, self.wrapper)
         self.ghost_call = kernels.bind(contract, ops.make_forward(plan, loaded, empty=empty, launch=False))
-        self.weight_attr = (tensor_binding(contract) or pb.Binding(attr="weight")).attr
-        self.bias_attr = (bias_binding(contract) or pb.Binding()).attr
+        # The module's own attributes, as the parent names them (its oracle set the same); the candidate reads
+        # whatever its contract binds. Cases written before the parent named them: the contract's.
+        named = cases.get("state_attrs")
+        self.weight_attr = named[0] if named else (tensor_binding(contract) or pb.Binding(attr="weight")).attr
+        self.bias_attr = named[1] if named else (bias_binding(contract) or pb.Binding()).attr
         self.biases = cases.get("biases") or [None] * len(cases["bases"])
         self.modules: dict = {}
         self.count = len(cases["bases"])

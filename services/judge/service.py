@@ -31,12 +31,11 @@ from services.judge.contract_check import check_contract, check_function_contrac
 from services.judge.domain import LiveTarget, derive_judged, live_target
 from services.judge.module_factory import (
     ModuleBuildError,
-    bias_binding,
     build,
     float_binding,
     import_class,
     import_function,
-    tensor_binding,
+    module_state_attrs,
     torch_dtype,
     width_and_eps,
 )
@@ -171,11 +170,10 @@ class JudgeService:
         intro = target.introspection
         width, eps = width_and_eps(intro, proposal.contract)
         eps_binding = float_binding(proposal.contract)
-        weight = tensor_binding(proposal.contract)
-        bias = bias_binding(proposal.contract)
+        weight_attr, bias_attr = module_state_attrs(intro, proposal.contract)
         attrs = {a.name: a for a in intro.attributes}
         input_dtype = target.dtype or "float32"
-        param_dtype = attrs[weight.attr].dtype if weight.attr in attrs and attrs[weight.attr].dtype else input_dtype
+        param_dtype = attrs[weight_attr].dtype if weight_attr in attrs and attrs[weight_attr].dtype else input_dtype
         seed_base = secrets.randbelow(1 << 30) + 1
         job = SandboxJob(
             source=proposal.source,
@@ -201,17 +199,16 @@ class JudgeService:
             row_blocks=row_blocks(proposal.plan),
             examples=self.examples,
             boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
-            bias=bias is not None,
+            bias=bias_attr is not None,  # the module's, bound or not: a contract dropping it reads no bias
         )
         cases = draw_cases(spec, seed_base)
         cls = import_class(intro.class_path)
         eps_attr = eps_binding.attr if eps_binding else None
-        refs = verdict.references(
-            cases, lambda w: build(cls, w, eps, eps_attr, "cpu"), weight.attr, bias.attr if bias else None
-        )
+        refs = verdict.references(cases, lambda w: build(cls, w, eps, eps_attr, "cpu"), weight_attr, bias_attr)
         blob = io.BytesIO()
         data = {"bases": [c.base for c in cases], "weights": [c.weight for c in cases]}
-        if bias is not None:
+        data["state_attrs"] = [weight_attr, bias_attr or ""]  # the child sets them by the module's own names too
+        if bias_attr is not None:
             data["biases"] = [c.bias for c in cases]
         torch.save({**data, "layouts": [c.layout for c in cases]}, blob)
         x, w = spec.input_dtype, spec.param_dtype

@@ -147,3 +147,40 @@ async def test_a_persistent_grid_is_judged_walking_several_rows_a_program():
     skipping = rmsnorm.render(config).replace("tl.num_programs(0) * ROWS)", "2 * tl.num_programs(0) * ROWS)")
     judged = await _judged_config(module, config, source=skipping)
     assert judged.reward == -1, judged.reason
+
+
+async def _judge_with_contract(norm: torch.nn.Module, variant: str, change) -> pb.CandidateJudged:
+    captured = profile_captured(norm, dtype=str(norm.weight.dtype))
+    config = rmsnorm.search_configs(variant)[0]
+    candidate = proposal(rmsnorm.render(config), captured, plan=rmsnorm.plan(config))
+    candidate.config.CopyFrom(config)
+    change(candidate.contract)
+    prior = log_of(captured, candidate)
+    [judged] = await JudgeService(device="cpu").handle(prior[-1], prior)
+    return judged
+
+
+def _drop_bias(contract: pb.Contract) -> None:
+    kept = [b for b in contract.bindings if b.param != "bias"]
+    del contract.bindings[:]
+    contract.bindings.extend(kept)
+
+
+def _weight_bound_to_bias(contract: pb.Contract) -> None:
+    next(b for b in contract.bindings if b.param == "weight").attr = "bias"
+
+
+@pytest.mark.parametrize(
+    ("variant", "change"),
+    [("layernorm_no_bias", _drop_bias), ("layernorm", _weight_bound_to_bias)],
+    ids=["bias-left-unbound", "weight-bound-to-the-bias"],
+)
+async def test_a_contract_that_drops_or_swaps_a_parameter_fails_on_a_module_at_its_init_values(variant, change):
+    """torch's LayerNorm as built (unit weight, zero bias): a contract that leaves the bias out, or reads the bias as
+    the weight, agreed with it while the judge kept the module's init values. Every parameter of the module is
+    drawn now, by its own name, whatever the contract binds."""
+    module = torch.nn.LayerNorm(64)
+    judged = await _judge_with_contract(module, variant, change)
+    assert judged.reward == -1 and judged.reason.startswith("correctness failed"), judged.reason
+    honest = await _judge_with_contract(module, "layernorm", lambda contract: None)
+    assert honest.reward == 1, honest.reason
