@@ -14,7 +14,10 @@ reading what it wrote last time. Tests can only sample inputs; this closes those
 - loads read inputs only and stores write outputs only, unless the family declares a tensor in-place
   (`reads-output`: an output buffer read as a cache; `writes-input`: a residual stream or a weight changed);
 - every loop is a `for` over `range`/`tl.range`/`tl.static_range` of shape arguments with a positive step that
-  cannot be zero (a literal, a constexpr, the program count): it ends on every input (`unbounded-loop`).
+  cannot be zero (a literal, a constexpr, the program count): it ends on every input (`unbounded-loop`);
+- what grows with the call (program ids, shape arguments, loops over them) is compared with shapes, never with a
+  number fixed for the launch (`pid < 32768`, `n_rows > 4096`): the plan's dispatch is the one place a size
+  boundary may live, where the judge draws both of its sides (`hidden-boundary`).
 
 Abstract interpretation over the AST: each name holds a taint (loaded data or not; which tensor arguments it may
 point into), joined over branches and iterated to a fixed point over loops; a call of another kernel of the source
@@ -38,6 +41,8 @@ RULES: dict[str, str] = {
     "writes-input": "a kernel stores only to its outputs, never to an input or a weight",
     "unbounded-loop": "every loop is a for over range/tl.range/tl.static_range of shape arguments with a positive "
     "constant, constexpr or program-count step",
+    "hidden-boundary": "program ids, shapes and loops over them are compared with shapes, never with fixed numbers "
+    "(a dispatch boundary is the plan's to declare)",
 }
 
 # What a plan's runtime argument is, as its op family declares it (`ARG_ROLES` in each family).
@@ -63,12 +68,26 @@ class Taint:
     # data whose zero crossings may have moved from the loaded values' (a constant added, a function applied):
     # its sign no longer tells the loaded values' signs, so a sign test of it is a threshold (see `_sign_test`)
     shifted: bool = False
+    # grows with the call's size: program ids, runtime shapes and strides, loops over them
+    grid: bool = False
+    lane: bool = False  # a position inside a block (tl.arange): bounded by a constexpr, not fixed
 
     def __or__(self, other: Taint) -> Taint:
-        return Taint(self.data or other.data, self.points | other.points, self.shifted or other.shifted)
+        return Taint(
+            self.data or other.data,
+            self.points | other.points,
+            self.shifted or other.shifted,
+            self.grid or other.grid,
+            self.lane or other.lane,
+        )
 
     def moved(self) -> Taint:
-        return Taint(self.data, self.points, self.data)
+        return Taint(self.data, self.points, self.data, self.grid, self.lane)
+
+    @property
+    def static(self) -> bool:
+        """One number fixed for a launch whatever the input: literals, the source's constants, constexprs."""
+        return not (self.data or self.points or self.grid or self.lane)
 
     @property
     def pointer(self) -> bool:
@@ -77,6 +96,7 @@ class Taint:
 
 INDEX = Taint()
 DATA = Taint(data=True)
+GRID = Taint(grid=True)
 
 
 def _join(taints) -> Taint:
@@ -196,7 +216,7 @@ class _Kernel:
                     "count: a step that can be zero never ends",
                     args[2],
                 )
-        self.assign(s.target, None, Taint(data=bound.data))
+        self.assign(s.target, None, Taint(data=bound.data, grid=bound.grid, lane=bound.lane))
         self.loop_body(s.body + s.orelse)
 
     def loop_body(self, body: list[ast.stmt]) -> None:
@@ -226,6 +246,23 @@ class _Kernel:
             self.ctx.add("value-branch", f"{what} decides on loaded values: a kernel may not branch on its data", node)
         if t.pointer:
             self.ctx.add("pointer-origin", f"{what} decides on a pointer", node)
+
+    def boundary(self, node: ast.Compare, operands: list[ast.expr], parts: list[Taint]) -> None:
+        """A size the call grows with (a program id, a shape, a loop over them) compared with a number fixed for
+        the launch is a dispatch boundary inside the kernel: rows past 32,768 left unwritten, say. The plan's
+        dispatch (`max_rows`) is the one way to have one: the judge draws both of its sides."""
+        if not any(p.grid for p in parts):
+            return
+        for operand, part in zip(operands, parts, strict=True):
+            trivial = isinstance(operand, ast.Constant) and operand.value in (0, 1)
+            if part.static and not trivial:
+                self.ctx.add(
+                    "hidden-boundary",
+                    "a size the call grows with (program id, shape, loop) is compared with a fixed number: a "
+                    "dispatch boundary the plan does not declare",
+                    node,
+                )
+                return
 
     def sign_test(self, node: ast.expr) -> bool:
         """Whether `node` compares loaded values, scaled but not shifted, with zero: a sign split such as an
@@ -266,7 +303,10 @@ class _Kernel:
             parts = [self.expr(node.left), *(self.expr(c) for c in node.comparators)]
             if any(p.pointer for p in parts):
                 self.ctx.add("pointer-origin", "a pointer is compared (its address is not the kernel's to read)", node)
-            return Taint(data=any(p.data for p in parts))
+            self.boundary(node, [node.left, *node.comparators], parts)
+            return Taint(
+                data=any(p.data for p in parts), grid=any(p.grid for p in parts), lane=any(p.lane for p in parts)
+            )
         if isinstance(node, ast.IfExp):
             self.test(node.test, "a conditional expression")
             return self.expr(node.body) | self.expr(node.orelse)
@@ -315,8 +355,10 @@ class _Kernel:
                 self.test(cond, "a tl.where condition")
             picked = _join(self.expr(a) for a in [*node.args[1:], *(v for k, v in kw.items() if k != "condition")])
             return picked.moved()
-        if name in ("tl.program_id", "tl.num_programs", "tl.arange"):
-            return INDEX
+        if name in ("tl.program_id", "tl.num_programs"):
+            return GRID
+        if name == "tl.arange":
+            return Taint(lane=True)
         if name in self.ctx.kernels:
             return self.inline(name, node)
         method, receiver = "", INDEX
@@ -412,6 +454,8 @@ def check_launch(
             env[param] = Taint(points=frozenset({arg}))
         elif role == SCALAR:
             env[param] = DATA
+        else:  # a shape or a stride: it grows with the call
+            env[param] = GRID
     given = dict(launch.constexprs)
     positive = frozenset(p for p in constexprs if p in given and _positive_constexpr(given[p]))
     readable = frozenset(a for a, r in roles.items() if r in (INPUT, INPLACE))
@@ -420,7 +464,7 @@ def check_launch(
     _Kernel(ctx, fn, env, 0, positive).run()
     return [
         pb.Finding(rule_id=rule, reason=f"{reason} (in {launch.kernel})", line=line)
-        for (rule, line), reason in sorted(ctx.findings.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+        for (rule, line), reason in sorted(ctx.findings.items(), key=lambda kv: kv[0][1])  # stable: found first
     ]
 
 

@@ -274,6 +274,7 @@ TABLE: tuple[Entry, ...] = (
     _static("flow_address_from_data", "value-address"),
     _static("flow_loop_bound_from_data", "value-branch"),
     _static("flow_zero_step_loop", "unbounded-loop"),
+    _static("regime_first_rows_only", "hidden-boundary"),
     # ------------------------------------------------ layer 2: contract (honest kernel and plan, hostile contract)
     _contract("kernel_contract_missing_attribute", "binding-missing", "weight-to-scale"),
     _contract("kernel_contract_binding_kind", "binding-kind", "eps-as-tensor"),
@@ -292,7 +293,6 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("regime_square_in_fp16", "correctness", "outside-tolerance", dtype="float16"),
     _dynamic("regime_rsqrt_without_eps", "correctness", "nan-output", dtype="float16"),
     _dynamic("regime_weight_as_one", "correctness", "outside-tolerance"),
-    _dynamic("regime_first_rows_only", "correctness", "nan-output"),
     _dynamic("regime_grid_under_covers", "correctness", "nan-output"),
     _dynamic("precision_bias_one_percent_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),
     _dynamic("precision_bias_2e5_fp32", "correctness", "outside-tolerance"),

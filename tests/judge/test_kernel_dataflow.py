@@ -80,6 +80,8 @@ def test_every_template_config_of_every_family_passes():
         "w = tl.where(0.5 * w * w * w >= 0, w, -w)",  # scaled but not shifted: still a sign split
         "x = x + tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32) * 0.0",
         "w = tl.maximum(w, -1e30)",  # arithmetic on data is free
+        "w = tl.where(cols < BLOCK, w, 0.0)",  # a lane against a constexpr: inside the block, not a size
+        "w = tl.where(row >= 0, w, 0.0)",  # against zero: every call has a first row
     ],
 )
 def test_honest_norm_bodies_pass(extra):
@@ -110,6 +112,9 @@ def test_honest_norm_bodies_pass(extra):
         ("while n_cols > 0:\n    w = w * 1.0", "unbounded-loop"),
         ("for _ in range(0, n_cols, n_cols - n_cols):\n    w = w * 1.0", "unbounded-loop"),
         ("for _ in (1, 2):\n    w = w * 1.0", "unbounded-loop"),
+        ("if row < 32768:\n    w = w * 1.0\nelse:\n    w = w * 0.0", "hidden-boundary"),  # rows past a cap
+        ("w = tl.where(n_cols > 4096, w * 0.0, w)", "hidden-boundary"),  # a width no case has
+        ("mask = mask & (row * n_cols < 1 << 20)", "hidden-boundary"),
     ],
 )
 def test_each_rule_refuses_its_hostile_body(extra, rule):

@@ -9,8 +9,8 @@ case has (services.judge.service.CPU_MAX_ROWS); on a GPU the same trick at 4096 
 """
 
 # pattern: a kernel that writes only the first rows of a call (more rows than live)
-# layer: correctness
-# rule: nan-output
+# layer: static
+# rule: hidden-boundary
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols", "LIMIT": "8"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton
