@@ -9,6 +9,7 @@ import time
 import uuid
 
 from services.cli.common import CliError, add_common, bounded, open_bus, run_id_arg, settings_of
+from services.cli.output import sanitize
 from services.core import events as ev
 from services.core import policies, run_end
 from services.core.bus import Bus
@@ -167,14 +168,16 @@ async def cmd_generate(args) -> int:
     try:
         tps = 0.0
         async for chunk in generate(addr, args.prompt, args.max_new_tokens):
-            print(chunk.text, end="", flush=True)
+            # Model text is any bytes the tokenizer decodes to, control characters included (the tiny presets'
+            # random weights emit them often): escaped, they cannot act on the terminal or on `less -R`.
+            print(sanitize(chunk.text), end="", flush=True)
             if chunk.done:
                 tps = chunk.tokens_per_s
         print(f"\n[{tps:.1f} tokens/s]")
     except ServerUnavailable as exc:
         raise CliError(f"{exc}; start it with `yantra up`") from exc
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
+    except ValueError as exc:  # the server's refusal, which may quote the request
+        raise CliError(sanitize(str(exc))) from exc
     return 0
 
 

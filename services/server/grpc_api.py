@@ -29,6 +29,7 @@ from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as ipb_grpc
 from services.server.engine import MAX_NEW_TOKENS, BadRequest, Engine
 from services.server.sampling import Sampling
+from services.server.stats import CountRefused
 from services.server.stops import StopScanner, stops_problem
 from services.server.swaps import SwapRegistry
 from services.server.tokenizer import IncrementalText
@@ -329,7 +330,8 @@ def bind_grpc(
     `swaps` is the registry ListSwaps, GetModuleState and Health read (the swap handler's; a fresh one if none).
     """
     interceptors = [AdminToken(admin_token)] if admin_token else []
-    server = grpc.aio.server(interceptors=[*interceptors, UndecodableRequest()], options=[("grpc.so_reuseport", 0)])
+    interceptors += [CountRefused(engine.stats), UndecodableRequest()]  # refusals counted, undecodable ones too
+    server = grpc.aio.server(interceptors=interceptors, options=[("grpc.so_reuseport", 0)])
     ipb_grpc.add_InferenceServicer_to_server(InferenceApi(engine), server)
     admin = AdminApi(engine, instance_id or secrets.token_hex(8), swaps if swaps is not None else SwapRegistry())
     ipb_grpc.add_AdminServicer_to_server(admin, server)

@@ -13,7 +13,9 @@ from prometheus_client.core import GaugeMetricFamily
 # Seconds: a decode step on a GPU is ~1-30 ms, a first token (prefill + queue) up to seconds.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 SWAP_HOLD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-OUTCOMES = ("ok", "bad_request", "cancelled", "error")
+# How a Generate request ended: bad_request and overloaded are refused before the engine takes them
+# (stats.CountRefused), the others end in the engine.
+OUTCOMES = ("ok", "bad_request", "overloaded", "cancelled", "error")
 
 
 class _Live:
@@ -24,7 +26,13 @@ class _Live:
 
     def collect(self):
         engine = self.engine
-        yield GaugeMetricFamily("yantra_queue_depth", "callers waiting for the model (requests, swaps)", engine.waiting)
+        # Callers of Engine.exclusive waiting for the model lock: the batch loop, solo-lane decode steps, swaps,
+        # profiles, measurements. A request waiting for a batch slot is not one (yantra_batch_waiting counts those).
+        yield GaugeMetricFamily(
+            "yantra_queue_depth",
+            "callers waiting for the model lock (batch loop, solo decode steps, swaps, profiles)",
+            engine.waiting,
+        )
         yield GaugeMetricFamily("yantra_active_requests", "requests being generated", engine.active)
         batcher = engine.batcher
         if batcher is not None:  # batch occupancy: requests in the last step, and the rows it ran
@@ -46,7 +54,10 @@ class Exporter:
     def __init__(self, engine, swaps):
         self.registry = CollectorRegistry()
         self.tokens = Counter("yantra_generated_tokens", "tokens generated", registry=self.registry)
-        self.requests = Counter("yantra_requests", "requests ended, by outcome", ["outcome"], registry=self.registry)
+        self.requests = Counter(
+            "yantra_requests", "Generate requests ended, by outcome (refused ones included)", ["outcome"],
+            registry=self.registry,
+        )  # fmt: skip
         for outcome in OUTCOMES:  # every outcome shows from the first scrape, at 0
             self.requests.labels(outcome)
         self.ttft = Histogram(
@@ -64,12 +75,13 @@ class Exporter:
         self.registry.register(_Live(engine, swaps))
         engine.stats.observers.append(self)
 
+    def generated(self, n: int) -> None:
+        self.tokens.inc(n)  # tokens, not chunks: a chunk is one token today, and a count must not rest on that
+
     def first_token(self, seconds: float) -> None:
-        self.tokens.inc()
         self.ttft.observe(seconds)
 
     def next_token(self, seconds: float) -> None:
-        self.tokens.inc()
         self.itl.observe(seconds)
 
     def finished(self, outcome: str) -> None:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 
+import grpc
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import HERE, load_candidate, rmsnorm_contract
 
 from services.core.pb import events_pb2 as pb
+from services.core.pb import inference_pb2 as ipb
+from services.core.pb import inference_pb2_grpc as ipb_grpc
 from services.server.engine import BadRequest
+from services.server.grpc_api import start_grpc
 from services.server.hotswap import apply_swap
 from services.server.prometheus import Exporter
 from services.server.swaps import SwapRegistry
@@ -85,4 +90,50 @@ async def test_traffic_queue_and_live_kernels_are_scraped(engine):
             handle.revert()
     finally:
         server.shutdown()
+        engine.stats.observers.remove(exporter)
+
+
+def _requests(scraped: dict, outcome: str) -> float:
+    return scraped["yantra_requests"][("yantra_requests_total", (("outcome", outcome),))]
+
+
+async def test_generate_requests_refused_over_grpc_are_counted_by_why(engine):
+    """What gRPC refuses before the engine sees it — bad arguments, a body that does not decode, a full server —
+    is counted under its outcome, once, beside the requests the engine serves."""
+    exporter = Exporter(engine, SwapRegistry())
+    http, _ = exporter.serve("127.0.0.1:0")
+    server, port = await start_grpc(engine, "127.0.0.1:0")
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = ipb_grpc.InferenceStub(channel)
+
+            async def generate(**request) -> grpc.StatusCode:
+                try:
+                    [_ async for _ in stub.Generate(ipb.GenerateRequest(**request))]
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code()
+                return grpc.StatusCode.OK
+
+            bad = [{"prompt": "", "max_new_tokens": 4}, {"prompt": "hi", "max_new_tokens": 0}]
+            bad.append({"token_ids": [1, 10**6], "max_new_tokens": 4})
+            for request in bad:
+                assert await generate(**request) == grpc.StatusCode.INVALID_ARGUMENT
+            with pytest.raises(grpc.aio.AioRpcError) as err:  # field 1 (prompt) holding bytes that are not UTF-8
+                [_ async for _ in channel.unary_stream("/yantra.v1.Inference/Generate")(b"\x0a\x02\xff\xfe\x10\x04")]
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            engine.max_active, saved = 0, engine.max_active  # full: every request is refused
+            try:
+                assert await generate(prompt="hi", max_new_tokens=2) == grpc.StatusCode.RESOURCE_EXHAUSTED
+            finally:
+                engine.max_active = saved
+            assert await generate(prompt="hi", max_new_tokens=2) == grpc.StatusCode.OK
+        got = _scrape(http.server_port)
+        assert _requests(got, "bad_request") == 4
+        assert _requests(got, "overloaded") == 1
+        assert _requests(got, "ok") == 1
+        assert _requests(got, "cancelled") == _requests(got, "error") == 0
+        assert got["yantra_generated_tokens"][("yantra_generated_tokens_total", ())] == 2
+    finally:
+        await server.stop(0)
+        http.shutdown()
         engine.stats.observers.remove(exporter)
