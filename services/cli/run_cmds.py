@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import time
 import uuid
 
 from services.cli.common import CliError, add_common, bounded, open_bus, run_id_arg, settings_of
 from services.cli.output import sanitize
 from services.core import events as ev
-from services.core import policies, run_end
+from services.core import limits, policies, run_end
 from services.core.bus import Bus
 from services.core.describe import describe
 from services.core.pb import events_pb2 as pb
@@ -89,6 +90,9 @@ def check_run_request(prompts: list[str], decode_tokens: int, max_positions: int
     empty = [str(i + 1) for i, p in enumerate(prompts) if not p]
     if empty:
         raise CliError(f"--prompt {', '.join(empty)} is empty: give text to profile and measure with")
+    problem = limits.run_problem(len(prompts), decode_tokens) if prompts else ""  # `yantra demo` comes here only
+    if problem:
+        raise CliError(problem)
     if max_positions and decode_tokens >= max_positions:
         raise CliError(
             f"--decode-tokens {decode_tokens} does not fit the served model: prompt + decoded tokens must fit its "
@@ -114,6 +118,10 @@ async def start_run(bus: Bus, args, health) -> str:
 
 
 async def cmd_optimize(args) -> int:
+    # What no single option can see (prompts x decode tokens), refused before anything is connected to.
+    problem = run_options_problem(args)
+    if problem:
+        raise CliError(problem)
     settings = settings_of(args)
     bus = await open_bus(settings)
     try:
@@ -159,7 +167,10 @@ async def cmd_cancel(args) -> int:
         await bus.publish(env)
     finally:
         await bus.close()
-    print(f"run {args.run} cancelled ({args.reason}); the services answer nothing more of it")
+    print(
+        f"run {args.run} cancelled ({args.reason}); the services answer nothing more of it, and a profile or "
+        "measure the server is running for it stops"
+    )
     return 0
 
 
@@ -192,6 +203,48 @@ def _new_tokens(text: str) -> int:
     return value
 
 
+def _prompt(text: str) -> str:
+    """--prompt: at most MAX_PROMPT_CHARS characters (the profiler refuses longer, ending the run)."""
+    if len(text) > limits.MAX_PROMPT_CHARS:
+        raise argparse.ArgumentTypeError(
+            f"a prompt of {len(text):,} characters is outside 1..{limits.MAX_PROMPT_CHARS:,}: a run profiles with "
+            "short requests (limits.MAX_PROMPT_CHARS)"
+        )
+    return text
+
+
+class _Prompts(argparse.Action):
+    """--prompt, repeatable up to MAX_RUN_PROMPTS times: each is decoded a dozen times over while the model is held."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        prompts = [*(getattr(namespace, self.dest, None) or []), value]
+        if len(prompts) > limits.MAX_RUN_PROMPTS:
+            raise argparse.ArgumentError(
+                self,
+                f"given more than {limits.MAX_RUN_PROMPTS} times: a run takes at most {limits.MAX_RUN_PROMPTS} "
+                "prompts (limits.MAX_RUN_PROMPTS)",
+            )
+        setattr(namespace, self.dest, prompts)
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (a zero or negative wait would end before anything could happen)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
+def run_options_problem(args) -> str:
+    """What the run options ask beyond a run's limits together (services.core.limits), though each is in range
+    alone: the tokens of a measuring pass are prompts x decode tokens. "" when nothing. Without --prompt the
+    profiler's four defaults take any --decode-tokens in range (tests/test_limits.py holds it to that)."""
+    return limits.run_problem(len(args.prompt), args.decode_tokens) if args.prompt else ""
+
+
 def add_run_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--policy",
@@ -207,32 +260,38 @@ def add_run_options(sp: argparse.ArgumentParser) -> None:
     )
     sp.add_argument(
         "--max-candidates",
-        type=bounded(1, 32),
+        type=bounded(1, limits.MAX_CANDIDATES),
         default=3,
         metavar="N",
-        help="kernels to judge for each target before concluding it, 1..32 (default %(default)s)",
+        help=f"kernels to judge for each target before concluding it, 1..{limits.MAX_CANDIDATES} (default %(default)s)",
     )
     sp.add_argument(
         "--max-targets",
-        type=bounded(0, 16),
+        type=bounded(0, limits.MAX_TARGETS),
         default=0,
         metavar="N",
-        help="targets to work on, one after another in the profiler's ranked order; 0 (default): every target a "
-        "template writes",
+        help=f"targets to work on, one after another in the profiler's ranked order, 0..{limits.MAX_TARGETS}; 0 "
+        "(default): every target a template writes",
     )
     sp.add_argument(
-        "--prompt", action="append", metavar="TEXT", help="a prompt to profile and measure with (repeatable)"
+        "--prompt",
+        action=_Prompts,
+        type=_prompt,
+        metavar="TEXT",
+        help=f"a prompt to profile and measure with (repeatable, at most {limits.MAX_RUN_PROMPTS} times, each at "
+        f"most {limits.MAX_PROMPT_CHARS:,} characters; none: four short defaults)",
     )
     sp.add_argument(
         "--decode-tokens",
-        type=bounded(1, 4096),
+        type=bounded(1, limits.MAX_DECODE_TOKENS),
         default=16,
         metavar="N",
-        help="tokens per prompt when measuring, 1..4096 (default %(default)s)",
+        help=f"tokens per prompt when measuring, 1..{limits.MAX_DECODE_TOKENS}, and at most "
+        f"{limits.MAX_RUN_DECODE_TOKENS:,} over all prompts (default %(default)s)",
     )
     sp.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         default=1800,
         metavar="SECONDS",
         help="seconds to wait for the run to complete (default %(default)s)",
@@ -246,7 +305,7 @@ def register(sub) -> None:
     sp.add_argument("--no-wait", action="store_true", help="print the run id and return")
     sp.add_argument(
         "--server-wait",
-        type=float,
+        type=_seconds,
         default=60,
         metavar="SECONDS",
         help="seconds to wait for the server to be ready (default %(default)s)",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
 import grpc
@@ -18,8 +19,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# A profile on a GPU includes calibration and several requests; a CPU model is slower still.
+# The deadline of one CaptureProfile or MeasureDecode call, unless YANTRA_PROFILER_CALL_TIMEOUT_S says otherwise. A
+# profile on a GPU includes calibration and a dozen passes over the run's prompts; a CPU model is slower still. A
+# run's work is bounded (services.core.limits: at most 1,024 tokens a pass, ~26 s at the H200's batch-1 decode rate
+# of the 1.5B shape), so ten minutes is ample for a profile and stops one that a loaded server could not finish.
 CALL_TIMEOUT_S = 600.0
+TIMEOUT_ENV = "YANTRA_PROFILER_CALL_TIMEOUT_S"
 # Codes that mean "the server is not there (yet)": worth a retry. Anything else is an answer.
 _RETRYABLE = (grpc.StatusCode.UNAVAILABLE,)
 
@@ -39,6 +44,32 @@ class AdminCallFailed(RuntimeError):
     def refused(self) -> bool:
         """The server refused the request itself (it cannot succeed on a retry): a run that asks it cannot finish."""
         return self.code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE)
+
+    @property
+    def timed_out(self) -> bool:
+        """The call ran past its deadline (and the server stopped its work when it ended)."""
+        return self.code == grpc.StatusCode.DEADLINE_EXCEEDED
+
+    @property
+    def ends_run(self) -> bool:
+        """Whether the run must end now rather than the event be redelivered: a refusal cannot succeed on a retry,
+        and a call past its deadline would be asked again, for as long again, up to every delivery."""
+        return self.refused or self.timed_out
+
+
+def timeout_from_env(env: Mapping[str, str]) -> float:
+    """The call deadline in seconds from `env`'s YANTRA_PROFILER_CALL_TIMEOUT_S (unset or empty: CALL_TIMEOUT_S);
+    ValueError naming the variable unless it is a positive finite number."""
+    text = env.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return CALL_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{TIMEOUT_ENV}={text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{TIMEOUT_ENV}={text!r}: the deadline must be a positive number of seconds")
+    return value
 
 
 class AdminClient:
@@ -76,6 +107,13 @@ class AdminClient:
             try:
                 return await call(self._stub())
             except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise AdminCallFailed(
+                        f"{rpc} on the inference server at {self.addr} ran past the profiler's deadline of "
+                        f"{self.timeout_s:g} s ({TIMEOUT_ENV}), and the server stopped it: ask for fewer prompts or "
+                        "decode tokens, or allow a longer deadline",
+                        exc.code(),
+                    ) from exc
                 if exc.code() not in _RETRYABLE:
                     raise AdminCallFailed(
                         f"{rpc} on the inference server at {self.addr} failed: {exc.code().name}: {exc.details()}",

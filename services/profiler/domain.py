@@ -7,7 +7,7 @@ handler and `yantra replay --verify` call the same functions, so they cannot dis
 from __future__ import annotations
 
 from services.core import events as ev
-from services.core import run_state
+from services.core import limits, run_state
 from services.core.describe import note_part
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
@@ -39,15 +39,22 @@ def measurement_plan(prior: list[Recorded]) -> tuple[list[str], int]:
 
 
 def request_problem(request: pb.RunRequested) -> str:
-    """Why a RunRequested can never be measured, whatever model serves it ("" when it can).
+    """Why a RunRequested can never be measured, or asks for more work than a run may (services.core.limits,
+    the limit named), whatever model serves it ("" when it can be measured).
 
-    What depends on the model (a prompt longer than its positions) only the server knows; it refuses
+    Checked before the server is asked anything: a request of 5,000 prompts held the model for over ten
+    minutes. What depends on the model (a prompt longer than its positions) only the server knows; it refuses
     that with INVALID_ARGUMENT, which ends the run the same way.
     """
+    problem = limits.prompts_problem(request.prompts)  # first: the count bounds the list of empty ones below
+    if problem:
+        return problem
     empty = [i + 1 for i, p in enumerate(request.prompts) if not p]
     if empty:
         return f"prompt {', '.join(map(str, empty))} of {len(request.prompts)} is empty"
-    return ""
+    prompts = len(request.prompts) or len(DEFAULT_PROMPTS)  # as measurement_plan fills them in
+    tokens = request.decode_tokens or DEFAULT_DECODE_TOKENS
+    return limits.run_problem(prompts, tokens, request.max_candidates, request.max_targets)
 
 
 # ---------------------------------------------------------------- ProfileCaptured

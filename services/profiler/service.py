@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from google.protobuf.message import Message
 
+from services.core import events as ev
 from services.core import run_end
+from services.core.bus import Bus
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
 from services.profiler import domain
@@ -14,24 +20,30 @@ from services.profiler.adapters import AdminCallFailed, AdminClient
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 class ProfilerService:
     name = "profiler"
     consumes = ("RunRequested", "ProfileCaptured", "TargetConcluded", "SwapCommitted", "SwapRejected", "SwapRolledBack")
 
-    def __init__(self, admin: AdminClient, repeats: int = domain.MEASURE_REPEATS):
+    def __init__(self, admin: AdminClient, repeats: int = domain.MEASURE_REPEATS, bus: Bus | None = None):
+        """`bus`: where to watch a run for a stop (RunCancelled, RunFailed) while the server works on it; without
+        one, a call runs to its end or its deadline."""
         self.admin = admin
         self.repeats = repeats
+        self.bus = bus
 
     async def handle(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
         try:
             return await self._handle(trigger, prior)
         except AdminCallFailed as exc:
-            if not exc.refused:
+            if not exc.ends_run:
                 raise  # redelivered; after the last attempt the runner ends the run (RunFailed)
-            # The server refused the run's own request (a prompt too long for the model, say): no retry
-            # can succeed, so the run ends now, saying why.
-            observed = pb.RunFailureObservation(service=self.name, error=str(exc))
+            # The server refused the run's own request (a prompt too long for the model, say), or the call ran past
+            # its deadline: no retry can do better, so the run ends now, saying why. A deadline is a try given up
+            # (attempts 1), a refusal none.
+            observed = pb.RunFailureObservation(service=self.name, error=str(exc), attempts=int(exc.timed_out))
             return [run_end.run_failed(prior, trigger, observed)]
 
     async def _handle(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
@@ -40,13 +52,57 @@ class ProfilerService:
             problem = domain.request_problem(trigger.msg)
             if problem:
                 return [run_end.run_failed(prior, trigger, pb.RunFailureObservation(service=self.name, error=problem))]
-            observed = await self.admin.capture_profile(prompts, tokens, self.repeats)
-            return [domain.derive_profile_captured(prior, trigger, observed)]
+            observed = await self._unless_stopped(trigger, self.admin.capture_profile(prompts, tokens, self.repeats))
+            return [] if observed is None else [domain.derive_profile_captured(prior, trigger, observed)]
         if not domain.completes_run(prior, trigger):
             return []
         # Measured again whatever the outcome, on the same prompts as 'before': an honest after.
-        reply = await self.admin.measure_decode(prompts, tokens, self.repeats)
+        reply = await self._unless_stopped(trigger, self.admin.measure_decode(prompts, tokens, self.repeats))
+        if reply is None:
+            return []
         observed = pb.RunObservation(
             decode_tokens_per_s_after=reply.tokens_per_s, tokens_generated=reply.tokens_generated, device=reply.device
         )
         return [domain.derive_run_completed(prior, trigger, observed)]
+
+    async def _unless_stopped(self, trigger: Recorded, call: Awaitable[T]) -> T | None:
+        """`call`'s answer, or None once the run is stopped (a RunCancelled: `yantra cancel`; a RunFailed of another
+        service) before it comes. The call is then cancelled, and the server stops its work with it: the model was
+        otherwise held to the end of a profile nobody would read."""
+        work = asyncio.ensure_future(call)
+        if self.bus is None:
+            return await work
+        watch = asyncio.ensure_future(self._stopping(trigger.env.run_id))
+        try:
+            done, _ = await asyncio.wait([work, watch], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the service is stopping: the server's work stops with the call
+            work.cancel()
+            watch.cancel()
+            raise
+        if watch in done and watch.exception() is None:
+            stop = watch.result()
+            work.cancel()
+            await asyncio.wait([work])  # the call's own end (cancelled, or an answer that came at the same time)
+            if not work.cancelled():
+                work.exception()  # retrieved: nobody reads it now
+            log.info(
+                "%s of run %s: the run %s while the server worked on it; call cancelled, nothing answered",
+                trigger.type,
+                trigger.env.run_id,
+                stop.type,
+            )
+            return None
+        if watch in done:  # the watch failed (the bus is closing): the call alone decides
+            log.warning("cannot watch run %s for a stop: %r", trigger.env.run_id, watch.exception())
+        else:
+            watch.cancel()
+            await asyncio.wait([watch])
+        return await work
+
+    async def _stopping(self, run_id: str) -> Recorded:
+        """The run's first stopping event (RunCancelled, RunFailed), once there is one: one already in the log too."""
+        subjects = [ev.run_filter(run_id, t) for t in ev.STOPPING_EVENTS]
+        async with contextlib.aclosing(self.bus.tail(subjects)) as events:
+            async for rec in events:
+                return rec
+        raise RuntimeError(f"the tail of run {run_id} ended")  # a tail runs until it is closed

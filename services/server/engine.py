@@ -8,15 +8,21 @@ the model at the next step boundary, and a swap makes the next step capture agai
 the slot cache decodes alone, step by step over a dynamic cache (the solo lane). Profiling, parity and
 canaries use the eager lane (`decode`), where module hooks fire and forwards can be compared; what is
 served, and measured as served, is the batched lane.
+
+Work on the engine thread stops when its caller gives up: a thread cannot be cancelled, so when the coroutine
+awaiting `exclusive` is cancelled (a gRPC client's deadline passed, or it cancelled the call) a flag is set that
+the decode loops check between steps (`check_cancelled`), and the model is handed on once the work has stopped.
+Without it a MeasureDecode whose caller had long gone kept the model, and every Generate queued behind it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
 import inspect
 import logging
 import statistics
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +56,10 @@ SLOT_TOKENS = 2048
 
 class BadRequest(ValueError):
     """A request the model cannot serve (empty, out-of-vocabulary ids, too long); the message says why."""
+
+
+class WorkCancelled(Exception):
+    """Raised on the engine thread at a check point once the caller of `exclusive` has been cancelled."""
 
 
 @dataclass
@@ -94,6 +104,9 @@ class Engine:
         self._lock = asyncio.Lock()
         self.waiting = 0  # callers waiting for the model
         self.active = 0  # requests being generated
+        self.working = ""  # the name of the work on the engine thread now ("" when none)
+        self.works_cancelled = 0  # works stopped part-way because their caller gave up
+        self._stop: threading.Event | None = None  # the flag of the work on the engine thread
         self.max_active = max_active
         self.live_inputs: dict = {}  # class path -> real calls recorded at the last profile (parity replays them)
         params = inspect.signature(self.model.forward).parameters
@@ -139,17 +152,46 @@ class Engine:
     # ------------------------------------------------------------------ exclusive access
 
     async def exclusive(self, fn: Callable, *args):
-        """Run fn(*args) on the engine thread with the model to itself (swaps, profiles, canaries)."""
+        """Run fn(*args) on the engine thread with the model to itself (swaps, profiles, canaries).
+
+        If the caller is cancelled meanwhile, the work is told to stop (it raises WorkCancelled at its next
+        `check_cancelled`: the decode loops check every step) and the model is held until it has stopped, so the
+        next caller is not queued behind work nobody waits for; then CancelledError goes on to the caller.
+        """
         self.waiting += 1  # the queue depth: callers waiting for the model (one event loop: no lock needed)
         try:
             await self._lock.acquire()
         finally:
             self.waiting -= 1
         try:
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+            stop = threading.Event()
+            work = asyncio.wrap_future(self._pool.submit(self._run_work, stop, fn, args))
+            try:
+                return await asyncio.shield(work)  # shielded: cancelling the caller must not orphan the thread's work
+            except asyncio.CancelledError:
+                stop.set()
+                await _settled(work)
+                raise
         finally:
             self._lock.release()
+
+    def _run_work(self, stop: threading.Event, fn: Callable, args: tuple):
+        self._stop, self.working = stop, getattr(fn, "__name__", "work")
+        try:
+            return fn(*args)
+        except WorkCancelled:
+            self.works_cancelled += 1  # written on the engine thread only
+            log.info("%s stopped part-way: its caller gave up", self.working)
+            raise
+        finally:
+            self._stop, self.working = None, ""
+
+    def check_cancelled(self) -> None:
+        """Between units of work on the engine thread (a decode step, a repeat): raise WorkCancelled once the
+        caller of `exclusive` has been cancelled. Outside `exclusive` (loading, a bench) there is no caller: no-op."""
+        stop = self._stop
+        if stop is not None and stop.is_set():
+            raise WorkCancelled(f"{self.working}: its caller gave up")
 
     # ------------------------------------------------------------------ requests
 
@@ -299,6 +341,7 @@ class Engine:
         calling thread: use inside `exclusive`. What decode speed is measured on, and what a swap's canary
         checks after the eager parity (the graphs captured with the kernel in them). Other requests' slots
         stay as they are; with no free slot, the solo lane."""
+        self.check_cancelled()  # before each request's prefill and each step: a measure is many of both
         decoder = self.decoder
         slot = decoder.free_slot() if self.batched(ids, max_new) else None
         if slot is None:
@@ -313,6 +356,7 @@ class Engine:
                 tokens.append(int(logits.argmax()))
                 if len(tokens) >= max_new:
                     return tokens, kept
+                self.check_cancelled()
                 feed = forced[len(tokens) - 1] if forced is not None else tokens[-1]
                 logits = decoder.step({slot: feed})[slot]
         finally:
@@ -327,9 +371,11 @@ class Engine:
         With `forced`, step i+1 is fed forced[i] instead of the model's own choice (teacher forcing), so
         two runs compare logits over the same prefixes even where their greedy choices differ.
         """
+        self.check_cancelled()  # before each request's prefill and each step: a profile is many of both
         state, token = self._start(ids, keep_logits)
         tokens = [token]
         while len(tokens) < max_new:
+            self.check_cancelled()
             feed = forced[len(tokens) - 1] if forced is not None else token
             token = self._advance(state, feed)
             tokens.append(token)
@@ -446,3 +492,13 @@ class Engine:
             return None
         patched = sum("forward" in m.__dict__ for m in found)
         return introspect_module(found[0]), len(found), patched
+
+
+async def _settled(work: asyncio.Future) -> None:
+    """Wait until `work` (the engine thread's) has ended, whatever cancels the waiter meanwhile; its outcome is
+    dropped (retrieved, so asyncio does not log it as never retrieved)."""
+    while not work.done():
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.shield(work)
+    if not work.cancelled():
+        work.exception()

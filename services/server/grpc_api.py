@@ -2,7 +2,10 @@
 
 Bad arguments are answered with INVALID_ARGUMENT (or NOT_FOUND for an unknown class) and a message
 that names the problem, and so is a body that does not decode (a string field that is not UTF-8, say);
-a failure inside the model is INTERNAL with its cause, never a dead server.
+a failure inside the model is INTERNAL with its cause, never a dead server. How much one request may ask for
+(prompts, their length, repeats) is bounded before any of it is encoded, by `services.core.limits`, and a
+refusal names the limit. A measuring RPC whose caller goes (its deadline passed, or it cancelled) stops the
+engine's work at its next decode step (`Engine.exclusive`), so the model serves Generate again at once.
 
 The server binds its port exclusively (no SO_REUSEPORT): a second server on the same address fails to
 start with AddressUnavailable instead of sharing the port and answering every other request.
@@ -24,6 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from services.core import limits
 from services.core.admin_auth import authorized, needs_token
 from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as ipb_grpc
@@ -37,7 +41,6 @@ from services.server.tokenizer import IncrementalText
 log = logging.getLogger(__name__)
 
 DEFAULT_ADMIN_TOKENS = 16  # when an admin request leaves max_new_tokens at 0
-MAX_REPEATS = 100
 
 
 class AddressUnavailable(RuntimeError):
@@ -68,6 +71,9 @@ def request_sampling(request: ipb.GenerateRequest) -> Sampling:
 
 def request_ids(engine: Engine, request: ipb.GenerateRequest) -> list[int]:
     """The prompt's token ids after every check a request must pass; BadRequest says what is wrong."""
+    problem = limits.generate_problem(len(request.prompt), len(request.token_ids))  # before encoding it
+    if problem:
+        raise BadRequest(problem)
     ids = list(request.token_ids) if request.token_ids else engine.encode(request.prompt) if request.prompt else []
     if ids:  # an empty prompt is engine.check's to refuse
         check_new_tokens(engine, len(ids), request.max_new_tokens)
@@ -86,13 +92,18 @@ def admin_tokens(engine: Engine, prompts: list[str], max_new_tokens: int) -> int
 
 
 def admin_repeats(repeats: int) -> int:
-    if repeats > MAX_REPEATS:
-        raise BadRequest(f"repeats must be at most {MAX_REPEATS}, got {repeats}")
+    if repeats > limits.MAX_MEASURE_REPEATS:
+        raise BadRequest(f"repeats must be at most {limits.MAX_MEASURE_REPEATS}, got {repeats}")
     return repeats or 1
 
 
-def admin_prompts(prompts) -> list[str]:
+def admin_prompts(prompts, rpc: str) -> list[str]:
+    """The prompts of a measuring RPC, bounded (count, length) before any is encoded: encoding runs on the event
+    loop, and each prompt is decoded over and over while the model is held."""
     prompts = list(prompts)
+    problem = limits.prompts_problem(prompts, rpc)
+    if problem:
+        raise BadRequest(problem)
     if not prompts or not all(prompts):
         raise BadRequest("give at least one prompt, and no empty prompts")
     return prompts
@@ -160,12 +171,16 @@ class AdminApi(ipb_grpc.AdminServicer):
             max_positions=e.loaded.max_positions,
         )
 
-    async def _on_prompts(self, request, context, what: str, work):
-        """Check the prompts/tokens/repeats every measuring RPC takes, run `work` on them, map failures to statuses."""
+    async def _on_prompts(self, request, context, rpc: str, what: str, work):
+        """Check the prompts/tokens/repeats every measuring RPC takes, run `work` on them, map failures to statuses.
+        A caller that goes (deadline, cancel) cancels this coroutine, and with it the engine's work."""
         try:
-            prompts = admin_prompts(request.prompts)
+            prompts = admin_prompts(request.prompts, rpc)
             args = prompts, admin_tokens(self.engine, prompts, request.max_new_tokens), admin_repeats(request.repeats)
             return await work(*args)
+        except asyncio.CancelledError:
+            log.info("%s: the caller went (deadline or cancel); the engine's work was stopped", rpc)
+            raise
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except Exception as exc:
@@ -173,11 +188,13 @@ class AdminApi(ipb_grpc.AdminServicer):
             await context.abort(grpc.StatusCode.INTERNAL, f"{what} failed: {type(exc).__name__}: {exc}")
 
     async def CaptureProfile(self, request, context):
-        observation = await self._on_prompts(request, context, "profile capture", self.engine.capture_profile)
+        observation = await self._on_prompts(
+            request, context, "CaptureProfile", "profile capture", self.engine.capture_profile
+        )
         return ipb.CaptureProfileReply(observation=observation)
 
     async def MeasureDecode(self, request, context):
-        m = await self._on_prompts(request, context, "decode measurement", self.engine.measure_decode)
+        m = await self._on_prompts(request, context, "MeasureDecode", "decode measurement", self.engine.measure_decode)
         return ipb.MeasureDecodeReply(
             tokens_per_s=m.tokens_per_s, tokens_generated=m.tokens, seconds=m.seconds, device=self.engine.loaded.device
         )

@@ -33,12 +33,20 @@ async def test_runs_that_cannot_finish_end_and_a_running_run_can_be_cancelled(st
     yantra = yantra_for(stack)
     alive = services_alive(stack)
 
-    # The server knows the model's positions: more decode tokens than it has, or a prompt longer than it.
+    # The server knows the model's positions (512): a prompt plus decode tokens past them, or a prompt longer than
+    # them, each within a run's limits. Past a limit (services.core.limits) the profiler refuses, naming it.
     too_many, too_long, empty = _run_id("tokens"), _run_id("prompt"), _run_id("empty")
-    await request(bus, too_many, prompts=["Hello"], decode_tokens=100_000)
-    await request(bus, too_long, prompts=["hello " * 5000], decode_tokens=4)
+    too_much = _run_id("limit")
+    await request(bus, too_many, prompts=["hello " * 60], decode_tokens=200)
+    await request(bus, too_long, prompts=["hello " * 600], decode_tokens=4)
     await request(bus, empty, prompts=["Hello", ""], decode_tokens=4)
-    for run_id, why in ((too_many, "positions"), (too_long, "positions"), (empty, "prompt 2 of 2 is empty")):
+    await request(bus, too_much, prompts=["Hello"] * 5000, decode_tokens=4)
+    for run_id, why in (
+        (too_many, "positions"),
+        (too_long, "positions"),
+        (empty, "prompt 2 of 2 is empty"),
+        (too_much, "5000 prompts given; a run takes at most 16 (limits.MAX_RUN_PROMPTS)"),
+    ):
         log = await wait_for_log(bus, run_id, has("RunFailed"), 60, check=alive)
         failed = ev.last(log, "RunFailed").msg
         assert why in failed.reason and failed.failed_trigger == "RunRequested", failed.reason
@@ -47,7 +55,7 @@ async def test_runs_that_cannot_finish_end_and_a_running_run_can_be_cancelled(st
 
     runs = yantra("runs")
     assert runs.returncode == 0, runs.stderr
-    for run_id in (too_many, too_long, empty):
+    for run_id in (too_many, too_long, empty, too_much):
         line = next(line for line in runs.stdout.splitlines() if line.startswith(run_id))
         assert "failed: profiler could not answer RunRequested (refused it)" in line, line
 

@@ -50,6 +50,7 @@ class TinyAdmin(igrpc.AdminServicer):
         self.model = Qwen2ForCausalLM(cfg).eval()
         self.class_profiler = class_profiler
         self.measures = 0
+        self.captures = 0
 
     def _decode(self, prompts: list[str], tokens: int) -> tuple[float, int, float]:
         generated, start = 0, time.perf_counter()
@@ -83,6 +84,7 @@ class TinyAdmin(igrpc.AdminServicer):
         return ipb.CaptureProfileReply(observation=obs)
 
     async def CaptureProfile(self, request, context):
+        self.captures += 1
         if not request.prompts:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no prompts to profile")
         positions = self.model.config.max_position_embeddings
@@ -119,7 +121,7 @@ async def profiler(nats_server, admin_server, run_id):
     addr, _ = admin_server
     admin = AdminClient(addr)
     service = ProfilerService(admin, repeats=1)
-    runs = [run_id, run_id + "b", run_id + "c", run_id + "d"]
+    runs = [run_id, run_id + "b", run_id + "c", run_id + "d", run_id + "e", run_id + "f"]
     stop = asyncio.Event()
     subjects = [ev.run_filter(r, t) for r in runs for t in service.consumes]
     service_bus = await Bus.connect(nats_server.url, name="profiler-test")
@@ -221,8 +223,9 @@ async def test_a_request_that_can_never_be_measured_ends_the_run_at_once(bus, pr
     instead of failing every delivery and leaving the run 'running' for ever."""
     empty, too_long = profiler[2], profiler[3]
     await publish(bus, empty, pb.RunRequested(prompts=["Hello", ""], decode_tokens=4), "client")
-    await publish(bus, too_long, pb.RunRequested(prompts=["Hello"], decode_tokens=5000), "client")
-    for run_id, why in ((empty, "prompt 2 of 2 is empty"), (too_long, "INVALID_ARGUMENT: 5000 new tokens exceed")):
+    # within a run's limits (services.core.limits), beyond this model's 256 positions: the server's to refuse
+    await publish(bus, too_long, pb.RunRequested(prompts=["Hello"], decode_tokens=256), "client")
+    for run_id, why in ((empty, "prompt 2 of 2 is empty"), (too_long, "INVALID_ARGUMENT: 256 new tokens exceed")):
         log = await wait_log(bus, run_id, has("RunFailed"), 20)
         failed = ev.last(log, "RunFailed")
         assert failed.env.producer == "profiler" and failed.msg.failed_trigger == "RunRequested"
@@ -230,3 +233,23 @@ async def test_a_request_that_can_never_be_measured_ends_the_run_at_once(bus, pr
         assert why in failed.msg.reason, failed.msg.reason
         assert [r.type for r in log] == ["RunRequested", "RunFailed"]
         assert verify(log, {**domain.REDERIVE, **run_end.REDERIVE}) == []
+
+
+async def test_a_run_asking_more_than_its_limits_fails_at_once_naming_the_limit_and_the_server_is_not_asked(
+    bus, profiler, admin_server, wait_log
+):
+    """5,000 prompts (or any input past services.core.limits) ends the run with a RunFailed that names the limit,
+    before the server is asked anything: such a request held the model for over ten minutes."""
+    _, servicer = admin_server
+    many, long_tokens = profiler[4], profiler[5]
+    await publish(bus, many, pb.RunRequested(prompts=["Hello"] * 5000, decode_tokens=4), "client")
+    await publish(bus, long_tokens, pb.RunRequested(prompts=["Hi"] * 16, decode_tokens=128), "client")
+    for run_id, limit in ((many, "MAX_RUN_PROMPTS"), (long_tokens, "MAX_RUN_DECODE_TOKENS")):
+        log = await wait_log(bus, run_id, has("RunFailed"), 20)
+        assert [r.type for r in log] == ["RunRequested", "RunFailed"]
+        reason = ev.last(log, "RunFailed").msg.reason
+        assert (
+            reason.startswith("profiler could not answer RunRequested (refused it): ") and f"(limits.{limit})" in reason
+        )
+        assert verify(log, {**domain.REDERIVE, **run_end.REDERIVE}) == []
+    assert servicer.captures == 0

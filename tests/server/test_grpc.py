@@ -10,6 +10,7 @@ import pytest
 from server_fixtures import QWEN_NORM, as_log, swap_run
 
 from services.core import events as ev
+from services.core import limits
 from services.core.pb import events_pb2 as pb
 from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as ipb_grpc
@@ -95,6 +96,49 @@ async def test_capture_profile_and_measure_decode_over_grpc(channel):
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await admin.CaptureProfile(bad)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "prompt" in err.value.details()
+
+
+async def test_measuring_rpcs_refuse_more_work_than_a_run_asks_naming_the_limit(engine, channel):
+    """10,000 prompts held the model for over ten minutes: the count and each prompt's length are bounded before
+    any prompt is encoded, as a run's are (services.core.limits)."""
+    admin = ipb_grpc.AdminStub(channel)
+    many, long = ["Hello"] * 10_000, ["Hi", "x" * (limits.MAX_PROMPT_CHARS + 1)]
+    for rpc, name, request in (
+        (admin.CaptureProfile, "CaptureProfile", ipb.CaptureProfileRequest(prompts=many, max_new_tokens=4)),
+        (admin.MeasureDecode, "MeasureDecode", ipb.MeasureDecodeRequest(prompts=many, max_new_tokens=4, repeats=5)),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await rpc(request, timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details() == f"10000 prompts given; {name} takes at most 16 (limits.MAX_RUN_PROMPTS)"
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await admin.MeasureDecode(ipb.MeasureDecodeRequest(prompts=long, max_new_tokens=4), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == (
+        "prompt 2 is 4,001 characters long; MeasureDecode takes prompts of at most 4,000 characters "
+        "(limits.MAX_PROMPT_CHARS)"
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await admin.MeasureDecode(ipb.MeasureDecodeRequest(prompts=["Hi"], max_new_tokens=2, repeats=101), timeout=10)
+    assert err.value.details() == "repeats must be at most 100, got 101"
+    at_limit = ipb.MeasureDecodeRequest(prompts=["Hi"] * limits.MAX_RUN_PROMPTS, max_new_tokens=2)
+    assert (await admin.MeasureDecode(at_limit, timeout=60)).tokens_generated == 2 * limits.MAX_RUN_PROMPTS
+
+
+async def test_generate_refuses_a_prompt_beyond_the_limits_naming_it(channel):
+    """A prompt is bounded in characters before it is encoded (on the event loop), token ids in count, stop strings
+    in count (services.server.stops)."""
+    for request, limit in (
+        ({"prompt": "x" * (limits.MAX_GENERATE_PROMPT_CHARS + 1)}, "limits.MAX_GENERATE_PROMPT_CHARS"),
+        ({"token_ids": [1] * (limits.MAX_GENERATE_TOKEN_IDS + 1)}, "limits.MAX_GENERATE_TOKEN_IDS"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await _generate(channel, max_new_tokens=4, **request)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and f"({limit})" in err.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await _generate(channel, prompt="hi", max_new_tokens=4, stop=[f"s{i}" for i in range(9)])
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == "at most 8 stop sequences, got 9"
 
 
 async def test_list_swaps_follows_commit_and_rollback(engine, channel, swaps, good_source, tmp_path):
