@@ -373,8 +373,8 @@ async def test_read_all_and_tail_can_show_undecodable_messages_in_their_place(bu
     misfiled = (await bus.js.publish(ev.run_subject(run_id, "RunCompleted"), ev.encode(wrong))).seq
     subject = ev.run_filter(run_id)
 
-    old = await bus.read_all(subject)  # what existing callers get is unchanged
-    assert [(r.seq, r.type) for r in old] == [(req, "RunRequested"), (misfiled, "SkillCredited")]
+    events = await bus.read_all(subject)  # only the events: a misfiled one is no event of its subject
+    assert [(r.seq, r.type) for r in events] == [(req, "RunRequested")]
     entries = await bus.read_all(subject, include_bad=True)
     assert [type(e).__name__ for e in entries] == ["Recorded", "Undecodable", "Undecodable"]
     assert entries[1] == Undecodable(junk, ev.run_subject(run_id, "ProfileCaptured"), entries[1].reason)
@@ -466,6 +466,31 @@ async def test_a_server_with_little_disk_gets_the_largest_limits_that_fit(tmp_pa
                 assert (await _stream_config(bus, ev.METRICS_STREAM)).max_msgs == METRICS_MAX_MSGS
             finally:
                 await bus.close()
+
+
+async def test_a_server_out_of_storage_refuses_an_event_in_one_clear_line(tmp_path, run_id):
+    """JetStream out of room on the server's disk (here its max_file_store, 8 MB, all the streams may take):
+    `Bus.publish` says so in one line, as for a full log; what the log holds stays."""
+    with _nats_with_store(tmp_path, "8MB") as url:
+        bus = await Bus.connect(url)
+        try:
+            published = 0
+            with pytest.raises(EventRefused) as err:
+                for k in range(100):  # 200 KB each: the 8 MB are used up well before
+                    msg = pb.SkillCredited(skill_id=f"{k}" + "x" * 200_000)
+                    await bus.publish(
+                        ev.make_envelope(run_id, msg, producer="t", time_ns=k, causation_id="c", ordinal=k)
+                    )
+                    published += 1
+            assert 0 < published < 100
+            text = str(err.value)
+            assert text.startswith(
+                f"YANTRA_RUNS refused SkillCredited of run {run_id}: the NATS server is out of storage ("
+            )
+            assert "free disk where it keeps JetStream, or raise its max_file_store" in text and "\n" not in text
+            assert len(await bus.read_run(run_id)) == published and bus.nc.is_connected
+        finally:
+            await bus.close()
 
 
 async def test_an_unreachable_server_is_named_with_a_reason():

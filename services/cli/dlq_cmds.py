@@ -29,11 +29,19 @@ def _short(text: str, limit: int) -> str:
 
 def line(d: DeadLetter) -> str:
     """One dead letter on one line: its DLQ sequence, when, which service, where it came from, why."""
-    return f"{d.seq:>6}  {_when(d)}  {d.service:<10}  {_origin(d)}  {_short(d.reason, REASON_CHARS)}"
+    cut = f" [copy truncated: {d.original_size:,} bytes]" if d.truncated else ""
+    return f"{d.seq:>6}  {_when(d)}  {d.service:<10}  {_origin(d)}  {_short(d.reason, REASON_CHARS)}{cut}"
 
 
-def payload_lines(data: bytes, original_seq: int) -> list[str]:
-    """The payload as the event it is, or, when it is none, why not and a hex and printable preview."""
+def payload_lines(data: bytes, original_seq: int, original_size: int = 0) -> list[str]:
+    """The payload as the event it is, or, when it is none, why not and a hex and printable preview.
+
+    `original_size`: the payload is the first bytes of a message of that size (a truncated dead letter), which
+    no decoder can read back; its preview is all there is.
+    """
+    if original_size:
+        out = [f"payload (the first {len(data):,} of {original_size:,} bytes): truncated, so not decoded"]
+        return out + _preview(data)
     try:
         env = ev.decode(data)
     except ev.BadEvent as exc:
@@ -41,7 +49,11 @@ def payload_lines(data: bytes, original_seq: int) -> list[str]:
     else:
         rec = ev.Recorded(original_seq, env)
         return [f"payload ({len(data)} bytes): an Envelope", f"  {env.run_id}  {describe(rec)}"]
-    out = [f"payload ({len(data)} bytes): not an event ({_short(why, 200)})"]
+    return [f"payload ({len(data)} bytes): not an event ({_short(why, 200)})", *_preview(data)]
+
+
+def _preview(data: bytes) -> list[str]:
+    out = []
     head = data[:PREVIEW_BYTES]
     for offset in range(0, len(head), 16):
         chunk = head[offset : offset + 16]
@@ -58,10 +70,14 @@ def show(d: DeadLetter) -> list[str]:
         f"service: {d.service}",
         f"from:    {_origin(d)}" + (f" in {d.headers['Yantra-Stream']}" if d.headers.get("Yantra-Stream") else ""),
         f"reason:  {d.reason}",
-        "headers:",
     ]
-    out += [f"  {k}: {v}" for k, v in sorted(d.headers.items())]
-    return out + payload_lines(d.data, d.original_seq)
+    if d.truncated:
+        out.append(
+            f"copy:    truncated: the first {len(d.data):,} of the original's {d.original_size:,} bytes"
+            f" (too large to copy whole); the original's sha256 {d.original_sha256 or '?'}"
+        )
+    out += ["headers:", *(f"  {k}: {v}" for k, v in sorted(d.headers.items()))]
+    return out + payload_lines(d.data, d.original_seq, d.original_size if d.truncated else 0)
 
 
 def _service(text: str) -> str:

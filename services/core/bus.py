@@ -26,6 +26,7 @@ from services.core.stream_read import read_msgs
 from services.core.streams import (
     _JS_STREAM_FULL,
     DEDUP_WINDOW_S,
+    DLQ_COPY_MAX_BYTES,
     DLQ_DEDUP_WINDOW_S,
     DLQ_MAX_AGE_S,
     DLQ_MAX_BYTES,
@@ -36,6 +37,7 @@ from services.core.streams import (
     RUNS_MAX_BYTES,
     RUNS_MAX_MSG_SIZE,
     _same,
+    out_of_storage,
     stream_configs,
 )
 
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ACK_WAIT_S",
     "DEDUP_WINDOW_S",
+    "DLQ_COPY_MAX_BYTES",
     "DLQ_DEDUP_WINDOW_S",
     "DLQ_MAX_AGE_S",
     "DLQ_MAX_BYTES",
@@ -58,6 +61,7 @@ __all__ = [
     "RUNS_MAX_BYTES",
     "RUNS_MAX_MSG_SIZE",
     "Bus",
+    "BusClosed",
     "BusUnavailable",
     "DeadLetter",
     "EventRefused",
@@ -84,8 +88,14 @@ class BusUnavailable(RuntimeError):
     """No NATS server answered at the given URL."""
 
 
+class BusClosed(ConnectionError):
+    """The connection was closed for good: nats-py does not reopen a connection the server closed over a protocol
+    error (see `Bus.closed`)."""
+
+
 class EventRefused(RuntimeError):
-    """The run log refused an event: it is full, or the event is larger than any event may be."""
+    """The run log refused an event: it is full, the server is out of storage, or the event is larger than any
+    event may be."""
 
 
 Handler = Callable[[Recorded], Awaitable[None]]
@@ -103,11 +113,29 @@ class Undecodable:
 
 
 def decode_on(subject: str, data: bytes) -> Envelope:
-    """The envelope of a message stored on `subject`; BadEvent if it does not decode or names another type."""
+    """The envelope of a message stored on `subject`; BadEvent if it does not decode, or is not the event its
+    subject (`yantra.run.<run>.<type>`) says: another type, or another run's.
+
+    An envelope of run A stored on run B's subject would start run A in every service, be read into B's log and
+    list A among the runs without A's log holding its request: it is refused here like any other non-event.
+    """
     env = ev.decode(data)
-    if subject.rsplit(".", 1)[-1] != env.type:
+    parts = subject.split(".")
+    if parts[-1] != env.type:
         raise ev.BadEvent(f"subject {subject} does not match event type {env.type}")
+    if len(parts) != 4 or parts[:2] != ["yantra", "run"]:
+        raise ev.BadEvent(f"subject {subject} is not a run event's (yantra.run.<run>.<type>)")
+    if parts[2] != env.run_id:
+        raise ev.BadEvent(f"subject {subject} is run {parts[2]}'s, the envelope run {_shown(env.run_id)}'s")
+    try:
+        ev.check_run_id(env.run_id)
+    except ValueError as exc:
+        raise ev.BadEvent(str(exc)) from None
     return env
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
 def _why(exc: BaseException) -> str:
@@ -165,20 +193,31 @@ class Bus:
     # ------------------------------------------------------------------ publishing
 
     async def publish(self, env: Envelope) -> int:
-        """Publish a run event; a second publish of the same event id is dropped by the server."""
-        try:
-            ack = await self.js.publish(
-                ev.run_subject(env.run_id, env.type),
-                ev.encode(env),
-                headers={"Nats-Msg-Id": env.event_id},
-                timeout=10.0,
+        """Publish a run event; a second publish of the same event id is dropped by the server.
+
+        EventRefused, in one line, when the log will not take it: larger than an event may be (checked here,
+        before anything is sent), the log full, or the server out of storage.
+        """
+        data, headers = ev.encode(env), {"Nats-Msg-Id": env.event_id}
+        size, limit = len(data) + dlq.headers_size(headers), min(RUNS_MAX_MSG_SIZE, self.nc.max_payload)
+        if size > limit:
+            # The stream would refuse it; past the server's max_payload the server would close this connection.
+            which = "RUNS_MAX_MSG_SIZE" if limit == RUNS_MAX_MSG_SIZE else "the NATS server's max_payload"
+            raise EventRefused(
+                f"{ev.RUNS_STREAM} refused {env.type} of run {env.run_id}: {size:,} bytes with its headers, "
+                f"over the {limit:,}-byte limit of an event ({which}); nothing was sent"
             )
+        try:
+            ack = await self.js.publish(ev.run_subject(env.run_id, env.type), data, headers=headers, timeout=10.0)
         except APIError as exc:
-            if exc.err_code in _JS_STREAM_FULL:
+            refused = f"{ev.RUNS_STREAM} refused {env.type} of run {env.run_id}"
+            if out_of_storage(exc.err_code, exc.description):
                 raise EventRefused(
-                    f"{ev.RUNS_STREAM} refused {env.type} of run {env.run_id}: {_why(exc)} "
-                    "(the run log never drops old events to make room)"
+                    f"{refused}: the NATS server is out of storage ({_why(exc)}, code {exc.err_code}); "
+                    "free disk where it keeps JetStream, or raise its max_file_store"
                 ) from exc
+            if exc.err_code in _JS_STREAM_FULL:
+                raise EventRefused(f"{refused}: {_why(exc)} (the run log never drops old events to make room)") from exc
             raise
         return ack.seq
 
@@ -191,9 +230,11 @@ class Bus:
         """Put a copy of a message nobody can handle on the DLQ, with why and where from in its headers.
 
         With its stream sequence, the copy gets an id (`dlq_msg_id`) so it is stored once: per service
-        (`mine`: this service's handler failed it), or once for all (it is undecodable for everyone).
+        (`mine`: this service's handler failed it), or once for all (it is undecodable for everyone). A message
+        too large to copy whole beside its headers is copied in part (`dead_letters.fit_copy`).
         """
         headers = dlq.dead_letter_headers(service, reason, subject, stream=stream, seq=seq, mine=mine)
+        data, headers = dlq.fit_copy(data, headers, self.nc.max_payload)
         await self.js.publish(ev.dlq_subject(service), data, headers=headers, timeout=5.0)
 
     # ------------------------------------------------------------------ reading
@@ -207,18 +248,19 @@ class Bus:
         return [(m.metadata.sequence.stream, m.data, m.subject) for m in await self._read_msgs(stream, subject)]
 
     async def read_run(self, run_id: str) -> list[Recorded]:
-        """A run's whole log in stream order; undecodable entries are skipped (they went to the DLQ)."""
+        """A run's whole log in stream order; what is not an event of its subject (`decode_on`) is skipped with
+        a warning (consumers dead-lettered it)."""
         out = []
         for seq, data, subject in await self._read(ev.RUNS_STREAM, ev.run_filter(ev.check_run_id(run_id))):
-            try:
-                out.append(Recorded(seq, ev.decode(data)))
-            except ev.BadEvent as exc:
-                log.warning("skipping undecodable message seq=%s on %s: %s", seq, subject, exc)
+            entry = _entry(seq, subject, data, include_bad=False)
+            if entry is not None:
+                out.append(entry)
         return out
 
     async def read_all(self, subject: str = ev.RUN_SUBJECTS, *, include_bad: bool = False) -> list:
-        """Every event on `subject` in stream order. Undecodable messages are skipped, unless `include_bad`:
-        then each is an `Undecodable` in its place (judged as consumers judge it, subject included)."""
+        """Every event on `subject` in stream order. What is not an event of its subject is skipped with a
+        warning, unless `include_bad`: then each is an `Undecodable` in its place (judged as consumers judge it,
+        `decode_on`)."""
         out = []
         for seq, data, subject_ in await self._read(ev.RUNS_STREAM, subject):
             entry = _entry(seq, subject_, data, include_bad)
@@ -287,8 +329,24 @@ class Bus:
                         await psub.unsubscribe()
 
     async def run_ids(self) -> list[str]:
-        """Runs in the order they were requested."""
-        return [r.env.run_id for r in await self.read_all(ev.run_filter("*", "RunRequested"))]
+        """Runs in the order they were requested, each once (a run whose request is stored twice, under two ids,
+        is still one run)."""
+        return list(dict.fromkeys(r.env.run_id for r in await self.read_all(ev.run_filter("*", "RunRequested"))))
+
+    async def closed(self, poll_s: float = 0.5) -> str:
+        """Return, saying why, once this connection is closed for good.
+
+        nats-py reconnects by itself to a server that went away, but a connection the server closed over a
+        protocol error (a message with its headers over the server's max_payload, say) is not reopened: every
+        later fetch and publish fails, and a service on it is alive but deaf. `service_main.serve` exits on it, so
+        the supervisor starts the service again.
+        """
+        while not self.nc.is_closed:
+            await asyncio.sleep(poll_s)
+        return self._closed_why()
+
+    def _closed_why(self) -> str:
+        return _why(self.nc.last_error) if self.nc.last_error else "closed"
 
     async def dead_letters(self, service: str = "*") -> list[DeadLetter]:
         """Every entry of the DLQ (of one service, or all), oldest first."""
@@ -344,6 +402,9 @@ class Bus:
                 except TimeoutError:
                     continue
                 except Exception as exc:  # connection trouble: the client reconnects; wait and retry
+                    if self.nc.is_closed:  # it will not: retrying would leave this consumer deaf for good
+                        why = self._closed_why()
+                        raise BusClosed(f"{durable}: the NATS connection was closed for good ({why})") from exc
                     log.warning("%s: fetch failed (%s); retrying", durable, exc)
                     await asyncio.sleep(0.5)
                     continue
@@ -403,7 +464,7 @@ class Bus:
             env = decode_on(msg.subject, msg.data)
         except ev.BadEvent as exc:
             log.error("%s: dead-lettering undecodable message on %s: %s", durable, msg.subject, exc)
-            await self._dead_letter_msg(durable, msg, f"undecodable: {exc}", mine=False)
+            await self._dead_letter_msg(durable, msg, f"undecodable: {exc}", mine=False, max_deliver=max_deliver)
             return
         recorded = Recorded(msg.metadata.sequence.stream, env)
         keepalive = asyncio.create_task(_keep_in_progress(msg, ack_wait / 3))
@@ -429,7 +490,9 @@ class Bus:
             log.error(
                 "%s: %s %s failed %d times; dead-lettering", durable, env.type, env.event_id, attempts, exc_info=exc
             )
-            await self._dead_letter_msg(durable, msg, f"failed {attempts} times: {exc!r}", mine=True)
+            await self._dead_letter_msg(
+                durable, msg, f"failed {attempts} times: {exc!r}", mine=True, max_deliver=max_deliver
+            )
             if on_give_up is not None:
                 try:
                     await on_give_up(recorded, repr(exc), attempts)
@@ -452,29 +515,40 @@ class Bus:
         except Exception as exc:  # the connection is gone: the ack wait brings it back instead
             log.warning("%s: could not hand seq %d back (%s)", durable, msg.metadata.sequence.stream, _why(exc))
 
-    async def _dead_letter_msg(self, durable: str, msg, reason: str, *, mine: bool) -> None:
+    async def _dead_letter_msg(self, durable: str, msg, reason: str, *, mine: bool, max_deliver: int) -> None:
+        """Copy the message to the DLQ and terminate it. Where the copy cannot be made, the message comes back
+        to be tried again, until its deliveries are spent: then it is terminated all the same, and said so
+        loudly. A message the server no longer hands out but nobody terminated would stay pending for good, and
+        `max_ack_pending` of those stop the consumer."""
         meta = msg.metadata
+        seq = meta.sequence.stream
         try:
-            await self.dead_letter(
-                durable, msg.data, reason, msg.subject, stream=meta.stream, seq=meta.sequence.stream, mine=mine
-            )
-        except Exception as exc:  # the DLQ is out of reach: keep the message; it comes back and is tried again
-            log.error("%s: could not dead-letter seq %d (%s); it will come back", durable, meta.sequence.stream, exc)
-            with suppress(Exception):
-                await msg.nak(delay=5.0)
-            return
-        await msg.term()
+            await self.dead_letter(durable, msg.data, reason, msg.subject, stream=meta.stream, seq=seq, mine=mine)
+        except Exception as exc:
+            if meta.num_delivered < max_deliver:
+                log.error("%s: could not dead-letter seq %d (%s); it will come back", durable, seq, _why(exc))
+                with suppress(Exception):
+                    await msg.nak(delay=5.0)
+                return
+            log.critical(
+                "%s: could not dead-letter seq %d on %s in %d deliveries (%s); terminating it WITHOUT a DLQ copy "
+                "(it stays in %s; `yantra events` shows it): %s",
+                durable, seq, msg.subject, meta.num_delivered, _why(exc), meta.stream, reason,
+            )  # fmt: skip
+        with suppress(Exception):
+            await msg.term()
 
 
 def _entry(seq: int, subject: str, data: bytes, include_bad: bool) -> Recorded | Undecodable | None:
-    if not include_bad:
-        with suppress(ev.BadEvent):
-            return Recorded(seq, ev.decode(data))
-        return None
+    """A stored message as readers get it: an event only when it is the event its subject says (`decode_on`), as
+    consumers judge it; else an `Undecodable` where asked for, or nothing (and a warning naming it)."""
     try:
         return Recorded(seq, decode_on(subject, data))
     except ev.BadEvent as exc:
-        return Undecodable(seq, subject, str(exc))
+        if include_bad:
+            return Undecodable(seq, subject, str(exc))
+        log.warning("skipping seq %d on %s: not an event of its subject (%s)", seq, subject, _shown(str(exc), 300))
+        return None
 
 
 def _subjects(cfg: api.ConsumerConfig) -> list[str]:

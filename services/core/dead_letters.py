@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -10,8 +11,15 @@ from nats.js.errors import NotFoundError
 
 from services.core import events as ev
 from services.core.stream_read import read_msgs
+from services.core.streams import DLQ_COPY_MAX_BYTES
 
 MAX_REASON_CHARS = 4000
+# The headers of a dead letter that holds only the first bytes of its original (`fit_copy`).
+TRUNCATED = "Yantra-Truncated"
+ORIGINAL_SIZE = "Yantra-Original-Size"
+ORIGINAL_SHA256 = "Yantra-Original-Sha256"
+# nats-py frames headers as "NATS/1.0\r\n", a "name: value\r\n" line each, then "\r\n": 12 bytes, with room to spare.
+_HEADER_FRAME = 64
 
 
 @dataclass(frozen=True)
@@ -38,10 +46,28 @@ class DeadLetter:
 
     @property
     def original_seq(self) -> int:
-        try:
-            return int(self.headers.get("Yantra-Seq", "0"))
-        except ValueError:
-            return 0
+        return _int(self.headers.get("Yantra-Seq", "0"))
+
+    @property
+    def truncated(self) -> bool:
+        """Whether this holds only the first bytes of the original (it was too large to copy whole)."""
+        return self.headers.get(TRUNCATED) == "1"
+
+    @property
+    def original_size(self) -> int:
+        """The original's size in bytes: the copy's own, unless it was truncated."""
+        return _int(self.headers.get(ORIGINAL_SIZE, "0")) if self.truncated else len(self.data)
+
+    @property
+    def original_sha256(self) -> str:
+        return self.headers.get(ORIGINAL_SHA256, "") if self.truncated else hashlib.sha256(self.data).hexdigest()
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
 
 
 def dlq_msg_id(stream: str, seq: int, service: str = "") -> str:
@@ -70,6 +96,32 @@ def dead_letter_headers(
         headers |= {"Yantra-Stream": stream, "Yantra-Seq": str(seq)}
         headers["Nats-Msg-Id"] = dlq_msg_id(stream, seq, service if mine else "")
     return headers
+
+
+def headers_size(headers: dict[str, str]) -> int:
+    """What `headers` take of a NATS message (at most): the server bounds headers and payload together."""
+    return _HEADER_FRAME + sum(len(k.encode()) + len(v.encode()) + 4 for k, v in headers.items())
+
+
+def fit_copy(
+    data: bytes, headers: dict[str, str], max_payload: int, cap: int = DLQ_COPY_MAX_BYTES
+) -> tuple[bytes, dict[str, str]]:
+    """The dead letter's payload and headers: the message whole when it is at most `cap` bytes and fits with its
+    headers in one NATS message (`max_payload`, the server's); else its first bytes that do, the headers saying so
+    (`Yantra-Truncated: 1`) with the original's size and sha256.
+
+    A copy over the server's max_payload is not refused: the server closes the connection that sent it, and the
+    service that tried went deaf while its message came back to the next one, for ever.
+    """
+    if len(data) <= cap and len(data) + headers_size(headers) <= max_payload:
+        return data, headers
+    marked = headers | {
+        TRUNCATED: "1",
+        ORIGINAL_SIZE: str(len(data)),
+        ORIGINAL_SHA256: hashlib.sha256(data).hexdigest(),
+    }
+    keep = max(0, min(cap, max_payload - headers_size(marked)))
+    return data[:keep], marked
 
 
 async def list_dead_letters(js: JetStreamContext, service: str = "*") -> list[DeadLetter]:

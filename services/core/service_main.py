@@ -11,7 +11,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
-from services.core.bus import Bus, BusUnavailable
+from services.core.bus import Bus, BusClosed, BusUnavailable
 from services.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,16 @@ async def connect_with_retry(url: str, name: str, patience_s: float = 30.0) -> B
             await asyncio.sleep(0.5)
 
 
+async def _fail_when_closed(bus: Bus) -> None:
+    # A task of the service's own, whatever the others do: a consumer notices a closed connection, but a service
+    # waiting on something else (the server's gRPC) would stay up, alive and deaf, and never be restarted.
+    why = await bus.closed()
+    raise BusClosed(f"the NATS connection was closed for good ({why}); exiting so the supervisor restarts it")
+
+
 async def serve(name: str, setup: Setup, settings: Settings) -> bool:
-    """Run the service until a signal or until one of its tasks ends; False if a task failed."""
+    """Run the service until a signal or until one of its tasks ends; False if a task failed, or the bus connection
+    was closed for good."""
     if not settings.nats_url:
         raise BusUnavailable("NATS_URL is not set: start everything with `yantra up`, or point NATS_URL at a server")
     bus = await connect_with_retry(settings.nats_url, name)
@@ -71,6 +79,7 @@ async def serve(name: str, setup: Setup, settings: Settings) -> bool:
         loop.add_signal_handler(sig, stop.set)
     log.info("%s connected to %s", name, settings.nats_url)
     tasks = [asyncio.ensure_future(c) for c in await setup(settings, bus, stop)]
+    tasks.append(asyncio.ensure_future(_fail_when_closed(bus)))
     waiter = asyncio.ensure_future(stop.wait())
     done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
     exit_if_still_running_after(name, settings.shutdown_grace_s)

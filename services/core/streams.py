@@ -18,9 +18,13 @@ METRICS_MAX_MSGS = 100_000
 # YANTRA_RUNS is the event-sourced log: no old event may ever be dropped, so when a limit is reached the
 # stream refuses new events (DiscardPolicy.NEW: the publisher gets an error) instead of making room.
 # The largest legit event is a CandidateProposed: at most the judge's MAX_SOURCE_CHARS (200,000) of kernel
-# source plus its contract, about 200 KB (a ProfileCaptured is a few KB per module class). 1 MiB leaves five
-# times that, and is nats-server's default max_payload, so nothing larger could be published anyway.
-RUNS_MAX_MSG_SIZE = 1 << 20
+# source plus its contract, about 200 KB (a ProfileCaptured is a few KB: 4.3 KB in tests/tui/data/real_run.jsonl,
+# whose largest CandidateProposed is 3.9 KB). 512 KiB leaves more than twice that, and is half of nats-server's
+# default max_payload (1 MiB), which bounds a message with its headers: a dead letter is a copy of the message
+# plus a few KB of headers (the reason, where it came from), so any event the log accepts can be dead-lettered
+# whole. At 1 MiB an event the log accepted could not be: its copy broke the payload limit, and the server closed
+# the connection of the service that tried (`DLQ_COPY_MAX_BYTES` below copies a prefix of anything larger).
+RUNS_MAX_MSG_SIZE = 512 << 10
 # A recorded run is about 25 KB (tests/tui/data/real_run.jsonl; more with many candidates), so this is
 # hundreds of thousands of runs. JetStream reserves a stream's max_bytes on its disk up front: a server with
 # less room gets the largest power-of-two fraction that fits (see `_reserving`).
@@ -30,15 +34,33 @@ RUNS_MAX_BYTES = 16 << 30
 DLQ_MAX_MSGS = 10_000
 DLQ_MAX_AGE_S = 14 * 24 * 3600
 DLQ_MAX_BYTES = 1 << 30
+# A dead letter holds the original's bytes up to this many (what the log accepts, so an event is copied whole); of
+# a larger message (stored before the log's limit came down, or in a stream of another make) it holds the first
+# this many, and its headers the original's size and sha256 (`services.core.dead_letters.fit_copy`). Less where
+# the server's max_payload leaves less room beside the headers.
+DLQ_COPY_MAX_BYTES = RUNS_MAX_MSG_SIZE
 # A message is dead-lettered once (its Nats-Msg-Id is derived from where it was stored, see
 # `services.core.dead_letters.dlq_msg_id`); the DLQ remembers ids this long, so a service that comes back
 # after longer could add one more copy.
 DLQ_DEDUP_WINDOW_S = 24 * 3600
 # The least `_reserving` settles for (and never less than twice what a stream holds): below it, no limit.
 MIN_RESERVED_BYTES = 64 << 20
-# nats-server's error codes for "the disk cannot hold this stream's max_bytes" and "the stream is full".
+# nats-server's error codes (server/errors.json) for "the disk cannot hold this stream's max_bytes", for "the
+# stream is full" and for "the server is out of storage".
 _JS_INSUFFICIENT_RESOURCES = 10047
-_JS_STREAM_FULL = (10054, 10076, 10077)  # message too big, too many messages, too many bytes
+# message size exceeds maximum allowed; storing failed (its text says why: maximum bytes or messages exceeded)
+_JS_STREAM_FULL = (10054, 10077)
+# resource limits exceeded for account; insufficient resources (seen when the server's max_file_store is used
+# up); insufficient memory resources; insufficient storage resources
+_JS_OUT_OF_STORAGE = (10002, 10023, 10028, 10047)
+# How the same reach a publisher under codes of their own (a write the disk refused is a 10077 "storing failed")
+_OUT_OF_STORAGE_WORDS = ("insufficient storage", "insufficient resources", "resource limits exceeded", "no space left")
+
+
+def out_of_storage(err_code: int | None, description: str | None) -> bool:
+    """Whether a JetStream error says the server has no room left to store (its disk, or its storage limit)."""
+    text = (description or "").lower()
+    return err_code in _JS_OUT_OF_STORAGE or any(words in text for words in _OUT_OF_STORAGE_WORDS)
 
 
 def stream_configs() -> list[api.StreamConfig]:

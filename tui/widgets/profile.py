@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -15,7 +17,8 @@ BAR_WIDTH = 10
 
 def bar(fraction: float, width: int = BAR_WIDTH, style: str = "cyan") -> Text:
     """A horizontal bar of `fraction` (0..1) in eighths of a cell."""
-    fraction = min(max(fraction, 0.0), 1.0)
+    # NaN passes through min and max unchanged, and an event's figures are whatever it recorded
+    fraction = min(max(fraction, 0.0), 1.0) if not math.isnan(fraction) else 0.0
     eighths = round(fraction * width * 8)
     full, part = divmod(eighths, 8)
     text = "█" * full + ("▏▎▍▌▋▊▉"[part - 1] if part else "")

@@ -8,6 +8,7 @@ sits above the first point measured after it: the step up in tokens/s lands righ
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 
 from rich.text import Text
@@ -39,12 +40,22 @@ def column_of(index: int, n: int, width: int) -> int:
 
 
 def sparkline(values: Sequence[float]) -> str:
-    if not values:
-        return ""
-    lo, hi = min(values), max(values)
-    if hi - lo <= 1e-12:
-        return BARS[3] * len(values)
-    return "".join(BARS[min(int((v - lo) / (hi - lo) * len(BARS)), len(BARS) - 1)] for v in values)
+    """One bar a value, scaled between the least and the greatest; a value that is no number (NaN, inf: the
+    metrics are whatever a server recorded) is a gap, so it neither takes the scale nor the screen down."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return " " * len(values)
+    # halved so that the span of two values far apart (-1e308, 1e308) does not overflow to inf
+    lo, hi = min(finite) / 2, max(finite) / 2
+
+    def cell(v: float) -> str:
+        if not math.isfinite(v):
+            return " "
+        if hi - lo <= 1e-12:
+            return BARS[3]
+        return BARS[min(int((v / 2 - lo) / (hi - lo) * len(BARS)), len(BARS) - 1)]
+
+    return "".join(cell(v) for v in values)
 
 
 def mark_row(times: Sequence[int], marks: Sequence[Mark], width: int) -> Text:
