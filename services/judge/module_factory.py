@@ -12,6 +12,7 @@ import inspect
 import torch
 
 from services.core.pb import events_pb2 as pb
+from services.ops.hub_functions import plain_function
 from services.ops.row_reduction import EPS_INIT_PARAMS, WIDTH_INIT_PARAMS
 
 
@@ -49,8 +50,8 @@ def import_class(class_path: str) -> type[torch.nn.Module]:
 def import_function(path: str):
     """(the Python module, the function) of a dotted function path; ModuleBuildError when it is not one."""
     module, name = _import(path, "function")
-    fn = getattr(module, name, None)
-    if not inspect.isfunction(fn):
+    fn = plain_function(getattr(module, name, None))  # a hub-kernel function module: the function it wraps
+    if fn is None:
         raise ModuleBuildError(f"{path} is not a function")
     return module, fn
 

@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from services.core.pb import events_pb2 as pb
+from services.ops.hub_functions import plain_function
 from services.ops.launch import Launcher, launch_options, next_pow2
 from services.ops.row_reduction import PlanError, check_launch
 
@@ -197,6 +198,7 @@ def recognise_rope(fn: Callable) -> Recognised | None:
     narrower cos, which only the partial variant's kernel takes; a whole-head function cannot take them (it
     raises). Then one angle a pair, half the head wide (GPT-OSS's), then half-split (cat(f, f)) and interleaved
     (each angle twice in a row) cos and sin as wide as the head."""
+    fn = plain_function(fn) or fn  # a hub-kernel function module (transformers 5.25 with `kernels`): its function
     params = _positional(fn)
     if params is None:
         return None
@@ -252,7 +254,10 @@ def find_ropes(module) -> dict[str, Recognised]:
     """{"package.module.function": what it computes and how it is called} for every function defined in the Python
     module `module` (a model's modeling file) that computes a rotary embedding."""
     found = {}
-    for name, fn in inspect.getmembers(module, inspect.isfunction):
+    for name, member in inspect.getmembers(module):
+        fn = plain_function(member)  # a hub-kernel function module (transformers 5.25 with `kernels`): its function
+        if fn is None:
+            continue
         fn = inspect.unwrap(fn)  # a kernel swapped in is recognised as the function it replaced (`__wrapped__`)
         if fn.__module__ != module.__name__:
             continue  # imported from elsewhere: its own module's function

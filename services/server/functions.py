@@ -60,8 +60,10 @@ def function_params(fn: Callable) -> list[str]:
     """A function's parameter names (a swapped-in kernel's are the function's it replaced: `__wrapped__`)."""
     import inspect
 
+    from services.ops.hub_functions import plain_function
+
     try:
-        return list(inspect.signature(fn).parameters)
+        return list(inspect.signature(plain_function(fn) or fn).parameters)
     except (TypeError, ValueError):
         return []
 

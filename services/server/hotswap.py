@@ -23,6 +23,7 @@ import torch
 from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
 from services.ops import Answered
+from services.ops.hub_functions import plain_function
 from services.ops.launch import next_pow2
 from services.server.functions import FunctionSite, site_of
 from services.server.introspection import class_path, instances_of
@@ -275,7 +276,8 @@ def _apply_function(contract: pb.Contract, entry: Callable) -> SwapHandle:
         return serve(handle, site, call, args, kwargs)
 
     setattr(swapped, KERNEL_MARK, True)
-    swapped.__wrapped__ = site.current  # its signature is the function's (services.server.functions.function_params)
+    # its signature is the function's (services.server.functions.function_params), a hub-kernel module's too
+    swapped.__wrapped__ = plain_function(site.current) or site.current
     swapped.__name__ = f"kernel_function[{getattr(entry, '__name__', 'entry')}]"
     handle.patched.append(_Patched(site, site.current))
     site.set(swapped)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import tempfile
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from services.profiler.domain import choose_target, choose_targets
 from services.profiler.roofline import op_family, rank
 from services.server import models
 from services.server.engine import Engine
-from services.server.functions import site_of
+from services.server.functions import function_params, site_of
 from services.server.models import load_model, tiny_sizes
 from services.server.parity import swap_with_parity
 
@@ -150,7 +149,7 @@ def _template_and_contract(profile: pb.ModuleClassProfile):
     intro = profile.introspection
     if profile.computes in rotary.VARIANTS:
         contract = rotary.function_contract(
-            intro.class_path, inspect.signature(site_of(intro.class_path).current).parameters, profile.roles
+            intro.class_path, function_params(site_of(intro.class_path).current), profile.roles
         )
         return rotary_template, contract
     for ops, template in ((residual_norm, add_norm), (plain_mlp, mlp_act), (gated_mlp, gated)):

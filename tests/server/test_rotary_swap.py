@@ -3,7 +3,6 @@ replaced, parity on the function's recorded live calls and the canary's tokens, 
 
 from __future__ import annotations
 
-import inspect
 import tempfile
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from services.core.kernels import candidate_wrapper
 from services.core.pb import events_pb2 as pb
 from services.ops import rotary
 from services.server.engine import Engine
-from services.server.functions import model_functions, site_of
+from services.server.functions import function_params, model_functions, site_of
 from services.server.models import load_model
 from services.server.parity import swap_with_parity
 
@@ -44,7 +43,7 @@ async def test_the_rope_kernel_swaps_in_as_a_function_with_parity_and_reverts_ex
         assert len(engine.live_inputs[target]) >= 2  # prefill and decode calls
         assert dict(profile.roles) == found.roles and bool(found.roles) == (preset == "tiny-gemma4")
         assert not profile.second_shape if found.roles else profile.second_shape[-1] == head_dim  # k's, where it has k
-        contract = rotary.function_contract(target, inspect.signature(original).parameters, found.roles)
+        contract = rotary.function_contract(target, function_params(original), found.roles)
         config = template.search_configs(variant)[0]
         entry = candidate_wrapper(Path(tempfile.mkdtemp()), template.render(config), template.plan(config))
         observed = pb.ParityObservation()
