@@ -415,3 +415,53 @@ def test_every_argument_of_every_command_has_help():
 
     walk(build_parser(), "yantra")
     assert not missing, f"arguments without help: {missing}"
+
+
+def test_up_with_a_token_guards_its_bus_and_brings_back_a_jetstream_that_turned_off(tmp_path):
+    """With YANTRA_ADMIN_TOKEN the embedded bus requires it, and every service gets it (the server is ready only
+    once its bus is connected). nats-server turns JetStream off for good when its store's disk fills; here it is
+    turned off by a config reload (the same DisableJetStream), and `yantra up` restarts it on the same port."""
+    import threading
+
+    token = "t-" + os.urandom(8).hex()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NATS_")}
+    env.update(YANTRA_SERVER_ADDR=f"127.0.0.1:{free_port()}", YANTRA_ADMIN_TOKEN=token, PYTHONUNBUFFERED="1")
+    data = tmp_path / "d"
+    proc = start_up(data, env)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    pids: dict[str, int] = {}
+    try:
+        info = json.loads((data / "stack.json").read_text())
+        pids = info["pids"]
+        without = _yantra_at(data, "runs")
+        assert without.returncode == 2 and "set YANTRA_ADMIN_TOKEN" in without.stderr, without.stderr
+        with_token = yantra("runs", "--data-dir", str(data), env=env)
+        assert with_token.returncode == 0, with_token.stderr
+
+        config = data / "nats.conf"
+        text = config.read_text()
+        start = text.index("jetstream {")
+        config.write_text(text[:start] + "jetstream: disabled" + text[text.index("}", start) + 1 :])
+        os.kill(pids["nats-server"], signal.SIGHUP)
+        new_pid = _pid_of(data, "nats-server", other_than=pids["nats-server"], within_s=60)
+        said = "".join(lines)
+        assert "JetStream is unavailable on the embedded nats-server" in said, said
+        assert f"restarting nats-server on {info['nats_url']} with its store kept" in said, said
+        assert json.loads((data / "stack.json").read_text())["nats_url"] == info["nats_url"]
+        pids["nats-server"] = new_pid
+        deadline = time.monotonic() + 30
+        while (listed := yantra("runs", "--data-dir", str(data), env=env)).returncode and time.monotonic() < deadline:
+            time.sleep(1)
+        assert listed.returncode == 0, listed.stderr
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert token not in "".join(lines) and "Traceback" not in "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in pids.values():
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -55,3 +55,111 @@ def test_serving_options_reach_the_server_from_the_command_line(monkeypatch, tmp
         assert exc.code == 2
     else:
         raise AssertionError("--batch 999 was accepted")
+
+
+def _problem(monkeypatch, **env: str) -> str:
+    """What settings_of would say of Settings.from_env() under `env` (a one-line error naming the variable)."""
+    from pydantic import ValidationError
+
+    from services.core.settings import settings_problem
+
+    with monkeypatch.context() as m:
+        for key, value in env.items():
+            m.setenv(key, value)
+        try:
+            Settings.from_env()
+        except ValidationError as exc:
+            return settings_problem(exc)
+    return ""
+
+
+def test_an_address_whose_port_cannot_be_listened_on_is_refused_naming_its_variable(monkeypatch):
+    # gRPC takes 99999 modulo 65536: the server listened on 34463 while `yantra up` said ready on :99999
+    assert _problem(monkeypatch, YANTRA_SERVER_ADDR="127.0.0.1:99999") == (
+        "YANTRA_SERVER_ADDR=127.0.0.1:99999: the port 99999 is outside 1..65535"
+    )
+    # port 0 picks any port: no client could find the server then
+    assert "outside 1..65535" in _problem(monkeypatch, YANTRA_SERVER_ADDR="127.0.0.1:0")
+    no_port = _problem(monkeypatch, YANTRA_SERVER_ADDR="localhost")
+    assert no_port.startswith("YANTRA_SERVER_ADDR=localhost: not a host:port")
+    assert "is not a number" in _problem(monkeypatch, YANTRA_SERVER_ADDR="127.0.0.1:http")
+    assert "in brackets" in _problem(monkeypatch, YANTRA_SERVER_ADDR="::1:50551")
+    assert _problem(monkeypatch, YANTRA_METRICS_ADDR="0.0.0.0:70000").startswith("YANTRA_METRICS_ADDR=0.0.0.0:70000:")
+    assert _problem(monkeypatch, YANTRA_NATS_PORT="70000").startswith("YANTRA_NATS_PORT=70000:")
+    for good in ("127.0.0.1:50551", "[::1]:50551", "server:50551", "0.0.0.0:1", "localhost:65535"):
+        assert _problem(monkeypatch, YANTRA_SERVER_ADDR=good) == "", good
+    assert _problem(monkeypatch, YANTRA_METRICS_ADDR="") == ""  # no endpoint at all
+
+
+def test_nats_credentials_come_from_the_admin_token_or_the_external_servers_variables(monkeypatch):
+    from services.core.settings import NatsAuth, redact_url
+
+    for var in ("NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_TOKEN", "YANTRA_ADMIN_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    assert Settings.from_env().nats_auth() is None  # nothing set: no credential at all
+    monkeypatch.setenv("YANTRA_ADMIN_TOKEN", "s3cret")
+    assert Settings.from_env().nats_auth() == NatsAuth(token="s3cret")  # the embedded server requires it
+    monkeypatch.setenv("NATS_URL", "nats://127.0.0.1:4222")
+    assert Settings.from_env().nats_auth() is None  # an external server is not given the admin token
+    monkeypatch.setenv("NATS_USER", "yantra")
+    monkeypatch.setenv("NATS_PASSWORD", "pw")
+    auth = Settings.from_env().nats_auth()
+    assert auth == NatsAuth(user="yantra", password="pw") and "pw" not in repr(auth)
+    monkeypatch.setenv("NATS_TOKEN", "tok")
+    assert Settings.from_env().nats_auth() == NatsAuth(token="tok")
+    monkeypatch.setenv("NATS_URL", "nats://u:p@127.0.0.1:4222")
+    assert Settings.from_env().nats_auth() is None  # the URL's own (nats-py reads them from it)
+    settings = Settings.from_env()
+    assert "pw" not in repr(settings) and "tok" not in repr(settings)
+    assert redact_url("nats://u:p@127.0.0.1:4222") == "nats://***@127.0.0.1:4222"
+    assert redact_url("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
+    monkeypatch.delenv("NATS_PASSWORD")
+    assert _problem(monkeypatch) == "NATS_USER and NATS_PASSWORD go together: set both, or neither"
+    monkeypatch.setenv("NATS_PASSWORD", "typo-in-a-secret")
+    monkeypatch.setenv("YANTRA_MAX_REQUESTS", "x")
+    assert "typo-in-a-secret" not in _problem(monkeypatch) and "YANTRA_MAX_REQUESTS=x" in _problem(monkeypatch)
+
+
+def test_secrets_may_come_from_files_and_reach_children_once(monkeypatch, tmp_path):
+    from services.core.settings import NatsAuth
+    from services.core.stack import Stack
+
+    for var in ("NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_TOKEN", "YANTRA_ADMIN_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    token, password = tmp_path / "token", tmp_path / "password"
+    token.write_text("from-a-file\n")
+    password.write_text("pw-from-a-file\n")
+    monkeypatch.setenv("YANTRA_ADMIN_TOKEN_FILE", str(token))
+    settings = Settings.from_env()
+    assert settings.admin_token == "from-a-file" and settings.nats_auth() == NatsAuth(token="from-a-file")
+    # a child given the value must not be given the file too: both set is refused
+    env = Stack(settings, None, "nats://127.0.0.1:4222").child_env()
+    assert env["YANTRA_ADMIN_TOKEN"] == "from-a-file" and "YANTRA_ADMIN_TOKEN_FILE" not in env
+    monkeypatch.setenv("NATS_URL", "nats://127.0.0.1:4222")
+    monkeypatch.setenv("NATS_USER", "yantra")
+    monkeypatch.setenv("NATS_PASSWORD_FILE", str(password))
+    assert Settings.from_env().nats_auth() == NatsAuth(user="yantra", password="pw-from-a-file")
+    from services.core.settings import env_nats_auth
+
+    assert env_nats_auth("nats://127.0.0.1:4222") == NatsAuth(user="yantra", password="pw-from-a-file")
+
+
+def test_a_secret_file_that_gives_nothing_is_one_line_for_every_command(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    missing = tmp_path / "no-such-file"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "YANTRA_"))}
+    env["YANTRA_ADMIN_TOKEN_FILE"] = str(missing)
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "runs", "--data-dir", str(tmp_path)],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and result.stderr.strip() == (
+        f"yantra runs: invalid settings: YANTRA_ADMIN_TOKEN_FILE={missing}: cannot read it (No such file or directory)"
+    ), result.stderr

@@ -20,6 +20,7 @@ from nats.js.errors import NotFoundError
 
 from services.core import events as ev
 from services.core.events import Recorded
+from services.core.settings import NatsAuth, redact_url
 from tui import jetstream
 from tui.model import MAX_METRIC_POINTS
 
@@ -54,8 +55,10 @@ class LiveTail:
         on_link: Callable[[Link], None],
         keep_metrics: int = MAX_METRIC_POINTS,
         on_dlq: Callable[[int], None] | None = None,
+        auth: NatsAuth | None = None,
     ):
         self.resolve_url = resolve_url
+        self.auth = auth  # the credential the server requires (YANTRA_ADMIN_TOKEN for `yantra up`'s), if any
         self.on_events = on_events
         self.on_link = on_link
         self.on_dlq = on_dlq
@@ -69,7 +72,7 @@ class LiveTail:
             nc = None
             try:
                 url = self.resolve_url()
-                self.on_link(Link("connecting", url, attempt))
+                self.on_link(Link("connecting", redact_url(url), attempt))  # a URL may carry a password
                 nc = await self._connect(url)
                 attempt = 0
                 await self._tail(nc, url, stop)
@@ -99,11 +102,12 @@ class LiveTail:
             max_reconnect_attempts=1,
             reconnect_time_wait=0.1,
             error_cb=quiet,
+            **(self.auth.connect_options() if self.auth else {}),
         )
         try:
             return await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S + 1.0)
         except (TimeoutError, NoServersError) as exc:
-            raise ConnectionError(f"no NATS server answered at {url}") from exc
+            raise ConnectionError(f"no NATS server answered at {redact_url(url)}") from exc
 
     async def _subscribe(self, js) -> list:
         runs = await jetstream.pull_from(js, ev.RUNS_STREAM, ev.RUN_SUBJECTS, start_seq=self.next_seq[ev.RUNS_STREAM])
@@ -136,6 +140,7 @@ class LiveTail:
     async def _tail(self, nc: nats.NATS, url: str, stop: asyncio.Event) -> None:
         """Follow both streams until `stop`; raises when the connection goes (the caller reconnects)."""
         js = nc.jetstream()
+        url = redact_url(url)  # shown from here on, never used to connect
         while True:
             try:
                 subs = await self._subscribe(js)

@@ -18,6 +18,7 @@ import nats
 from services.core import events as ev
 from services.core.events import Recorded
 from services.core.logfile import read_log
+from services.core.settings import NatsAuth, redact_url
 from tui import jetstream
 
 METRICS_MARGIN_NS = 30 * 10**9  # metrics this long before and after the run frame its timeline
@@ -42,23 +43,27 @@ def load_file(path: Path) -> list[Recorded]:
         raise ReplayError(str(exc)) from exc
 
 
-async def load_run(url: str, run_id: str) -> list[Recorded]:
+async def load_run(url: str, run_id: str, auth: NatsAuth | None = None) -> list[Recorded]:
     """A run's events and the metrics around it, read once from the stream (the TUI writes nothing)."""
+    credential = auth.connect_options() if auth else {}
+    shown = redact_url(url)  # a URL may carry a password
     try:
         nc = await asyncio.wait_for(
-            nats.connect(url, name="yantra-tui-replay", connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=False),
+            nats.connect(
+                url, name="yantra-tui-replay", connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=False, **credential
+            ),
             CONNECT_TIMEOUT_S + 1.0,
         )
     except Exception as exc:
-        raise ReplayError(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from exc
+        raise ReplayError(f"cannot reach NATS at {shown}: {exc or type(exc).__name__}") from exc
     try:
         js = nc.jetstream()
         try:
             run_log = await jetstream.read_run(js, run_id)
         except Exception as exc:
-            raise ReplayError(f"cannot read run {run_id} from {url}: {exc or type(exc).__name__}") from exc
+            raise ReplayError(f"cannot read run {run_id} from {shown}: {exc or type(exc).__name__}") from exc
         if not run_log:
-            raise ReplayError(f"no run {run_id!r} on {url} (see `yantra runs`)")
+            raise ReplayError(f"no run {run_id!r} on {shown} (see `yantra runs`)")
         times = [r.env.time_unix_ns for r in run_log]
         metrics: list[Recorded] = []
         with suppress(Exception):  # a run replays without its metrics rather than not at all
@@ -71,7 +76,9 @@ async def load_run(url: str, run_id: str) -> list[Recorded]:
             await nc.close()
 
 
-def resolve_replay(target: str, resolve_url: Callable[[], str]) -> tuple[list[Recorded], str]:
+def resolve_replay(
+    target: str, resolve_url: Callable[[], str], auth: NatsAuth | None = None
+) -> tuple[list[Recorded], str]:
     """(the log, a label for the status bar) for `--replay target`; ReplayError says what is wrong."""
     path = Path(target)
     if path.is_file():
@@ -84,4 +91,4 @@ def resolve_replay(target: str, resolve_url: Callable[[], str]) -> tuple[list[Re
         url = resolve_url()
     except Exception as exc:  # StackError: neither NATS_URL nor a running `yantra up`
         raise ReplayError(f"--replay {target!r}: no such file, and no stream to read run {target} from: {exc}") from exc
-    return asyncio.run(load_run(url, run_id)), run_id
+    return asyncio.run(load_run(url, run_id, auth)), run_id

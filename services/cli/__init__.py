@@ -1,7 +1,8 @@
 """`yantra`: start the stack, ask for runs, watch and replay them.
 
 Each command lives in the module of its kind and registers its own arguments; this module
-builds the parser and maps a `CliError` to one line on stderr and exit code 2.
+builds the parser and maps a `CliError` (and what NATS, JetStream or the disk answer) to one line on stderr
+and exit code 2.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ import argparse
 import asyncio
 import logging
 import sys
+from pathlib import Path
+
+from nats.errors import Error as NatsError
 
 from services.cli import dlq_cmds, log_cmds, run_cmds, stack_cmds, swap_cmds
-from services.cli.common import CliError, add_common, settings_of
-from services.core.bus import EventRefused
+from services.cli.common import CliError, add_common, check_credential, nats_problem, settings_of
+from services.core.bus import BusUnavailable, EventRefused
 from services.registry import SERVICES
 
 PACKAGE = "gpuyantra"
@@ -87,10 +91,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "tui":
             from tui.app import main as tui_main  # Textual starts its own event loop
 
-            return tui_main(args.replay, settings_of(args))
+            settings = settings_of(args)
+            if args.replay is None or not Path(args.replay).is_file():  # it will read from NATS: may it?
+                asyncio.run(check_credential(settings))
+            return tui_main(args.replay, settings)
         return asyncio.run(args.fn(args))
-    except (CliError, EventRefused) as exc:  # EventRefused: the run log is full or the event too large
+    except (CliError, EventRefused, BusUnavailable) as exc:  # EventRefused: the run log is full or the event too large
         print(f"yantra {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except NatsError as exc:  # JetStream turned off by a full disk, say, in the middle of any command
+        print(f"yantra {args.command}: {nats_problem(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file the command writes (--report, --export) on a full or read-only disk
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"yantra {args.command}: {exc.strerror or str(exc) or type(exc).__name__}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

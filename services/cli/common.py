@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 
+import nats
+from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
+from nats.js.errors import APIError, ServiceUnavailableError
 from pydantic import ValidationError
 
 from services.core import events as ev
 from services.core.bus import Bus, BusUnavailable
-from services.core.settings import Settings
+from services.core.secrets_env import SecretFileError
+from services.core.settings import Settings, auth_refused, redact_url, settings_problem
 from services.core.stack import StackError, check_data_dir, resolve_nats_url
 from services.server.models import PRESETS  # names only: torch loads when a model does
 
@@ -27,10 +33,12 @@ def settings_of(args: argparse.Namespace) -> Settings:
             device=getattr(args, "device", None),
             graphs=False if getattr(args, "no_graphs", False) else None,
             batch=getattr(args, "batch", None),
+            nats_port=getattr(args, "nats_port", None),
         )
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
-        raise CliError(f"invalid settings: {problems}") from None
+        raise CliError(f"invalid settings: {settings_problem(exc)}") from None
+    except SecretFileError as exc:  # a NAME_FILE that gives no secret; it names the file, never a value
+        raise CliError(f"invalid settings: {exc}") from None
     try:
         check_data_dir(settings.data_dir)
     except StackError as exc:
@@ -38,11 +46,90 @@ def settings_of(args: argparse.Namespace) -> Settings:
     return settings
 
 
+# JetStream's answers that mean it is not there to answer: off (a disk that filled disables it), or not enabled.
+_JS_UNAVAILABLE_CODES = (503,)
+_JS_NOT_ENABLED = (10039, 10076)
+# "insufficient resources" (its store at its limit, or its disk full: a 503 too) and "insufficient storage"
+_JS_OUT_OF_ROOM = (10023, 10047)
+_JS_UNAVAILABLE_HINT = (
+    "JetStream is unavailable on that NATS server (it turns JetStream off when the disk holding its store fills:"
+    " free some space; `yantra up` then restarts its embedded nats-server by itself)"
+)
+
+
+def nats_problem(exc: BaseException) -> str | None:
+    """A NATS or JetStream error in one line, with what it most likely means; None when `exc` is not one."""
+    if isinstance(exc, ServiceUnavailableError) and not exc.description:
+        # nats-py's word for "no responders" on a JetStream request: nothing serves JetStream's API there
+        return f"JetStream did not answer (no responders); {_JS_UNAVAILABLE_HINT}"
+    if isinstance(exc, APIError):
+        what = f"{exc.description or type(exc).__name__}" + (f" (error {exc.err_code})" if exc.err_code else "")
+        if exc.err_code in _JS_OUT_OF_ROOM:
+            return (
+                f"JetStream refused the request: {what}; its store is full (its disk, or the server's"
+                " max_file_store): free some space"
+            )
+        if exc.code in _JS_UNAVAILABLE_CODES or exc.err_code in _JS_NOT_ENABLED:
+            return f"JetStream refused the request: {what}; {_JS_UNAVAILABLE_HINT}"
+        return f"JetStream refused the request: {what}"
+    if isinstance(exc, NoRespondersError):
+        return f"JetStream did not answer (no responders); {_JS_UNAVAILABLE_HINT}"
+    if isinstance(exc, TimeoutError) and isinstance(exc, NatsError):
+        return f"NATS did not answer in time; {_JS_UNAVAILABLE_HINT}"
+    if isinstance(exc, NatsError):
+        return f"NATS: {str(exc).strip() or type(exc).__name__}"
+    return None
+
+
 async def open_bus(settings: Settings) -> Bus:
     try:
-        return await Bus.connect(resolve_nats_url(settings), name="yantra-cli", timeout=3.0)
-    except (StackError, BusUnavailable) as exc:
+        url = resolve_nats_url(settings)
+    except StackError as exc:
         raise CliError(f"{exc}. Start the stack with `yantra up` or set NATS_URL.") from exc
+    try:
+        return await Bus.connect(url, name="yantra-cli", timeout=3.0, auth=settings.nats_auth())
+    except BusUnavailable as exc:
+        if auth_refused(exc.__cause__):
+            raise CliError(f"{exc}; {settings.nats_auth_hint()}") from exc
+        raise CliError(f"{exc}. Start the stack with `yantra up` or set NATS_URL.") from exc
+    except NatsError as exc:  # the streams could not be made or read: JetStream said no
+        raise CliError(f"NATS at {redact_url(url)}: {nats_problem(exc)}") from exc
+
+
+async def check_credential(settings: Settings) -> None:
+    """CliError, in one line, when the NATS server a reader (the TUI) would use refuses this client's credential;
+    nothing when it accepts it, or cannot be reached (the reader shows that, and waits for it). It writes
+    nothing, unlike open_bus, which makes the streams."""
+    try:
+        url = resolve_nats_url(settings)
+    except StackError:
+        return
+    auth = settings.nats_auth()
+
+    async def quiet(_exc: Exception) -> None:  # the one line below says it; no traceback from nats-py's logger
+        return None
+
+    try:
+        nc = await asyncio.wait_for(
+            nats.connect(
+                url,
+                name="yantra-credential-check",
+                connect_timeout=3.0,
+                allow_reconnect=False,
+                max_reconnect_attempts=1,
+                error_cb=quiet,
+                **(auth.connect_options() if auth else {}),
+            ),
+            4.0,
+        )
+    except Exception as exc:
+        if auth_refused(exc):
+            raise CliError(
+                f"NATS refused the connection at {redact_url(url)}: authorization violation; "
+                f"{settings.nats_auth_hint()}"
+            ) from exc
+        return
+    await nc.close()
 
 
 def run_id_arg(text: str) -> str:
@@ -98,3 +185,14 @@ def add_common(sp: argparse.ArgumentParser, model: bool = False) -> None:
             help="requests decoded together in one step (default 64 on a GPU, 8 on a CPU, or YANTRA_BATCH;"
             " 0: each request alone)",
         )
+
+
+def add_nats_port(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument(
+        "--nats-port",
+        type=bounded(1, 65535),
+        metavar="PORT",
+        help="port of the embedded nats-server on 127.0.0.1 (or YANTRA_NATS_PORT); default: the port this data"
+        " dir's last `yantra up` used, kept in DIR/nats.port, or a free one the first time (or when that one is"
+        " taken, which it says); with NATS_URL set there is no embedded server",
+    )

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import shutil
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from services.cli.common import CliError, add_common, settings_of
+import nats
+from nats.errors import NoRespondersError
+
+from services.cli.common import CliError, add_common, add_nats_port, settings_of
 from services.cli.run_cmds import CANARY_PROMPT, add_run_options, follow_run, start_run
 from services.core import events as ev
 from services.core import run_end
@@ -18,7 +24,7 @@ from services.core.describe import decode_ratio, outside_noise
 from services.core.logfile import write_log
 from services.core.restart_budget import RestartBudget
 from services.core.server_client import ServerUnavailable, WrongServer, generate_tokens, wait_ready
-from services.core.settings import Settings
+from services.core.settings import Settings, redact_url
 from services.core.stack import NATS_LOG, Stack, StackError, start_stack
 from services.registry import SERVICES
 from services.server.models import UnknownModel, check_model_name
@@ -66,6 +72,8 @@ def _supervise_once(stack: Stack, budget: RestartBudget | None, now: float | Non
                 stack.restart_nats()
             except RuntimeError as exc:  # the port not free yet, say: a later round tries again
                 print(f"nats-server did not start again ({exc}); retrying")
+            else:
+                _record(stack)
     for name, code in stack.dead():
         if code == 2:
             raise CliError(f"service {name} stopped with a configuration error:\n{stack.log_tail(name)}")
@@ -82,8 +90,162 @@ def _supervise_once(stack: Stack, budget: RestartBudget | None, now: float | Non
             print(f"service {name} exited with {code}; restarting it{when}")
         if decision.action == "restart":
             budget.restarted(name, now)
-            stack.start_service(name)
-            stack.record()
+            try:
+                stack.start_service(name)
+            except StackError as exc:  # its log cannot be opened: nothing it could do would be seen
+                raise CliError(f"service {name} cannot be started again: {exc}") from exc
+            _record(stack)
+
+
+def _record(stack: Stack) -> None:
+    """stack.json updated with the new pids; when the disk will not take it, say so and run on (the stack
+    serves all the same; only the pids other commands read are stale)."""
+    try:
+        stack.record()
+    except StackError as exc:
+        print(f"warning: {exc}")
+
+
+# ------------------------------------------------------------------ JetStream on the embedded server
+# nats-server turns JetStream off when its store cannot be written (a full disk) and keeps it off, serving
+# plain NATS on, until it is restarted: every stream answers nothing even after space is freed. `yantra up`
+# asks JetStream for its account info every JS_PROBE_EVERY_S and restarts the embedded nats-server (same
+# port, same store) once JetStream has failed to answer twice in a row and the store's disk has room again.
+JS_PROBE_EVERY_S = 5.0
+JS_PROBE_TIMEOUT_S = 2.0
+JS_FAILED_PROBES = 2  # one timeout may be a busy moment; two in a row, JS_PROBE_EVERY_S apart, is not
+# Room the store's disk must have before a restart is worth it: the least a stream reserves
+# (streams.MIN_RESERVED_BYTES); on a disk still full, JetStream would turn itself off at the first write.
+JS_MIN_FREE_BYTES = 64 << 20
+
+
+def jetstream_action(failed_probes: int, free_bytes: int) -> str:
+    """What the supervisor does about JetStream after `failed_probes` failed probes in a row, with `free_bytes`
+    free on the disk of the store: "ok" (it answers), "recheck" (one failure: ask again before acting),
+    "wait_for_space" (off, and restarting now would turn it off again), or "restart"."""
+    if failed_probes == 0:
+        return "ok"
+    if failed_probes < JS_FAILED_PROBES:
+        return "recheck"
+    if free_bytes < JS_MIN_FREE_BYTES:
+        return "wait_for_space"
+    return "restart"
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB"
+
+
+@dataclass
+class JetStreamWatch:
+    """The supervisor's watch on the embedded nats-server's JetStream (see jetstream_action)."""
+
+    stack: Stack
+    nc: nats.NATS | None = None
+    failed: int = 0
+    why: str = ""
+    next_probe: float = 0.0
+    said_waiting: bool = False
+
+    async def probe(self) -> str | None:
+        """None when JetStream answers; "" when nothing can be said (nats-server down or not reached yet: the
+        exit path restarts it); else why it did not answer."""
+        if self.nc is None:
+            auth = self.stack.settings.nats_auth()
+
+            async def quiet(_exc: Exception) -> None:  # reconnects are expected (the server restarts)
+                return None
+
+            try:
+                self.nc = await asyncio.wait_for(
+                    nats.connect(
+                        self.stack.nats_url,
+                        name="yantra-up",
+                        connect_timeout=JS_PROBE_TIMEOUT_S,
+                        allow_reconnect=True,
+                        max_reconnect_attempts=-1,
+                        reconnect_time_wait=0.5,
+                        error_cb=quiet,
+                        **(auth.connect_options() if auth else {}),
+                    ),
+                    JS_PROBE_TIMEOUT_S + 1.0,
+                )
+            except Exception:
+                return ""
+        if not self.nc.is_connected:
+            return ""
+        try:
+            reply = await self.nc.request("$JS.API.INFO", b"", timeout=JS_PROBE_TIMEOUT_S)
+        except NoRespondersError:
+            return "no JetStream answers"
+        except TimeoutError:
+            return f"JetStream did not answer within {JS_PROBE_TIMEOUT_S:g} s"
+        except Exception:  # the connection went meanwhile
+            return ""
+        try:
+            error = json.loads(reply.data).get("error")
+        except (ValueError, AttributeError):
+            return "JetStream answered something that is not its account info"
+        return None if not error else str(error.get("description") or error)
+
+    async def check(self, budget: RestartBudget, now: float | None = None) -> None:
+        """One round, when a probe is due: probe, decide (jetstream_action), say what it does and do it."""
+        now = time.monotonic() if now is None else now
+        stack = self.stack
+        if stack.nats is None or now < self.next_probe or stack.nats_exit_code() is not None:
+            return
+        self.next_probe = now + JS_PROBE_EVERY_S
+        why = await self.probe()
+        if why == "":
+            return
+        if why is None:
+            if self.said_waiting:
+                print("JetStream answers again on the embedded nats-server")
+            self.failed, self.said_waiting = 0, False
+            return
+        self.failed, self.why = self.failed + 1, why
+        store = stack.nats.store_dir
+        try:
+            free = shutil.disk_usage(store).free
+        except OSError:
+            free = 0
+        action = jetstream_action(self.failed, free)
+        if action == "wait_for_space" and not self.said_waiting:
+            self.said_waiting = True
+            print(
+                f"JetStream is unavailable on the embedded nats-server ({why}); its store's disk ({store}) has "
+                f"{_mib(free)} free: it is restarted once {_mib(JS_MIN_FREE_BYTES)} are"
+            )
+        if action != "restart":
+            return
+        decision = budget.on_dead("nats-server", now)
+        if decision.action == "give_up":
+            raise CliError(
+                f"JetStream stays unavailable on the embedded nats-server ({why}) after "
+                f"{decision.restarts_in_window} restarts within {budget.window_s:g} s, the most allowed "
+                f"({budget.describe()}; YANTRA_RESTART_LIMIT, YANTRA_RESTART_WINDOW_S set it; see "
+                f"{stack.settings.data_dir / NATS_LOG})"
+            )
+        if decision.action != "restart":
+            return  # its backoff: a later round
+        print(
+            f"JetStream is unavailable on the embedded nats-server ({why}) and its store's disk has {_mib(free)} "
+            f"free: restarting nats-server on {stack.nats_url} with its store kept"
+        )
+        budget.restarted("nats-server", now)
+        try:
+            stack.restart_nats()
+        except RuntimeError as exc:  # the exit path (nats-server not running) tries again
+            print(f"nats-server did not start again ({exc}); retrying")
+            return
+        _record(stack)
+        self.failed, self.said_waiting = 0, False
+        self.next_probe = now + JS_PROBE_EVERY_S
+
+    async def close(self) -> None:
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await self.nc.close()
 
 
 async def _bring_up(settings: Settings, stop: asyncio.Event | None = None) -> Stack:
@@ -95,7 +257,16 @@ async def _bring_up(settings: Settings, stop: asyncio.Event | None = None) -> St
         stack = start_stack(settings, SERVICES)
     except (StackError, RuntimeError) as exc:
         raise CliError(str(exc)) from exc
-    where = settings.nats_url or f"embedded nats-server at {stack.nats_url}"
+    except OSError as exc:  # one start_stack did not name: a full or read-only disk, say
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise CliError(f"cannot start the stack: {exc.strerror or exc}{where}") from exc
+    for notice in stack.notices:
+        print(notice)
+    if settings.nats_url:
+        where = redact_url(settings.nats_url)  # a URL may carry a password
+    else:
+        guarded = ", clients need YANTRA_ADMIN_TOKEN" if stack.nats and stack.nats.auth else ""
+        where = f"embedded nats-server at {stack.nats_url}{guarded}"
     print(f"started {', '.join(SERVICES)} on {where}; logs in {stack.log_dir}")
     try:  # only our own server counts: its Health answers with the instance id start_stack gave it
         health = await wait_ready(
@@ -133,14 +304,17 @@ async def cmd_up(args) -> int:
     for name in (*stack.procs, "nats-server"):
         budget.started(name, started)
     print("press Ctrl-C to stop; in another terminal: yantra optimize | yantra events --follow | yantra tui")
+    watch = JetStreamWatch(stack)
     try:
         while not stop.is_set():
             _supervise_once(stack, budget)
+            await watch.check(budget)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
         return 0
     finally:
         print("stopping ...")
+        await watch.close()
         stack.stop()
         print("stopped")
 
@@ -153,7 +327,7 @@ async def cmd_demo(args) -> int:
     try:
         addr = settings.server_addr
         before_ids, before_text, _ = await generate_tokens(addr, CANARY_PROMPT, 16)
-        bus = await Bus.connect(stack.nats_url, name="yantra-demo")
+        bus = await Bus.connect(stack.nats_url, name="yantra-demo", auth=settings.nats_auth())
         try:
             health = await wait_ready(addr, timeout=60, instance_id=stack.settings.instance_id)
             if args.policy == "auto" and args.min_reward is None:
@@ -289,10 +463,12 @@ def _summarise(run_id: str, log: list[ev.Recorded], before: list[int], after: li
 def register(sub) -> None:
     sp = sub.add_parser("up", help="start nats-server and all five services; Ctrl-C stops them")
     add_common(sp, model=True)
+    add_nats_port(sp)
     sp.set_defaults(fn=cmd_up)
 
     sp = sub.add_parser("demo", help="up + optimize + summary + shut down (the main job)")
     add_common(sp, model=True)
+    add_nats_port(sp)
     add_run_options(sp)
     sp.add_argument("--report", metavar="FILE", help="write the run's result and event log as JSON")
     sp.add_argument("--export", metavar="FILE", help="write the run's event log for `yantra tui --replay FILE`")

@@ -22,6 +22,7 @@ from services.core import events as ev
 from services.core import streams
 from services.core.dead_letters import MAX_REASON_CHARS, DeadLetter, dlq_msg_id
 from services.core.events import Envelope, Recorded
+from services.core.settings import NatsAuth, auth_refused, env_nats_auth, redact_url
 from services.core.stream_read import read_msgs
 from services.core.streams import (
     _JS_STREAM_FULL,
@@ -153,16 +154,27 @@ class Bus:
         self.js = nc.jetstream()
 
     @classmethod
-    async def connect(cls, url: str, name: str = "yantra", timeout: float = 5.0) -> Bus:
+    async def connect(
+        cls, url: str, name: str = "yantra", timeout: float = 5.0, *, auth: NatsAuth | None = None
+    ) -> Bus:
+        """Connect and make the streams. `auth`: the credential to present; None: the environment's for `url`
+        (NATS_TOKEN, or NATS_USER and NATS_PASSWORD: how a service started by `yantra up` gets the embedded
+        server's). BusUnavailable when no server answers, or when it refuses the credential (the error's cause
+        is then nats' own, see settings.auth_refused)."""
+        auth = auth or env_nats_auth(url)
+        shown = redact_url(url)  # a URL may carry a password: never in a message
         errors: list[Exception] = []  # the last one only: the callback lives as long as the connection
+        refused: asyncio.Future = asyncio.get_running_loop().create_future()
 
         async def _quiet(exc: Exception) -> None:  # the reconnect logic reports; don't spam tracebacks
             errors[:] = [exc]
+            if auth_refused(exc) and not refused.done():  # a wrong credential stays wrong: no use retrying
+                refused.set_result(exc)
 
-        try:
-            # nats-py retries an unreachable first server forever when reconnects are allowed;
-            # bound the first connection so a down server is a clear error, not a hang.
-            connecting = nats.connect(
+        # nats-py retries an unreachable first server forever when reconnects are allowed;
+        # bound the first connection so a down server is a clear error, not a hang.
+        connecting = asyncio.ensure_future(
+            nats.connect(
                 url,
                 name=name,
                 connect_timeout=timeout,
@@ -170,14 +182,28 @@ class Bus:
                 allow_reconnect=True,
                 reconnect_time_wait=0.5,
                 error_cb=_quiet,
+                **(auth.connect_options() if auth else {}),
             )
-            nc = await asyncio.wait_for(connecting, timeout + 1.0)
+        )
+        try:
+            await asyncio.wait([connecting, refused], timeout=timeout + 1.0, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # refused, timed out or cancelled: stop nats-py's retrying
+            if not connecting.done():
+                connecting.cancel()
+                await asyncio.wait([connecting])
+        if refused.done() and connecting.cancelled():
+            cause = refused.result()
+            raise BusUnavailable(f"NATS refused the connection at {shown}: authorization violation") from cause
+        try:
+            if connecting.cancelled():
+                raise TimeoutError
+            nc = connecting.result()
         except (TimeoutError, NoServersError, OSError) as exc:
             # The attempts' own errors say more than the timeout that ended them ("connection refused").
             why = _why(errors[-1]) if errors else _why(exc)
             if isinstance(exc, TimeoutError) and not errors:
                 why = f"no answer within {timeout + 1.0:g} s"
-            raise BusUnavailable(f"cannot reach NATS at {url}: {why}") from exc
+            raise BusUnavailable(f"cannot reach NATS at {shown}: {why}") from exc
         bus = cls(nc)
         await bus.ensure_streams()
         return bus

@@ -1,15 +1,94 @@
-"""Settings shared by every process, read from the environment (YANTRA_*, NATS_URL)."""
+"""Settings shared by every process, read from the environment (YANTRA_*, NATS_URL, NATS_USER, ...)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from services.core.secrets_env import with_file_secrets
+
+# The environment variable each setting is read from: error messages name it, since that is what a user set.
+ENV_NAMES = {
+    "nats_url": "NATS_URL",
+    "nats_user": "NATS_USER",
+    "nats_password": "NATS_PASSWORD",
+    "nats_token": "NATS_TOKEN",
+    "nats_port": "YANTRA_NATS_PORT",
+    "data_dir": "YANTRA_DATA_DIR",
+    "server_addr": "YANTRA_SERVER_ADDR",
+    "model": "YANTRA_MODEL",
+    "device": "YANTRA_DEVICE",
+    "ack_wait_s": "YANTRA_ACK_WAIT_S",
+    "shutdown_grace_s": "YANTRA_SHUTDOWN_GRACE_S",
+    "log_level": "YANTRA_LOG_LEVEL",
+    "restore_swaps": "YANTRA_RESTORE_SWAPS",
+    "admin_token": "YANTRA_ADMIN_TOKEN",
+    "instance_id": "YANTRA_INSTANCE_ID",
+    "metrics_addr": "YANTRA_METRICS_ADDR",
+    "max_requests": "YANTRA_MAX_REQUESTS",
+    "graphs": "YANTRA_GRAPHS",
+    "batch": "YANTRA_BATCH",
+}
+# Never echoed in an error message: a typo there must not print the secret.
+SECRET_FIELDS = frozenset({"nats_password", "nats_token", "admin_token"})
+
+
+def host_port_problem(addr: str) -> str | None:
+    """Why `addr` is not a "host:port" a client can connect to, in a few words; None when it is one.
+
+    Port 0 is refused: it asks the OS for any port, and then no client knows which one to call.
+    """
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host.strip("[]"):
+        return "not a host:port address (e.g. 127.0.0.1:50551)"
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        return "an IPv6 host goes in brackets (e.g. [::1]:50551)"
+    if not port.isdigit():
+        return f"the port {port!r} is not a number"
+    if not 1 <= int(port) <= 65535:
+        return f"the port {int(port)} is outside 1..65535"
+    return None
+
+
+def redact_url(url: str) -> str:
+    """`url` with any user, password or token in it replaced by ***: what may be printed or logged."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+
+
+def url_has_credentials(url: str) -> bool:
+    return "@" in urlsplit(url).netloc
+
+
+@dataclass(frozen=True)
+class NatsAuth:
+    """Credentials for NATS: a token, or a user and password. repr never shows a secret."""
+
+    token: str = field(default="", repr=False)
+    user: str = ""
+    password: str = field(default="", repr=False)
+
+    def connect_options(self) -> dict[str, str]:
+        """Keyword arguments for nats.connect."""
+        if self.token:
+            return {"token": self.token}
+        return {"user": self.user, "password": self.password}
 
 
 class Settings(BaseModel):
     nats_url: str | None = Field(None, description="NATS server to use; unset means the embedded one")
+    nats_user: str = Field("", description="user for an external NATS_URL without credentials of its own")
+    nats_password: str = Field("", repr=False, description="password for NATS_USER")
+    nats_token: str = Field("", repr=False, description="token for an external NATS_URL (instead of a user)")
+    nats_port: int | None = Field(
+        None, ge=1, le=65535, description="port of the embedded nats-server; unset: the data dir's, else a free one"
+    )
     data_dir: Path = Field(Path(".yantra"), description="embedded NATS store, skill library, kernel files, logs")
     server_addr: str = Field("127.0.0.1:50551", description="gRPC address of the inference server")
     model: str = Field("tiny-qwen2", description="preset name, local path or hub id served by the server")
@@ -20,7 +99,9 @@ class Settings(BaseModel):
     )
     log_level: str = "INFO"
     restore_swaps: bool = Field(True, description="a (re)started server re-applies the log's committed swaps")
-    admin_token: str = Field("", repr=False, description="bearer token for the server's Admin RPCs; empty: none")
+    admin_token: str = Field(
+        "", repr=False, description="bearer token for the server's Admin RPCs and the embedded NATS; empty: none"
+    )
     instance_id: str = Field("", description="the id the server answers Health with; empty: a random one")
     metrics_addr: str = Field("", description="host:port of the server's Prometheus endpoint; empty: none")
     max_requests: int = Field(64, ge=1, description="requests the server generates at once; more: RESOURCE_EXHAUSTED")
@@ -35,11 +116,35 @@ class Settings(BaseModel):
         # Services hand paths to children that run in other working directories (the judge's sandbox).
         return path.expanduser().resolve()
 
+    @field_validator("server_addr", "metrics_addr")
+    @classmethod
+    def _host_port(cls, addr: str, info) -> str:
+        # gRPC and the Prometheus exporter take a port past 65535 modulo 65536 (99999 listens on 34463), while
+        # `yantra up` says it is ready on the address as written: refuse it here, before anything starts.
+        if info.field_name == "metrics_addr" and not addr:
+            return addr  # no endpoint
+        problem = host_port_problem(addr)
+        if problem:
+            raise ValueError(f"{ENV_NAMES[info.field_name]}={addr}: {problem}")
+        return addr
+
+    @model_validator(mode="after")
+    def _user_needs_password(self) -> Settings:
+        if bool(self.nats_user) != bool(self.nats_password):
+            raise ValueError("NATS_USER and NATS_PASSWORD go together: set both, or neither")
+        return self
+
     @classmethod
     def from_env(cls, **overrides) -> Settings:
-        env = os.environ
+        """The settings the environment gives, then `overrides`; a secret may come from a file (NAME_FILE, see
+        services.core.secrets_env: SecretFileError, one line, when it cannot)."""
+        env = with_file_secrets(os.environ)
         values = {
             "nats_url": env.get("NATS_URL") or None,
+            "nats_user": env.get("NATS_USER", ""),
+            "nats_password": env.get("NATS_PASSWORD", ""),
+            "nats_token": env.get("NATS_TOKEN", ""),
+            "nats_port": env.get("YANTRA_NATS_PORT") or None,
             "data_dir": env.get("YANTRA_DATA_DIR", ".yantra"),
             "server_addr": env.get("YANTRA_SERVER_ADDR", "127.0.0.1:50551"),
             "model": env.get("YANTRA_MODEL", "tiny-qwen2"),
@@ -72,6 +177,11 @@ class Settings(BaseModel):
         }
         if self.nats_url:
             out["NATS_URL"] = self.nats_url
+        for name in ("nats_user", "nats_password", "nats_token"):
+            if getattr(self, name):
+                out[ENV_NAMES[name]] = getattr(self, name)
+        if self.nats_port is not None:
+            out["YANTRA_NATS_PORT"] = str(self.nats_port)
         if self.admin_token:
             out["YANTRA_ADMIN_TOKEN"] = self.admin_token
         if self.instance_id:
@@ -83,3 +193,61 @@ class Settings(BaseModel):
         if self.batch is not None:
             out["YANTRA_BATCH"] = str(self.batch)
         return out
+
+    def nats_auth(self) -> NatsAuth | None:
+        """The credentials to connect to NATS with; None: none (or those in NATS_URL, which nats-py reads itself).
+
+        The embedded nats-server (NATS_URL unset) requires YANTRA_ADMIN_TOKEN when one is set, so that the
+        bus, which carries rollbacks and run requests, needs the credential the server's Admin reads need.
+        An external server takes what NATS_URL carries, else NATS_TOKEN, else NATS_USER and NATS_PASSWORD.
+        """
+        if not self.nats_url:
+            return NatsAuth(token=self.admin_token) if self.admin_token else None
+        env = {"NATS_TOKEN": self.nats_token, "NATS_USER": self.nats_user, "NATS_PASSWORD": self.nats_password}
+        return env_nats_auth(self.nats_url, env)
+
+    def nats_auth_hint(self) -> str:
+        """What to set when NATS refuses this client's credentials."""
+        if not self.nats_url:
+            if self.admin_token:
+                return "YANTRA_ADMIN_TOKEN is not the token the stack was started with; set it to that one"
+            return "the stack requires a credential: set YANTRA_ADMIN_TOKEN to the token it was started with"
+        return (
+            "give its credentials in NATS_URL (nats://USER:PASSWORD@HOST:PORT), NATS_USER and NATS_PASSWORD,"
+            " or NATS_TOKEN"
+        )
+
+
+def settings_problem(exc: ValidationError) -> str:
+    """A ValidationError of Settings in one line, naming the environment variable of each bad value."""
+    problems = []
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else ""
+        if error["type"] == "value_error":  # our own validators' messages name the variable already
+            problems.append(str(error["ctx"]["error"]))
+            continue
+        var = ENV_NAMES.get(name, name or "settings")
+        shown = "" if name in SECRET_FIELDS else f"={error['input']}"
+        problems.append(f"{var}{shown}: {error['msg']}")
+    return "; ".join(problems)
+
+
+def env_nats_auth(url: str, env: dict[str, str] | None = None) -> NatsAuth | None:
+    """The credentials the environment gives for `url`: NATS_TOKEN, else NATS_USER and NATS_PASSWORD; none when
+    the URL carries its own (nats-py reads those from it). A service started by `yantra up` gets the embedded
+    server's credential this way."""
+    env = with_file_secrets(os.environ, ("NATS_PASSWORD", "NATS_TOKEN")) if env is None else env
+    if url_has_credentials(url):
+        return None
+    if env.get("NATS_TOKEN"):
+        return NatsAuth(token=env["NATS_TOKEN"])
+    if env.get("NATS_USER") or env.get("NATS_PASSWORD"):
+        return NatsAuth(user=env.get("NATS_USER", ""), password=env.get("NATS_PASSWORD", ""))
+    return None
+
+
+def auth_refused(exc: BaseException | None) -> bool:
+    """Whether `exc` is a NATS server refusing the client's credentials (or their absence)."""
+    if exc is None:
+        return False
+    return type(exc).__name__ == "AuthorizationError" or "authorization violation" in str(exc).lower()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import secrets
@@ -12,11 +14,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.core.nats_launcher import LocalNats, die_with_parent, start_nats
+from services.core.nats_launcher import LocalNats, die_with_parent, free_port, port_problem, start_nats
+from services.core.secrets_env import SECRETS
 from services.core.settings import Settings
 
 STACK_FILE = "stack.json"
 NATS_LOG = "nats.log"
+NATS_CONFIG = "nats.conf"  # the embedded nats-server's config (mode 0600: it may hold the credential)
+NATS_PORT_FILE = "nats.port"  # the embedded nats-server's port, reused by the next `yantra up` on this data dir
 
 
 class StackError(RuntimeError):
@@ -56,6 +61,45 @@ def check_data_dir(data_dir: Path) -> None:
     raise StackError(f"the data dir {data_dir} {problem}; give --data-dir (or YANTRA_DATA_DIR) a directory")
 
 
+def _disk_full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _what_to_do(exc: OSError) -> str:
+    if _disk_full(exc):
+        return "free some space there, or give --data-dir (or YANTRA_DATA_DIR) a directory on another disk"
+    return "give --data-dir (or YANTRA_DATA_DIR) a writable directory"
+
+
+def write_problem(path: Path, exc: OSError) -> str:
+    """Why `path` could not be written, in one line that says what to do."""
+    return f"cannot write {path}: {exc.strerror or exc}; {_what_to_do(exc)}"
+
+
+def check_writable(data_dir: Path) -> None:
+    """StackError, in one line, unless `data_dir` can be made and a file written in it: found before anything
+    starts, not as an OSError halfway through (a read-only or full file system, a directory we may not write).
+
+    A probe file rather than os.access: as root, access() says yes to a directory whose mode forbids writing,
+    and neither it nor the mode tells of a full disk or an immutable directory."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StackError(f"cannot create the data dir {data_dir}: {exc.strerror or exc}") from exc
+    probe = data_dir / f".write-probe.{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)  # a full disk may accept the write into the page cache and fail only here
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+    except OSError as exc:
+        state = "is full" if _disk_full(exc) else "is not writable"
+        raise StackError(f"the data dir {data_dir} {state} ({exc.strerror or exc}); {_what_to_do(exc)}") from exc
+
+
 def resolve_nats_url(settings: Settings) -> str:
     """NATS_URL when set, else the embedded server of a running `yantra up`."""
     if settings.nats_url:
@@ -77,6 +121,7 @@ class Stack:
     nats: LocalNats | None
     nats_url: str
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)  # what the user should know about how it started
 
     @property
     def log_dir(self) -> Path:
@@ -84,11 +129,26 @@ class Stack:
 
     def child_env(self) -> dict[str, str]:
         env = {**os.environ, **self.settings.env(), "NATS_URL": self.nats_url, "PYTHONUNBUFFERED": "1"}
+        if self.nats is not None:
+            # The embedded server's credential, where every NATS client of ours reads one (Bus.connect);
+            # a NATS_USER or NATS_TOKEN of the user's is for another server.
+            for var in ("NATS_USER", "NATS_PASSWORD", "NATS_TOKEN", "NATS_PASSWORD_FILE", "NATS_TOKEN_FILE"):
+                env.pop(var, None)
+            if self.nats.auth is not None:
+                env["NATS_TOKEN"] = self.nats.auth.token
+        for name in SECRETS:  # a secret read from NAME_FILE is passed on as NAME: both set would be refused
+            if env.get(name):
+                env.pop(f"{name}_FILE", None)
         return env
 
     def start_service(self, name: str) -> subprocess.Popen:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        """Start `name` as a process logging to logs/NAME.log; StackError when the log cannot be opened."""
+        path = self.log_dir / f"{name}.log"
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log = open(path, "ab")  # noqa: SIM115 - owned by the child
+        except OSError as exc:
+            raise StackError(write_problem(path, exc)) from exc
         proc = subprocess.Popen(
             [sys.executable, "-m", f"services.{name}"],
             env=self.child_env(),
@@ -119,14 +179,29 @@ class Stack:
         return self.nats.process.poll() if self.nats else None
 
     def restart_nats(self) -> None:
-        """Start the embedded nats-server again on the same port and JetStream store: nothing stored is lost,
-        and every service's client reconnects to the same URL by itself (they retry forever)."""
-        assert self.nats is not None
-        self.nats = start_nats(self.nats.store_dir, port=self.nats.port, log_file=self.settings.data_dir / NATS_LOG)
-        self.record()
+        """Start the embedded nats-server again on the same port, JetStream store and credential: nothing
+        stored is lost, and every service's client reconnects to the same URL by itself (they retry forever).
+
+        One still running is stopped first: with JetStream disabled (its store's disk was full) it serves on,
+        and only a new process enables JetStream again. Its config is left as it is when unchanged, so this
+        writes nothing. RuntimeError (StackError for a file) when it does not start; the caller records."""
+        old = self.nats
+        assert old is not None
+        old.stop()
+        try:
+            self.nats = start_nats(
+                old.store_dir,
+                port=old.port,
+                log_file=self.settings.data_dir / NATS_LOG,
+                auth=old.auth,
+                config_file=old.config_file,
+            )
+        except OSError as exc:
+            raise StackError(write_problem(old.config_file, exc)) from exc
 
     def record(self) -> None:
-        """Write where the stack runs and its current pids (for `yantra` commands, and for a second `up`)."""
+        """Write where the stack runs and its current pids (for `yantra` commands, and for a second `up`);
+        StackError when the file cannot be written."""
         info = {"pid": os.getpid(), "nats_url": self.nats_url, "server_addr": self.settings.server_addr}
         info["instance_id"] = self.settings.instance_id
         info["pids"] = {name: proc.pid for name, proc in self.procs.items()}
@@ -134,8 +209,12 @@ class Stack:
             info["pids"]["nats-server"] = self.nats.process.pid
         path = self.settings.data_dir / STACK_FILE
         tmp = path.with_name(f".{STACK_FILE}.{os.getpid()}")
-        tmp.write_text(json.dumps(info))
-        os.replace(tmp, path)  # whole or not at all: a reader never sees half a file
+        try:
+            tmp.write_text(json.dumps(info))
+            os.replace(tmp, path)  # whole or not at all: a reader never sees half a file
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise StackError(write_problem(path, exc)) from exc
 
     def log_tail(self, name: str, lines: int = 15) -> str:
         try:
@@ -157,7 +236,8 @@ class Stack:
                 proc.wait()
         if self.nats:
             self.nats.stop()
-        (self.settings.data_dir / STACK_FILE).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a data dir that turned read-only: everything stopped all the same
+            (self.settings.data_dir / STACK_FILE).unlink(missing_ok=True)
 
 
 def ports_of(addr: str) -> tuple[int, ...]:
@@ -166,33 +246,94 @@ def ports_of(addr: str) -> tuple[int, ...]:
     return (int(port),) if port.isdigit() else ()
 
 
+def _remembered_port(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() and 1 <= int(text) <= 65535 else None
+
+
+def choose_nats_port(settings: Settings) -> tuple[int, str | None]:
+    """The embedded nats-server's port, and a line for the user when it is not the one they had.
+
+    --nats-port (YANTRA_NATS_PORT) when given: StackError when it cannot be had. Else the one this data dir's
+    last `yantra up` used (NATS_PORT_FILE), so a client or a config that wrote the URL down keeps working
+    across restarts; when that one is taken, another free one, saying so. The inference server's port is
+    never taken: it is not listening yet, so the OS could offer it."""
+    avoid = ports_of(settings.server_addr)
+    asked = settings.nats_port
+    if asked is not None:
+        problem = "it is YANTRA_SERVER_ADDR's port" if asked in avoid else port_problem(asked)
+        if problem:
+            raise StackError(
+                f"cannot start the embedded nats-server on port {asked} (--nats-port or YANTRA_NATS_PORT): {problem};"
+                " free it, or choose another port"
+            )
+        return asked, None
+    path = settings.data_dir / NATS_PORT_FILE
+    remembered = _remembered_port(path)
+    if remembered is None:
+        return free_port(avoid), None
+    problem = "it is YANTRA_SERVER_ADDR's port" if remembered in avoid else port_problem(remembered)
+    if problem is None:
+        return remembered, None
+    port = free_port(avoid)
+    return port, (
+        f"the embedded nats-server's port {remembered} (this data dir's last) cannot be had: {problem}; "
+        f"it listens on {port} instead (--nats-port or YANTRA_NATS_PORT pins one)"
+    )
+
+
+def _start_embedded_nats(settings: Settings) -> tuple[LocalNats, str | None]:
+    data_dir = settings.data_dir
+    port, notice = choose_nats_port(settings)
+    port_file = data_dir / NATS_PORT_FILE
+    if _remembered_port(port_file) != port:
+        try:
+            port_file.write_text(f"{port}\n")
+        except OSError as exc:
+            raise StackError(write_problem(port_file, exc)) from exc
+    config = data_dir / NATS_CONFIG
+    try:
+        auth = settings.nats_auth()  # YANTRA_ADMIN_TOKEN, when set: the bus needs what the Admin reads need
+        nats = start_nats(data_dir / "nats", port=port, log_file=data_dir / NATS_LOG, auth=auth, config_file=config)
+    except OSError as exc:  # its store, its log or its config
+        failed = Path(exc.filename) if exc.filename and not Path(exc.filename).name.startswith(".") else config
+        raise StackError(write_problem(failed, exc)) from exc
+    return nats, notice
+
+
 def start_stack(settings: Settings, services: tuple[str, ...]) -> Stack:
     """Start nats-server (unless NATS_URL) and `services`, each a process; the server gets a fresh instance id
-    (YANTRA_INSTANCE_ID), which its Health answers with, so the caller can tell it from another on the address."""
+    (YANTRA_INSTANCE_ID), which its Health answers with, so the caller can tell it from another on the address.
+
+    StackError, in one line, for what stops it: a data dir that cannot be written, a port that cannot be had."""
     settings = settings.model_copy(update={"instance_id": secrets.token_hex(8)})
     data_dir = settings.data_dir
     check_data_dir(data_dir)
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StackError(f"cannot create the data dir {data_dir}: {exc.strerror or exc}") from exc
+    check_writable(data_dir)
     other = running_stack(data_dir)
     if other:
         raise StackError(f"`yantra up` is already running on {data_dir} (pid {other['pid']}); use it, or stop it first")
-    nats = None
+    nats, notice = None, None
     if settings.nats_url:
+        if settings.nats_port is not None:
+            raise StackError(
+                "--nats-port (YANTRA_NATS_PORT) is the embedded nats-server's port, and NATS_URL names another"
+                " server: unset one of them"
+            )
         url = settings.nats_url
     else:
-        # the inference server is not listening yet: a free port picked now could be the one it is about to take
-        nats = start_nats(data_dir / "nats", log_file=data_dir / NATS_LOG, avoid=ports_of(settings.server_addr))
+        nats, notice = _start_embedded_nats(settings)
         url = nats.url
-    stack = Stack(settings, nats, url)
-    stack.record()
+    stack = Stack(settings, nats, url, notices=[notice] if notice else [])
     try:
+        stack.record()
         for name in services:
             stack.start_service(name)
         stack.record()
-    except Exception:
+    except BaseException:
         stack.stop()
         raise
     return stack
