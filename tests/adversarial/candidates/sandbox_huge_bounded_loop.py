@@ -20,7 +20,7 @@ def _rms_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
     mask = cols < n_cols
     x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    for _ in range(0, n_cols * 1000000000):  # bounded by a shape argument: ends, after ~10^11 steps
+    for _ in range(0, n_cols * 30000000):  # bounded by a shape argument (and inside int32): ends, after ~10^9 steps
         w = w * 1.0
     rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
     normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
