@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nats.errors import Error as NatsError
 
-from services.cli import dlq_cmds, log_cmds, run_cmds, stack_cmds, swap_cmds
+from services.cli import dlq_cmds, log_cmds, output, run_cmds, stack_cmds, swap_cmds
 from services.cli.common import CliError, add_common, check_credential, nats_problem, settings_of
 from services.core.bus import BusUnavailable, EventRefused
 from services.registry import SERVICES
@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.replay is None or not Path(args.replay).is_file():  # it will read from NATS: may it?
                 asyncio.run(check_credential(settings))
             return tui_main(args.replay, settings)
-        return asyncio.run(args.fn(args))
+        # sanitised output; a reader that closed the pipe (`yantra events | head`) ends it quietly (141)
+        return output.run(lambda: asyncio.run(args.fn(args)))
     except (CliError, EventRefused, BusUnavailable) as exc:  # EventRefused: the run log is full or the event too large
         print(f"yantra {args.command}: {exc}", file=sys.stderr)
         return 2
