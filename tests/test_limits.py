@@ -141,6 +141,23 @@ def test_optimize_refuses_prompts_times_tokens_beyond_the_limit_before_it_connec
     assert "(limits.MAX_RUN_DECODE_TOKENS)" in result.stderr and "NATS" not in result.stderr
 
 
+def test_demo_refuses_prompts_times_tokens_beyond_the_limit_before_it_starts_the_stack(tmp_path):
+    """The same check as `optimize`'s, made before `yantra demo` brings a stack up for a run it would refuse:
+    nothing is started, so the data dir holds no stack.json."""
+    env = {**os.environ, "YANTRA_DATA_DIR": str(tmp_path / "data")}
+    env.pop("NATS_URL", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "demo", *(["--prompt", "Hi"] * 16), "--decode-tokens", "65"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "16 prompts x 65 decode tokens is 1,040 tokens" in result.stderr
+    assert "started" not in result.stdout and not (tmp_path / "data" / "stack.json").exists()
+
 # ---------------------------------------------------------------- the profiler's deadline setting
 
 

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 
-import nats
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.js.errors import APIError, ServiceUnavailableError
 from pydantic import ValidationError
 
 from services.core import events as ev
-from services.core.bus import Bus, BusUnavailable
+from services.core.bus import Bus, BusUnavailable, connect_plain
 from services.core.secrets_env import SecretFileError
 from services.core.settings import Settings, auth_refused, redact_url, settings_problem
 from services.core.stack import StackError, check_data_dir, resolve_nats_url
@@ -104,24 +102,8 @@ async def check_credential(settings: Settings) -> None:
         url = resolve_nats_url(settings)
     except StackError:
         return
-    auth = settings.nats_auth()
-
-    async def quiet(_exc: Exception) -> None:  # the one line below says it; no traceback from nats-py's logger
-        return None
-
     try:
-        nc = await asyncio.wait_for(
-            nats.connect(
-                url,
-                name="yantra-credential-check",
-                connect_timeout=3.0,
-                allow_reconnect=False,
-                max_reconnect_attempts=1,
-                error_cb=quiet,
-                **(auth.connect_options() if auth else {}),
-            ),
-            4.0,
-        )
+        nc = await connect_plain(url, "yantra-credential-check", 3.0, auth=settings.nats_auth(), reconnect=False)
     except Exception as exc:
         if auth_refused(exc):
             raise CliError(

@@ -90,9 +90,6 @@ def check_run_request(prompts: list[str], decode_tokens: int, max_positions: int
     empty = [str(i + 1) for i, p in enumerate(prompts) if not p]
     if empty:
         raise CliError(f"--prompt {', '.join(empty)} is empty: give text to profile and measure with")
-    problem = limits.run_problem(len(prompts), decode_tokens) if prompts else ""  # `yantra demo` comes here only
-    if problem:
-        raise CliError(problem)
     if max_positions and decode_tokens >= max_positions:
         raise CliError(
             f"--decode-tokens {decode_tokens} does not fit the served model: prompt + decoded tokens must fit its "
@@ -118,10 +115,7 @@ async def start_run(bus: Bus, args, health) -> str:
 
 
 async def cmd_optimize(args) -> int:
-    # What no single option can see (prompts x decode tokens), refused before anything is connected to.
-    problem = run_options_problem(args)
-    if problem:
-        raise CliError(problem)
+    check_run_options(args)
     settings = settings_of(args)
     bus = await open_bus(settings)
     try:
@@ -238,11 +232,14 @@ def _seconds(text: str) -> float:
     return value
 
 
-def run_options_problem(args) -> str:
-    """What the run options ask beyond a run's limits together (services.core.limits), though each is in range
-    alone: the tokens of a measuring pass are prompts x decode tokens. "" when nothing. Without --prompt the
-    profiler's four defaults take any --decode-tokens in range (tests/test_limits.py holds it to that)."""
-    return limits.run_problem(len(args.prompt), args.decode_tokens) if args.prompt else ""
+def check_run_options(args) -> None:
+    """CliError when the run options ask beyond a run's limits together (services.core.limits), though each is in
+    range alone: the tokens of a measuring pass are prompts x decode tokens. `optimize` and `demo` call it first,
+    before anything is connected to or started. Without --prompt the profiler's four defaults take any
+    --decode-tokens in range (tests/test_limits.py holds it to that)."""
+    problem = limits.run_problem(len(args.prompt), args.decode_tokens) if args.prompt else ""
+    if problem:
+        raise CliError(problem)
 
 
 def add_run_options(sp: argparse.ArgumentParser) -> None:

@@ -16,10 +16,10 @@ import nats
 from nats.errors import NoRespondersError
 
 from services.cli.common import CliError, add_common, add_nats_port, settings_of
-from services.cli.run_cmds import CANARY_PROMPT, add_run_options, follow_run, start_run
+from services.cli.run_cmds import CANARY_PROMPT, add_run_options, check_run_options, follow_run, start_run
 from services.core import events as ev
 from services.core import run_end
-from services.core.bus import Bus
+from services.core.bus import Bus, connect_plain
 from services.core.describe import decode_ratio, outside_noise
 from services.core.logfile import write_log
 from services.core.restart_budget import RestartBudget
@@ -39,11 +39,28 @@ def _restart_budget() -> RestartBudget:
         raise CliError(str(exc)) from exc
 
 
-def _gave_up(what: str, budget: RestartBudget, in_window: int, code: int) -> str:
+def _budget_spent(budget: RestartBudget, in_window: int, more: str = "") -> str:
+    """Why the supervisor stops restarting: the budget it has spent, and what sets it (then `more`)."""
     return (
-        f"{what} keeps exiting: exit {code} after {in_window} restarts within {budget.window_s:g} s, "
-        f"the most allowed ({budget.describe()}; YANTRA_RESTART_LIMIT, YANTRA_RESTART_WINDOW_S set it)"
+        f"after {in_window} restarts within {budget.window_s:g} s, the most allowed ({budget.describe()}; "
+        f"YANTRA_RESTART_LIMIT, YANTRA_RESTART_WINDOW_S set it{more})"
     )
+
+
+def _gave_up(what: str, budget: RestartBudget, in_window: int, code: int) -> str:
+    return f"{what} keeps exiting: exit {code} {_budget_spent(budget, in_window)}"
+
+
+def _restart_nats(stack: Stack) -> bool:
+    """Start the embedded nats-server again (same port, store, credential) and record it; False, said, when it
+    does not start (its port not free yet, say): a later round tries again."""
+    try:
+        stack.restart_nats()
+    except RuntimeError as exc:
+        print(f"nats-server did not start again ({exc}); retrying")
+        return False
+    _record(stack)
+    return True
 
 
 def _supervise_once(stack: Stack, budget: RestartBudget | None, now: float | None = None) -> None:
@@ -68,12 +85,7 @@ def _supervise_once(stack: Stack, budget: RestartBudget | None, now: float | Non
             print(f"nats-server exited with {code}; restarting it{when} on {stack.nats_url} with its store kept")
         if decision.action == "restart":
             budget.restarted("nats-server", now)
-            try:
-                stack.restart_nats()
-            except RuntimeError as exc:  # the port not free yet, say: a later round tries again
-                print(f"nats-server did not start again ({exc}); retrying")
-            else:
-                _record(stack)
+            _restart_nats(stack)
     for name, code in stack.dead():
         if code == 2:
             raise CliError(f"service {name} stopped with a configuration error:\n{stack.log_tail(name)}")
@@ -151,24 +163,13 @@ class JetStreamWatch:
         """None when JetStream answers; "" when nothing can be said (nats-server down or not reached yet: the
         exit path restarts it); else why it did not answer."""
         if self.nc is None:
-            auth = self.stack.settings.nats_auth()
-
-            async def quiet(_exc: Exception) -> None:  # reconnects are expected (the server restarts)
-                return None
-
-            try:
-                self.nc = await asyncio.wait_for(
-                    nats.connect(
-                        self.stack.nats_url,
-                        name="yantra-up",
-                        connect_timeout=JS_PROBE_TIMEOUT_S,
-                        allow_reconnect=True,
-                        max_reconnect_attempts=-1,
-                        reconnect_time_wait=0.5,
-                        error_cb=quiet,
-                        **(auth.connect_options() if auth else {}),
-                    ),
-                    JS_PROBE_TIMEOUT_S + 1.0,
+            try:  # it rides out restarts of the server (the exit path's, and this watch's own)
+                self.nc = await connect_plain(
+                    self.stack.nats_url,
+                    "yantra-up",
+                    JS_PROBE_TIMEOUT_S,
+                    auth=self.stack.settings.nats_auth(),
+                    reconnect=True,
                 )
             except Exception:
                 return ""
@@ -220,11 +221,10 @@ class JetStreamWatch:
             return
         decision = budget.on_dead("nats-server", now)
         if decision.action == "give_up":
+            log_file = stack.settings.data_dir / NATS_LOG
             raise CliError(
-                f"JetStream stays unavailable on the embedded nats-server ({why}) after "
-                f"{decision.restarts_in_window} restarts within {budget.window_s:g} s, the most allowed "
-                f"({budget.describe()}; YANTRA_RESTART_LIMIT, YANTRA_RESTART_WINDOW_S set it; see "
-                f"{stack.settings.data_dir / NATS_LOG})"
+                f"JetStream stays unavailable on the embedded nats-server ({why}) "
+                f"{_budget_spent(budget, decision.restarts_in_window, f'; see {log_file}')}"
             )
         if decision.action != "restart":
             return  # its backoff: a later round
@@ -233,12 +233,8 @@ class JetStreamWatch:
             f"free: restarting nats-server on {stack.nats_url} with its store kept"
         )
         budget.restarted("nats-server", now)
-        try:
-            stack.restart_nats()
-        except RuntimeError as exc:  # the exit path (nats-server not running) tries again
-            print(f"nats-server did not start again ({exc}); retrying")
-            return
-        _record(stack)
+        if not _restart_nats(stack):
+            return  # the exit path (nats-server not running) tries again
         self.failed, self.said_waiting = 0, False
         self.next_probe = now + JS_PROBE_EVERY_S
 
@@ -322,6 +318,7 @@ async def cmd_up(args) -> int:
 async def cmd_demo(args) -> int:
     # One loop from the stock model: swaps of earlier demos on this data dir are not re-applied
     # (the skill library still carries over, so a second demo starts warm).
+    check_run_options(args)  # before the stack is brought up for a run it would refuse
     settings = settings_of(args).model_copy(update={"restore_swaps": False})
     stack = await _bring_up(settings)
     try:

@@ -148,6 +148,31 @@ def _why(exc: BaseException) -> str:
     return text or ("timed out" if isinstance(exc, TimeoutError) else type(exc).__name__)
 
 
+async def connect_plain(url: str, name: str, timeout: float, *, auth: NatsAuth | None, reconnect: bool) -> nats.NATS:
+    """A bare NATS connection: no streams made (it writes nothing), nats-py's error logging kept quiet (the caller
+    says what went wrong, in one line). `reconnect`: it rides out a server restart; else one attempt. Raises what
+    nats-py raises (an authorization error: settings.auth_refused tells it), or TimeoutError past `timeout` + 1 s.
+    For a reader that must not make the streams (a credential check, the supervisor's JetStream probe); a
+    service's connection is `Bus.connect`."""
+
+    async def quiet(_exc: Exception) -> None:
+        return None
+
+    reconnects = (
+        {"max_reconnect_attempts": -1, "reconnect_time_wait": 0.5} if reconnect else {"max_reconnect_attempts": 1}
+    )
+    connecting = nats.connect(
+        url,
+        name=name,
+        connect_timeout=timeout,
+        allow_reconnect=reconnect,
+        error_cb=quiet,
+        **reconnects,
+        **(auth.connect_options() if auth else {}),
+    )
+    return await asyncio.wait_for(connecting, timeout + 1.0)
+
+
 class Bus:
     def __init__(self, nc: nats.NATS):
         self.nc = nc

@@ -30,6 +30,7 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from services.core.kernel_schema import dotted
 from services.core.pb import events_pb2 as pb
 
 RULES: dict[str, str] = {
@@ -107,12 +108,8 @@ def _join(taints) -> Taint:
 
 
 def _dotted(node: ast.AST) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        inner = _dotted(node.value)
-        return f"{inner}.{node.attr}" if inner else ""
-    return ""
+    """'a.b.c' for a.b.c, "" when the chain does not start at a plain name (the kernel schema's reading)."""
+    return dotted(node) or ""
 
 
 @dataclass

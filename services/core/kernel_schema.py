@@ -193,7 +193,7 @@ _RESERVED = BUILTINS | {"tl", "triton"}
 # ---- module level ----------------------------------------------------------------------------------------------
 
 
-def _dotted(node: ast.AST) -> str | None:
+def dotted(node: ast.AST) -> str | None:
     """'a.b.c' for a.b.c, None when the chain does not start at a plain name."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
@@ -236,18 +236,18 @@ def _constant_name(stmt: ast.stmt) -> str | None:
     """The name of `NAME = 4`, `NAME: tl.constexpr = 4` or `NAME = tl.constexpr(4)`; None for anything else."""
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
         target, value = stmt.targets[0], stmt.value
-    elif isinstance(stmt, ast.AnnAssign) and _dotted(stmt.annotation) == "tl.constexpr":
+    elif isinstance(stmt, ast.AnnAssign) and dotted(stmt.annotation) == "tl.constexpr":
         target, value = stmt.target, stmt.value
     else:
         return None
-    if isinstance(value, ast.Call) and _dotted(value.func) == "tl.constexpr" and not value.keywords:
+    if isinstance(value, ast.Call) and dotted(value.func) == "tl.constexpr" and not value.keywords:
         value = value.args[0] if len(value.args) == 1 else None
     return target.id if isinstance(target, ast.Name) and _is_number(value) else None
 
 
 def _describe_host(stmt: ast.stmt) -> str:
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        callee = _dotted(stmt.value.func)
+        callee = dotted(stmt.value.func)
         return f"a call to `{callee}`" if callee else "a call"
     if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -268,13 +268,13 @@ def _describe_host(stmt: ast.stmt) -> str:
 
 
 def _is_bare_jit(decorators: list[ast.expr]) -> bool:
-    return len(decorators) == 1 and isinstance(decorators[0], ast.Attribute) and _dotted(decorators[0]) == "triton.jit"
+    return len(decorators) == 1 and isinstance(decorators[0], ast.Attribute) and dotted(decorators[0]) == "triton.jit"
 
 
 def _describe_decorator(dec: ast.expr) -> str:
     if isinstance(dec, ast.Call):
-        return f"{_dotted(dec.func) or '...'}(...)"
-    return _dotted(dec) or "..."
+        return f"{dotted(dec.func) or '...'}(...)"
+    return dotted(dec) or "..."
 
 
 def _signature(fn: ast.FunctionDef) -> KernelSignature:
@@ -287,7 +287,7 @@ def _signature(fn: ast.FunctionDef) -> KernelSignature:
     return KernelSignature(
         name=fn.name,
         params=tuple(p.arg for p in params),
-        constexprs=frozenset(p.arg for p in params if p.annotation and _dotted(p.annotation) == "tl.constexpr"),
+        constexprs=frozenset(p.arg for p in params if p.annotation and dotted(p.annotation) == "tl.constexpr"),
         defaults=frozenset(p.arg for p in with_default),
         line=fn.lineno,
     )
@@ -307,7 +307,7 @@ def _check_parameters(fn: ast.FunctionDef, found: _Findings) -> None:
     for p in a.posonlyargs + a.args + a.kwonlyargs:
         if _is_dunder(p.arg) or p.arg in _RESERVED:
             found.add("kernel-parameter", f"{k} has a parameter named `{p.arg}`", p.lineno)
-        if p.annotation is not None and _dotted(p.annotation) != "tl.constexpr":
+        if p.annotation is not None and dotted(p.annotation) != "tl.constexpr":
             found.add(
                 "kernel-parameter", f"parameter `{p.arg}` of {k}: the only annotation allowed is tl.constexpr", p.lineno
             )
@@ -328,7 +328,7 @@ def _walk_body(fn: ast.FunctionDef):
 
 def _attribute_problem(node: ast.Attribute, inner: set[int]) -> tuple[str, str] | None:
     """(rule, reason) for a refused attribute, None when it passes."""
-    chain = _dotted(node)
+    chain = dotted(node)
     rooted_at_tl = chain is not None and chain.split(".")[0] == "tl"
     if rooted_at_tl and id(node) in inner:
         return None  # tl.math in tl.math.rsqrt: the full chain is checked at its outermost node
@@ -398,7 +398,7 @@ def _callee_problem(func: ast.expr, values: set[str], kernels: set[str], attr_pr
             return f"calls `{func.id}`, a parameter, local or constant"
         return None  # an unknown name: kernel-name reports it
     if isinstance(func, ast.Attribute):
-        if id(func) in attr_problems or (_dotted(func) or "").startswith("tl."):
+        if id(func) in attr_problems or (dotted(func) or "").startswith("tl."):
             return None  # refused by kernel-attribute / inline-asm, or an allowlisted tl function
         return None if func.attr in VALUE_METHODS else f"calls `.{func.attr}`, which is not a tensor method"
     kind = {ast.Subscript: "a subscript", ast.Call: "a call result"}.get(type(func), "an expression")

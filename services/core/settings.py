@@ -33,6 +33,10 @@ ENV_NAMES = {
     "graphs": "YANTRA_GRAPHS",
     "batch": "YANTRA_BATCH",
 }
+# Set to "" these mean unset (the field's default); the others take "" as given (and may refuse it).
+_EMPTY_IS_UNSET = frozenset({"nats_url", "nats_port", "batch"})
+# On/off settings: "0", "false" and "no" are off, anything else on.
+_FLAGS = frozenset({"restore_swaps", "graphs"})
 # Never echoed in an error message: a typo there must not print the secret.
 SECRET_FIELDS = frozenset({"nats_password", "nats_token", "admin_token"})
 
@@ -89,7 +93,11 @@ class Settings(BaseModel):
     nats_port: int | None = Field(
         None, ge=1, le=65535, description="port of the embedded nats-server; unset: the data dir's, else a free one"
     )
-    data_dir: Path = Field(Path(".yantra"), description="embedded NATS store, skill library, kernel files, logs")
+    data_dir: Path = Field(
+        Path(".yantra"),
+        validate_default=True,  # made absolute like a given one (`_absolute`), unset or not
+        description="embedded NATS store, skill library, kernel files, logs",
+    )
     server_addr: str = Field("127.0.0.1:50551", description="gRPC address of the inference server")
     model: str = Field("tiny-qwen2", description="preset name, local path or hub id served by the server")
     device: str = Field("auto", description="auto | cpu | cuda")
@@ -139,27 +147,12 @@ class Settings(BaseModel):
         """The settings the environment gives, then `overrides`; a secret may come from a file (NAME_FILE, see
         services.core.secrets_env: SecretFileError, one line, when it cannot)."""
         env = with_file_secrets(os.environ)
-        values = {
-            "nats_url": env.get("NATS_URL") or None,
-            "nats_user": env.get("NATS_USER", ""),
-            "nats_password": env.get("NATS_PASSWORD", ""),
-            "nats_token": env.get("NATS_TOKEN", ""),
-            "nats_port": env.get("YANTRA_NATS_PORT") or None,
-            "data_dir": env.get("YANTRA_DATA_DIR", ".yantra"),
-            "server_addr": env.get("YANTRA_SERVER_ADDR", "127.0.0.1:50551"),
-            "model": env.get("YANTRA_MODEL", "tiny-qwen2"),
-            "device": env.get("YANTRA_DEVICE", "auto"),
-            "ack_wait_s": env.get("YANTRA_ACK_WAIT_S", "5"),
-            "shutdown_grace_s": env.get("YANTRA_SHUTDOWN_GRACE_S", "10"),
-            "log_level": env.get("YANTRA_LOG_LEVEL", "INFO"),
-            "restore_swaps": env.get("YANTRA_RESTORE_SWAPS", "1") not in ("0", "false", "no"),
-            "admin_token": env.get("YANTRA_ADMIN_TOKEN", ""),
-            "instance_id": env.get("YANTRA_INSTANCE_ID", ""),
-            "metrics_addr": env.get("YANTRA_METRICS_ADDR", ""),
-            "max_requests": env.get("YANTRA_MAX_REQUESTS", "64"),
-            "graphs": env.get("YANTRA_GRAPHS", "1") not in ("0", "false", "no"),
-            "batch": env.get("YANTRA_BATCH") or None,
-        }
+        values: dict[str, object] = {}
+        for name, var in ENV_NAMES.items():  # unset: the field's default
+            raw = env.get(var)
+            if raw is None or (raw == "" and name in _EMPTY_IS_UNSET):
+                continue
+            values[name] = raw not in ("0", "false", "no") if name in _FLAGS else raw
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 

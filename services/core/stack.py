@@ -254,6 +254,11 @@ def _remembered_port(path: Path) -> int | None:
     return int(text) if text.isdigit() and 1 <= int(text) <= 65535 else None
 
 
+def _unavailable(port: int, avoid: tuple[int, ...]) -> str | None:
+    """Why the embedded nats-server cannot have `port` now; None when it can."""
+    return "it is YANTRA_SERVER_ADDR's port" if port in avoid else port_problem(port)
+
+
 def choose_nats_port(settings: Settings) -> tuple[int, str | None]:
     """The embedded nats-server's port, and a line for the user when it is not the one they had.
 
@@ -264,7 +269,7 @@ def choose_nats_port(settings: Settings) -> tuple[int, str | None]:
     avoid = ports_of(settings.server_addr)
     asked = settings.nats_port
     if asked is not None:
-        problem = "it is YANTRA_SERVER_ADDR's port" if asked in avoid else port_problem(asked)
+        problem = _unavailable(asked, avoid)
         if problem:
             raise StackError(
                 f"cannot start the embedded nats-server on port {asked} (--nats-port or YANTRA_NATS_PORT): {problem};"
@@ -275,7 +280,7 @@ def choose_nats_port(settings: Settings) -> tuple[int, str | None]:
     remembered = _remembered_port(path)
     if remembered is None:
         return free_port(avoid), None
-    problem = "it is YANTRA_SERVER_ADDR's port" if remembered in avoid else port_problem(remembered)
+    problem = _unavailable(remembered, avoid)
     if problem is None:
         return remembered, None
     port = free_port(avoid)
