@@ -158,6 +158,7 @@ def test_demo_refuses_prompts_times_tokens_beyond_the_limit_before_it_starts_the
     assert "16 prompts x 65 decode tokens is 1,040 tokens" in result.stderr
     assert "started" not in result.stdout and not (tmp_path / "data" / "stack.json").exists()
 
+
 # ---------------------------------------------------------------- the profiler's deadline setting
 
 
