@@ -87,6 +87,17 @@ async def _publish(url: str, env: ev.Envelope) -> None:
         await bus.close()
 
 
+def _follow(data: Path, run_id: str) -> tuple[asyncio.Task, list[str], list[str]]:
+    """`yantra events --follow --run RUN` on the stack of `data` as a task: (the task, lines printed, notices)."""
+    lines: list[str] = []
+    notices: list[str] = []
+    settings = Settings.from_env(data_dir=data)
+    follower = asyncio.create_task(
+        follow_events(settings, ev.run_filter(run_id), out=lines.append, notice=notices.append, poll_s=0.1)
+    )
+    return follower, lines, notices
+
+
 async def test_follow_goes_on_when_the_stack_comes_back_on_another_nats_port(tmp_path, monkeypatch, run_id):
     """The stack stops and a new one starts on the same data dir, its nats-server on another port (the store
     kept): the follower finds it through stack.json, says so on stderr, and prints what follows, once."""
@@ -97,12 +108,7 @@ async def test_follow_goes_on_when_the_stack_comes_back_on_another_nats_port(tmp
     second = None
     _record_stack(data, first.url)
     await _publish(first.url, _event(run_id, pb.RunRequested(model="before")))
-    lines: list[str] = []
-    notices: list[str] = []
-    settings = Settings.from_env(data_dir=data)
-    follower = asyncio.create_task(
-        follow_events(settings, ev.run_filter(run_id), out=lines.append, notice=notices.append, poll_s=0.1)
-    )
+    follower, lines, notices = _follow(data, run_id)
     try:
         await _until(lambda: len(lines) == 1)
         first.stop()
@@ -132,12 +138,7 @@ async def test_follow_says_when_nats_restarts_on_its_port_and_prints_on(tmp_path
     server = start_nats(store, log_file=tmp_path / "nats.log")
     _record_stack(data, server.url)
     await _publish(server.url, _event(run_id, pb.RunRequested(model="before")))
-    lines: list[str] = []
-    notices: list[str] = []
-    settings = Settings.from_env(data_dir=data)
-    follower = asyncio.create_task(
-        follow_events(settings, ev.run_filter(run_id), out=lines.append, notice=notices.append, poll_s=0.1)
-    )
+    follower, lines, notices = _follow(data, run_id)
     try:
         await _until(lambda: len(lines) == 1)
         server.stop()
