@@ -22,7 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from services.cli.stack_cmds import JS_FAILED_PROBES, JS_MIN_FREE_BYTES, JetStreamWatch, jetstream_action
+from services.cli.stack_cmds import (
+    JS_FAILED_PROBES,
+    JS_MIN_FREE_BYTES,
+    JetStreamWatch,
+    jetstream_action,
+    store_write_failure,
+)
 from services.core.bus import Bus
 from services.core.nats_launcher import _port_open, find_nats_server, free_port, start_nats
 from services.core.restart_budget import RestartBudget
@@ -181,6 +187,17 @@ def test_the_supervisor_restarts_only_when_jetstream_failed_twice_and_the_disk_h
     assert jetstream_action(JS_FAILED_PROBES + 5, room) == "restart"
 
 
+def test_a_write_to_the_store_that_failed_is_read_in_nats_servers_log():
+    logged = (
+        "[61] 2026/12/03 19:11:24.086363 [INF] Server is ready\n"
+        "[61] 2026/12/03 19:11:25.597252 [ERR] Filestore [S] Critical write error: write /d/1.blk: no space left on"
+        " device\n[61] 2026/12/03 19:11:25.597390 [ERR] JetStream stream '$G > S' critical write error: ...\n"
+    )
+    assert store_write_failure(logged) == "Filestore [S] Critical write error: write /d/1.blk: no space left on device"
+    assert store_write_failure("[7] 2026/12/03 10:00:00.0 [ERR] JetStream out of File resources, will be DISABLED")
+    assert store_write_failure("[61] 2026/12/03 19:11:24.086363 [INF] Server is ready\n") == ""
+
+
 async def test_the_supervisor_brings_jetstream_back_by_restarting_nats_on_the_same_port_and_store(tmp_path, capsys):
     settings = Settings(data_dir=tmp_path / "d", server_addr=f"127.0.0.1:{free_port()}")
     stack = start_stack(settings, ())
@@ -239,3 +256,28 @@ async def test_a_file_a_command_writes_where_it_cannot_is_one_line(own_nats, tmp
         result = await asyncio.to_thread(_yantra, "replay", run_id, "--export", str(target), NATS_URL=own_nats.url)
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip() == f"yantra replay: Operation not permitted ({target})", result.stderr
+
+
+async def test_a_service_starting_while_jetstream_is_off_waits_for_it_instead_of_exiting(tmp_path, caplog):
+    from services.core import service_main
+
+    server = start_nats(tmp_path / "store")
+    port = server.port
+    try:
+        bus = await Bus.connect(server.url)  # the streams exist, then JetStream goes
+        await bus.close()
+        _turn_jetstream_off(server.config_file, server.process.pid)
+        url = f"nats://someone:s3cret@127.0.0.1:{port}"  # a URL may carry a password: never logged
+        connecting = asyncio.ensure_future(service_main.connect_with_retry(url, "waiter", patience_s=1.0))
+        await asyncio.sleep(6.5)  # past its patience for a NATS that does not answer at all, and one JetStream timeout
+        assert not connecting.done(), connecting.exception()
+        said = [r.getMessage() for r in caplog.records if "waiting for it" in r.getMessage()]
+        assert len(said) == 1, said  # said once, not at every try
+        assert f"JetStream at nats://***@127.0.0.1:{port} does not answer" in said[0] and "s3cret" not in said[0]
+        server.stop()  # restarted with JetStream on, on the same port and store, as `yantra up`'s watch does
+        server = start_nats(tmp_path / "store", port=port)
+        bus = await asyncio.wait_for(connecting, 30)
+        assert (await bus.js.stream_info("YANTRA_RUNS")).config.name == "YANTRA_RUNS"
+        await bus.close()
+    finally:
+        server.stop()

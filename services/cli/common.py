@@ -14,6 +14,7 @@ from services.core.bus import Bus, BusUnavailable, connect_plain
 from services.core.secrets_env import SecretFileError
 from services.core.settings import Settings, auth_refused, redact_url, settings_problem
 from services.core.stack import StackError, check_data_dir, resolve_nats_url
+from services.core.streams import out_of_storage
 from services.server.models import PRESETS  # names only: torch loads when a model does
 
 
@@ -48,10 +49,10 @@ def settings_of(args: argparse.Namespace) -> Settings:
 _JS_UNAVAILABLE_CODES = (503,)
 _JS_NOT_ENABLED = (10039, 10076)
 # "insufficient resources" (its store at its limit, or its disk full: a 503 too) and "insufficient storage"
-_JS_OUT_OF_ROOM = (10023, 10047)
 _JS_UNAVAILABLE_HINT = (
-    "JetStream is unavailable on that NATS server (it turns JetStream off when the disk holding its store fills:"
-    " free some space; `yantra up` then restarts its embedded nats-server by itself)"
+    "JetStream is unavailable on that NATS server (a disk holding its store that fills turns JetStream, or the"
+    " stream it could not write, off until nats-server restarts: free some space; `yantra up` then restarts its"
+    " embedded nats-server by itself)"
 )
 
 
@@ -62,7 +63,7 @@ def nats_problem(exc: BaseException) -> str | None:
         return f"JetStream did not answer (no responders); {_JS_UNAVAILABLE_HINT}"
     if isinstance(exc, APIError):
         what = f"{exc.description or type(exc).__name__}" + (f" (error {exc.err_code})" if exc.err_code else "")
-        if exc.err_code in _JS_OUT_OF_ROOM:
+        if out_of_storage(exc.err_code, exc.description):
             return (
                 f"JetStream refused the request: {what}; its store is full (its disk, or the server's"
                 " max_file_store): free some space"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 import signal
 import sys
@@ -119,10 +120,13 @@ def _record(stack: Stack) -> None:
 
 
 # ------------------------------------------------------------------ JetStream on the embedded server
-# nats-server turns JetStream off when its store cannot be written (a full disk) and keeps it off, serving
-# plain NATS on, until it is restarted: every stream answers nothing even after space is freed. `yantra up`
-# asks JetStream for its account info every JS_PROBE_EVERY_S and restarts the embedded nats-server (same
-# port, same store) once JetStream has failed to answer twice in a row and the store's disk has room again.
+# A store that cannot be written (a full disk) breaks JetStream until nats-server is restarted, even after space
+# is freed, in one of two ways: past its own storage limit it turns JetStream off and serves plain NATS on
+# (nothing answers JetStream's API); on a disk that fills under it, the stream whose write failed keeps a
+# "critical write error" (every publish to it times out) while JetStream still answers its account info.
+# `yantra up` asks JetStream for its account info every JS_PROBE_EVERY_S and reads what nats-server logged
+# since; it restarts the embedded nats-server (same port, same store) once a probe has failed twice in a row,
+# or a write failure was logged, and the store's disk has room again.
 JS_PROBE_EVERY_S = 5.0
 JS_PROBE_TIMEOUT_S = 2.0
 JS_FAILED_PROBES = 2  # one timeout may be a busy moment; two in a row, JS_PROBE_EVERY_S apart, is not
@@ -144,6 +148,22 @@ def jetstream_action(failed_probes: int, free_bytes: int) -> str:
     return "restart"
 
 
+# What nats-server logs when a write to its store failed (its disk full): then its store takes nothing more
+STORE_WRITE_FAILED = ("critical write error", "will be disabled", "no space left on device")
+_NATS_LOG_LINE = re.compile(r"^\[\d+\] \S+ \S+ \[[A-Z]+\] (.*)$")  # [pid] date time [LVL] what
+JS_LOG_READ_MAX = 4 << 20  # the most of the log read in one probe (its tail): a flood of lines is not parsed whole
+
+
+def store_write_failure(log_text: str) -> str:
+    """The first line of nats-server's log text that says a write to its store failed, without its pid, time and
+    level; "" when none does."""
+    for line in log_text.splitlines():
+        if any(words in line.lower() for words in STORE_WRITE_FAILED):
+            said = _NATS_LOG_LINE.match(line)
+            return (said.group(1) if said else line).strip()
+    return ""
+
+
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.0f} MiB"
 
@@ -158,10 +178,42 @@ class JetStreamWatch:
     why: str = ""
     next_probe: float = 0.0
     said_waiting: bool = False
+    log_offset: int = -1  # how much of nats-server's log was read (-1: none yet; what was there is history)
+    write_failure: str = ""  # what nats-server logged when a write to its store failed, since it last started
+    nats_pid: int = 0  # the nats-server that write_failure is about
+
+    def __post_init__(self) -> None:
+        self.skip_log()
+
+    def skip_log(self) -> None:
+        """What nats-server logged until now is not read: it was before it (re)started."""
+        self.write_failure, self.nats_pid = "", self.stack.nats.process.pid if self.stack.nats else 0
+        try:
+            self.log_offset = (self.stack.settings.data_dir / NATS_LOG).stat().st_size
+        except OSError:
+            self.log_offset = 0
+
+    def read_log(self) -> None:
+        """Read what nats-server logged since the last read; remember a write failure in it."""
+        if self.stack.nats is not None and self.stack.nats.process.pid != self.nats_pid:
+            self.skip_log()  # restarted since (it had died): the failure was the old one's
+        try:
+            with open(self.stack.settings.data_dir / NATS_LOG, "rb") as log_file:
+                end = log_file.seek(0, 2)
+                if end < self.log_offset:  # a new log file
+                    self.log_offset = 0
+                log_file.seek(max(self.log_offset, end - JS_LOG_READ_MAX))
+                text = log_file.read(end - log_file.tell()).decode(errors="replace")
+        except OSError:
+            return
+        self.log_offset = end
+        self.write_failure = self.write_failure or store_write_failure(text)
 
     async def probe(self) -> str | None:
-        """None when JetStream answers; "" when nothing can be said (nats-server down or not reached yet: the
-        exit path restarts it); else why it did not answer."""
+        """None when JetStream answers and nats-server logged no failed write to its store since it started;
+        "" when nothing can be said (nats-server down or not reached yet: the exit path restarts it); else why
+        JetStream is unavailable."""
+        self.read_log()
         if self.nc is None:
             try:  # it rides out restarts of the server (the exit path's, and this watch's own)
                 self.nc = await connect_plain(
@@ -187,7 +239,9 @@ class JetStreamWatch:
             error = json.loads(reply.data).get("error")
         except (ValueError, AttributeError):
             return "JetStream answered something that is not its account info"
-        return None if not error else str(error.get("description") or error)
+        if error:
+            return str(error.get("description") or error)
+        return f"a write to its store failed: {self.write_failure}" if self.write_failure else None
 
     async def check(self, budget: RestartBudget, now: float | None = None) -> None:
         """One round, when a probe is due: probe, decide (jetstream_action), say what it does and do it."""
@@ -236,6 +290,7 @@ class JetStreamWatch:
         if not _restart_nats(stack):
             return  # the exit path (nats-server not running) tries again
         self.failed, self.said_waiting = 0, False
+        self.skip_log()
         self.next_probe = now + JS_PROBE_EVERY_S
 
     async def close(self) -> None:

@@ -230,7 +230,11 @@ class Bus:
                 why = f"no answer within {timeout + 1.0:g} s"
             raise BusUnavailable(f"cannot reach NATS at {shown}: {why}") from exc
         bus = cls(nc)
-        await bus.ensure_streams()
+        try:
+            await bus.ensure_streams()
+        except BaseException:  # JetStream did not answer: a connection left open would reconnect for ever
+            await nc.close()
+            raise
         return bus
 
     async def close(self) -> None:

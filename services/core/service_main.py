@@ -11,8 +11,10 @@ import threading
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
+from nats.errors import Error as NatsError
+
 from services.core.bus import Bus, BusClosed, BusUnavailable
-from services.core.settings import Settings
+from services.core.settings import Settings, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +51,30 @@ def configure_logging(name: str, level: str) -> None:
     logging.getLogger("nats").setLevel(logging.WARNING)
 
 
+# While NATS answers but its JetStream does not (turned off by a full disk until `yantra up` restarts it, or a
+# server still starting), a service starting waits for it, saying so every JETSTREAM_WAIT_LOG_S: exiting would
+# only spend its restart budget on an outage that outlasts it.
+JETSTREAM_WAIT_LOG_S = 30.0
+
+
 async def connect_with_retry(url: str, name: str, patience_s: float = 30.0) -> Bus:
-    deadline = asyncio.get_running_loop().time() + patience_s
+    """Connect and make the streams: retried for `patience_s` while no NATS answers (then BusUnavailable), and for
+    as long as it takes while NATS answers and JetStream does not."""
+    loop = asyncio.get_running_loop()
+    deadline, said_at = loop.time() + patience_s, None
     while True:
         try:
             return await Bus.connect(url, name=name, timeout=2.0)
         except BusUnavailable:
-            if asyncio.get_running_loop().time() > deadline:
+            if loop.time() > deadline:
                 raise
-            await asyncio.sleep(0.5)
+        except (NatsError, TimeoutError) as exc:  # the connection was made: JetStream said no, or nothing
+            deadline = loop.time() + patience_s
+            if said_at is None or loop.time() - said_at >= JETSTREAM_WAIT_LOG_S:
+                said_at = loop.time()
+                why = str(exc).strip() or type(exc).__name__
+                log.warning("%s: JetStream at %s does not answer (%s); waiting for it", name, redact_url(url), why)
+        await asyncio.sleep(0.5)
 
 
 async def _fail_when_closed(bus: Bus) -> None:
@@ -77,7 +94,7 @@ async def serve(name: str, setup: Setup, settings: Settings) -> bool:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("%s connected to %s", name, settings.nats_url)
+    log.info("%s connected to %s", name, redact_url(settings.nats_url))  # a URL may carry a password
     tasks = [asyncio.ensure_future(c) for c in await setup(settings, bus, stop)]
     tasks.append(asyncio.ensure_future(_fail_when_closed(bus)))
     waiter = asyncio.ensure_future(stop.wait())

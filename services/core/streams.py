@@ -129,8 +129,12 @@ async def ensure_stream(js: JetStreamContext, want: api.StreamConfig) -> None:
     }
     if not changed:
         return
-    log.info("stream %s: updating %s", want.name, ", ".join(f"{k}={v}" for k, v in changed.items()))
-    await _reserving(js.update_stream, have.evolve(**changed), used=info.state.bytes)
+    what = ", ".join(f"{k}={v}" for k, v in changed.items())
+    log.info("stream %s: updating %s", want.name, what)
+    try:
+        await _reserving(js.update_stream, have.evolve(**changed), used=info.state.bytes)
+    except APIError as exc:  # it works with the limits it has: a reader must not fail on a disk too full to update
+        log.warning("stream %s keeps its limits (%s not set): %s", want.name, what, exc.description or exc)
 
 
 async def _reserving(op, cfg: api.StreamConfig, used: int) -> None:
