@@ -16,11 +16,12 @@ if ! python -c "import torch" 2>/dev/null; then
   echo "installing torch (the largest download: several minutes on a slow link)"
   python -m pip install "torch==${TORCH_VERSION:-2.13.0}"
 fi
+# The rest at the versions the tests ran with (constraints.txt, which the Docker image installs too).
 if python -m pip show -q gpuyantra >/dev/null 2>&1; then
   echo "checking gpuyantra and its dependencies (already installed)"
-  python -m pip install -q -e ".[dev]"
+  python -m pip install -q -e ".[dev]" -c constraints.txt
 else
   echo "installing gpuyantra and its dependencies"
-  python -m pip install -e ".[dev]"
+  python -m pip install -e ".[dev]" -c constraints.txt
 fi
 echo "installed: $(python -c 'import torch, triton, transformers; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__)')"
