@@ -16,8 +16,8 @@ reading what it wrote last time. Tests can only sample inputs; this closes those
 - every loop is a `for` over `range`/`tl.range`/`tl.static_range` of shape arguments with a positive step that
   cannot be zero (a literal, a constexpr, the program count): it ends on every input (`unbounded-loop`);
 - what grows with the call (program ids, shape arguments, loops over them) is compared with shapes, never with a
-  number fixed for the launch (`pid < 32768`, `n_rows > 4096`): the plan's dispatch is the one place a size
-  boundary may live, where the judge draws both of its sides (`hidden-boundary`).
+  number fixed for the launch (`pid < 32768`, `n_rows > 4096`, `tl.minimum(n_rows, 32768)`): the plan's dispatch
+  is the one place a size boundary may live, where the judge draws both of its sides (`hidden-boundary`).
 
 Abstract interpretation over the AST: each name holds a taint (loaded data or not; which tensor arguments it may
 point into), joined over branches and iterated to a fixed point over loops; a call of another kernel of the source
@@ -56,6 +56,8 @@ _POINTER_SHAPING = frozenset(
     "tl.reshape tl.view tl.broadcast_to tl.broadcast tl.expand_dims tl.trans tl.permute tl.multiple_of "
     "tl.max_contiguous tl.max_constancy reshape view broadcast_to expand_dims trans permute ravel".split()
 )
+# A size the call grows with, taken at most (or at least) a fixed number, is a boundary as a comparison is.
+_CAPS = frozenset({"tl.minimum", "tl.maximum", "tl.clamp", "min", "max"})
 # Attributes that are types or static shapes, whatever they are read from.
 _STATIC_ATTRS = frozenset({"dtype", "element_ty", "shape"})
 _MAX_DEPTH = 8  # kernels calling kernels: Triton inlines them, none recurses
@@ -244,7 +246,7 @@ class _Kernel:
         if t.pointer:
             self.ctx.add("pointer-origin", f"{what} decides on a pointer", node)
 
-    def boundary(self, node: ast.Compare, operands: list[ast.expr], parts: list[Taint]) -> None:
+    def boundary(self, node: ast.Compare | ast.Call, operands: list[ast.expr], parts: list[Taint]) -> None:
         """A size the call grows with (a program id, a shape, a loop over them) compared with a number fixed for
         the launch is a dispatch boundary inside the kernel: rows past 32,768 left unwritten, say. The plan's
         dispatch (`max_rows`) is the one way to have one: the judge draws both of its sides."""
@@ -358,6 +360,8 @@ class _Kernel:
             return Taint(lane=True)
         if name in self.ctx.kernels:
             return self.inline(name, node)
+        if name in _CAPS and node.args:  # min(rows, 32768) caps a size as `rows < 32768` would split it
+            self.boundary(node, list(node.args), [self.expr(a) for a in node.args])
         method, receiver = "", INDEX
         if isinstance(node.func, ast.Attribute) and not name.startswith("tl."):
             method, receiver = node.func.attr, self.expr(node.func.value)  # a value's method: x.to(...)

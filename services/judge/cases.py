@@ -38,6 +38,11 @@ BEYOND_GPU_ROWS = 4099  # more rows than any grid of <= 4096 programs covers, an
 MAX_DRAWN_ROWS = 1024  # per drawn case on a GPU
 CPU_BOUNDARY_ROWS = 256  # dispatch boundaries the interpreter still draws both sides of
 NORMAL_SCALES = (0.5, 1.0, 4.0)
+# The served model's row range on a GPU: the largest case is capped at this many elements (64 Mi: 128 MiB of
+# bf16, a second or two of the parent's CPU reference); past it the family's wrapper has nothing new to show (its
+# grid and the kernel's loops are shape arithmetic, checked statically: services.core.kernel_dataflow).
+DOMAIN_ELEMENTS = 64 * 2**20
+DOMAIN_SPREAD = 3  # row counts drawn between the live rows and the maximum, the maximum included
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ class CaseSpec:
     examples: int = 24  # hypothesis draws beyond the fixed cases
     boundaries: tuple[int, ...] = ()  # the plan's dispatch limits (max_rows): each is drawn at and past it
     bias: bool = False  # the module adds a bias (a LayerNorm's): every case draws one
+    widths: tuple[int, ...] = ()  # every width the class is called at (the profile's): each is drawn
+    domain_rows: int = 0  # the most rows one call can carry on the served model (0: unknown): a GPU draws up to it
 
 
 @dataclass(frozen=True)
@@ -198,6 +205,37 @@ def _live_shape(spec: CaseSpec) -> tuple[int, ...]:
     return shape
 
 
+def undrawn_boundaries(limits, gpu: bool, cpu_limit: int = CPU_BOUNDARY_ROWS) -> str:
+    """Why a plan's dispatch limits cannot be judged here ("" when they can): the interpreter draws both sides of
+    a limit below `cpu_limit` only, and a launch that serves only calls it never ran cannot be shown right."""
+    past = sorted({int(n) for n in limits if n and not gpu and n >= cpu_limit})
+    if not past:
+        return ""
+    return (
+        f"the plan dispatches at {', '.join(map(str, past))} rows or positions, at or above the {cpu_limit} the CPU "
+        "judge draws both sides of: the launch past it would serve calls it never ran (judge it on a GPU)"
+    )
+
+
+def other_widths(spec: CaseSpec) -> list[int]:
+    """The widths the class is also called at, beside the live one and the odd one already drawn."""
+    return sorted({int(w) for w in spec.widths if w > 0} - {spec.width, spec.odd_width})
+
+
+def domain_rows(live_rows: int, most: int, width: int) -> list[int]:
+    """Row counts from just past the live rows to the most one call can carry (`most`; within DOMAIN_ELEMENTS of
+    one case): DOMAIN_SPREAD counts spaced evenly on a log scale, each odd (a ragged last block of any power of
+    two), the last the maximum itself (or the most rows that fit). None when `most` is unknown or not
+    past the live rows."""
+    top = min(most, max(1, DOMAIN_ELEMENTS // max(1, width)))
+    if most <= 0 or top <= live_rows + 1:
+        return []
+    low = max(live_rows + 1, 2)
+    counts = [round(low * (top / low) ** (k / DOMAIN_SPREAD)) for k in range(1, DOMAIN_SPREAD + 1)]
+    counts = [c if c % 2 else c - 1 for c in counts[:-1]] + [top]
+    return sorted({c for c in counts if live_rows < c <= top})
+
+
 def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
     w = spec.width
     live = _live_shape(spec)
@@ -219,6 +257,9 @@ def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
         if spec.gpu or limit < CPU_BOUNDARY_ROWS:
             plan += [("dispatch-edge", (rows, w), "normal", "contiguous") for rows in (limit, limit + 1)]
     plan.append(("odd-width", (SMALL_ROWS, spec.odd_width), "normal", "contiguous"))
+    plan += [("width", (SMALL_ROWS, other), "normal", "contiguous") for other in other_widths(spec)]
+    if spec.gpu:  # the served model's whole row range: its maximum, and a spread from the live rows up to it
+        plan += [("domain", (rows, w), "normal", "contiguous") for rows in domain_rows(live_rows, spec.domain_rows, w)]
     plan += [("layout", (2, 2, w), "normal", layout) for layout in LAYOUTS]
     cases = []
     for i, (kind, shape, regime, layout) in enumerate(plan):
@@ -296,8 +337,8 @@ def draw_cases(spec: CaseSpec, seed: int) -> list[Case]:
     if spec.examples <= 0:
         return cases
     widest = max(spec.width, spec.odd_width)
-    if spec.gpu:
-        used = sum(c.base.numel() for c in cases)
+    if spec.gpu:  # the domain's cases are outside the budget: they would leave the drawn ones a row each
+        used = sum(c.base.numel() for c in cases if not c.name.startswith("domain "))
         per_case = (GPU_ELEMENT_BUDGET - used) // (spec.examples * 2 * (widest + PAD))  # bases up to 2x the input
         max_rows = max(1, min(MAX_DRAWN_ROWS, per_case))
     else:  # row blocks beyond max_rows can leave no room: the drawn cases then take 1 row each

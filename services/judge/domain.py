@@ -29,6 +29,12 @@ class LiveTarget:
     computes: str = ""  # what the server saw its forward compute (services.ops), "" when unknown
     second_shape: tuple[int, ...] = ()  # a function's second operand on the dominant calls (RoPE's k)
     third_shape: tuple[int, ...] = ()  # its third (RoPE's cos: the last dim is the rotary width)
+    widths: tuple[int, ...] = ()  # every last dim the class was called at (one class can serve two)
+    # The served model's input domain (pb.ProfileObservation; 0: unknown): the most token rows one forward
+    # carries, the longest sequence, the most sequences stepped together.
+    max_rows: int = 0
+    max_positions: int = 0
+    max_batch: int = 0
 
 
 def live_target(prior: list[Recorded], target_class: str) -> LiveTarget | None:
@@ -46,6 +52,10 @@ def live_target(prior: list[Recorded], target_class: str) -> LiveTarget | None:
                 module.computes,
                 tuple(module.second_shape),
                 tuple(module.third_shape),
+                tuple(module.widths),
+                observed.max_rows_per_call,
+                observed.max_positions,
+                observed.max_batch,
             )
     return None
 

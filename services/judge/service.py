@@ -26,7 +26,7 @@ from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge import gpu_health, timing_check, verdict
 from services.judge.add_norm_cases import draw_add_norm_cases
-from services.judge.cases import CaseSpec, draw_cases
+from services.judge.cases import CPU_BOUNDARY_ROWS, CaseSpec, draw_cases, undrawn_boundaries
 from services.judge.contract_check import check_contract, check_function_contract, check_layer_contract
 from services.judge.domain import LiveTarget, derive_judged, live_target
 from services.judge.module_factory import (
@@ -40,7 +40,13 @@ from services.judge.module_factory import (
     width_and_eps,
 )
 from services.judge.pair_cases import PairSpec, draw_pair_cases
-from services.judge.rope_cases import RopeSpec, draw_rope_cases, one_tensor_form, rope_references
+from services.judge.rope_cases import (
+    CPU_BOUNDARY_POSITIONS,
+    RopeSpec,
+    draw_rope_cases,
+    one_tensor_form,
+    rope_references,
+)
 from services.judge.sandbox import SandboxJob, SandboxLimits, run_job
 from services.judge.verdict import BoundError
 from services.ops import family, gated_mlp, plain_mlp, residual_norm, rotary, row_reduction
@@ -117,6 +123,11 @@ class JudgeService:
         if not contract.passed:
             return obs
 
+        cpu_limit = CPU_BOUNDARY_POSITIONS if proposal.plan.family == rotary.FAMILY else CPU_BOUNDARY_ROWS
+        undrawn = undrawn_boundaries([launch.max_rows for launch in proposal.plan.launches], self.use_gpu, cpu_limit)
+        if undrawn:
+            obs.correctness.CopyFrom(pb.CorrectnessEvidence(passed=False, error=undrawn, rule_id="boundary-undrawn"))
+            return obs
         try:
             prepared = await asyncio.to_thread(self.prepare, proposal, target)
         except (ModuleBuildError, BoundError) as exc:  # the contract passed, so this is the judge's; still a verdict
@@ -200,6 +211,8 @@ class JudgeService:
             examples=self.examples,
             boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
             bias=bias_attr is not None,  # the module's, bound or not: a contract dropping it reads no bias
+            widths=target.widths,
+            domain_rows=target.max_rows,
         )
         cases = draw_cases(spec, seed_base)
         cls = import_class(intro.class_path)

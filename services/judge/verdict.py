@@ -44,6 +44,7 @@ RULES: dict[str, str] = {
     "tampered": "nothing the judge measures with may be replaced (timers, torch, the oracle)",
     "missing-outputs": "the child must return one readable output per case",
     "judge-bound": "the module's own output must pass the bound the judge derived (else the bound is wrong)",
+    "boundary-undrawn": "a plan dispatches only at sizes the judge draws both sides of (on CPU, the interpreter's)",
 }
 
 

@@ -468,7 +468,16 @@ class Engine:
             tokens_generated=tokens,
             requests=len(id_lists),
             time_source="cuda_events" if self.cuda else "host_clock",
+            **self.input_domain(),
         )
+
+    def input_domain(self) -> dict[str, int]:
+        """What one forward of the served model can carry, from the server's limits: the most token rows (a batched
+        prefill of every slot at its longest, or one request of the model's maximum positions), the longest
+        sequence, the most sequences stepped together (pb.ProfileObservation's fields)."""
+        batch, slot_rows = (self.decoder.slots, self.decoder.slots * self.decoder.max_len) if self.decoder else (1, 0)
+        positions = int(self.loaded.max_positions)
+        return {"max_rows_per_call": max(slot_rows, positions), "max_positions": positions, "max_batch": batch}
 
     # ------------------------------------------------------------------ changing the model (engine thread only)
 

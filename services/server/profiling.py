@@ -197,6 +197,7 @@ class ModuleProfiler:
             calls=s.calls,
             total_time_us=total_us,
             input_shape=list(dominant),
+            widths=_widths(s),
             second_shape=list(second),
             third_shape=list(third),
             dtype=_served_dtype(s),
@@ -230,6 +231,7 @@ class ModuleProfiler:
             calls=s.calls,
             total_time_us=total_us,
             input_shape=shape,
+            widths=_widths(s),
             dtype=_served_dtype(s),
             # Instances of one class can differ (every nn.Linear is one class): the mean is what a
             # call moves on average, so calls × bytes stays the total the roofline needs.
@@ -256,6 +258,11 @@ def _rows_fit_weights(s: _ClassStats) -> bool:
         if any(w != weight.shape[0] for w in s.widths.get(id(module), ())):
             return False
     return True
+
+
+def _widths(s: _ClassStats) -> list[int]:
+    """Every last dim the class's calls had, ascending (the judge draws each)."""
+    return sorted(set().union(*s.widths.values())) if s.widths else []
 
 
 def _served_dtype(s: _ClassStats) -> str:

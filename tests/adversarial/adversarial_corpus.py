@@ -64,6 +64,7 @@ class Entry:
     timeout_s: float = 0.0  # 0: the judge's default for the device
     template: tuple[int, int] = ()  # (num_warps, rows_per_program): the shipped template at that config
     also: tuple[str, ...] = ()  # static: rules that must fire too (the one the trick is about, when not first)
+    widths: tuple[int, ...] = ()  # other widths the profile saw the class called at (ModuleClassProfile.widths)
 
     @property
     def name(self) -> str:
@@ -299,6 +300,8 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("precision_bias_4e6_fp32", "correctness", "biased-output"),
     _dynamic("guard_store_past_output_end", "correctness", "guard-bytes"),
     _dynamic("dispatch_beyond_cases", "correctness", "outside-tolerance"),
+    _dynamic("domain_block_for_one_width", "correctness", "nan-output", widths=(256,)),
+    _static("flow_capped_row_loop", "hidden-boundary"),
     # ------------------------------------------------ honest kernels: must pass
     _template(4, 1, dtype="bfloat16", gpu_width=1536),
     _template(8, 4, dtype="bfloat16", module=LLAMA, gpu_width=4096),
@@ -337,6 +340,11 @@ def live_module(entry: Entry, device: str) -> torch.nn.Module:
     return module.to(dtype=getattr(torch, entry.param_dtype or entry.dtype))
 
 
+# The input domain a server of the 1.5B-shaped model records (services.server.engine.Engine.input_domain): 64 slots
+# of 2,048 tokens in one batched prefill, 32,768 positions.
+SERVED_DOMAIN = {"max_rows_per_call": 64 * 2048, "max_positions": 32768, "max_batch": 64}
+
+
 def profile_captured(entry: Entry, device: str) -> pb.ProfileCaptured:
     intro = introspect(live_module(entry, device))
     dtype = f"torch.{entry.dtype}"
@@ -346,9 +354,15 @@ def profile_captured(entry: Entry, device: str) -> pb.ProfileCaptured:
         hardware=pb.HardwareFigures(device=device),
         modules=[
             pb.ModuleClassProfile(
-                introspection=intro, instances=2, calls=20, input_shape=entry.live_shape(device), dtype=dtype
+                introspection=intro,
+                instances=2,
+                calls=20,
+                input_shape=entry.live_shape(device),
+                dtype=dtype,
+                widths=sorted({entry.live_width(device), *entry.widths}),
             )
         ],
+        **SERVED_DOMAIN,
     )
     fingerprint = pb.Fingerprint(op_family="row_reduction", row_width=entry.live_width(device))
     ranked = pb.RankedTarget(class_path=intro.class_path, supported=True, fingerprint=fingerprint)

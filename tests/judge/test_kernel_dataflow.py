@@ -115,6 +115,8 @@ def test_honest_norm_bodies_pass(extra):
         ("if row < 32768:\n    w = w * 1.0\nelse:\n    w = w * 0.0", "hidden-boundary"),  # rows past a cap
         ("w = tl.where(n_cols > 4096, w * 0.0, w)", "hidden-boundary"),  # a width no case has
         ("mask = mask & (row * n_cols < 1 << 20)", "hidden-boundary"),
+        ("for r in range(row, tl.minimum(n_cols, 32768), tl.num_programs(0)):\n    w = w * 1.0", "hidden-boundary"),
+        ("mask = cols < max(n_cols, 4096)", "hidden-boundary"),  # a width capped as a comparison would split it
     ],
 )
 def test_each_rule_refuses_its_hostile_body(extra, rule):

@@ -68,6 +68,15 @@ async def test_capture_profile_covers_every_class_with_live_numbers(engine):
     assert norm.instances == 5 and norm.calls == 5 * forward_passes
     assert norm.total_time_us > 0
     assert list(norm.input_shape) == [1, 1, 64]  # decode steps outnumber prefills
+    assert list(norm.widths) == [64]
+    linear_widths = next(m.widths for m in obs.modules if m.introspection.class_path.endswith("linear.Linear"))
+    assert set(linear_widths) > {64}  # one class, called at the hidden and the intermediate widths
+    # the server's input domain, from its limits: a batched prefill of every slot at its longest, or one request of
+    # the model's maximum positions
+    slots, slot_len = engine.decoder.slots, engine.decoder.max_len
+    positions = engine.loaded.max_positions
+    assert (obs.max_positions, obs.max_batch) == (positions, slots)
+    assert obs.max_rows_per_call == max(slots * slot_len, positions) > 0
     assert norm.dtype == "float32" and norm.param_bytes == 64 * 4
     assert norm.input_bytes == norm.output_bytes > 64 * 4  # mean over calls: prefills are wider
     intro = norm.introspection

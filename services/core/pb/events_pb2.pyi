@@ -119,7 +119,7 @@ class RunRequested(_message.Message):
     def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ..., max_targets: _Optional[int] = ...) -> None: ...
 
 class ModuleClassProfile(_message.Message):
-    __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed", "child_time_us", "roles", "child_hook_us", "second_shape", "third_shape")
+    __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed", "child_time_us", "roles", "child_hook_us", "second_shape", "third_shape", "widths")
     class ChildTimeUsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +150,7 @@ class ModuleClassProfile(_message.Message):
     CHILD_HOOK_US_FIELD_NUMBER: _ClassVar[int]
     SECOND_SHAPE_FIELD_NUMBER: _ClassVar[int]
     THIRD_SHAPE_FIELD_NUMBER: _ClassVar[int]
+    WIDTHS_FIELD_NUMBER: _ClassVar[int]
     introspection: ModuleIntrospection
     instances: int
     calls: int
@@ -166,10 +167,11 @@ class ModuleClassProfile(_message.Message):
     child_hook_us: float
     second_shape: _containers.RepeatedScalarFieldContainer[int]
     third_shape: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., computes: _Optional[str] = ..., probed: bool = ..., child_time_us: _Optional[_Mapping[str, float]] = ..., roles: _Optional[_Mapping[str, str]] = ..., child_hook_us: _Optional[float] = ..., second_shape: _Optional[_Iterable[int]] = ..., third_shape: _Optional[_Iterable[int]] = ...) -> None: ...
+    widths: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., computes: _Optional[str] = ..., probed: bool = ..., child_time_us: _Optional[_Mapping[str, float]] = ..., roles: _Optional[_Mapping[str, str]] = ..., child_hook_us: _Optional[float] = ..., second_shape: _Optional[_Iterable[int]] = ..., third_shape: _Optional[_Iterable[int]] = ..., widths: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ProfileObservation(_message.Message):
-    __slots__ = ("model", "dtype", "hardware", "modules", "captured_time_us", "decode_tokens_per_s", "tokens_generated", "requests", "time_source")
+    __slots__ = ("model", "dtype", "hardware", "modules", "captured_time_us", "decode_tokens_per_s", "tokens_generated", "requests", "time_source", "max_rows_per_call", "max_positions", "max_batch")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     HARDWARE_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +181,9 @@ class ProfileObservation(_message.Message):
     TOKENS_GENERATED_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
     TIME_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROWS_PER_CALL_FIELD_NUMBER: _ClassVar[int]
+    MAX_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
     model: str
     dtype: str
     hardware: HardwareFigures
@@ -188,7 +193,10 @@ class ProfileObservation(_message.Message):
     tokens_generated: int
     requests: int
     time_source: str
-    def __init__(self, model: _Optional[str] = ..., dtype: _Optional[str] = ..., hardware: _Optional[_Union[HardwareFigures, _Mapping]] = ..., modules: _Optional[_Iterable[_Union[ModuleClassProfile, _Mapping]]] = ..., captured_time_us: _Optional[float] = ..., decode_tokens_per_s: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., requests: _Optional[int] = ..., time_source: _Optional[str] = ...) -> None: ...
+    max_rows_per_call: int
+    max_positions: int
+    max_batch: int
+    def __init__(self, model: _Optional[str] = ..., dtype: _Optional[str] = ..., hardware: _Optional[_Union[HardwareFigures, _Mapping]] = ..., modules: _Optional[_Iterable[_Union[ModuleClassProfile, _Mapping]]] = ..., captured_time_us: _Optional[float] = ..., decode_tokens_per_s: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., requests: _Optional[int] = ..., time_source: _Optional[str] = ..., max_rows_per_call: _Optional[int] = ..., max_positions: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class RankedTarget(_message.Message):
     __slots__ = ("class_path", "time_share", "floor_us", "recoverable_us", "fingerprint", "supported", "note")
