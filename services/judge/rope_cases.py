@@ -28,6 +28,18 @@ MAX_POSITION = 32768.0  # angles of positions this far (theta 1e4): cos and sin 
 CPU_BOUNDARY_POSITIONS = 64  # dispatch limits the interpreter still draws both sides of (a program a position)
 
 
+DOMAIN_ELEMENTS = 64 * 2**20  # q's elements in the longest sequence drawn (as services.judge.cases caps a case)
+MAX_BATCH_DRAWN = 64  # sequences in the batch case: the served model's most, up to this
+MAX_KV_DRAWN = 2  # other kv-head counts drawn beyond 1, half and all of q's
+
+
+def other_kv_heads(heads_q: int) -> list[int]:
+    """Up to MAX_KV_DRAWN kv-head counts dividing q's, other than 1, half and all of it (those are drawn already):
+    the largest and the smallest left, where a kernel's heads-per-group arithmetic would go wrong first."""
+    left = [k for k in range(2, heads_q) if heads_q % k == 0 and k != max(1, heads_q // 2)]
+    return sorted({*left[:1], *left[-1:]})[:MAX_KV_DRAWN]
+
+
 @dataclass(frozen=True)
 class RopeSpec:
     live_shape: tuple[int, ...]  # q's (batch, heads, seq, head_dim)
@@ -37,6 +49,10 @@ class RopeSpec:
     rotary_dim: int = 0  # cos's live width (a partial rotary's, narrower than the head); 0: the head's
     boundaries: tuple[int, ...] = ()  # the plan's dispatch limits (positions): each is drawn at and past it
     one_tensor: bool = False  # the function rotates one tensor (Gemma 4's): every case's k has no heads
+    # The served model's domain (the profile's; 0: unknown): a GPU draws a sequence near the longest and a batch
+    # of the most sequences stepped together
+    max_positions: int = 0
+    max_batch: int = 0
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,16 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     for limit in sorted(set(spec.boundaries)):
         if spec.gpu or limit < CPU_BOUNDARY_POSITIONS:
             plan += [("dispatch-edge", (1, hq, n, d), gqa, "normal", "attention", 1, False) for n in (limit, limit + 1)]
+    # every other kv-head count that divides q's (the common three are above): a kernel's head arithmetic meets them
+    plan += [("kv-heads", (1, hq, 3, d), kv, "normal", "attention", 1, False) for kv in other_kv_heads(hq)]
+    if spec.gpu:  # the served domain: a batch of the most sequences stepped together, a sequence near the longest
+        if spec.max_batch > 2:
+            plan.append(
+                ("batch", (min(spec.max_batch, MAX_BATCH_DRAWN), hq, 3, d), gqa, "normal", "attention", 1, True)
+            )
+        longest = min(spec.max_positions, DOMAIN_ELEMENTS // max(1, hq * d))
+        if longest > s:
+            plan.append(("domain", (1, hq, longest, d), gqa, "normal", "attention", 1, False))
     if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)
         plan = [(*row[:2], 0, *row[3:]) for row in plan]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]

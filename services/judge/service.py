@@ -343,7 +343,7 @@ class JudgeService:
         spec = RopeSpec(
             live, torch_dtype(dtype), self.use_gpu, examples=max(2, self.examples // 4), rotary_dim=rotary_dim,
             boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
-            one_tensor=one,
+            one_tensor=one, max_positions=target.max_positions, max_batch=target.max_batch,
         )  # fmt: skip
         cases = draw_rope_cases(spec, target.computes, job.seed_base)
         refs = rope_references(cases, one_tensor_form(fn, proposal.contract))

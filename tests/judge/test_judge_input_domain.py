@@ -70,3 +70,19 @@ def test_on_cpu_a_dispatch_above_what_the_interpreter_runs_is_refused():
     assert "4096" in why and str(CPU_BOUNDARY_ROWS) in why and "GPU" in why
     assert undrawn_boundaries([4096, 0], gpu=True) == ""  # a GPU draws both sides of every boundary
     assert "64" in undrawn_boundaries([64, 0], gpu=False, cpu_limit=64)  # RoPE's positions: 64 is not run
+
+
+def test_rope_draws_other_kv_head_counts_a_served_batch_and_a_sequence_near_the_longest():
+    from services.judge.rope_cases import DOMAIN_ELEMENTS as ROPE_ELEMENTS
+    from services.judge.rope_cases import RopeSpec, draw_rope_cases, other_kv_heads
+
+    assert other_kv_heads(12) == [2, 4] and other_kv_heads(2) == [] and other_kv_heads(32) == [2, 8]
+    kinds = lambda cases: {c.name.split()[0]: c for c in cases}  # noqa: E731
+    cpu = kinds(draw_rope_cases(RopeSpec((1, 12, 5, 64), BF16, False, max_positions=32768, max_batch=64), "", 1))
+    assert {c.heads_k for c in draw_rope_cases(RopeSpec((1, 12, 5, 64), BF16, False), "", 1)} >= {1, 2, 4, 6, 12}
+    assert "domain" not in cpu and "batch" not in cpu  # the interpreter: a few positions
+    gpu = kinds(draw_rope_cases(RopeSpec((1, 12, 1, 128), BF16, True, max_positions=32768, max_batch=64), "", 1))
+    assert gpu["batch"].shape[0] == 64
+    assert gpu["domain"].shape == (1, 12, min(32768, ROPE_ELEMENTS // (12 * 128)), 128)
+    unknown = kinds(draw_rope_cases(RopeSpec((1, 12, 1, 128), BF16, True), "", 1))
+    assert "domain" not in unknown and "batch" not in unknown
