@@ -27,7 +27,19 @@ from dataclasses import dataclass, replace
 import torch
 
 LAYOUTS = ("contiguous", "row-strided", "every-other-row")
-REGIMES = ("normal", "huge", "outlier-channels", "zeros", "tiny", "nonfinite")
+REGIMES = (
+    "normal",
+    "huge",
+    "outlier-channels",
+    "zeros",
+    "tiny",
+    "nonfinite",
+    "log-scale",
+    "offset",
+    "repeated-rows",
+    "leading-zeros",
+    "spike-walk",
+)
 WEIGHTS = ("around-one", "signed-normal", "near-zero", "large", "with-zeros")
 
 CPU_ROW_BUDGET = 200  # rows over all cases on CPU: the interpreter runs ~10 ms per row program
@@ -38,6 +50,17 @@ BEYOND_GPU_ROWS = 4099  # more rows than any grid of <= 4096 programs covers, an
 MAX_DRAWN_ROWS = 1024  # per drawn case on a GPU
 CPU_BOUNDARY_ROWS = 256  # dispatch boundaries the interpreter still draws both sides of
 NORMAL_SCALES = (0.5, 1.0, 4.0)
+# log-scale: each row's scale 10**U over these decades, the rows a regular grid at a random phase (10 rows: 1.6
+# decades apart, so no band of 1.6 decades of scale goes undrawn: eps used as a floor instead of added is wrong over
+# 1.8 in bf16). fp32 and bf16 share fp32's range: 1e8 squared and summed stays finite in fp32; fp16's honest module
+# stays finite and out of fp16's subnormals (services.judge.rounding) between 1e-4 and 1e3.
+LOG_DECADES = {torch.float16: (-4.0, 3.0)}
+LOG_DECADES_DEFAULT = (-8.0, 8.0)
+# offset: a common offset per row this many times the noise (10**U): fp32 resolves N(0, 1) at 1e4; the 16-bit
+# dtypes hold the noise at a few significant bits only under a smaller one (bf16 has 8 bits, fp16 11)
+OFFSET_DECADES = {torch.float32: (2.0, 4.0), torch.bfloat16: (1.0, 1.5), torch.float16: (1.5, 2.5)}
+SPIKE = 2e3  # spike-walk: the spike's size against the row's scale (fp16: 2e3 x 4 is inside its range)
+REGIME_ROWS = {"log-scale": 10, "spike-walk": 8}  # the fixed case's rows (the others: SMALL_ROWS)
 # The served model's row range on a GPU: the largest case is capped at this many elements (64 Mi: 128 MiB of
 # bf16, a second or two of the parent's CPU reference); past it the family's wrapper has nothing new to show (its
 # grid and the kernel's loops are shape arithmetic, checked statically: services.core.kernel_dataflow).
@@ -99,6 +122,15 @@ def _pick(g: torch.Generator, options):
     return options[int(torch.randint(len(options), (1,), generator=g))]
 
 
+def log_scales(rows: int, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    """One scale per row, 10**U over the dtype's LOG_DECADES: a regular grid of `rows` points at one random phase,
+    in a random order of rows, so every band of decades wider than the grid's step meets a row."""
+    lo, hi = LOG_DECADES.get(dtype, LOG_DECADES_DEFAULT)
+    grid = torch.randperm(rows, generator=g).double()
+    u = (grid + float(torch.rand((), generator=g, dtype=torch.float64))) / rows
+    return (10 ** (lo + (hi - lo) * u)).float()
+
+
 def _values(shape: tuple[int, ...], regime: str, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
     width = shape[-1]
     fp16 = dtype == torch.float16
@@ -125,6 +157,23 @@ def _values(shape: tuple[int, ...], regime: str, dtype: torch.dtype, g: torch.Ge
             for _ in range(1 + int(torch.randint(3, (1,), generator=g))):
                 col = int(torch.randint(width, (1,), generator=g))
                 rows[row, col] = _pick(g, (math.nan, math.inf, -math.inf))
+    elif regime == "log-scale":  # rows of every size: eps against the row's scale, a constant folded into a sum
+        rows *= log_scales(len(rows), dtype, g)[:, None]
+    elif regime == "offset":  # a large common offset per row plus the noise: E[x^2] - E[x]^2 cancels
+        lo, hi = OFFSET_DECADES.get(dtype, OFFSET_DECADES[torch.float32])
+        sign = 2.0 * torch.randint(2, (len(rows), 1), generator=g) - 1
+        rows += sign * scale * 10 ** (lo + (hi - lo) * torch.rand(len(rows), 1, generator=g))
+    elif regime == "repeated-rows":  # every odd row repeats the one before it: a result kept by content shows
+        rows[1::2] = rows[: len(rows) - 1 : 2].clone()
+    elif regime == "leading-zeros":  # each row begins with a run of zeros (1 to width - 1 long)
+        runs = 1 + torch.randint(max(1, width - 1), (len(rows), 1), generator=g)
+        rows[torch.arange(width) < runs.clamp(max=width - 1)] = 0.0
+    elif regime == "spike-walk":  # one element SPIKE times the row's scale, its column moving by an odd step a row
+        step = 1 + 2 * int(torch.randint(max(1, width // 2), (1,), generator=g))
+        start = int(torch.randint(width, (1,), generator=g))
+        cols = (start + step * torch.arange(len(rows))) % width  # both parities, every residue of 2**k in 2**k rows
+        sign = 2.0 * torch.randint(2, (len(rows),), generator=g) - 1
+        rows[torch.arange(len(rows)), cols] = sign * SPIKE * scale
     elif regime not in REGIMES:
         raise ValueError(f"unknown regime {regime!r}")
     return x.to(dtype)
@@ -241,7 +290,7 @@ def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
     live = _live_shape(spec)
     live_rows = _rows(live)
     plan: list[tuple[str, tuple[int, ...], str, str]] = [("live", live, "normal", "contiguous")]
-    plan += [("regime", (SMALL_ROWS, w), regime, "contiguous") for regime in REGIMES]
+    plan += [("regime", (REGIME_ROWS.get(regime, SMALL_ROWS), w), regime, "contiguous") for regime in REGIMES]
     plan += [("decode", (batch, 1, w), "normal", "contiguous") for batch in ((2, 4) if spec.gpu else (2,))]
     cap = 0 if spec.gpu else spec.max_rows
     plan += [("rows-residue", (rows, w), "normal", "contiguous") for rows in residue_rows(spec.row_blocks, cap)]
