@@ -32,9 +32,10 @@ ENV_NAMES = {
     "max_requests": "YANTRA_MAX_REQUESTS",
     "graphs": "YANTRA_GRAPHS",
     "batch": "YANTRA_BATCH",
+    "shadow_calls": "YANTRA_SHADOW_CALLS",
 }
 # Set to "" these mean unset (the field's default); the others take "" as given (and may refuse it).
-_EMPTY_IS_UNSET = frozenset({"nats_url", "nats_port", "batch"})
+_EMPTY_IS_UNSET = frozenset({"nats_url", "nats_port", "batch", "shadow_calls"})
 # On/off settings: "0", "false" and "no" are off, anything else on.
 _FLAGS = frozenset({"restore_swaps", "graphs"})
 # Never echoed in an error message: a typo there must not print the secret.
@@ -117,6 +118,12 @@ class Settings(BaseModel):
     batch: int | None = Field(
         None, ge=0, description="requests decoded together (slots); unset: 64 on a GPU, 8 on a CPU; 0: one at a time"
     )
+    shadow_calls: int = Field(
+        256,
+        ge=0,
+        description="after each swap, live calls of the swapped op checked against its module's own forward"
+        " (then the first call of each new size, and samples); 0: only those",
+    )
 
     @field_validator("data_dir")
     @classmethod
@@ -185,6 +192,7 @@ class Settings(BaseModel):
         out["YANTRA_GRAPHS"] = "1" if self.graphs else "0"
         if self.batch is not None:
             out["YANTRA_BATCH"] = str(self.batch)
+        out["YANTRA_SHADOW_CALLS"] = str(self.shadow_calls)
         return out
 
     def nats_auth(self) -> NatsAuth | None:

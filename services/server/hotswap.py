@@ -7,6 +7,11 @@ keep working and reverting is deleting (or restoring) that one attribute.
 Once committed, a kernel that raises while serving does not fail the request: that call is answered
 by the module's own forward, every instance goes back to it at once, and the failure is reported
 (the server turns it into a RollbackRequested). Before commit an error propagates: parity sees it.
+
+Once committed, live calls are also watched (`SwapHandle.watch`): the first `shadow_calls` eager calls after the
+commit, and from then on the first call of every new size, are checked inline against the module's own forward
+on a copy of their inputs taken before the kernel ran (services.server.shadow.check_inline), and some are kept
+for the periodic shadow pass. What is checked, and why CUDA graph replays are not, is said there.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import torch
 
 from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
+from services.core.settings import Settings
 from services.ops import Answered
 from services.ops.hub_functions import plain_function
 from services.ops.launch import next_pow2
@@ -61,7 +67,13 @@ def _forwards_changed() -> None:
 
 
 SAMPLES_KEPT = 8  # live inputs a committed swap keeps for the shadow check (services.server.shadow)
+SAMPLE_BYTES = 64 << 20  # and at most this many bytes of them: a call larger than that is never kept
 SAMPLE_EVERY = 64  # beyond the first call of each new size: one call in this many is kept
+# After each commit, this many eager live calls of the swapped op are checked inline (YANTRA_SHADOW_CALLS).
+SHADOW_CALLS: int = Settings.model_fields["shadow_calls"].default
+# A swap keeps a copy of its modules' parameters and buffers to put back one a kernel wrote into, when they are
+# this small in all (every norm of a model); a larger state (an MLP's weights) is only checksummed.
+STATE_COPY_BYTES = 16 << 20
 
 
 PLAIN_VALUES = (type(None), bool, int, float, str)  # what a recorded call may carry beside tensors
@@ -70,6 +82,20 @@ PLAIN_VALUES = (type(None), bool, int, float, str)  # what a recorded call may c
 # Set by the engine around a forward that starts from an empty KV cache (a request's first prefill): its layers'
 # calls attend only to their own tokens, so the shadow check can replay them with no cache at all.
 _FIRST_FORWARD = contextvars.ContextVar("first_forward", default=False)
+
+
+# Set while the server itself calls a committed kernel (a shadow replay, the reference of an inline check): those
+# calls are not live traffic, so they are neither watched nor counted.
+_UNWATCHED = contextvars.ContextVar("unwatched", default=False)
+
+
+@contextlib.contextmanager
+def unwatched() -> Iterator[None]:
+    token = _UNWATCHED.set(True)
+    try:
+        yield
+    finally:
+        _UNWATCHED.reset(token)
 
 
 @contextlib.contextmanager
@@ -112,6 +138,119 @@ def replayable(value) -> bool:
     return False
 
 
+def _clone(value):
+    """A deep copy of the tensors in a replayable value (tuples, lists and dicts rebuilt, plain values shared)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_clone(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    return value
+
+
+def tensor_leaves(value, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """(where, tensor) for every tensor in a value, in order: `[0]`, `[1][0]`, `['cos']`..."""
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            yield from tensor_leaves(v, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from tensor_leaves(v, f"{path}[{k!r}]")
+
+
+_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bit patterns, so that comparing them is bit for bit (a NaN equals itself, -0.0 is not 0.0)."""
+    if t.dtype == torch.bool:
+        return t.to(torch.uint8)
+    if (t.is_floating_point() or t.is_complex()) and t.element_size() in _BITS:
+        return t.view(_BITS[t.element_size()])
+    return t
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(_bits(a), _bits(b)))
+
+
+@dataclass
+class Watch:
+    """One live call of a committed kernel under watch: its inputs as the caller passed them (`live_*`, the very
+    tensors) and as they were before the kernel ran (`args`, `kwargs`: copies), in the form a replay takes (a KV
+    cache left out, see `without_cache`)."""
+
+    module: object
+    args: tuple
+    kwargs: dict
+    live_args: tuple
+    live_kwargs: dict
+    inline: bool  # checked against the module's own forward now, before the caller gets the output
+    keep: bool  # kept for the periodic shadow pass
+
+    def pairs(self) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+        """(where, the caller's tensor, its copy from before the call)."""
+        live = [*tensor_leaves(self.live_args, "args"), *tensor_leaves(self.live_kwargs, "kwargs")]
+        kept = [*tensor_leaves(self.args, "args"), *tensor_leaves(self.kwargs, "kwargs")]
+        for (where, t), (_, c) in zip(live, kept, strict=True):
+            yield where, t, c
+
+    def written(self) -> list[str]:
+        """Where the kernel changed an input it was given (bit for bit); [] when it changed none."""
+        return [where for where, t, c in self.pairs() if not same_bits(t, c)]
+
+    def restore(self) -> None:
+        """Put back every input the kernel changed: the caller's tensors hold what they held before the call."""
+        for _, t, c in self.pairs():
+            if not same_bits(t, c):
+                with torch.inference_mode(t.is_inference()), torch.no_grad():
+                    t.copy_(c)
+
+    @property
+    def nbytes(self) -> int:
+        kept = [*tensor_leaves(self.args), *tensor_leaves(self.kwargs)]
+        return sum(t.numel() * t.element_size() for _, t in kept)
+
+
+def _state(module) -> Iterator[tuple[str, torch.Tensor]]:
+    """A module's parameters and persistent buffers, its children's included (non-persistent buffers, such as a
+    dynamic RoPE's inv_freq, may legitimately change in its own forward)."""
+    if not isinstance(module, torch.nn.Module):
+        return
+    for prefix, sub in module.named_modules():
+        where = f"{prefix}." if prefix else ""
+        for name, p in sub._parameters.items():
+            if _summable(p):
+                yield where + name, p
+        for name, b in sub._buffers.items():
+            if _summable(b) and name not in sub._non_persistent_buffers_set:
+                yield where + name, b
+
+
+_INTEGERS = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _summable(t) -> bool:
+    return (
+        isinstance(t, torch.Tensor)
+        and t.device.type != "meta"
+        and (t.dtype in _INTEGERS or (t.is_floating_point() and t.element_size() in _BITS))
+    )
+
+
+def _checksums(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """One int64 per tensor: the sum of its bit patterns (a write into it changes it, but for a write that
+    exactly cancels). A read of each tensor, no copy."""
+    if not tensors:
+        return None
+    device = tensors[0].device
+    with torch.no_grad():
+        return torch.stack([_bits(t.detach()).sum(dtype=torch.int64).to(device) for t in tensors])
+
+
 @dataclass
 class SwapHandle:
     target: str
@@ -119,29 +258,102 @@ class SwapHandle:
     reverted: bool = False
     on_failure: Callable[[str], None] | None = None  # set at commit: a live error then falls back, reported here
     failure: str = ""  # the first error the kernel raised while serving; "" while it never has
-    # Real inputs of live calls (module, args, kwargs), cloned: the shadow check replays them against the
-    # module's own forward. The first call of each size (rows rounded up to a power of two) is always kept.
+    # Real inputs of live calls (module, args, kwargs), copied before the kernel ran: the shadow check replays them
+    # against the module's own forward. The first call of each size (rows rounded up to a power of two) is always
+    # kept, then one in SAMPLE_EVERY; at most SAMPLES_KEPT of them, SAMPLE_BYTES in all.
     samples: deque = field(default_factory=lambda: deque(maxlen=SAMPLES_KEPT))
     calls: int = 0
     sizes_seen: set = field(default_factory=set)
+    shadow_calls: int = SHADOW_CALLS  # eager calls checked inline after the commit (the window)
+    eager_calls: int = 0  # live calls since the commit a check could replay (not captured, no KV cache)
+    inline_checks: int = 0  # live calls checked inline so far
+    # id(module) -> (names, tensors, checksums, copies or None) of each patched module's parameters and persistent
+    # buffers, taken when the kernel was patched in, before it ever ran (`fingerprint`)
+    fingerprints: dict = field(default_factory=dict)
 
-    def sample(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    def commit(self, on_failure: Callable[[str], None], shadow_calls: int | None = None) -> None:
+        """The swap serves: errors fall back and are reported to `on_failure`; the next `shadow_calls` eager calls
+        are checked inline."""
+        if shadow_calls is not None:
+            self.shadow_calls = shadow_calls
+        self.on_failure = on_failure
+
+    def watch(self, module, args: tuple, kwargs: dict) -> Watch | None:
+        """Before a committed call runs: whether it is checked inline or kept (its inputs copied now), or None.
+
+        Never in a CUDA graph being captured (a copy there would join the graph and run on every replay), nor a
+        call whose replay would be another computation (a decode step's layer call carrying the KV cache)."""
+        if _UNWATCHED.get():
+            return None
         self.calls += 1
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return None
         if not replayable(args) or not replayable(kwargs):
             plain = without_cache(args, kwargs)  # a decoder layer's call carries the request's KV cache
             if plain is None:
-                return
+                return None
             args, kwargs = plain
+        self.eager_calls += 1
         first = args[0] if args else next(iter(kwargs.values()), None)
         rows = first.numel() // max(1, first.shape[-1]) if isinstance(first, torch.Tensor) and first.dim() else 0
         size = next_pow2(rows)
-        if size in self.sizes_seen and self.calls % SAMPLE_EVERY:
-            return
-        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            return  # a decode step being captured: a clone here would join the graph and run on every replay
+        new = size not in self.sizes_seen  # a row count the judge may never have drawn: always checked
+        inline = new or self.eager_calls <= self.shadow_calls
+        keep = new or not self.calls % SAMPLE_EVERY
+        if not (inline or keep):
+            return None
         self.sizes_seen.add(size)
-        clone = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v  # noqa: E731
-        self.samples.append((module, tuple(clone(a) for a in args), {k: clone(v) for k, v in kwargs.items()}))
+        return Watch(module, _clone(args), _clone(kwargs), args, kwargs, inline, keep)
+
+    def keep(self, watch: Watch) -> None:
+        """Keep a watched call's inputs for the periodic pass, the oldest dropped past SAMPLE_BYTES."""
+        size = watch.nbytes
+        if size > SAMPLE_BYTES:
+            return
+        held = lambda: sum(t.numel() * t.element_size() for s in self.samples for _, t in tensor_leaves(s[1:]))  # noqa: E731
+        while self.samples and held() + size > SAMPLE_BYTES:
+            self.samples.popleft()
+        self.samples.append((watch.module, watch.args, watch.kwargs))
+
+    def sample(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        """Keep this call's inputs if it is one the sampling keeps (the first of its size, then one in
+        SAMPLE_EVERY); no inline check."""
+        watch = self.watch(module, args, kwargs)
+        if watch is not None and watch.keep:
+            self.keep(watch)
+
+    def fingerprint(self) -> None:
+        """Checksums of every patched module's parameters and persistent buffers, taken before the kernel runs; and,
+        where all of them together are small (norm weights: STATE_COPY_BYTES at most), a copy to put them back from."""
+        states = {id(p.module): list(_state(p.module)) for p in self.patched}
+        total = sum(t.numel() * t.element_size() for state in states.values() for _, t in state)
+        for key, state in states.items():
+            tensors = [t for _, t in state]
+            copies = [t.detach().clone() for t in tensors] if total <= STATE_COPY_BYTES else None
+            self.fingerprints[key] = ([name for name, _ in state], tensors, _checksums(tensors), copies)
+
+    def weights_problem(self, modules=None) -> str:
+        """Which parameters or buffers of `modules` (every patched one by default) no longer hold what they held when
+        the kernel was patched in, put back where a copy was kept; "" when none changed."""
+        changed, lost = [], False
+        for module in self.modules if modules is None else modules:
+            names, tensors, before, copies = self.fingerprints.get(id(module), ((), (), None, None))
+            if before is None:
+                continue
+            now = _checksums(tensors)
+            if torch.equal(now, before):
+                continue
+            for i in (now != before).nonzero().flatten().tolist():
+                changed.append(names[i])
+                if copies is None:
+                    lost = True
+                    continue
+                with torch.no_grad():
+                    tensors[i].copy_(copies[i])
+        if not changed:
+            return ""
+        after = "; no copy was kept: reload the model" if lost else " (put back)"
+        return f"the kernel wrote into module state {', '.join(sorted(set(changed))[:8])}{after}"
 
     def drifted(self, problem: str) -> None:
         """The shadow check found the committed kernel off the module's own forward: every instance goes back
@@ -200,16 +412,26 @@ class SwapHandle:
 
 def serve(handle: SwapHandle, owner, call: Callable, args: tuple, kwargs: dict):
     """One live call of a swapped kernel (`call(owner, args, kwargs)`, the binder's). Before commit an error is
-    parity's verdict; once committed it falls back to `owner`'s own code and reverts the swap, and some real
-    inputs are kept for the shadow check."""
+    parity's verdict; once committed it falls back to `owner`'s own code and reverts the swap. A committed call may
+    be watched (`SwapHandle.watch`): checked inline against `owner`'s own code, which answers it instead when the
+    kernel is off, or its inputs kept for the periodic shadow check."""
+    if handle.on_failure is None:
+        return call(owner, args, kwargs)
+    watch = handle.watch(owner, args, kwargs)
     try:
         out = call(owner, args, kwargs)
     except Exception as exc:
-        if handle.on_failure is None:
-            raise
+        if watch is not None:  # whatever the kernel wrote before raising is put back: the fallback runs on what was
+            watch.restore()
+            handle.weights_problem([owner])
         return handle.fall_back(owner, exc, args, kwargs)
-    if handle.on_failure is not None:
-        handle.sample(owner, args, kwargs)
+    if watch is None:
+        return out
+    if watch.inline or watch.written():  # a kept call's copy is there anyway: comparing its inputs is one read
+        from services.server.shadow import check_inline  # shadow imports parity, which imports this module
+
+        return check_inline(handle, watch, out)
+    handle.keep(watch)
     return out
 
 
@@ -256,6 +478,7 @@ def apply_swap(model: torch.nn.Module, contract: pb.Contract, entry: Callable) -
         for module in instances:
             handle.patched.append(_Patched(module, module.__dict__.get("forward", _MISSING)))
             module.__dict__["forward"] = types.MethodType(fn, module)
+        handle.fingerprint()
     except BaseException:
         handle.revert()
         raise

@@ -27,6 +27,7 @@ from services.core.candidate_check import check_candidate
 from services.core.events import Recorded, first
 from services.core.kernels import KernelLoadError, candidate_wrapper
 from services.core.pb import events_pb2 as pb
+from services.core.settings import Settings
 from services.server import domain, shadow
 from services.server.engine import Engine
 from services.server.parity import CANARY_TOKENS, swap_with_parity, warm_kernel
@@ -58,8 +59,11 @@ class ServerService:
         data_dir: Path,
         static_check: StaticCheck | None = None,
         swaps: SwapRegistry | None = None,
+        shadow_calls: int | None = None,
     ):
         self.engine = engine
+        # Live calls of each committed swap checked inline against the module's own forward (services.server.shadow)
+        self.shadow_calls = Settings.from_env().shadow_calls if shadow_calls is None else shadow_calls
         # What this process has swapped, and in what state: the swap handling's own bookkeeping (the engine
         # only runs and changes the model). gRPC, metrics and the shadow check read the same registry.
         self.swaps = swaps if swaps is not None else SwapRegistry()
@@ -137,7 +141,7 @@ class ServerService:
         outcome = domain.swap_outcome(prior, trigger, observed)
         if isinstance(outcome, pb.SwapCommitted) and handle is not None:
             self.swaps.add(outcome, handle)
-            handle.on_failure = self._reporter(trigger, outcome)
+            handle.commit(self._reporter(trigger, outcome), self.shadow_calls)
         elif handle is not None:
             self.engine.revert(handle)
         return outcome

@@ -170,19 +170,24 @@ async def test_rollback_of_an_unknown_swap_says_nothing_was_rolled_back(bus, run
 async def test_a_kernel_silently_wrong_on_long_inputs_is_found_by_the_shadow_check_and_rolled_back(
     bus, run_id, engine, serving
 ):
+    long_ids = engine.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen")
+    assert len(long_ids) > 16
+    before, _ = await engine.exclusive(engine.decode, long_ids, 4)
     source = (HERE / "rmsnorm_kernel_wrong_long.py").read_text()
     await _publish(bus, swap_run(run_id, source))
     log = await wait_for_log(bus, run_id, has("SwapCommitted"))  # parity's canary is short: the wrong launch is not met
     committed = ev.last(log, "SwapCommitted")
     assert committed.msg.observed.hold_s > 0
     assert await serving.shadow_check() == []  # the canary's own short inputs: right
+    [entry] = [e for e in serving.swaps.serving_entries() if e.swap_id == committed.msg.swap_id]
+    assert entry.handle.shadow_calls == serving.shadow_calls  # the window the commit opened
 
-    long_ids = engine.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen")
-    assert len(long_ids) > 16
-    await engine.exclusive(engine.decode, long_ids, 2)  # real traffic: the prefill meets the wrong launch, silently
-    [problem] = await serving.shadow_check()
-    assert problem.startswith(committed.msg.swap_id) and "off the module's own forward" in problem
-    assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))  # out at once
+    # real traffic: the prefill meets the wrong launch; the check on that very call answers it with the module's
+    # own forward (the request gets the eager model's tokens) and takes the kernel out at once
+    assert (await engine.exclusive(engine.decode, long_ids, 4))[0] == before
+    assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
+    assert entry.handle.failure.startswith("the shadow check found the kernel off the module's own forward on ")
+    assert await serving.shadow_check() == []  # nothing serving is left to check
 
     log = await wait_for_log(bus, run_id, has("SwapRolledBack"))
     asked, rolled = ev.last(log, "RollbackRequested"), ev.last(log, "SwapRolledBack")

@@ -104,7 +104,9 @@ async def test_a_layer_serving_the_kernel_is_still_recognised_for_what_it_comput
 
 
 async def test_a_layer_kernel_wrong_only_on_long_prompts_is_found_by_the_shadow_check():
-    """Parity's short canary never meets the bug; a live prompt's prefill does, and the shadow check replays it."""
+    """Parity's short canary never meets the bug; a live prompt's prefill does, and the shadow check finds it on that
+    very call (inline: the call's inputs without the KV cache, against the layer's own forward), answers it with the
+    layer's own output and reverts the swap; the next tokens are the eager model's."""
     engine = Engine(load_model("tiny-qwen2", "cpu"))
     try:
         await engine.capture_profile(["Hello there"], 4)
@@ -112,20 +114,26 @@ async def test_a_layer_kernel_wrong_only_on_long_prompts_is_found_by_the_shadow_
         source = add_norm.render(add_norm.search_configs(variant)[0])
         wrong = source.replace("y = w * normed", "y = tl.where(n_rows > 16, 2.0 * w * normed, w * normed)")
         assert wrong != source
-        observed = pb.ParityObservation()
-        handle = await engine.exclusive(
-            swap_with_parity, engine, contract, _entry(variant, wrong), engine.encode("Hi"), observed
-        )
-        assert handle is not None, observed.error  # the canary and the profile's inputs are short: it passes
-        handle.on_failure = lambda problem: None
-        assert check_swap(handle) == ""
         long_ids = engine.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen")
         assert len(long_ids) > 16
-        engine.decode(long_ids, 2)  # the eager lane
-        assert "off the module's own forward" in check_swap(handle)
+        lanes = [("eager", engine.decode, long_ids)]
         if engine.decoder is not None:  # the batched lane: a prefill into fresh slots
-            engine.serve_decode(long_ids * 2, 2)  # rows of a size not seen yet: kept
-            assert handle.samples and "off the module's own forward" in check_swap(handle)
+            lanes.append(("batched", engine.serve_decode, long_ids * 2))
+        for lane, run, ids in lanes:
+            before, before_logits = run(ids, 3, keep_logits=True)
+            observed = pb.ParityObservation()
+            handle = await engine.exclusive(
+                swap_with_parity, engine, contract, _entry(variant, wrong), engine.encode("Hi"), observed
+            )
+            assert handle is not None, observed.error  # the canary and the profile's inputs are short: it passes
+            failures: list[str] = []
+            handle.commit(failures.append)
+            assert check_swap(handle) == ""
+            after, after_logits = run(ids, 3, keep_logits=True)
+            assert len(failures) == 1 and "off the module's own forward on a live call" in failures[0], lane
+            assert handle.reverted and handle.inline_checks == 1, lane
+            assert after == before, lane
+            assert all(float((a - b).abs().max()) < 1e-5 for a, b in zip(after_logits, before_logits, strict=True))
     finally:
         engine.close()
 
