@@ -221,9 +221,15 @@ class Engine:
         return self.decoder is not None and self.decoder.fits(len(ids) + max_new)
 
     async def generate(
-        self, ids: list[int], max_new: int, stop_at_eos: bool = True, sampling: Sampling = GREEDY
+        self,
+        ids: list[int],
+        max_new: int,
+        stop_at_eos: bool = True,
+        sampling: Sampling = GREEDY,
+        answered: asyncio.Event | None = None,
     ) -> AsyncIterator[list[int]]:
-        """Tokens as they are produced, one per chunk. Closing the iterator cancels the request."""
+        """Tokens as they are produced, one per chunk. Closing the iterator cancels the request; a caller that set
+        `answered` before closing it had what it asked for (a stop string): the request counts as ok."""
         try:
             self.check(ids, max_new, sampling)
         except BadRequest:
@@ -250,6 +256,8 @@ class Engine:
             outcome = "error"
             raise
         finally:
+            if outcome == "cancelled" and answered is not None and answered.is_set():
+                outcome = "ok"
             self.active -= 1
             self.stats.request_done(time.perf_counter() - t0)
             self.stats.finished(outcome)

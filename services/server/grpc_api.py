@@ -129,8 +129,13 @@ class InferenceApi(ipb_grpc.InferenceServicer):
         eos = None if request.ignore_eos else self.engine.tokenizer.eos_token_id
         produced, finish = 0, "length"
         t0 = time.perf_counter()
+        answered = asyncio.Event()  # set at a stop string: the request ends early, answered, not cancelled
         chunks = self.engine.generate(
-            ids, request.max_new_tokens, stop_at_eos=not request.ignore_eos, sampling=request_sampling(request)
+            ids,
+            request.max_new_tokens,
+            stop_at_eos=not request.ignore_eos,
+            sampling=request_sampling(request),
+            answered=answered,
         )
         try:
             async with contextlib.aclosing(chunks):  # leaving early (a stop string) cancels the request
@@ -139,6 +144,7 @@ class InferenceApi(ipb_grpc.InferenceServicer):
                     yield ipb.GenerateChunk(token_ids=chunk, text=stops.push(text.push(chunk)))
                     if stops.stopped:
                         finish = "stop"
+                        answered.set()
                         break
                     if eos is not None and eos in chunk:
                         finish = "eos"

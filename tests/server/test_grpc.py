@@ -375,9 +375,33 @@ async def test_generate_samples_with_a_seed_stops_at_a_stop_string_and_says_why_
     assert first[-1].finish_reason == "length"
     text = "".join(c.text for c in first)
     stop = text[3:5] if len(text) >= 5 else text[-1:]
-    cut = await _generate(channel, **sampled, stop=[stop])
+    outcomes = _Outcomes()
+    engine.stats.observers.append(outcomes)
+    try:
+        cut = await _generate(channel, **sampled, stop=[stop])
+    finally:
+        engine.stats.observers.remove(outcomes)
     assert cut[-1].done and cut[-1].finish_reason == "stop"
     assert "".join(c.text for c in cut) == text[: text.index(stop)]
+    assert outcomes.seen == ["ok"]  # ended by its stop string: answered, not a client that went
+
+
+class _Outcomes:
+    """A stats observer keeping how requests ended."""
+
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def finished(self, outcome: str) -> None:
+        self.seen.append(outcome)
+
+    def generated(self, n: int) -> None: ...
+
+    def first_token(self, seconds: float) -> None: ...
+
+    def next_token(self, seconds: float) -> None: ...
+
+    def swap_held(self, seconds: float) -> None: ...
 
 
 @pytest.mark.parametrize(
