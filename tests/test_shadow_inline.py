@@ -295,3 +295,38 @@ def test_the_shadow_calls_setting_reaches_the_server(engine, monkeypatch, tmp_pa
     assert Settings.from_env().env()["YANTRA_SHADOW_CALLS"] == "12"
     assert ServerService(engine, tmp_path).shadow_calls == 12
     assert ServerService(engine, tmp_path, shadow_calls=3).shadow_calls == 3
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_decode_bucket_first_met_after_the_commit_is_checked_in_its_graphs_eager_warm_up(tmp_path):
+    """Graph replays are never watched; the eager warm-up steps before each capture are, on the graph's own shape.
+    Twenty requests stepped together run 32 rows, a size no prefill of one row has met: the warm-up's first call
+    finds the kernel wrong, the swap is reverted before the capture, and the step's logits are the eager model's."""
+    engine = Engine(load_model("tiny-qwen2", "cuda"), slots=32)
+    try:
+        decoder = engine.decoder
+        assert decoder is not None and decoder.graphs
+
+        def twenty_together() -> torch.Tensor:
+            slots = list(range(20))
+            for slot in slots:
+                decoder.prefill(slot, [3 + slot])  # one row each: a size the canary has too
+            try:
+                return decoder.step(dict.fromkeys(slots, 7))[:20].float().cpu()
+            finally:
+                for slot in slots:
+                    decoder.release(slot)
+
+        before = twenty_together()
+        failures: list[str] = []
+        handle, _ = _committed(engine, FORGETS_WEIGHT_PAST_16_ROWS, tmp_path, failures)
+        captures = decoder.captures
+        after = twenty_together()
+        assert handle.reverted and len(failures) == 1, failures
+        assert "(inputs [(32, 1, 64)])" in failures[0] and "max abs err" in failures[0]
+        assert decoder.captures > captures
+        close = 1e-4 * max(1.0, float(before.abs().max()))
+        assert float((after - before).abs().max()) <= close
+        assert float((twenty_together() - before).abs().max()) <= close  # captured again, without the kernel
+    finally:
+        engine.close()
