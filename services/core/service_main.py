@@ -12,9 +12,11 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 from nats.errors import Error as NatsError
+from pydantic import ValidationError
 
 from services.core.bus import Bus, BusClosed, BusUnavailable
-from services.core.settings import Settings, redact_url
+from services.core.secrets_env import SecretFileError
+from services.core.settings import Settings, redact_url, settings_problem
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +116,20 @@ async def serve(name: str, setup: Setup, settings: Settings) -> bool:
     return not failed
 
 
+def settings_or_exit(name: str) -> Settings:
+    """The environment's settings; a bad value is one line on stderr and exit status 2 (a configuration error:
+    `yantra up` does not restart it), never a traceback."""
+    try:
+        return Settings.from_env()
+    except ValidationError as exc:
+        print(f"{name}: {settings_problem(exc)}", file=sys.stderr)
+    except SecretFileError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(name: str, setup: Setup) -> int:
-    settings = Settings.from_env()
+    settings = settings_or_exit(name)
     configure_logging(name, settings.log_level)
     try:
         if not asyncio.run(serve(name, setup, settings)):

@@ -52,7 +52,7 @@ def draw_add_norm_cases(spec: PairSpec, seed: int, bias: bool) -> list[AddNormCa
     """The pair cases at the hidden width, each with a weight (its kind cycling through every kind), a bias when
     the norm has one, and an epsilon."""
     out = []
-    for i, pair in enumerate(draw_pair_cases(spec, seed)):
+    for i, pair in enumerate(draw_pair_cases(spec, seed, alike=True)):  # both operands in each regime
         g = _generator(seed, "add-norm-state", i)
         weight = _weight(WEIGHTS[i % len(WEIGHTS)], pair.width, spec.dtype, g)
         out.append(AddNormCase(pair, weight, _bias(pair.width, spec.dtype, g) if bias else None, EPSILONS[i % 2]))

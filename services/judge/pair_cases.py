@@ -18,7 +18,16 @@ from dataclasses import dataclass
 
 import torch
 
-from services.judge.cases import LAYOUTS, REGIMES, _base, _generator, _pick, _values
+from services.judge.cases import LAYOUTS, REGIME_ROWS, _base, _generator, _pick, _values, log_scales
+from services.judge.cases import REGIMES as ROW_REGIMES
+
+# The rows' regimes, and gates in the band between normal's tail (|g| ~ 16) and huge's bulk: an activation
+# approximated, clamped or computed in a narrower type is right at both ends and wrong only there.
+REGIMES = (*ROW_REGIMES, "gate-band")
+GATE_BAND = {torch.float16: (8.0, 250.0)}  # |gate| log-uniform in it, either sign (fp16's huge is 300 x N(0, 1))
+GATE_BAND_DEFAULT = (8.0, 1e3)
+# Regimes of the gate alone: up stays normal (huge x huge, a spike times a spike, 1e3 x 1e3 in fp16 only overflow)
+GATE_ONLY = ("huge", "gate-band", "log-scale", "spike-walk")
 
 CPU_ELEMENT_BUDGET = 60_000  # over all cases' operands on CPU (interpreted)
 GPU_ELEMENT_BUDGET = 32 * 2**20
@@ -50,22 +59,44 @@ class PairCase:
         return int(self.shape[-1])
 
 
-def _case(kind: str, shape, regime: str, layout: str, spec: PairSpec, g: torch.Generator) -> PairCase:
+def _gate_band(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    lo, hi = (math.log10(v) for v in GATE_BAND.get(dtype, GATE_BAND_DEFAULT))
+    size = 10 ** (lo + (hi - lo) * torch.rand(shape, generator=g))
+    return ((2.0 * torch.randint(2, shape, generator=g) - 1) * size).to(dtype)
+
+
+def _operands(shape, regime: str, dtype: torch.dtype, g: torch.Generator, alike: bool):
+    """(gate, up). `alike` (the residual norm's attention output and residual): both follow a row regime but huge,
+    log-scale rows sharing one scale a row (else the sum's scale is the larger one's, and small rows go undrawn)."""
+    if regime == "gate-band":
+        return _gate_band(shape, dtype, g), _values(shape, "normal", dtype, g)
+    if alike and regime == "log-scale":
+        scales = log_scales(math.prod(shape[:-1]), dtype, g)[:, None]
+        a, b = (_values(shape, "normal", torch.float32, g) for _ in range(2))
+        return tuple((t.view(-1, shape[-1]) * scales).view(shape).to(dtype) for t in (a, b))
+    up = "normal" if regime in (("huge", "spike-walk") if alike else GATE_ONLY) else regime  # one spike a row
+    return _values(shape, regime, dtype, g), _values(shape, up, dtype, g)
+
+
+def _case(
+    kind: str, shape, regime: str, layout: str, spec: PairSpec, g: torch.Generator, alike: bool = False
+) -> PairCase:
     shape = tuple(int(d) for d in shape)
-    gate = _values(shape, regime, spec.dtype, g)
-    up = _values(shape, "normal" if regime == "huge" else regime, spec.dtype, g)  # huge x huge only overflows
+    gate, up = _operands(shape, regime, spec.dtype, g, alike)
     name = f"{kind} {'x'.join(map(str, shape))} {regime} {layout}"
     return PairCase(name, shape, regime, layout, _base(gate, layout), _base(up, layout))
 
 
-def _fixed_plan(spec: PairSpec) -> list[tuple[str, tuple[int, ...], str, str]]:
+def _fixed_plan(spec: PairSpec, regimes=REGIMES) -> list[tuple[str, tuple[int, ...], str, str]]:
     w = spec.width
     live = tuple(spec.live_shape) or (1, w)
     budget = GPU_ELEMENT_BUDGET if spec.gpu else CPU_ELEMENT_BUDGET
     if math.prod(live) > budget // 8:  # CPU: keep the live rank and width, fewer rows
         live = (1,) * (len(live) - 2) + (max(1, budget // 8 // w), w)
     plan = [("live", live, "normal", "contiguous")]
-    plan += [("regime", (SMALL_ROWS, w), regime, "contiguous") for regime in REGIMES]
+    # log-scale's grid of row scales and spike-walk's walk want more rows, as far as a 64th of the budget allows
+    more = budget // 64 // w
+    plan += [("regime", (max(SMALL_ROWS, min(REGIME_ROWS.get(r, 0), more)), w), r, "contiguous") for r in regimes]
     plan += [("decode", (batch, 1, w), "normal", "contiguous") for batch in ((2, 4) if spec.gpu else (2,))]
     # A block's edges: one element short of it, exactly it, one past it and past two blocks (the mask's work).
     for block in sorted(set(spec.blocks)):
@@ -80,11 +111,13 @@ def _fixed_plan(spec: PairSpec) -> list[tuple[str, tuple[int, ...], str, str]]:
     return plan
 
 
-def draw_pair_cases(spec: PairSpec, seed: int) -> list[PairCase]:
-    """The fixed cases (the live shape first), then `spec.examples` drawn ones: deterministic in (spec, seed)."""
+def draw_pair_cases(spec: PairSpec, seed: int, alike: bool = False) -> list[PairCase]:
+    """The fixed cases (the live shape first), then `spec.examples` drawn ones: deterministic in (spec, seed).
+    `alike`: two operands of one kind (a residual norm's, summed): the rows' regimes on both (`_operands`)."""
+    regimes = ROW_REGIMES if alike else REGIMES
     cases = [
-        _case(kind, shape, regime, layout, spec, _generator(seed, "pair-fixed", i))
-        for i, (kind, shape, regime, layout) in enumerate(_fixed_plan(spec))
+        _case(kind, shape, regime, layout, spec, _generator(seed, "pair-fixed", i), alike)
+        for i, (kind, shape, regime, layout) in enumerate(_fixed_plan(spec, regimes))
     ]
     used = sum(c.gate.numel() for c in cases)
     budget = GPU_ELEMENT_BUDGET if spec.gpu else CPU_ELEMENT_BUDGET
@@ -96,7 +129,7 @@ def draw_pair_cases(spec: PairSpec, seed: int) -> list[PairCase]:
         layout = _pick(g, LAYOUTS)
         rows = max(2, int(torch.randint(1, max_rows + 1, (1,), generator=g)))
         shape = (rows, _pick(g, (spec.width, ODD_WIDTH)))
-        case = _case("drawn", shape, _pick(g, REGIMES), layout, spec, _generator(seed, "pair-drawn", i))
+        case = _case("drawn", shape, _pick(g, regimes), layout, spec, _generator(seed, "pair-drawn", i), alike)
         name, k = case.name, 2
         while name in names:
             name, k = f"{case.name} #{k}", k + 1

@@ -14,6 +14,7 @@ bound is relative to |x·cos| + |rotate(x)·sin|, not to the result).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from services.judge.cases import _generator, _values
 from services.ops import rotary
 
 LAYOUTS = ("attention", "contiguous")  # attention: (batch, seq, heads·dim) projections viewed and transposed
-REGIMES = ("normal", "huge", "zeros", "tiny", "nonfinite")
+REGIMES = ("normal", "huge", "zeros", "tiny", "nonfinite", "log-scale")  # log-scale: a scale per head and position
 MAX_POSITION = 32768.0  # angles of positions this far (theta 1e4): cos and sin of large arguments
 CPU_BOUNDARY_POSITIONS = 64  # dispatch limits the interpreter still draws both sides of (a program a position)
 
@@ -98,6 +99,8 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
         full = (b, s, heads * d) if layout == "attention" else (b, heads, s, d)
         if not heads:  # a function of one tensor: k has no heads
             return torch.empty(full, dtype=dtype)
+        if regime == "log-scale":  # each head's vector at each position its own scale (services.judge.cases)
+            return _values((math.prod(full) // d, d), regime, dtype, g).view(full)
         return _values(full, regime, dtype, g).contiguous()
 
     partial = variant in rotary.PARTIAL_VARIANTS  # cos in the half layout of the live rotary width

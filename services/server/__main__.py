@@ -9,7 +9,7 @@ import secrets
 import grpc
 
 from services.core.runner import run_service
-from services.core.service_main import Setup, configure_logging, main
+from services.core.service_main import Setup, configure_logging, main, settings_or_exit
 from services.core.settings import Settings
 from services.server.engine import Engine, ModelNotServable
 from services.server.grpc_api import AddressUnavailable, address_problem, bind_grpc
@@ -52,7 +52,7 @@ def make_setup(engine: Engine, instance_id: str) -> Setup:
             log.info("Prometheus metrics on http://%s/metrics", settings.metrics_addr)
         guarded = "admin RPCs need YANTRA_ADMIN_TOKEN" if token else "admin RPCs open (no YANTRA_ADMIN_TOKEN)"
         ready = f"server ready on {addr.rsplit(':', 1)[0]}:{port} ({guarded}; instance {instance_id})"
-        service = ServerService(engine, settings.data_dir, swaps=swaps)
+        service = ServerService(engine, settings.data_dir, swaps=swaps, shadow_calls=settings.shadow_calls)
         restored = await restore_swaps(bus, service, engine.loaded.name) if settings.restore_swaps else []
         if restored:
             log.info("re-applied %d swap(s) from the log: %s", len(restored), ", ".join(restored))
@@ -68,7 +68,7 @@ def make_setup(engine: Engine, instance_id: str) -> Setup:
 
 
 def run() -> int:
-    settings = Settings.from_env()
+    settings = settings_or_exit("server")
     configure_logging("server", settings.log_level)
     # A taken port and a bad model name fail fast with status 2 (a configuration error: `yantra up` stops):
     # the port is looked at before the model loads, and bound for good (exclusively) before swaps are restored.

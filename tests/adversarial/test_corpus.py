@@ -92,6 +92,8 @@ REQUIRED_PATTERNS = {
         "regime_first_rows_only", "regime_grid_under_covers"],
     "a bias inside a fixed tolerance": ["precision_bias_one_percent_bf16", "precision_bias_2e5_fp32",
                                         "precision_bias_4e6_fp32"],
+    "values over the whole range (offset rows, a spike walking the row, row scales over many decades)": [
+        "numeric_one_pass_variance", "numeric_strided_max_fp16", "numeric_eps_as_floor_bf16"],
     "writes outside the call's tensors (guard bytes)": [
         "guard_store_past_output_end", "guard_store_before_input_start", "kernel_drift_after_warmup"],
 }  # fmt: skip
