@@ -394,8 +394,12 @@ def plot(series: dict[str, list[dict]], path: Path, title: str, xlabel: str = "c
                 ys = [p.get(f"{name}_{q}") for p in pts]
                 if any(y is not None for y in ys):
                     ax.plot(xs, [math.nan if y is None else y for y in ys], style, color=color, label=f"{label} {q}")
+    ticks = sorted({p["x"] for pts in series.values() for p in pts if isinstance(p.get("x"), int | float)})
     for ax, ylabel in zip(axes, ("output tokens/s (all streams)", "TTFT ms", "TPOT ms"), strict=True):
         ax.set_xscale("log", base=2)
+        if ticks:
+            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            ax.minorticks_off()
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
