@@ -6,17 +6,24 @@ this process can see is recorded as facts per case, by code of ours (a candidate
 kernels only, so no author's Python runs here): the call raised, the output is not a plain tensor or
 shares memory with an input, an input or weight changed (compared with a CPU copy the kernel cannot
 reach), or guard bytes around a tensor the kernel touched were overwritten (an out-of-bounds write,
-a counter kept past a tensor's end).
+a counter kept past a tensor's end). Every call runs under a `CallClock`: a call past its limit (proportional
+to the bytes it moves: services.core.call_limits) ends the judging as `timeout`, naming the call.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
+from services.core.call_limits import call_bytes, call_limit_s, describe
+from services.core.shapes import shape_text
 from services.judge.poison import NAN_BYTE
 
 GUARD_BYTES = 512  # canaries each side: keeps the interior 512-byte aligned, as the caching allocator does
@@ -184,9 +191,175 @@ def under_random_fill(seed: int) -> Callable:
     return allocate
 
 
-def stress(forward: Callable[[torch.Tensor], object], x: torch.Tensor, calls: int) -> int:
-    """Call the candidate `calls` times without looking (CPU stands in for the timing calls). Returns calls made."""
+def stress(
+    forward: Callable[[torch.Tensor], object], x: torch.Tensor, calls: int, state: list[torch.Tensor] = (), clock=None
+) -> tuple[int, dict | None]:
+    """Call the candidate `calls` times without looking at its answers (CPU stands in for the timing calls), each
+    under `clock` where one is given. Returns (calls made, the problem or None): the input `x` and the module's
+    `state` must be bit-identical after every call (a kernel that writes its input only after the checked
+    cases is still caught)."""
+    before = [t.detach().cpu().clone() for t in (x, *state)]
+    moved = call_bytes(t.nbytes for t in (x, *state))
     with torch.no_grad():
-        for _ in range(calls):
-            forward(x)
-    return calls
+        for i in range(calls):
+            with clock.call(f"further call {i + 1}", x.shape, moved) if clock else _nothing():
+                forward(x)
+            problem = unchanged([x, *state], before, f"further call {i + 1} of {calls}")
+            if problem:
+                return i + 1, problem
+    return calls, None
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def unchanged(now: list[torch.Tensor], before: list[torch.Tensor], when: str, inputs: int = 1) -> dict | None:
+    """None when each tensor of `now` (its first `inputs` the call's inputs, the rest the module's state) is
+    bit-identical to its copy in `before`; else the problem, as a fact for the parent (`modified-input` or
+    `modified-weights`)."""
+    for i, (tensor, then) in enumerate(zip(now, before, strict=True)):
+        if not same_bits(tensor.detach().cpu(), then):
+            rule, what = ("modified-input", f"its input {i}") if i < inputs else ("modified-weights", "its weights")
+            return {"rule": rule, "detail": f"{when}: the kernel wrote to {what}"}
+    return None
+
+
+def run_plain(call: Callable[[], object], watched: list[torch.Tensor], when: str, inputs: int = 1) -> CaseRun:
+    """A call in plain memory, as production makes it (no guard bytes): its output (CPU), unless it raised, returned
+    no plain tensor, or wrote to one of `watched` (its first `inputs` the call's inputs, the rest module state)."""
+    before = [t.detach().cpu().clone() for t in watched]
+    out, problem = _call(call)
+    if problem:
+        return problem
+    changed = unchanged(watched, before, when, inputs)
+    if changed:
+        return CaseRun(problem=(changed["rule"], changed["detail"]))
+    return CaseRun(output=out.detach().cpu())
+
+
+# ---------------------------------------------------------------- outputs pre-filled with another input's answer
+
+PREFILLED_CASES = 4  # cases run again with their output holding another case's answer
+
+
+def prefill_pairs(seed: int, signatures: list, count: int = PREFILLED_CASES) -> list[tuple[int, int]]:
+    """(case, donor) pairs, drawn from `seed` (the judging's): up to `count` cases, each given a donor, another
+    case whose output has the same signature (its outputs' shapes and dtypes). The case runs again with its
+    output's memory holding the donor's answer, as production's allocator hands back a block that held the last
+    answer: a kernel that trusts an output which already looks plausible returns the donor's answer."""
+    rng = random.Random(seed)
+    groups: dict = {}
+    for index, signature in enumerate(signatures):
+        groups.setdefault(signature, []).append(index)
+    eligible = [i for i, sig in enumerate(signatures) if len(groups[sig]) > 1]
+    chosen = sorted(rng.sample(eligible, min(count, len(eligible))))
+    return [(j, rng.choice([i for i in groups[signatures[j]] if i != j])) for j in chosen]
+
+
+def recording(allocate: Callable, sink: list) -> Callable:
+    """An `empty` for the wrapper that allocates with `allocate` and keeps each output it hands out in `sink`."""
+
+    def empty(shape, *, dtype, device):
+        out = allocate(shape, dtype=dtype, device=device)
+        sink.append(out)
+        return out
+
+    return empty
+
+
+def under_answers(allocate: Callable, answers: list[torch.Tensor]) -> Callable:
+    """An `empty` for the wrapper whose k-th output holds `answers[k]` (another case's k-th output, same shape and
+    dtype) instead of `allocate`'s fill."""
+    handed = iter(answers)
+
+    def empty(shape, *, dtype, device):
+        out = allocate(shape, dtype=dtype, device=device)
+        answer = next(handed, None)
+        if answer is not None and tuple(answer.shape) == tuple(out.shape) and answer.dtype == out.dtype:
+            out.copy_(answer.to(out.device))
+        return out
+
+    return empty
+
+
+# ---------------------------------------------------------------- the per-call limit
+
+
+class CallExpired(BaseException):
+    """A call ran past its limit and the clock's `expire` returned (tests; the child's never returns)."""
+
+
+class CallClock:
+    """A watchdog over each call of the candidate, armed with the call's limit (services.core.call_limits) before
+    it and disarmed after. A call past its limit may never come back to us (a kernel in a loop of 10^9 steps,
+    under the interpreter or on the GPU), so a thread of the watchdog's own calls `expire(fact)` at the deadline:
+    the child writes its answer with the fact (`call_timeout`) and exits. A call that came back late anyway (the
+    thread starved of the CPU) expires on its return. `slowest` is the slowest call that returned in time, as a
+    fact: evidence of how near an honest kernel came to its limit."""
+
+    def __init__(self, device: str, expire: Callable[[dict], None], now: Callable[[], float] = time.monotonic):
+        self.device, self._expire, self._now = device, expire, now
+        self._cond = threading.Condition()
+        self._armed: dict | None = None
+        self._thread: threading.Thread | None = None
+        self._state = "idle"  # idle | fired | expired (expire returned: only in tests)
+        self.slowest: dict | None = None
+
+    def _fact(self, armed: dict, seconds: float | None) -> dict:
+        fact = {k: armed[k] for k in ("call", "shape", "bytes", "limit_s")}
+        fact["detail"] = describe(armed["call"], armed["shape"], armed["bytes"], armed["limit_s"], seconds)
+        return fact
+
+    def _watch(self) -> None:
+        with self._cond:
+            while True:
+                armed = self._armed
+                left = armed["deadline"] - self._now() if armed else None
+                if left is None or left > 0:
+                    self._cond.wait(left)
+                    continue
+                self._state = "fired"
+                fact = self._fact(armed, None)
+                break
+        self._finish(fact)
+
+    def _finish(self, fact: dict) -> None:
+        self._expire(fact)  # the child's writes its answer and exits: what follows runs only in tests
+        with self._cond:
+            self._state = "expired"
+            self._cond.notify_all()
+
+    @contextmanager
+    def call(self, what: str, shape, bytes_moved: int) -> Iterator[None]:
+        limit = call_limit_s(bytes_moved, self.device)
+        start = self._now()
+        armed = {"call": what, "shape": shape_text(tuple(shape)), "bytes": int(bytes_moved), "limit_s": limit,
+                 "deadline": start + limit}  # fmt: skip
+        with self._cond:
+            self._armed = armed
+            if self._thread is None:  # started at the first call: after the walls (a namespace wants one thread)
+                self._thread = threading.Thread(target=self._watch, name="call-clock", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            seconds = self._now() - start
+            with self._cond:
+                self._armed = None
+                self._cond.notify_all()
+                while self._state == "fired":  # the watchdog is ending the child: never go on
+                    self._cond.wait()
+                expired = self._state == "expired"
+            if expired:
+                raise CallExpired(armed["call"])
+            if seconds > limit:
+                with self._cond:
+                    self._state = "fired"
+                self._finish(self._fact(armed, seconds))
+                raise CallExpired(armed["call"])
+            if self.slowest is None or seconds / limit > self.slowest["share"]:
+                self.slowest = {k: armed[k] for k in ("call", "shape", "bytes", "limit_s")}
+                self.slowest.update(seconds=round(seconds, 4), share=seconds / limit)

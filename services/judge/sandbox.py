@@ -239,8 +239,14 @@ def _parse_answer(raw: bytes, nonce: str, sandbox: pb.SandboxEvidence, log_tail:
     sandbox.user = str(walls.get("user", ""))
     sandbox.walls.extend(str(w) for w in walls.get("walls", []))
     sandbox.refused.extend(str(r) for r in walls.get("refused", []))
+    late = facts.get("call_timeout")
     if walls.get("failed"):
         sandbox.rule_id, sandbox.error = "crashed", f"the sandbox could not raise its walls: {walls['failed']}"
+    elif isinstance(late, dict):  # one call past its own limit (services.core.call_limits): stopped there
+        sandbox.rule_id, sandbox.error = (
+            "timeout",
+            str(late.get("detail") or "a call ran past its per-call limit")[:500],
+        )
     elif sandbox.refused:
         sandbox.rule_id, sandbox.error = "sandbox-wall", f"the walls refused: {sandbox.refused[0]}"
     elif _MEMORY.search(str(facts.get("child_error", "")) + str(facts.get("problems", ""))):

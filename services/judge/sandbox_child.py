@@ -118,12 +118,15 @@ def _judge_phase(wall: AuditWall | None, scratch: Path) -> Iterator[None]:
             os.environ["TRITON_CACHE_DIR"] = saved
 
 
-def _time(main, candidate, job: dict, shapes, dtype, wall: AuditWall | None, tampered, namespaces, facts):
-    """Prepare the baselines in a judge phase, snapshot again, then time with the poisoning lifted."""
+def _time(main, candidate, job: dict, shapes, dtype, wall: AuditWall | None, tampered, namespaces, facts, state=()):
+    """Prepare the baselines in a judge phase, snapshot again, then time with the poisoning lifted. `state`: what the
+    candidate reads besides its input (the module's weight), bit-identical after the timing calls."""
+    import secrets
+
     from services.core.pb import events_pb2 as pb
     from services.judge import tamper
     from services.judge.poison import POISON
-    from services.judge.timing import ReplayMismatch, prepare_baselines, time_candidate
+    from services.judge.timing import ReplayMismatch, TimedInputModified, prepare_baselines, time_candidate
 
     try:
         with _judge_phase(wall, Path.cwd()):
@@ -133,7 +136,11 @@ def _time(main, candidate, job: dict, shapes, dtype, wall: AuditWall | None, tam
         # found untampered against the first one.
         before = tamper.snapshot(namespaces)
         with POISON.lifted():  # timing pays nothing for the poisoning
-            timing = time_candidate(main, candidate, shapes, dtype, baselines)
+            # the timed inputs' contents come from a nonce of this judging (not the seed the parent records)
+            timing = time_candidate(main, candidate, shapes, dtype, baselines, state, nonce=secrets.randbits(62))
+    except TimedInputModified as exc:  # wrote its input or the weight in a call no case check saw
+        facts.setdefault("call_problems", []).append({"rule": exc.rule, "detail": str(exc)})
+        return pb.TimingEvidence(measured=False, reason=f"{exc.rule}: during the timing calls")
     except ReplayMismatch as exc:  # drifted once timing began, or fast only while captured: wrong, not slow
         facts["drift"] = f"right in the checks, wrong in the CUDA graph that was timed: {exc}"
         return pb.TimingEvidence(measured=False, reason="drift: the timed graph's answer was wrong")
@@ -145,6 +152,7 @@ def _time(main, candidate, job: dict, shapes, dtype, wall: AuditWall | None, tam
 
 
 AFTER_CASES = 6  # cases run again after the timing (or stress) calls: a kernel right only at first is wrong
+PRODUCTION = "called as production calls it"
 
 
 class _NormSubject:
@@ -194,19 +202,27 @@ class _NormSubject:
         view = lambda t: apply_layout(t, layout, width)  # noqa: E731
         return run_case(self.call, self._module(width), self._state(index), self.cases["bases"][index], view, guard)
 
-    def again(self, index: int, ghost: bool):
-        """Case `index` as production calls it: weight and input in plain memory (the ghost: no launch)."""
+    def again(self, index: int, ghost: bool, when: str = PRODUCTION):
+        """Case `index` as production calls it: weight and input in plain memory (the ghost: no launch), the input
+        and the weight checked bit for bit after the call."""
         import torch
 
         from services.judge.cases import apply_layout
+        from services.judge.run_cases import run_plain
 
         width = self._width(index)
         module = self._module(width)
+        state = self._state(index)
         with torch.no_grad():
-            for attr, value in self._state(index).items():
+            for attr, value in state.items():
                 getattr(module, attr).data = value.to(self.device)
             x = apply_layout(self.cases["bases"][index].to(self.device), self.cases["layouts"][index], width)
-            return (self.ghost_call if ghost else self.call)(module, (x,), {}).detach().cpu()
+        call = self.ghost_call if ghost else self.call
+        watched = [x, *(getattr(module, attr).data for attr in state)]
+        return run_plain(lambda: call(module, (x,), {}), watched, when)
+
+    def case_tensors(self, index: int) -> list:
+        return [self.cases["bases"][index], *self._state(index).values()]
 
     def timed(self):
         """(the oracle module, the candidate bound to it, the timing shapes)."""
@@ -214,6 +230,7 @@ class _NormSubject:
 
         width = int(self.job["width"])
         main = _oracle(self.cls, self.job, width, self.device, seed=int(self.job["seed_base"]))
+        self.timed_state = [*main.parameters(), *main.buffers()]
         return main, kernels.bound_forward(main, self.wrapper, self.contract), _timing_shapes(self.job, width)
 
     def stress_input(self, dtype):
@@ -273,10 +290,16 @@ class _PairSubject:
         view = self._view(index)
         return run_op_case(self.op, self._bases(index), lambda placed: [view(t) for t in placed], guard)
 
-    def again(self, index: int, ghost: bool):
+    def again(self, index: int, ghost: bool, when: str = PRODUCTION):
+        from services.judge.run_cases import run_plain
+
         view = self._view(index)
         operands = [view(base.to(self.device)) for base in self._bases(index)]
-        return (self.ghost_op if ghost else self.op)(*operands).detach().cpu()
+        op = self.ghost_op if ghost else self.op
+        return run_plain(lambda: op(*operands), operands, when, inputs=len(operands))
+
+    def case_tensors(self, index: int) -> list:
+        return self._bases(index)
 
     def timed(self):
         shapes = [(2, *shape) for shape in _timing_shapes(self.job, int(self.job["width"]))]
@@ -402,9 +425,15 @@ class _AddNormSubject:
 
         return run_op_case(self._call(self.op, index), self._bases(index), self._view(index), guard)
 
-    def again(self, index: int, ghost: bool):
-        placed = [t.to(self.device) for t in self._bases(index)]
-        return self._call(self.ghost_op if ghost else self.op, index)(*self._view(index)(placed)).detach().cpu()
+    def again(self, index: int, ghost: bool, when: str = PRODUCTION):
+        from services.judge.run_cases import run_plain
+
+        operands = self._view(index)([t.to(self.device) for t in self._bases(index)])
+        call = self._call(self.ghost_op if ghost else self.op, index)
+        return run_plain(lambda: call(*operands), operands, when, inputs=2)  # the weight (and bias) after the pair
+
+    def case_tensors(self, index: int) -> list:
+        return self._bases(index)
 
     def timed(self):
         from services.judge.module_factory import torch_dtype
@@ -414,6 +443,7 @@ class _AddNormSubject:
         main, weight, bias, eps = _add_norm_oracle(self.job["variant"], width, self.device, dtype,
                                                    int(self.job["seed_base"]))  # fmt: skip
         shapes = [(2, *shape) for shape in _timing_shapes(self.job, width)]
+        self.timed_state = [weight] if bias is None else [weight, bias]
         return main, lambda ax: self.op(ax[0], ax[1], weight, eps, bias), shapes
 
     def stress_input(self, dtype):
@@ -482,9 +512,15 @@ class _RopeSubject:
 
         return run_op_case(self.op, list(self.cases["sets"][index]), self._view(index), guard)
 
-    def again(self, index: int, ghost: bool):
-        placed = [t.to(self.device) for t in self.cases["sets"][index]]
-        return (self.ghost_op if ghost else self.op)(*self._view(index)(placed)).detach().cpu()
+    def again(self, index: int, ghost: bool, when: str = PRODUCTION):
+        from services.judge.run_cases import run_plain
+
+        operands = self._view(index)([t.to(self.device) for t in self.cases["sets"][index]])
+        op = self.ghost_op if ghost else self.op
+        return run_plain(lambda: op(*operands), operands, when, inputs=len(operands))
+
+    def case_tensors(self, index: int) -> list:
+        return list(self.cases["sets"][index])
 
     def timed(self):
         live = tuple(int(d) for d in self.job["live_shape"])
@@ -511,8 +547,11 @@ class _RopeSubject:
         return torch.randn(1, 1, heads, d).to(device=self.device, dtype=dtype)
 
 
-def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
-    """(facts, TimingEvidence) for the job's candidate; the outputs go to `outputs.pt` in scratch."""
+def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clock=None):
+    """(facts, TimingEvidence) for the job's candidate; the outputs go to `outputs.pt` in scratch.
+
+    Every call of the candidate runs under `clock` (services.judge.run_cases.CallClock: a call past its limit ends
+    the judging); without one, a clock whose expiry raises (CallExpired) in this process."""
     import torch
 
     from services.core import kernels
@@ -520,7 +559,17 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     from services.judge import tamper
     from services.judge.module_factory import torch_dtype
     from services.judge.poison import NAN_BYTE, POISON
-    from services.judge.run_cases import Guard, Runs, stress, under_fill, under_random_fill
+    from services.judge.run_cases import (
+        CallClock,
+        Guard,
+        Runs,
+        prefill_pairs,
+        recording,
+        stress,
+        under_answers,
+        under_fill,
+        under_random_fill,
+    )
     from services.ops import family, gated_mlp, plain_mlp, residual_norm, rotary
 
     contract, plan = pb.Contract(), pb.LaunchPlan()
@@ -570,14 +619,28 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     if tampered("on import"):
         return facts, pb.TimingEvidence(measured=False, reason="tampered: not timed")
     canary_seed = int(job["seed_base"]) * 7919 + 1  # the guard bytes of this judging, unknown to the kernel
+    if clock is None:
+        clock = CallClock(job["device"], expire=lambda fact: facts.update(call_timeout=fact))
 
-    def run(index: int):
+    def timed_call(what: str, index: int):
+        tensors = subject.case_tensors(index)
+        return clock.call(what, tuple(tensors[0].shape), 2 * sum(t.nbytes for t in tensors))
+
+    answers: dict[int, list] = {}  # case -> its outputs as the wrapper allocated them (CPU), for the pre-fills
+
+    def run(index: int, fill=None, what: str = ""):
+        """Case `index` in guarded memory; `fill` the answers its outputs' memory holds (another case's)."""
         guard = Guard(device, canary_seed)
-        allocate["fn"] = guard.empty
+        allocated: list = []
+        allocate["fn"] = recording(under_answers(guard.empty, fill) if fill else guard.empty, allocated)
         try:
-            return subject.run(index, guard)
+            with timed_call(what or f"case {index}", index):
+                done = subject.run(index, guard)
         finally:
             allocate["fn"] = None
+        if not done.problem and fill is None:
+            answers[index] = [t.detach().cpu().clone() for t in allocated]
+        return done
 
     runs = Runs()
     for index in range(subject.count):
@@ -588,33 +651,63 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None):
     saved = {"outputs": [r.output for r in runs.outputs]}
     tampered("during the cases")
     clean = not facts["problems"] and not facts.get("tampered")
+
+    def again(index: int, ghost: bool):
+        with timed_call("the ghost call" if ghost else f"case {index} as production calls it", index):
+            done = subject.again(index, ghost)
+        if done.problem:
+            facts["problems"].append({"case": index, "rule": done.problem[0], "detail": done.problem[1]})
+        return done.output
+
     if clean:
         # The first case again as production calls it: no guard bytes, no poison, the weight and input in
         # plain memory, the output's memory holding random bytes. A kernel that behaves only where it sees
         # the judge's canaries or fills answers differently here.
         allocate["fn"] = under_random_fill(canary_seed + 1)
-        saved["second"] = subject.again(0, ghost=False)
+        saved["second"] = again(0, ghost=False)
         # The launch skipped, into memory full of NaN (not the block the last answer was just freed from,
         # which the CUDA caching allocator would hand back): the answer must differ.
         allocate["fn"] = under_fill(NAN_BYTE)
-        saved["ghost"] = subject.again(0, ghost=True)
+        saved["ghost"] = again(0, ghost=True)
         allocate["fn"] = None
+    if clean and not facts["problems"]:
+        # Some cases again (drawn from the judging's seed), each output's memory holding another case's answer of the
+        # same shape, as production's allocator hands back the block of the last call: the answer must be this
+        # case's. A kernel that skips its work where the output already looks plausible returns the other's.
+        signatures = [tuple((tuple(t.shape), str(t.dtype)) for t in answers[i]) for i in range(subject.count)]
+        pairs = prefill_pairs(canary_seed + 2, signatures)
+        saved["prefilled_cases"], saved["prefilled"] = [], []
+        for case, donor in pairs:
+            done = run(case, fill=answers[donor], what=f"case {case} pre-filled with case {donor}'s answer")
+            if done.problem:
+                detail = f"its output pre-filled with case {donor}'s answer: {done.problem[1]}"
+                facts["problems"].append({"case": case, "rule": done.problem[0], "detail": detail})
+                break
+            saved["prefilled_cases"].append([case, donor])
+            saved["prefilled"].append(done.output)
+    clean = clean and not facts["problems"]
     torch.save(saved, Path.cwd() / OUTPUTS_FILE)
     (Path.cwd() / FIRST_PASS_FILE).write_text(json.dumps(facts))
     timing = pb.TimingEvidence(measured=False, reason="incorrect: not timed")
     if not clean or not _go_ahead(int(job.get("ready_fd", -1))):
         return facts, timing  # the parent saw the first pass fail (or it failed here): no timing for it
     main, candidate, shapes = subject.timed()
+    state = list(getattr(subject, "timed_state", []))
+    facts["call_problems"] = []  # calls that are no case (the stress or timing calls): problems as facts too
     if gpu:
-        timing = _time(main, candidate, job, shapes, dtype, wall, tampered, namespaces, facts)
+        timing = _time(main, candidate, job, shapes, dtype, wall, tampered, namespaces, facts, state)
     else:
         timing = pb.TimingEvidence(measured=False, reason="no GPU: correctness only under TRITON_INTERPRET=1")
-        facts["stress_calls"] = stress(candidate, subject.stress_input(dtype), CPU_STRESS_CALLS)
+        calls, problem = stress(candidate, subject.stress_input(dtype), CPU_STRESS_CALLS, state, clock)
+        facts["stress_calls"] = calls
+        if problem:
+            facts["call_problems"].append(problem)
         tampered("during the further calls")
     # Run again after the timing calls: a kernel that is only right the first few times is wrong.
-    again = Runs([run(i) for i in range(min(AFTER_CASES, subject.count))])
-    saved["after"] = [r.output for r in again.outputs]
-    facts["after_problems"] = again.problems()
+    after = Runs([run(i) for i in range(min(AFTER_CASES, subject.count))])
+    saved["after"] = [r.output for r in after.outputs]
+    facts["after_problems"] = after.problems()
+    facts["slowest_call"] = clock.slowest
     torch.save(saved, Path.cwd() / OUTPUTS_FILE)
     return facts, timing
 
@@ -656,11 +749,18 @@ def main(argv: list[str]) -> int:
     result_fd = int(job.pop("result_fd"))
     scratch = Path.cwd()
     report = WallReport()
-    from google.protobuf import json_format
-
     from services.core.pb import events_pb2 as pb
 
     walls_failed = ""
+
+    def answer(facts: dict, timing) -> None:
+        _answer(result_fd, nonce, facts, timing, report, walls_failed)
+
+    def expire(fact: dict) -> None:  # a call ran past its limit (the clock's thread): answer and end, at once
+        answer({"loaded": True, "problems": [], "call_timeout": fact},
+               pb.TimingEvidence(measured=False, reason="a call ran past its per-call limit"))  # fmt: skip
+        os._exit(0)
+
     try:
         try:
             _raise_walls(job, scratch, report)
@@ -668,13 +768,24 @@ def main(argv: list[str]) -> int:
             walls_failed = f"{type(exc).__name__}: {exc}"
             raise RuntimeError(f"the sandbox could not raise its walls: {walls_failed}") from exc
         cls = _prepare(job)
+        from services.judge.run_cases import CallClock
+
+        clock = CallClock(job["device"], expire)
         wall = None
         if job["walls"].get("audit", True):
             wall = install_audit_wall(scratch, [scratch / JUDGE_CACHE], job["device"] == "cuda", report)
-        facts, timing = judge(job, cls, report, wall)
+        facts, timing = judge(job, cls, report, wall, clock)
     except BaseException as exc:  # whatever went wrong (even SystemExit) is a fact for the parent
         facts = {"loaded": False, "child_error": f"{type(exc).__name__}: {exc}"[:2000]}
         timing = pb.TimingEvidence(measured=False, reason="the sandbox child failed")
+    answer(facts, timing)
+    return 0
+
+
+def _answer(result_fd: int, nonce: str, facts: dict, timing, report: WallReport, walls_failed: str) -> None:
+    """The answer, written once to the inherited descriptor of an unlinked file (services.judge.sandbox reads it)."""
+    from google.protobuf import json_format
+
     result = {
         "nonce": nonce,
         "facts": facts,
@@ -692,7 +803,6 @@ def main(argv: list[str]) -> int:
     while data:
         data = data[os.write(result_fd, data) :]
     os.close(result_fd)
-    return 0
 
 
 if __name__ == "__main__":

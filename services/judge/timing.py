@@ -17,6 +17,13 @@ process, inputs rotated through more than the L2 so the cache is not what is tim
 A speedup over 10x, or a time below what the measured copy ceiling allows for the bytes moved, is
 flagged and measured again from a second graph; a time still below the ceiling is not believed.
 
+Nothing timed can be a cached answer: every timed input buffer holds its own contents, drawn from a nonce
+of this judging (never clones of one tensor, never torch's default seed); after the rounds the graph's
+outputs are poisoned (NaN) before replays whose outputs are checked and whose time must match the others
+(a kernel that computed once and skips while its output looks done is wrong there, or much slower), the
+inputs are compared bit for bit with their copies, and the graph is replayed once more on fresh contents,
+every captured call's output checked (a skipped call returns the last contents' answer).
+
 The clocks are bound here, at import, before the candidate is imported: a candidate that patches
 time.perf_counter or Event.elapsed_time afterwards does not change what this module calls (and
 services.judge.tamper names it).
@@ -24,7 +31,9 @@ services.judge.tamper names it).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import secrets
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +59,12 @@ MIN_REPLAYS, MIN_HOST_CALLS = 3, 10
 MAX_BUFFERS = 32
 SUSPICIOUS = 10.0  # a speedup this large on a memory-bound op is measured again before it is believed
 CEILING_SLACK = 0.95  # a time below 95% of the copy-ceiling floor cannot be real
+# The replays with outputs poisoned must take what the others took: within 1.5x either way, plus 2 us a call for the
+# jitter of a graph of tiny calls. A kernel that skips its work where its output looks done saves at least the
+# input's read and the output's write (2/3 of its bytes, when it reads the whole output to decide): 3x or more.
+POISONED_REPLAYS = 3  # each after its own poisoning; their median is compared
+POISON_BAND = 1.5
+POISON_SLACK_US = 2.0
 _perf_counter = time.perf_counter
 _synchronize = torch.cuda.synchronize
 _Event = torch.cuda.Event
@@ -62,6 +77,44 @@ _current_stream = torch.cuda.current_stream
 
 class ReplayMismatch(Exception):
     """The candidate's captured graph computed something else than its direct calls: it is not believed."""
+
+
+class TimedInputModified(Exception):
+    """An input buffer or the module's state changed during the timing calls: `rule` names which."""
+
+    def __init__(self, rule: str, detail: str):
+        super().__init__(detail)
+        self.rule = rule
+
+
+def buffer_seed(nonce: int, shape_index: int, buffer_index: int) -> int:
+    """The seed of one timed buffer's contents: distinct per (judging nonce, shape, buffer), unguessable without
+    the nonce (never torch's default seed, which every process starts from)."""
+    digest = hashlib.blake2b(f"{nonce}:{shape_index}:{buffer_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1  # a generator takes a seed under 2**63
+
+
+def fresh_buffers(shape, dtype: torch.dtype, count: int, nonce: int, shape_index: int, device="cuda", first: int = 0):
+    """`count` input buffers of `shape`, each with contents of its own drawn from the nonce (buffer `first` on)."""
+    out = []
+    for i in range(first, first + count):
+        gen = torch.Generator(device=device).manual_seed(buffer_seed(nonce, shape_index, i))
+        out.append(torch.randn(shape, generator=gen, device=device, dtype=dtype))
+    return out
+
+
+def in_band(poisoned_us: float, others_us: list[float]) -> bool:
+    """Whether the poisoned replays' time per call is what the other replays took (POISON_BAND, POISON_SLACK_US)."""
+    low, high = min(others_us), max(others_us)
+    return low / POISON_BAND - POISON_SLACK_US <= poisoned_us <= high * POISON_BAND + POISON_SLACK_US
+
+
+def poison_outputs(outputs: list[object]) -> None:
+    """Fill every output tensor a captured graph writes with NaN (non-floating ones with all bits set)."""
+    for out in outputs:
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor):
+                t.fill_(float("nan") if t.is_floating_point() else -1)
 
 
 def _bench(fn: Callable[[], object]) -> float:
@@ -165,9 +218,12 @@ def _host_us(fn: Callable[[torch.Tensor], object], buffers: list[torch.Tensor], 
     return (_perf_counter() - start) / calls * 1e6
 
 
-def check_replay(captured: Captured, reference: Callable[[torch.Tensor], torch.Tensor]) -> None:
-    """The outputs the timed graph wrote must be what the module computes: no capture-only shortcut, no drift."""
-    for i in sorted({0, captured.calls - 1}):
+def check_replay(
+    captured: Captured, reference: Callable[[torch.Tensor], torch.Tensor], every: bool = False, when: str = ""
+) -> None:
+    """The outputs the timed graph wrote must be what the module computes: no capture-only shortcut, no drift.
+    The first and last captured calls are checked, or `every` one."""
+    for i in range(captured.calls) if every else sorted({0, captured.calls - 1}):
         out, x = captured.outputs[i], captured.inputs[i]
         expected = reference(x)
         # an op of several outputs (RoPE's q and k) is compared output by output
@@ -177,8 +233,35 @@ def check_replay(captured: Captured, reference: Callable[[torch.Tensor], torch.T
             close, max_abs, _ = within(*comparable(got, want, x.dtype)) if ok else (False, float("inf"), 0.0)
             if not close:
                 raise ReplayMismatch(
-                    f"captured call {i + 1} of {captured.calls} is off by {max_abs:.3g} from the module"
+                    f"{when}captured call {i + 1} of {captured.calls} is off by {max_abs:.3g} from the module"
                 )
+
+
+def poisoned_replays(captured: Captured, reference: Callable, others_us: list[float], text: str) -> float:
+    """Replays of the timed graph, each after its outputs were poisoned (NaN): their outputs must be the module's
+    and their median time per call within the band of `others_us` (the candidate's figures of the rounds).
+    Returns that median; raises ReplayMismatch otherwise."""
+    figures = []
+    for _ in range(POISONED_REPLAYS):
+        poison_outputs(captured.outputs)
+        _synchronize()
+        figures.append(captured.per_call_us(1))
+        check_replay(captured, reference, every=True, when=f"with its outputs poisoned at {text}, ")
+    figure = statistics.median(figures)
+    if not in_band(figure, others_us):
+        raise ReplayMismatch(
+            f"with its outputs poisoned at {text} a replay took {figure:.2f} us a call, the others "
+            f"{min(others_us):.2f}-{max(others_us):.2f} us: its work depends on what its outputs held"
+        )
+    return figure
+
+
+def unchanged_inputs(now: list[torch.Tensor], before: list[torch.Tensor], what: str) -> None:
+    """Raises TimedInputModified where a tensor of `now` differs from its copy in `before`, bit for bit."""
+    for i, (tensor, then) in enumerate(zip(now, before, strict=True)):
+        if not torch.equal(tensor.reshape(-1).view(torch.uint8), then.reshape(-1).view(torch.uint8)):
+            rule = "modified-weights" if what == "state" else "modified-input"
+            raise TimedInputModified(rule, f"during the timing calls the kernel wrote to {what} {i}")
 
 
 @dataclass
@@ -288,11 +371,14 @@ def _time_shape(
     dtype: torch.dtype,
     l2: int,
     ceiling: float,
+    nonce: int = 0,
+    shape_index: int = 0,
 ) -> pb.TimingRow:
-    one = torch.randn(shape, device="cuda", dtype=dtype)
     text = shape_text(shape)
-    n = max(1, min(MAX_BUFFERS, -(-4 * l2 // max(1, one.numel() * one.element_size()))))
-    buffers = [one] + [torch.randn_like(one) for _ in range(n - 1)]
+    n = max(1, min(MAX_BUFFERS, -(-4 * l2 // max(1, torch.Size(shape).numel() * dtype.itemsize))))
+    buffers = fresh_buffers(shape, dtype, n, nonce, shape_index)  # each its own contents: nothing to cache
+    one = buffers[0]
+    before = [b.clone() for b in buffers]
     fns: dict[str, Callable] = {"candidate": candidate}
     fns.update((name, baselines.fns[name]) for name in baselines.per_shape.get(shape, []))
     missing = baselines.missing
@@ -323,7 +409,18 @@ def _time_shape(
         fallback = us[(name, "host")] if name == "candidate" else us[(name, "bench")]
         setattr(row, f"{name}_us", us.get((name, "graph"), fallback))
     if "candidate" in graphs:
-        check_replay(graphs["candidate"], module)
+        graph = graphs["candidate"]
+        check_replay(graph, module)
+        poisoned_replays(graph, module, samples[("candidate", "graph")], text)
+        unchanged_inputs(buffers, before, "its input buffer")
+        # fresh contents in every input buffer, the graph replayed once: each captured call's output must be the
+        # module's on them (a call that skipped its work returns the last contents' answer)
+        for buffer, fresh in zip(buffers, fresh_buffers(shape, dtype, n, nonce, shape_index, first=n), strict=True):
+            buffer.copy_(fresh)
+        before = [b.clone() for b in buffers]
+        graph.graph.replay()
+        _synchronize()
+        check_replay(graph, module, every=True, when=f"on fresh inputs at {text}, ")
     del graphs
 
     def again() -> float:  # a second capture, longer, timed anew: another graph, other inputs in order
@@ -333,6 +430,7 @@ def _time_shape(
         return figure
 
     flag(row, again)
+    unchanged_inputs(buffers, before, "its input buffer")
     return row
 
 
@@ -370,17 +468,27 @@ def time_candidate(
     shapes: list[tuple[int, ...]],
     dtype: torch.dtype,
     baselines: Baselines,
+    state: list[torch.Tensor] = (),
+    nonce: int | None = None,
 ) -> pb.TimingEvidence:
     """One TimingRow per shape against baselines already prepared (prepare_baselines) at these shapes.
 
-    Raises ReplayMismatch when the graph that was timed computed something else than the module.
+    `state`: the tensors the candidate reads besides its input (the module's weight), bit-identical after.
+    `nonce`: this judging's, from which every timed input buffer's contents are drawn (fresh when None).
+    Raises ReplayMismatch when the graph that was timed computed something else than the module (or took
+    another time with its outputs poisoned), TimedInputModified when an input or the state changed.
     """
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     l2 = int(getattr(props, "L2_cache_size", 50 << 20))
+    nonce = secrets.randbits(62) if nonce is None else nonce
+    kept = [t.detach().clone() for t in state]
     with timing_settings(), torch.no_grad():
         ceiling = copy_ceiling(getattr(module, "reads_per_write", 1))
-        rows = [_time_shape(module, candidate, baselines, s, dtype, l2, ceiling) for s in shapes]
+        rows = [
+            _time_shape(module, candidate, baselines, s, dtype, l2, ceiling, nonce, i) for i, s in enumerate(shapes)
+        ]
         _synchronize()  # a kernel that faulted the GPU shows here, not as a number
+        unchanged_inputs([t.detach() for t in state], kept, "state")
     settings = [
         "TF32 on, deterministic algorithms off for timing (restored after)",
         "baselines built and run at every shape before timing (no compile inside the timed region)",
@@ -393,6 +501,10 @@ def time_candidate(
         f"{ROUNDS} rounds interleaving candidate and baselines, median of the rounds",
         f"inputs rotated through >= 4x the L2 ({l2 >> 20} MiB), at most {MAX_BUFFERS} buffers",
         f"flagged over {SUSPICIOUS:g}x or under the copy ceiling: re-measured from a second graph",
+        "timed inputs drawn from a nonce of this judging, each buffer its own contents; after the rounds "
+        f"{POISONED_REPLAYS} replays with the outputs poisoned (NaN), every output checked, their time within "
+        f"{POISON_BAND:g}x (+{POISON_SLACK_US:g} us) of the others'; inputs and weights bit-identical after; one "
+        "replay on fresh contents, every output checked",
     ]
     return pb.TimingEvidence(
         measured=True,

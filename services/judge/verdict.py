@@ -278,6 +278,28 @@ def _child_problem(tally: _Tally, cases: list[Case], problems, when: str = "") -
     return True
 
 
+def _prefilled(tally: _Tally, cases: list[Case], refs: list[Reference], data: dict) -> bool:
+    """The cases the child ran again with their output's memory holding another case's answer (the donor's, of the
+    same shape; drawn from the judging's seed): each answer must be its own case's. False once one fails."""
+    pairs, outs = data.get("prefilled_cases"), data.get("prefilled")
+    if not isinstance(pairs, list) or not isinstance(outs, list) or len(pairs) != len(outs):
+        tally.fail("missing-outputs", "the child returned no outputs of the cases run with pre-filled outputs")
+        return False
+    for pair, out in zip(pairs, outs, strict=True):
+        try:
+            case, donor = (int(i) for i in pair)
+        except (TypeError, ValueError):
+            case = donor = -1
+        if not (0 <= case < len(cases) and 0 <= donor < len(cases)) or case == donor:
+            tally.fail("missing-outputs", f"the child named no two cases for a pre-filled run ({pair!r})")
+            return False
+        if not _check_output(
+            tally, cases[case], refs[case], out, f"its output pre-filled with {cases[donor].name}'s answer, "
+        ):
+            return False
+    return True
+
+
 def judge_outputs(
     cases: list[Case], refs: list[Reference], facts: dict, blob: bytes, *, first_pass: bool = False
 ) -> _Tally:
@@ -310,6 +332,8 @@ def judge_outputs(
     if type(ghost) is not torch.Tensor or same_bits(ghost, outputs[0]):
         tally.fail("ghost", f"{cases[0].name}: with the kernel launch skipped the wrapper returns the same answer")
         return tally
+    if not _prefilled(tally, cases, refs, data):
+        return tally
     if first_pass:
         return tally
     if facts.get("drift"):
@@ -317,6 +341,9 @@ def judge_outputs(
         return tally
     if _child_problem(tally, cases, facts.get("after_problems"), "after the timing calls, "):
         tally.rule = "drift"
+        return tally
+    for problem in facts.get("call_problems") or []:  # the timing (or further) calls: no case's, its own rule
+        tally.fail(str(problem.get("rule", "raised")), str(problem.get("detail", "")))
         return tally
     after = data.get("after")
     if not isinstance(after, list) or not after:
@@ -372,5 +399,7 @@ CHECKS = [
     "against a CPU copy), guard bytes around every tensor of the call",
     "the first case again as production calls it (plain memory, random bytes in the output): the same bits; "
     "the launch skipped: a different answer",
+    "some cases again (drawn from the seed) with their output's memory holding another case's answer of the same "
+    "shape: their own answer",
     "the first cases again after the timing calls (GPU) or 48 further calls (CPU)",
 ]

@@ -292,6 +292,7 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("kernel_precision_downgrade_fp16", "correctness", "outside-tolerance"),
     _dynamic("kernel_precision_downgrade_output", "correctness", "outside-tolerance"),
     _dynamic("sandbox_huge_bounded_loop", "sandbox", "timeout", timeout_s=15.0),
+    _dynamic("sandbox_slow_call_per_bytes", "sandbox", "timeout"),  # the per-call limit, not the whole timeout
     _dynamic("regime_square_in_fp16", "correctness", "outside-tolerance", dtype="float16"),
     _dynamic("regime_rsqrt_without_eps", "correctness", "nan-output", dtype="float16"),
     _dynamic("regime_weight_as_one", "correctness", "outside-tolerance"),

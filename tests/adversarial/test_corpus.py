@@ -165,6 +165,9 @@ async def test_sandboxed_cases_get_their_verdict(entry, sandboxed_verdicts):
     _check(entry, judged, prior)
     obs = judged.observed
     assert obs.sandbox.ran and obs.sandbox.gpu_health == "no GPU" and obs.sandbox.exit
+    if entry.name == "sandbox_slow_call_per_bytes":  # stopped by the child's clock at the call, long before 600 s
+        assert "case 0 at " in obs.sandbox.error and "per-call limit of 20.0 s" in obs.sandbox.error, describe(judged)
+        assert obs.sandbox.wall_s < 120, describe(judged)
     if obs.sandbox.exit != "timeout":  # a child killed on time sends no answer, so no word of its walls
         assert obs.sandbox.network in ("netns", "audit-hook") and obs.sandbox.walls, describe(judged)
     if entry.layer in ("correctness", "passes"):

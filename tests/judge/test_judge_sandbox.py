@@ -31,9 +31,11 @@ async def test_the_honest_kernel_passes_every_check(tmp_path):
     outcome, tally = await run_prepared(ready, LIMITS, tmp_path)
     assert outcome.facts.get("loaded"), (outcome.facts, outcome.log_tail)
     assert not tally.error, (tally.rule, tally.error)
-    # every case once, then the first cases again after the 48 stress calls
-    assert tally.run == tally.passed == len(ready.cases) + min(6, len(ready.cases))
+    # every case once, 4 again with another case's answer in their output, the first again after the 48 stress calls
+    assert tally.run == tally.passed == len(ready.cases) + 4 + min(6, len(ready.cases))
     assert outcome.facts["stress_calls"] == 48 and not outcome.facts["problems"]
+    slowest = outcome.facts["slowest_call"]  # every call ran under the clock, far inside its limit
+    assert slowest["limit_s"] == 20.0 and 0 < slowest["share"] < 0.5 and not outcome.facts["call_problems"]
     assert tally.max_ratio <= 1 and tally.max_abs > 0
     assert not outcome.timing.measured and "no GPU" in outcome.timing.reason
     box = outcome.sandbox
@@ -75,3 +77,17 @@ def test_modules_built_under_a_device_context_land_there_with_the_poison_install
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.split() == ["meta", "meta"], out.stdout + out.stderr
+
+
+def test_a_call_past_its_own_limit_is_a_timeout_naming_the_call():
+    import json as _json
+
+    from services.core.pb import events_pb2 as _pb
+    from services.judge.sandbox import _parse_answer
+
+    detail = "case 0 at 2x3x64 was still running at its per-call limit of 20.0 s (3.6 kB moved)"
+    fact = {"call": "case 0", "shape": "2x3x64", "bytes": 3584, "limit_s": 20.0, "detail": detail}
+    raw = _json.dumps({"nonce": "n", "facts": {"loaded": True, "problems": [], "call_timeout": fact}, "timing": {},
+                       "walls": {"network": "netns", "walls": ["w"]}}).encode()  # fmt: skip
+    outcome = _parse_answer(raw, "n", _pb.SandboxEvidence(ran=True), "")
+    assert outcome.sandbox.rule_id == "timeout" and outcome.sandbox.error == detail

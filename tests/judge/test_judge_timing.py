@@ -120,3 +120,94 @@ def test_the_replay_check_compares_in_the_input_dtype_like_the_correctness_layer
     outputs = [module(x) * (1 + 2e-3) for x in inputs]
     assert outputs[0].dtype == torch.float32
     check_replay(_captured(outputs, inputs), module)
+
+
+# ---------------------------------------------------------------- timing that cannot be cached (pure parts)
+
+
+def test_timed_buffers_hold_contents_of_their_own_drawn_from_the_judgings_nonce():
+    from services.judge.timing import buffer_seed, fresh_buffers
+
+    seeds = {buffer_seed(nonce, s, b) for nonce in (1, 2) for s in range(4) for b in range(32)}
+    assert len(seeds) == 2 * 4 * 32 and all(0 <= s < 2**63 for s in seeds)
+    buffers = fresh_buffers((3, 64), torch.bfloat16, 4, nonce=123, shape_index=1, device="cpu")
+    assert all(b.dtype == torch.bfloat16 and b.shape == (3, 64) for b in buffers)
+    assert len({b.float().sum().item() for b in buffers}) == 4  # no two alike: not clones of one tensor
+    again = fresh_buffers((3, 64), torch.bfloat16, 4, nonce=123, shape_index=1, device="cpu")
+    assert all(torch.equal(a, b) for a, b in zip(buffers, again, strict=True))  # reproducible from the nonce
+    other = fresh_buffers((3, 64), torch.bfloat16, 4, nonce=124, shape_index=1, device="cpu")
+    assert not any(torch.equal(a, b) for a, b in zip(buffers, other, strict=True))  # another judging, other contents
+    later = fresh_buffers((3, 64), torch.bfloat16, 4, nonce=123, shape_index=1, device="cpu", first=4)
+    assert not any(torch.equal(a, b) for a, b in zip(buffers, later, strict=True))  # the refresh draws anew
+
+
+@pytest.mark.parametrize(
+    "poisoned,others,ok",
+    [
+        (10.4, [10.0, 10.2, 9.9], True),  # honest: what the others took
+        (1.9, [1.5, 1.6, 1.5], True),  # a tiny call's jitter, within the slack
+        (40.0, [10.0, 10.2, 9.9], False),  # computed when poisoned, skipped the others: 4x
+        (31.0, [10.0, 10.2, 9.9], False),  # it read the whole output to decide: ~3x
+        (2.0, [10.0, 10.2, 9.9], False),  # much faster when poisoned
+    ],
+)
+def test_the_poisoned_replay_must_take_what_the_others_took(poisoned, others, ok):
+    from services.judge.timing import in_band
+
+    assert in_band(poisoned, others) is ok
+
+
+def test_poisoning_fills_every_output_a_graph_writes():
+    from services.judge.timing import poison_outputs
+
+    a, b, c = torch.zeros(3), torch.zeros(2, dtype=torch.bfloat16), torch.zeros(2, dtype=torch.int32)
+    poison_outputs([a, (b, c)])
+    assert torch.isnan(a).all() and torch.isnan(b.float()).all() and (c == -1).all()
+
+
+def test_a_write_to_a_timed_input_is_named():
+    from services.judge.timing import TimedInputModified, unchanged_inputs
+
+    kept = [torch.randn(4), torch.randn(4)]
+    now = [t.clone() for t in kept]
+    unchanged_inputs(now, kept, "its input buffer")
+    now[1][2] += 1
+    with pytest.raises(TimedInputModified) as caught:
+        unchanged_inputs(now, kept, "its input buffer")
+    assert caught.value.rule == "modified-input" and "its input buffer 1" in str(caught.value)
+    with pytest.raises(TimedInputModified) as caught:
+        unchanged_inputs(now, kept, "state")
+    assert caught.value.rule == "modified-weights"
+
+
+@pytest.mark.gpu
+def test_a_kernel_that_keeps_a_finite_output_is_caught_by_the_poisoned_and_fresh_replays():
+    """On the GPU: an honest op passes the poisoned replays and the fresh-contents replay; an op that keeps whatever
+    finite value its output holds passes the poisoned one (it computes into NaN) and fails the fresh one."""
+    from services.judge.timing import capture, fresh_buffers, poisoned_replays
+
+    def honest(x):
+        return x * 2.0
+
+    def trusting(x):  # its outputs live beside its inputs, allocated once: keep what is finite there
+        out = trusting.kept[x.data_ptr()]
+        torch.where(torch.isnan(out), x * 2.0, out, out=out)
+        return out
+
+    shape = (4096, 1024)
+    for fn, caught in ((honest, False), (trusting, True)):
+        buffers = fresh_buffers(shape, torch.float32, 4, nonce=7, shape_index=0)
+        trusting.kept = {b.data_ptr(): torch.full_like(b, float("nan")) for b in buffers}
+        graph = capture(fn, buffers, 8)
+        others = [graph.per_call_us(5) for _ in range(3)]
+        poisoned_replays(graph, honest, others, "4096x1024")  # both compute into NaN: right, and in time
+        refreshed = fresh_buffers(shape, torch.float32, 4, nonce=7, shape_index=0, first=4)
+        for buffer, fresh in zip(buffers, refreshed, strict=True):
+            buffer.copy_(fresh)
+        graph.graph.replay()
+        torch.cuda.synchronize()
+        if caught:
+            with pytest.raises(ReplayMismatch, match="on fresh inputs"):
+                check_replay(graph, honest, every=True, when="on fresh inputs, ")
+        else:
+            check_replay(graph, honest, every=True, when="on fresh inputs, ")

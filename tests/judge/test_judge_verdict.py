@@ -31,6 +31,7 @@ def _honest(ready, **changes) -> tuple[dict, bytes]:
     """Facts and outputs of a child whose candidate answered exactly what the module itself answers."""
     own = [ref.own for ref in ready.refs]
     parts = {"outputs": own, "second": own[0].clone(), "ghost": torch.full_like(own[0], float("nan")), "after": own[:6]}
+    parts.update(prefilled_cases=[[1, 0]], prefilled=[own[1].clone()])  # case 1 again, case 0's answer in its output
     parts.update(changes)
     return {"loaded": True, "problems": [], "after_problems": [], "stress_calls": 48}, _blob(**parts)
 
@@ -38,7 +39,7 @@ def _honest(ready, **changes) -> tuple[dict, bytes]:
 def test_the_modules_own_answers_pass_every_check(ready):
     facts, blob = _honest(ready)
     tally = verdict.judge_outputs(ready.cases, ready.refs, facts, blob)
-    assert not tally.error and tally.run == tally.passed == len(ready.cases) + 6
+    assert not tally.error and tally.run == tally.passed == len(ready.cases) + 6 + 1
     evidence = verdict.evidence(tally, ready.cases, seed_base=7, dtype="bfloat16", facts=facts, interpreted=True)
     assert evidence.passed and evidence.cases == len(ready.cases) and evidence.stress_calls == 48
     assert set(evidence.regimes) >= {"normal", "huge", "zeros", "tiny", "nonfinite"}
@@ -77,6 +78,32 @@ def test_each_way_an_answer_is_wrong_names_its_rule(ready, change, rule):
     facts, blob = _honest(ready, **{key: value})
     tally = verdict.judge_outputs(ready.cases, ready.refs, facts, blob)
     assert tally.rule == rule, (tally.rule, tally.error)
+
+
+def test_a_case_pre_filled_with_another_answer_must_answer_its_own_input(ready):
+    own = [ref.own for ref in ready.refs]
+    case, donor = next(
+        (c, d)
+        for c in range(len(own))
+        for d in range(len(own))
+        if c != d and own[c].shape == own[d].shape and torch.isfinite(own[c]).all() and not torch.equal(own[c], own[d])
+    )
+    facts, blob = _honest(ready, prefilled_cases=[[case, donor]], prefilled=[own[donor].clone()])  # the donor's kept
+    tally = verdict.judge_outputs(ready.cases, ready.refs, facts, blob, first_pass=True)
+    assert tally.rule in ("outside-tolerance", "nan-output", "missing-nonfinite"), tally.error
+    name, donor_name = ready.cases[case].name, ready.cases[donor].name
+    assert tally.error.startswith(f"its output pre-filled with {donor_name}'s answer, {name}"), tally.error
+    facts, blob = _honest(ready, prefilled_cases=[[0, 0]])
+    assert verdict.judge_outputs(ready.cases, ready.refs, facts, blob).rule == "missing-outputs"
+    facts, blob = _honest(ready, prefilled=None)
+    assert verdict.judge_outputs(ready.cases, ready.refs, facts, blob).rule == "missing-outputs"
+
+
+def test_a_write_to_the_input_in_the_timing_calls_names_its_own_rule(ready):
+    facts, blob = _honest(ready)
+    problem = {"rule": "modified-input", "detail": "during the timing calls the kernel wrote to its input buffer 3"}
+    tally = verdict.judge_outputs(ready.cases, ready.refs, {**facts, "call_problems": [problem]}, blob)
+    assert tally.rule == "modified-input" and tally.error == problem["detail"]
 
 
 def test_the_childs_facts_are_read_as_data_and_named(ready):
