@@ -43,6 +43,7 @@ for step in $steps; do
           done | tee "$RESULTS_DIR/corpus_honest.log" ;;
     servertests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests/server 2>&1 | tee "$RESULTS_DIR/gpu_server_tests.log" ;;
     serving) timeout 540 python3 bench/serving.py 2>&1 | tee "$RESULTS_DIR/serving.log" ;;
+    served) timeout 560 bash scripts/served_before_after.sh 2>&1 | tee "$RESULTS_DIR/served.log" ;;
     bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/bench.log" ;;
     layernorm) python3 bench/rmsnorm.py --variant layernorm --out bench/results 2>&1 | tee "$RESULTS_DIR/layernorm.log" ;;
     addnorm) python3 bench/add_norm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/add_norm.log" ;;
