@@ -390,8 +390,9 @@ def evidence(
 
 CHECKS = [
     "cases drawn by the parent (services.judge.cases): the live shape, batched decode, every row-count residue, "
-    "more rows than live, an odd width, value regimes (normal, huge, outlier channels, zero rows, tiny, "
-    "non-finite), weights drawn apart from the module's init, non-contiguous layouts",
+    "more rows than live, an odd width, every width the profile saw, the served row range (GPU), value regimes "
+    "(normal, huge, outlier channels, zero rows, tiny, non-finite, log-scale, offset, repeated rows, leading "
+    "zeros, spike-walk), weights drawn apart from the module's init, non-contiguous layouts",
     "references computed by the parent before the child started: the module's own forward in fp32 (held to) "
     "and in its dtypes (must pass the same bound)",
     "bound from the dtypes' rounding and the reduction length; a mean signed error beyond rounding is a bias",
