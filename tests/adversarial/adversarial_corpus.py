@@ -302,11 +302,11 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("precision_bias_4e6_fp32", "correctness", "biased-output"),
     _dynamic("guard_store_past_output_end", "correctness", "guard-bytes"),
     _dynamic("dispatch_beyond_cases", "correctness", "outside-tolerance"),
-    _dynamic("domain_block_for_one_width", "correctness", "nan-output", widths=(256,)),
     # ------------------------------------------------ values over the whole range: wrong only on the newer regimes
     _dynamic("numeric_one_pass_variance", "correctness", "outside-tolerance", module=COHERE),  # offset
     _dynamic("numeric_strided_max_fp16", "correctness", "outside-tolerance", dtype="float16"),  # spike-walk
     _dynamic("numeric_eps_as_floor_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),  # log-scale
+    _dynamic("domain_block_for_one_width", "correctness", "nan-output", widths=(256,)),
     _static("flow_capped_row_loop", "hidden-boundary"),
     # ------------------------------------------------ honest kernels: must pass
     _template(4, 1, dtype="bfloat16", gpu_width=1536),
