@@ -1,4 +1,5 @@
-"""One tolerance table for the judge's correctness checks and the server's parity checks.
+"""One tolerance table for the judge's correctness checks and the server's parity checks, and the one bit-for-bit
+comparison both use (an input or a weight a kernel must leave as it found it).
 
 bf16 carries a wider bound than one rounding step because the Triton CPU interpreter
 truncates bf16 stores instead of rounding to nearest even (about one bf16 step, 2**-7).
@@ -42,3 +43,10 @@ def comparable(out: torch.Tensor, ref: torch.Tensor, input_dtype: torch.dtype) -
     if input_dtype.is_floating_point and input_dtype.itemsize < ref.dtype.itemsize:
         return out.to(input_dtype), ref.to(input_dtype)
     return out, ref
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit for bit (NaN equals itself, -0.0 is not 0.0, which == would get wrong)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))

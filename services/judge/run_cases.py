@@ -24,6 +24,7 @@ import torch
 
 from services.core.call_limits import call_bytes, call_limit_s, describe
 from services.core.shapes import shape_text
+from services.core.tolerances import same_bits
 from services.judge.poison import NAN_BYTE
 
 GUARD_BYTES = 512  # canaries each side: keeps the interior 512-byte aligned, as the caching allocator does
@@ -158,13 +159,6 @@ def run_op_case(
         if not same_bits(now.cpu(), then):
             return CaseRun(problem=("modified-input", f"the kernel wrote to its operand {i}"))
     return _finished(out, guard)
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit for bit (NaN inputs included, which == would call changed)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 def under_fill(byte: int) -> Callable:

@@ -19,9 +19,9 @@ import torch
 
 from services.core.pb import events_pb2 as pb
 from services.core.shapes import shape_text
+from services.core.tolerances import same_bits
 from services.judge.cases import Case, apply_layout
 from services.judge.rounding import Bound, centred_row_error, compare, honest_bound
-from services.judge.run_cases import same_bits
 from services.ops import row_reduction
 from services.ops.recognise_norm import epsilon_of, recognise
 

@@ -28,6 +28,7 @@ import torch
 from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
 from services.core.settings import Settings
+from services.core.tolerances import same_bits
 from services.ops import Answered
 from services.ops.hub_functions import plain_function
 from services.ops.launch import next_pow2
@@ -165,16 +166,12 @@ _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's bit patterns, so that comparing them is bit for bit (a NaN equals itself, -0.0 is not 0.0)."""
+    """The tensor's bit patterns as integers, which can be summed (`_checksums`)."""
     if t.dtype == torch.bool:
         return t.to(torch.uint8)
     if (t.is_floating_point() or t.is_complex()) and t.element_size() in _BITS:
         return t.view(_BITS[t.element_size()])
     return t
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(_bits(a), _bits(b)))
 
 
 @dataclass
