@@ -95,19 +95,9 @@ def shadow_pass(engine, swaps) -> list[str]:
 # ---------------------------------------------------------------------------------------------- inline
 
 
-def _outputs(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _outputs(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _outputs(v)]
-    return []
-
-
 def output_problem(got, ref) -> str:
     """How the output a kernel answered differs from the module's own (parity's tolerance); "" when it does not."""
-    got_t, ref_t = _outputs(got), _outputs(ref)
+    got_t, ref_t = [t for _, t in tensor_leaves(got)], [t for _, t in tensor_leaves(ref)]
     if len(got_t) != len(ref_t):
         return f"it answered {len(got_t)} tensors where the module's own forward answers {len(ref_t)}"
     worst, failed = 0.0, None
