@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -196,17 +196,12 @@ def stress(
     moved = call_bytes(t.nbytes for t in (x, *state))
     with torch.no_grad():
         for i in range(calls):
-            with clock.call(f"further call {i + 1}", x.shape, moved) if clock else _nothing():
+            with clock.call(f"further call {i + 1}", x.shape, moved) if clock else nullcontext():
                 forward(x)
             problem = unchanged([x, *state], before, f"further call {i + 1} of {calls}")
             if problem:
                 return i + 1, problem
     return calls, None
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def unchanged(now: list[torch.Tensor], before: list[torch.Tensor], when: str, inputs: int = 1) -> dict | None:
