@@ -19,7 +19,6 @@ import errno
 import logging
 import secrets
 import socket
-import time
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -31,12 +30,11 @@ from services.core import limits
 from services.core.admin_auth import authorized, needs_token
 from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as ipb_grpc
-from services.server.engine import MAX_NEW_TOKENS, BadRequest, Engine
+from services.server.engine import BadRequest, Engine
+from services.server.requests import Ended, busy_problem, check_new_tokens, check_request, generate_text
 from services.server.sampling import Sampling
 from services.server.stats import CountRefused
-from services.server.stops import StopScanner, stops_problem
 from services.server.swaps import SwapRegistry
-from services.server.tokenizer import IncrementalText
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +43,6 @@ DEFAULT_ADMIN_TOKENS = 16  # when an admin request leaves max_new_tokens at 0
 
 class AddressUnavailable(RuntimeError):
     """The gRPC address cannot be listened on (another server holds it, say); the message says which and why."""
-
-
-def check_new_tokens(engine: Engine, prompt_tokens: int, max_new_tokens: int) -> None:
-    """BadRequest naming the model's real bound unless a prompt of `prompt_tokens` may ask for this many new tokens:
-    prompt + new tokens must fit the model's positions (and new tokens stay within MAX_NEW_TOKENS)."""
-    positions = engine.loaded.max_positions
-    bound = min(MAX_NEW_TOKENS, positions - prompt_tokens)
-    if bound < 1:
-        raise BadRequest(f"the prompt's {prompt_tokens} tokens leave no room in the model's {positions} positions")
-    if not 1 <= max_new_tokens <= bound:
-        raise BadRequest(
-            f"max_new_tokens must be 1..{bound} for a prompt of {prompt_tokens} tokens (prompt + new tokens must fit "
-            f"the model's {positions} positions), got {max_new_tokens}"
-        )
 
 
 def request_sampling(request: ipb.GenerateRequest) -> Sampling:
@@ -70,18 +54,17 @@ def request_sampling(request: ipb.GenerateRequest) -> Sampling:
 
 
 def request_ids(engine: Engine, request: ipb.GenerateRequest) -> list[int]:
-    """The prompt's token ids after every check a request must pass; BadRequest says what is wrong."""
-    problem = limits.generate_problem(len(request.prompt), len(request.token_ids))  # before encoding it
-    if problem:
-        raise BadRequest(problem)
-    ids = list(request.token_ids) if request.token_ids else engine.encode(request.prompt) if request.prompt else []
-    if ids:  # an empty prompt is engine.check's to refuse
-        check_new_tokens(engine, len(ids), request.max_new_tokens)
-    engine.check(ids, request.max_new_tokens, request_sampling(request))
-    problem = stops_problem(list(request.stop))
-    if problem:
-        raise BadRequest(problem)
-    return ids
+    """The prompt's token ids after every check a request must pass (services.server.requests); BadRequest says
+    what is wrong."""
+    checked = check_request(
+        engine,
+        prompt=request.prompt,
+        token_ids=request.token_ids,
+        max_new_tokens=request.max_new_tokens,
+        sampling=request_sampling(request),
+        stop=request.stop,
+    )
+    return checked.ids
 
 
 def admin_tokens(engine: Engine, prompts: list[str], max_new_tokens: int) -> int:
@@ -118,44 +101,32 @@ class InferenceApi(ipb_grpc.InferenceServicer):
             ids = request_ids(self.engine, request)
         except BadRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        if self.engine.active >= self.engine.max_active:  # checked and counted with no await between: exact
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{self.engine.active} requests are being generated, the most this server takes at once "
-                f"(YANTRA_MAX_REQUESTS); retry later",
-            )
-        text = IncrementalText(self.engine.tokenizer)
-        stops = StopScanner(list(request.stop))
-        eos = None if request.ignore_eos else self.engine.tokenizer.eos_token_id
-        produced, finish = 0, "length"
-        t0 = time.perf_counter()
-        answered = asyncio.Event()  # set at a stop string: the request ends early, answered, not cancelled
-        chunks = self.engine.generate(
+        busy = busy_problem(self.engine)
+        if busy:  # checked with no await before the engine counts the request: exact
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, busy)
+        pieces = generate_text(
+            self.engine,
             ids,
             request.max_new_tokens,
-            stop_at_eos=not request.ignore_eos,
             sampling=request_sampling(request),
-            answered=answered,
+            stop=request.stop,
+            ignore_eos=request.ignore_eos,
         )
         try:
-            async with contextlib.aclosing(chunks):  # leaving early (a stop string) cancels the request
-                async for chunk in chunks:
-                    produced += len(chunk)
-                    yield ipb.GenerateChunk(token_ids=chunk, text=stops.push(text.push(chunk)))
-                    if stops.stopped:
-                        finish = "stop"
-                        answered.set()
-                        break
-                    if eos is not None and eos in chunk:
-                        finish = "eos"
+            async with contextlib.aclosing(pieces):  # a client that goes closes it: the request is cancelled
+                async for piece in pieces:
+                    if isinstance(piece, Ended):
+                        yield ipb.GenerateChunk(
+                            done=True,
+                            text=piece.text,
+                            tokens_per_s=piece.tokens_per_s,
+                            finish_reason=piece.finish_reason,
+                        )
+                    else:
+                        yield ipb.GenerateChunk(token_ids=piece.token_ids, text=piece.text)
         except Exception as exc:
             log.exception("generation failed")
             await context.abort(grpc.StatusCode.INTERNAL, f"generation failed: {type(exc).__name__}: {exc}")
-        seconds = time.perf_counter() - t0
-        rest = "" if stops.stopped else stops.flush(text.flush())
-        yield ipb.GenerateChunk(
-            done=True, text=rest, tokens_per_s=produced / seconds if seconds else 0.0, finish_reason=finish
-        )
 
 
 class AdminApi(ipb_grpc.AdminServicer):
@@ -302,8 +273,9 @@ def _guarded(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandl
     return handler  # no client-streaming RPCs in this server
 
 
-def address_problem(addr: str) -> str | None:
-    """Why `addr` ("host:port") cannot be listened on exclusively, in one line; None when it can right now."""
+def address_problem(addr: str, setting: str = "YANTRA_SERVER_ADDR") -> str | None:
+    """Why `addr` ("host:port") cannot be listened on exclusively, in one line; None when it can right now.
+    `setting` is the variable a user sets to move it."""
     host, _, port = addr.rpartition(":")
     host = host.strip("[]")
     try:
@@ -317,8 +289,7 @@ def address_problem(addr: str) -> str | None:
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             return (
-                f"cannot listen on {addr}: another server holds that port; "
-                "stop it, or set YANTRA_SERVER_ADDR to a free address"
+                f"cannot listen on {addr}: another server holds that port; stop it, or set {setting} to a free address"
             )
         return f"cannot listen on {addr}: {exc.strerror or exc}"
     return None
