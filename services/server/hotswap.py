@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import types
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from services.core.call_limits import call_bytes
 from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
 from services.core.settings import Settings
@@ -32,6 +34,8 @@ from services.core.tolerances import same_bits
 from services.ops import Answered
 from services.ops.hub_functions import plain_function
 from services.ops.launch import next_pow2
+from services.server import call_watch
+from services.server.call_watch import LiveClock
 from services.server.functions import FunctionSite, site_of
 from services.server.introspection import class_path, instances_of
 
@@ -65,6 +69,17 @@ def forwards_version() -> int:
 def _forwards_changed() -> None:
     global _forwards_version
     _forwards_version += 1
+
+
+_serials = itertools.count(1)
+_serving: set[int] = set()  # serials of the swaps patched in now (committed or in parity)
+
+
+def serving_kernels() -> frozenset[int]:
+    """The serials of every swap patched in now: a CUDA graph captured under a subset of them runs only kernels
+    still served (services.server.batch_decode keeps replaying it), one captured under another set may hold a
+    kernel taken out since (never replayed again)."""
+    return frozenset(_serving)
 
 
 SAMPLES_KEPT = 8  # live inputs a committed swap keeps for the shadow check (services.server.shadow)
@@ -251,6 +266,7 @@ def _checksums(tensors: list[torch.Tensor]) -> torch.Tensor | None:
 @dataclass
 class SwapHandle:
     target: str
+    serial: int = field(default_factory=lambda: next(_serials))  # unique in the process (serving_kernels)
     patched: list[_Patched] = field(default_factory=list)
     reverted: bool = False
     on_failure: Callable[[str], None] | None = None  # set at commit: a live error then falls back, reported here
@@ -267,13 +283,32 @@ class SwapHandle:
     # id(module) -> (names, tensors, checksums, copies or None) of each patched module's parameters and persistent
     # buffers, taken when the kernel was patched in, before it ever ran (`fingerprint`)
     fingerprints: dict = field(default_factory=dict)
+    clock: LiveClock | None = None  # set at commit: live calls timed against the judge's per-call limit
+    state_bytes: dict = field(default_factory=dict)  # id(module) -> bytes of its parameters (a call reads them)
 
-    def commit(self, on_failure: Callable[[str], None], shadow_calls: int | None = None) -> None:
+    def commit(
+        self, on_failure: Callable[[str], None], shadow_calls: int | None = None, clock: LiveClock | None = None
+    ) -> None:
         """The swap serves: errors fall back and are reported to `on_failure`; the next `shadow_calls` eager calls
-        are checked inline."""
+        are checked inline; live calls are timed on `clock` (services.server.call_watch)."""
         if shadow_calls is not None:
             self.shadow_calls = shadow_calls
+        self.clock = clock
         self.on_failure = on_failure
+
+    def timing(self, module, args: tuple, kwargs: dict, watch: Watch | None):
+        """The clock over this live call (services.server.call_watch says which calls are timed), or a null one."""
+        leaves = [t for _, t in tensor_leaves((args, kwargs))]
+        if self.clock is None or not leaves:
+            return contextlib.nullcontext()
+        device = leaves[0].device.type
+        if device != "cpu" and (watch is None or not watch.inline):  # a launch returns before its kernel ends
+            return contextlib.nullcontext()
+        if id(module) not in self.state_bytes:
+            self.state_bytes[id(module)] = sum(t.numel() * t.element_size() for _, t in _state(module))
+        moved = call_bytes([t.numel() * t.element_size() for t in leaves]) + self.state_bytes[id(module)]
+        what = f"{call_watch.PREFIX}{self.target}"
+        return self.clock.call(what, tuple(leaves[0].shape), moved, device, self.drifted)
 
     def watch(self, module, args: tuple, kwargs: dict) -> Watch | None:
         """Before a committed call runs: whether it is checked inline or kept (its inputs copied now), or None.
@@ -404,6 +439,7 @@ class SwapHandle:
             else:
                 p.module.__dict__["forward"] = p.previous
         self.reverted = True
+        _serving.discard(self.serial)
         _forwards_changed()
 
 
@@ -416,19 +452,23 @@ def serve(handle: SwapHandle, owner, call: Callable, args: tuple, kwargs: dict):
         return call(owner, args, kwargs)
     watch = handle.watch(owner, args, kwargs)
     try:
-        out = call(owner, args, kwargs)
+        with handle.timing(owner, args, kwargs, watch) as timed:
+            out = call(owner, args, kwargs)
+            if timed is not None and torch.cuda.is_available():  # a watched GPU call: its kernels, not the launch
+                torch.cuda.synchronize()
     except Exception as exc:
         if watch is not None:  # whatever the kernel wrote before raising is put back: the fallback runs on what was
             watch.restore()
             handle.weights_problem([owner])
         return handle.fall_back(owner, exc, args, kwargs)
-    if watch is None:
-        return out
-    if watch.inline or watch.written():  # a kept call's copy is there anyway: comparing its inputs is one read
+    if watch is not None and (watch.inline or watch.written()):  # a kept call's copy is there: one read to compare
         from services.server.shadow import check_inline  # shadow imports parity, which imports this module
 
-        return check_inline(handle, watch, out)
-    handle.keep(watch)
+        out = check_inline(handle, watch, out)
+    elif watch is not None:
+        handle.keep(watch)
+    if timed is not None and timed.late:  # the answer stands (checked above where watched); the kernel goes
+        handle.drifted(timed.late)
     return out
 
 
@@ -479,6 +519,7 @@ def apply_swap(model: torch.nn.Module, contract: pb.Contract, entry: Callable) -
     except BaseException:
         handle.revert()
         raise
+    _serving.add(handle.serial)
     _forwards_changed()
     return handle
 
@@ -501,6 +542,7 @@ def _apply_function(contract: pb.Contract, entry: Callable) -> SwapHandle:
     swapped.__name__ = f"kernel_function[{getattr(entry, '__name__', 'entry')}]"
     handle.patched.append(_Patched(site, site.current))
     site.set(swapped)
+    _serving.add(handle.serial)
     _forwards_changed()
     return handle
 

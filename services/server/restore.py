@@ -5,7 +5,8 @@ committed (and not rolled back) for the model this server serves is re-applied t
 checks as the first time: the log must still vouch for the candidate, the static check runs again,
 and parity is re-checked on this process's live weights by the same pure rule (`swap_outcome`).
 Each outcome is a SwapReapplied in the swap's own run (re-applied with its parity, or not and why:
-superseded by a newer swap of the target, the log no longer vouching, parity failing on these weights),
+superseded by a newer swap of the target, the log no longer vouching, parity failing on these weights, a
+rollback requested that the last process never answered: a kernel call that did not come back, see call_watch),
 so the log, `yantra swaps` and the TUI say what this server serves.
 """
 
@@ -35,7 +36,10 @@ async def restore_swaps(bus: Bus, service: ServerService, model_name: str, clock
         if request is None or request.msg.model != model_name:
             continue  # a swap made on another model
         newer = service.swaps.active_for(rec.msg.target_class)
-        if newer is not None:
+        asked = rollback_asked(run_log, rec.msg.swap_id)
+        if asked:  # asked before the last process could answer (a kernel call that never came back, say)
+            observed = pb.ParityObservation(dtype=service.engine.dtype, error=f"a rollback was requested: {asked}")
+        elif newer is not None:
             why = f"superseded by the newer {newer.swap_id} on {rec.msg.target_class}"
             observed = pb.ParityObservation(dtype=service.engine.dtype, error=why)
         else:
@@ -48,6 +52,13 @@ async def restore_swaps(bus: Bus, service: ServerService, model_name: str, clock
         else:
             log.warning("swap %s %s", rec.msg.swap_id, outcome.reason)
     return restored
+
+
+def rollback_asked(run_log: list[ev.Recorded], swap_id: str) -> str:
+    """The reason of a RollbackRequested for `swap_id` in its run ("" when none): a restart must not serve a swap
+    the log asked to take out, answered or not (its answer comes when the request is redelivered)."""
+    asked = next((r for r in run_log if r.type == "RollbackRequested" and r.msg.swap_id == swap_id), None)
+    return (asked.msg.reason or "no reason given") if asked is not None else ""
 
 
 def _answer(committed: ev.Recorded, outcome: pb.SwapReapplied, run_log: list[ev.Recorded], time_ns: int) -> ev.Envelope:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +29,8 @@ from services.core.events import Recorded, first
 from services.core.kernels import KernelLoadError, candidate_wrapper
 from services.core.pb import events_pb2 as pb
 from services.core.settings import Settings
-from services.server import domain, shadow
+from services.server import call_watch, domain, shadow
+from services.server.call_watch import EXIT_HUNG, HUNG_GRACE_S, LiveClock
 from services.server.engine import Engine
 from services.server.parity import CANARY_TOKENS, swap_with_parity, warm_kernel
 from services.server.swaps import SwapRegistry
@@ -70,6 +72,8 @@ class ServerService:
         self.kernel_dir = Path(data_dir) / "kernels"
         self.static_check = static_check or check_candidate
         self.live_failures: asyncio.Queue[LiveFailure] = asyncio.Queue()
+        # Committed kernels' live calls held to the judge's per-call limit (services.server.call_watch)
+        self.clock = LiveClock()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def handle(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
@@ -141,7 +145,7 @@ class ServerService:
         outcome = domain.swap_outcome(prior, trigger, observed)
         if isinstance(outcome, pb.SwapCommitted) and handle is not None:
             self.swaps.add(outcome, handle)
-            handle.commit(self._reporter(trigger, outcome), self.shadow_calls)
+            handle.commit(self._reporter(trigger, outcome), self.shadow_calls, self.clock)
         elif handle is not None:
             self.engine.revert(handle)
         return outcome
@@ -222,11 +226,8 @@ class ServerService:
 
 def rollback_request(failure: LiveFailure, time_ns: int) -> ev.Envelope:
     """The RollbackRequested that records a live failure, caused by the swap's SwapCommitted (one per swap)."""
-    reason = (
-        failure.error
-        if failure.error.startswith(shadow.PREFIX)
-        else f"the kernel raised while serving: {failure.error}"
-    )
+    said = failure.error.startswith((shadow.PREFIX, call_watch.PREFIX))  # a check's report says what it found
+    reason = failure.error if said else f"the kernel raised while serving: {failure.error}"
     request = pb.RollbackRequested(swap_id=failure.swap_id, reason=reason, failure=failure.error)
     return ev.make_envelope(
         failure.run_id, request, producer="server", time_ns=time_ns, causation_id=failure.committed_event_id
@@ -248,8 +249,20 @@ async def shadow_loop(service: ServerService, stop: asyncio.Event, every_s: floa
                 log.error("shadow check: %s", problem)
 
 
-async def request_rollbacks(bus: Bus, service: ServerService, stop: asyncio.Event, retry_s: float = 1.0) -> None:
-    """Publish each live failure as a RollbackRequested; kept and retried while the bus is unreachable."""
+async def request_rollbacks(
+    bus: Bus,
+    service: ServerService,
+    stop: asyncio.Event,
+    retry_s: float = 1.0,
+    grace_s: float = HUNG_GRACE_S,
+    exit: Callable[[int], None] = os._exit,
+) -> None:
+    """Publish each live failure as a RollbackRequested; kept and retried while the bus is unreachable.
+
+    A kernel call still running past its limit (services.server.call_watch) holds the engine thread, which nothing
+    can free: once its RollbackRequested is on the log, the call gets `grace_s` to come back, and if it has not,
+    the process `exit`s with EXIT_HUNG for its supervisor to restart it (the restart does not re-apply the swap).
+    """
     while not stop.is_set():
         try:
             failure = await asyncio.wait_for(service.live_failures.get(), timeout=0.5)
@@ -266,3 +279,20 @@ async def request_rollbacks(bus: Bus, service: ServerService, stop: asyncio.Even
                     return
                 await asyncio.sleep(retry_s)
         log.info("RollbackRequested %s: %s", failure.swap_id, failure.error)
+        if service.clock.stuck():
+            await _exit_if_still_stuck(service.clock, failure, grace_s, exit)
+
+
+async def _exit_if_still_stuck(clock: LiveClock, failure: LiveFailure, grace_s: float, exit) -> None:
+    waited = 0.0
+    while clock.stuck() and waited < grace_s:
+        await asyncio.sleep(0.1)
+        waited += 0.1
+    if clock.stuck():
+        log.critical(
+            "swap %s: a kernel call is still running %.0f s past its limit and holds the model; exiting (status %d) "
+            "for the supervisor to restart the server without it (the log holds its RollbackRequested)",
+            failure.swap_id, grace_s, EXIT_HUNG,
+        )  # fmt: skip
+        logging.shutdown()
+        exit(EXIT_HUNG)
