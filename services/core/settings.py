@@ -29,6 +29,7 @@ ENV_NAMES = {
     "admin_token": "YANTRA_ADMIN_TOKEN",
     "instance_id": "YANTRA_INSTANCE_ID",
     "metrics_addr": "YANTRA_METRICS_ADDR",
+    "http_addr": "YANTRA_HTTP_ADDR",
     "max_requests": "YANTRA_MAX_REQUESTS",
     "graphs": "YANTRA_GRAPHS",
     "batch": "YANTRA_BATCH",
@@ -113,6 +114,7 @@ class Settings(BaseModel):
     )
     instance_id: str = Field("", description="the id the server answers Health with; empty: a random one")
     metrics_addr: str = Field("", description="host:port of the server's Prometheus endpoint; empty: none")
+    http_addr: str = Field("", description="host:port of the server's OpenAI-compatible HTTP API; empty: none")
     max_requests: int = Field(64, ge=1, description="requests the server generates at once; more: RESOURCE_EXHAUSTED")
     graphs: bool = Field(True, description="on a GPU, each batched decode step is a CUDA graph (0: eager steps)")
     batch: int | None = Field(
@@ -131,12 +133,12 @@ class Settings(BaseModel):
         # Services hand paths to children that run in other working directories (the judge's sandbox).
         return path.expanduser().resolve()
 
-    @field_validator("server_addr", "metrics_addr")
+    @field_validator("server_addr", "metrics_addr", "http_addr")
     @classmethod
     def _host_port(cls, addr: str, info) -> str:
         # gRPC and the Prometheus exporter take a port past 65535 modulo 65536 (99999 listens on 34463), while
         # `yantra up` says it is ready on the address as written: refuse it here, before anything starts.
-        if info.field_name == "metrics_addr" and not addr:
+        if info.field_name in ("metrics_addr", "http_addr") and not addr:
             return addr  # no endpoint
         problem = host_port_problem(addr)
         if problem:
@@ -188,6 +190,8 @@ class Settings(BaseModel):
             out["YANTRA_INSTANCE_ID"] = self.instance_id
         if self.metrics_addr:
             out["YANTRA_METRICS_ADDR"] = self.metrics_addr
+        if self.http_addr:
+            out["YANTRA_HTTP_ADDR"] = self.http_addr
         out["YANTRA_MAX_REQUESTS"] = str(self.max_requests)
         out["YANTRA_GRAPHS"] = "1" if self.graphs else "0"
         if self.batch is not None:

@@ -1,4 +1,5 @@
-"""`python -m services.server`: load the model, serve gRPC, answer swap events, publish metrics."""
+"""`python -m services.server`: load the model, serve gRPC (and the OpenAI-compatible HTTP API when
+YANTRA_HTTP_ADDR is set), answer swap events, publish metrics."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from services.core.service_main import Setup, configure_logging, main, settings_
 from services.core.settings import Settings
 from services.server.engine import Engine, ModelNotServable
 from services.server.grpc_api import AddressUnavailable, address_problem, bind_grpc
+from services.server.http_api import HttpApi, start_http
 from services.server.metrics import default_server_id, metrics_loop
 from services.server.models import UnknownModel, load_model
 from services.server.prometheus import Exporter
@@ -24,13 +26,18 @@ log = logging.getLogger("services.server")
 GRACE_S = 2.0
 
 
-async def serve_grpc(engine: Engine, server: grpc.aio.Server, stop: asyncio.Event, ready: str) -> None:
+async def serve_grpc(
+    engine: Engine, server: grpc.aio.Server, stop: asyncio.Event, ready: str, http: HttpApi | None = None
+) -> None:
+    """Serve until `stop`; then both APIs finish what they answer (GRACE_S) before the engine closes."""
     await server.start()
+    if http is not None:
+        http.ready = True  # it listened from the start, answering 503 while the swaps were restored
     log.info("%s", ready)
     try:
         await stop.wait()
     finally:
-        await server.stop(GRACE_S)
+        await asyncio.gather(server.stop(GRACE_S), http.close(GRACE_S) if http is not None else asyncio.sleep(0))
         engine.close()
 
 
@@ -43,13 +50,26 @@ def make_setup(engine: Engine, instance_id: str) -> Setup:
         except AddressUnavailable:
             await bus.close()
             raise
-        if settings.metrics_addr:
+        # One registry for the Prometheus port and the HTTP API's /metrics.
+        exporter = Exporter(engine, swaps) if settings.metrics_addr or settings.http_addr else None
+        if exporter is not None and settings.metrics_addr:
             try:
-                Exporter(engine, swaps).serve(settings.metrics_addr)
+                exporter.serve(settings.metrics_addr)
             except (OSError, ValueError) as exc:
                 await bus.close()
                 raise AddressUnavailable(f"cannot serve Prometheus metrics on {settings.metrics_addr}: {exc}") from exc
             log.info("Prometheus metrics on http://%s/metrics", settings.metrics_addr)
+        http = None
+        if settings.http_addr:
+            try:
+                http, http_port = await start_http(
+                    engine, settings.http_addr, exporter and exporter.registry, ready=False
+                )
+            except AddressUnavailable:
+                await bus.close()
+                raise
+            host = settings.http_addr.rsplit(":", 1)[0]
+            log.info("OpenAI-compatible HTTP API on http://%s:%d/v1 (and /health, /metrics)", host, http_port)
         guarded = "admin RPCs need YANTRA_ADMIN_TOKEN" if token else "admin RPCs open (no YANTRA_ADMIN_TOKEN)"
         ready = f"server ready on {addr.rsplit(':', 1)[0]}:{port} ({guarded}; instance {instance_id})"
         service = ServerService(engine, settings.data_dir, swaps=swaps, shadow_calls=settings.shadow_calls)
@@ -57,7 +77,7 @@ def make_setup(engine: Engine, instance_id: str) -> Setup:
         if restored:
             log.info("re-applied %d swap(s) from the log: %s", len(restored), ", ".join(restored))
         return [
-            serve_grpc(engine, server, stop, ready),
+            serve_grpc(engine, server, stop, ready, http),
             run_service(bus, service, stop, settings.ack_wait_s),
             request_rollbacks(bus, service, stop),
             shadow_loop(service, stop),
@@ -73,6 +93,8 @@ def run() -> int:
     # A taken port and a bad model name fail fast with status 2 (a configuration error: `yantra up` stops):
     # the port is looked at before the model loads, and bound for good (exclusively) before swaps are restored.
     problem = address_problem(settings.server_addr)
+    if not problem and settings.http_addr:
+        problem = address_problem(settings.http_addr, "YANTRA_HTTP_ADDR")
     if problem:
         log.error("server: %s", problem)
         return 2

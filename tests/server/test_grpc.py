@@ -416,3 +416,22 @@ async def test_bad_sampling_arguments_are_invalid_argument(channel, request_, wh
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await _generate(channel, prompt="hi", max_new_tokens=4, **request_)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and why in err.value.details()
+
+
+async def test_each_bad_input_the_http_api_refuses_is_refused_on_grpc_too(engine, channel):
+    """The OpenAI API's bad inputs, over gRPC (there is no model name to get wrong, and a body is protobuf)."""
+    for request, why in (
+        ({"prompt": "x" * 600, "max_new_tokens": 4}, "the prompt's 600 tokens leave no room in the model's 512"),
+        ({"prompt": "hi", "max_new_tokens": 4, "temperature": float("nan")}, "temperature must be 0..100"),
+        ({"prompt": "hi", "max_new_tokens": 4, "temperature": 1.0, "top_p": -0.5}, "top_p must be in (0, 1]"),
+        ({"prompt": "hi", "max_new_tokens": 2**32 - 1}, "max_new_tokens must be 1..510"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await _generate(channel, **request)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and why in err.value.details()
+    # A body past gRPC's 4 MiB receive limit is refused by gRPC itself, naming both sizes; no slot is taken.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await _generate(channel, prompt="x" * 5_000_000, max_new_tokens=4)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "Received message larger than max (5000007 vs. 4194304)" in err.value.details()
+    assert engine.active == 0 and len(await _generate(channel, prompt="Hello", max_new_tokens=2)) == 3
