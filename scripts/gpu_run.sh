@@ -41,7 +41,7 @@ for step in $steps; do
     corpus-honest) for part in 1/2 2/2; do
             timeout 285 python3 bench/judge_corpus.py --only honest --part $part --merge 2>&1 | tail -14
           done | tee "$RESULTS_DIR/corpus_honest.log" ;;
-    servertests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests/server 2>&1 | tee "$RESULTS_DIR/gpu_server_tests.log" ;;
+    servertests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests/server tests/test_shadow_inline.py 2>&1 | tee "$RESULTS_DIR/gpu_server_tests.log" ;;
     serving) timeout 540 python3 bench/serving.py 2>&1 | tee "$RESULTS_DIR/serving.log" ;;
     served) timeout 560 bash scripts/served_before_after.sh 2>&1 | tee "$RESULTS_DIR/served.log" ;;
     bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/bench.log" ;;

@@ -5,15 +5,28 @@ paying the host's launch cost. Over a slot cache (services.server.slot_cache) ev
 has a fixed address, so the step over the first n slots is captured once as a CUDA graph per bucket size n
 and replayed: the host pays one launch per step, whatever n is. A step feeds each busy slot its token at
 its own position; slots join (prefill, eager) and leave between steps, which is what continuous batching
-needs. The graphs hold whatever forward each module had when captured: when a swap patches or restores
-forwards (`hotswap.forwards_version` changes) they are dropped and captured again before the next step.
+needs.
+
+No capture on the request path. Every (rows, span) graph a step can need is captured at load (`capture_all`),
+before the server takes traffic. A graph holds whatever forward each module had when captured, so each records
+the swaps serving then (`hotswap.serving_kernels`):
+- after a commit the old graphs keep serving (the kernels they hold are all still served; the new one is not in
+  them yet) while `capture_stale` captures fresh ones when the engine is idle (services.server.engine);
+- after a revert a graph holding the kernel taken out is never replayed again: until its fresh one is captured,
+  that step runs eagerly (the module's own forward, at eager speed), never a capture on the request path;
+- a swap's parity canary (`fresh()`) captures fresh graphs as it steps: the kernel is checked inside a graph.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import torch
 
-from services.server.hotswap import first_forward, forwards_version
+from services.server.hotswap import first_forward, serving_kernels
 from services.server.models import error_line
 from services.server.slot_cache import SlotIndex, slot_cache
 
@@ -23,6 +36,13 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # step sizes captured as graphs; a
 # 10.9 ms a step over whole 2048-token slots). One graph per (rows, length) pair met.
 SHORTEST_SPAN = 128
 WARMUP_STEPS = 2  # eager steps on a side stream before a capture (lazy inits, cuBLAS handles, allocator)
+
+
+@dataclass
+class Graph:
+    graph: torch.cuda.CUDAGraph
+    logits: torch.Tensor  # the graph's output buffer
+    kernels: frozenset[int]  # the swaps serving when it was captured (hotswap.serving_kernels)
 
 
 class SlotDecoder:
@@ -48,9 +68,12 @@ class SlotDecoder:
         self.dtype = dtype
         self.lengths = [0] * slots  # tokens in each slot's cache: the position its next token is fed at
         self.busy = [False] * slots
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self._version = forwards_version()
+        self._graphs: dict[tuple[int, int], Graph] = {}
+        self._used: dict[tuple[int, int], int] = {}  # key -> the step that last ran it: fresh captures go there first
+        self._steps = 0
+        self._fresh = False  # set by `fresh()`: a step captures a graph of the kernels serving now, now
         self.captures = 0
+        self.eager_steps = 0  # steps run eagerly on a GPU: no graph of theirs could run (after a revert, say)
 
     # ------------------------------------------------------------------ slots
 
@@ -155,12 +178,65 @@ class SlotDecoder:
             for _ in range(WARMUP_STEPS):
                 self._step(n, span)
         torch.cuda.current_stream().wait_stream(stream)
+        kernels = serving_kernels()
         graph = torch.cuda.CUDAGraph()
         # thread-local: a swap compiling its kernels on a worker thread meanwhile (parity.warm_kernel) is no error
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             logits = self._step(n, span)
-        self._graphs[n, span] = (graph, logits)
+        self._graphs[n, span] = Graph(graph, logits, kernels)
         self.captures += 1
+
+    def keys(self) -> list[tuple[int, int]]:
+        """Every (rows, span) a step can run: the buckets up to the slots, the spans up to the slot's length."""
+        rows = sorted({self._bucket_for(highest) for highest in range(self.slots)})
+        spans = sorted({self.span_for(need) for need in [1, *(SHORTEST_SPAN << k for k in range(16))]})
+        return [(n, span) for n in rows for span in spans if span <= self.max_len]
+
+    def _runnable(self, key: tuple[int, int]) -> Graph | None:
+        """The key's graph if replaying it runs only kernels still served (fresh or from before a commit)."""
+        graph = self._graphs.get(key)
+        return graph if graph is not None and graph.kernels <= serving_kernels() else None
+
+    def stale_keys(self) -> list[tuple[int, int]]:
+        """Keys with no graph of the kernels serving now, the most recently stepped first."""
+        now = serving_kernels()
+        stale = [k for k in self.keys() if k not in self._graphs or self._graphs[k].kernels != now]
+        return sorted(stale, key=lambda k: -self._used.get(k, -1))
+
+    def _positions_free(self) -> None:
+        """With no slot busy, every row of a warm-up step writes at position 0 of a free slot (which its next
+        prefill overwrites)."""
+        if not any(self.busy):
+            self.index.positions.zero_()
+
+    def capture_stale(self, most: int = 1) -> int:
+        """Capture up to `most` stale graphs (the engine calls this when idle); returns how many."""
+        if not self.graphs:
+            return 0
+        done = 0
+        with torch.inference_mode():
+            for key in self.stale_keys()[:most]:
+                self._positions_free()
+                self._capture(*key)
+                done += 1
+        return done
+
+    def capture_all(self) -> tuple[int, float]:
+        """Capture every stale graph now (at load, before traffic); (graphs captured, seconds)."""
+        start = time.perf_counter()
+        count = self.capture_stale(len(self.keys())) if self.graphs else 0
+        if count:
+            torch.cuda.synchronize()
+        return count, time.perf_counter() - start
+
+    @contextlib.contextmanager
+    def fresh(self) -> Iterator[None]:
+        """Steps inside capture the graph of the kernels serving now where they have none (a swap's canary)."""
+        self._fresh = True
+        try:
+            yield
+        finally:
+            self._fresh = False
 
     def _next_key(self) -> tuple[int, int]:
         """The (rows, span) graph the next step of the busy slots replays."""
@@ -168,19 +244,18 @@ class SlotDecoder:
         return self.bucket(), self.span_for(deepest + 1)
 
     def refresh(self) -> int:
-        """Drop the graphs captured before the forwards last changed; capture again, now, the one the running
-        requests step through next (others are captured when first met). Returns how many were captured.
-
-        Only one: a swap holds the model while this runs, and each capture of the 1.5B shape takes ~0.3-0.7 s
-        on the H200 (7 graphs captured again took the hold to 4.85 s, bench/README.md)."""
-        if self._version == forwards_version():
-            return 0
-        self._graphs.clear()
-        self._version = forwards_version()
+        """Capture, now, the graph of the kernels serving now that the running requests step through next, if it
+        has none; the others are captured when the engine is idle (`capture_stale`). Returns how many were
+        captured. Only one: a swap holds the model while this runs (each capture of the 1.5B shape took ~0.3-0.7
+        s on the H200)."""
         if not self.graphs or not any(self.busy):
             return 0
+        key = self._next_key()
+        graph = self._graphs.get(key)
+        if graph is not None and graph.kernels == serving_kernels():
+            return 0
         with torch.inference_mode():
-            self._capture(*self._next_key())
+            self._capture(*key)
         return 1
 
     def step(self, feeds: dict[int, int]) -> torch.Tensor:
@@ -206,11 +281,18 @@ class SlotDecoder:
             if not self.graphs:
                 logits = self._step(n, span)
             else:
-                self.refresh()
-                if (n, span) not in self._graphs:
+                self._steps += 1
+                self._used[n, span] = self._steps
+                graph = self._runnable((n, span))
+                if self._fresh and (graph is None or graph.kernels != serving_kernels()):
                     self._capture(n, span)
-                graph, logits = self._graphs[n, span]
-                graph.replay()
+                    graph = self._graphs[n, span]
+                if graph is None:  # none of its graphs may run now: eagerly, never a capture on the request path
+                    self.eager_steps += 1
+                    logits = self._step(n, span)
+                else:
+                    graph.graph.replay()
+                    logits = graph.logits
         for slot in feeds:
             self.lengths[slot] += 1
         return logits

@@ -52,6 +52,9 @@ MAX_ACTIVE = 64  # requests generated at once; more are refused (RESOURCE_EXHAUS
 BATCH_SLOTS = {"cuda": 64, "cpu": 8}
 TICKS_PER_HOLD = 256  # decode steps the batch loop runs per hold of the model while nobody else waits
 SLOT_TOKENS = 2048
+# The idle engine captures stale graphs one at a time, this long apart: a request arriving meanwhile waits for
+# one capture at most (~0.1-0.7 s on the H200), never for all of them.
+FILL_PAUSE_S = 0.05
 
 
 class BadRequest(ValueError):
@@ -131,12 +134,18 @@ class Engine:
                 self.batcher = Batcher(self.decoder)
         self.graphs = self.decoder is not None and self.decoder.graphs
         self._batches: asyncio.Task | None = None
+        self._filler: asyncio.Task | None = None
         problem = self._solo_refusal()
         if problem:
             self.close()
             raise ModelNotServable(problem)
+        if self.graphs:  # every step's graph before the first request: none is captured on the request path
+            count, seconds = self.decoder.capture_all()
+            log.info("captured %d CUDA graphs of the batched lane in %.1f s", count, seconds)
 
     def close(self) -> None:
+        if self._filler is not None:
+            self._filler.cancel()
         self._pool.shutdown(wait=True)
 
     def _solo_refusal(self) -> str | None:
@@ -174,6 +183,26 @@ class Engine:
                 raise
         finally:
             self._lock.release()
+            self._fill_graphs_soon()
+
+    def _fill_graphs_soon(self) -> None:
+        """After any work on the model (a swap, a revert, a batch of requests): graphs no longer of the kernels
+        serving now are captured again in the background, one at a time while the engine is idle."""
+        if self.graphs and (self._filler is None or self._filler.done()):
+            self._filler = asyncio.get_running_loop().create_task(self._fill_graphs())
+
+    def _idle(self) -> bool:
+        return not self.waiting and not self.active and (self.batcher is None or self.batcher.idle())
+
+    async def _fill_graphs(self) -> None:
+        while self.decoder.stale_keys():
+            await asyncio.sleep(FILL_PAUSE_S)  # traffic first: a request arriving now does not wait for a capture
+            if self._idle() and not self._lock.locked():
+                try:
+                    await self.exclusive(self.decoder.capture_stale)
+                except Exception:  # the steps it would serve run eagerly meanwhile; the next work on the model retries
+                    log.exception("capturing a CUDA graph of the batched lane failed")
+                    return
 
     def _run_work(self, stop: threading.Event, fn: Callable, args: tuple):
         self._stop, self.working = stop, getattr(fn, "__name__", "work")
@@ -491,12 +520,14 @@ class Engine:
 
     def apply(self, contract: pb.Contract, entry: Callable) -> SwapHandle:
         """Patch the live model — the one way it changes. Call inside `exclusive` (between steps): the graphs
-        in use are captured again on the next step, or at once by a served-lane canary."""
+        captured before keep serving (without the kernel) until fresh ones are captured, by a served-lane canary
+        at once or when the engine is idle."""
         return apply_swap(self.model, contract, entry)
 
     def revert(self, handle: SwapHandle) -> int:
         """Undo a patch, then capture again the graph the running requests step through next, before the lock
-        is given back (the rest when first met). Returns how many graphs were captured."""
+        is given back (the rest when the engine is idle: a graph holding the kernel is never replayed again, and
+        its steps run eagerly meanwhile). Returns how many graphs were captured."""
         handle.revert()
         return self.decoder.refresh() if self.decoder is not None else 0
 

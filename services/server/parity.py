@@ -247,7 +247,8 @@ def served_canary(
     observed.served_lane = "graphs" if decoder.graphs else "eager steps"
     observed.graphs_captured = decoder.refresh()
     before = decoder.captures
-    _, logits = engine.serve_decode(ids, len(forced), forced=forced, keep_logits=True)
+    with decoder.fresh():  # each step in a graph holding the kernel: captured now where none does yet
+        _, logits = engine.serve_decode(ids, len(forced), forced=forced, keep_logits=True)
     observed.graphs_captured += decoder.captures - before
     observed.served_logit_max_diff = logit_max_diff(logits, reference)
 

@@ -78,6 +78,22 @@ def test_compaction_moves_a_sequence_into_a_lower_slot_without_changing_it(engin
     assert got == expected
 
 
+def test_the_graphs_captured_at_load_are_every_bucket_at_every_span_a_step_can_run(engine):
+    """A GPU captures each of these at load (SlotDecoder.capture_all): a step never meets a key outside them."""
+    cases = (
+        (8, 512, [1, 2, 4, 8], [128, 256, 512]),
+        (10, 300, [1, 2, 4, 8, 10], [128, 256, 300]),
+        (3, 64, [1, 2, 3], [64]),
+    )
+    for slots, length, rows, spans in cases:
+        decoder = SlotDecoder(engine.model, "cpu", engine.loaded.dtype, slots, length, engine._cache_kw)
+        assert decoder.keys() == [(n, span) for n in rows for span in spans]
+        for highest in range(slots):  # every step's key is among them, whatever slots are busy and however deep
+            for need in (1, length // 2, length):
+                assert (decoder._bucket_for(highest), decoder.span_for(need)) in decoder.keys()
+        assert decoder.capture_all()[0] == 0 and decoder.eager_steps == 0  # a CPU steps eagerly: no graph
+
+
 def test_a_prompt_longer_than_a_slot_is_refused_by_the_decoder(engine):
     decoder = SlotDecoder(engine.model, "cpu", engine.loaded.dtype, 2, 8, engine._cache_kw)
     with pytest.raises(ValueError, match="do not fit the 8-token slot cache"):

@@ -78,6 +78,56 @@ async def test_tiny_qwen2_batched_graph_lane_gives_each_request_the_eager_tokens
         engine.close()
 
 
+async def _burst(engine: Engine, prompts: list[str], tokens: int) -> list[list[int]]:
+    import asyncio
+
+    async def one(prompt):
+        chunks = [c async for c in engine.generate(engine.encode(prompt), tokens, stop_at_eos=False)]
+        return [t for c in chunks for t in c]
+
+    return await asyncio.gather(*(one(p) for p in prompts))
+
+
+async def _settled(engine: Engine, seconds: float = 120.0) -> None:
+    """Until the idle engine has captured every stale graph."""
+    import asyncio
+
+    for _ in range(int(seconds * 10)):
+        if not engine.decoder.stale_keys():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"graphs still stale after {seconds} s: {engine.decoder.stale_keys()}")
+
+
+async def test_no_graph_is_captured_on_the_request_path_after_a_start_a_swap_or_a_rollback(good_source, tmp_path):
+    engine = Engine(load_model("tiny-qwen2", "cuda"), slots=8)
+    try:
+        decoder = engine.decoder
+        keys = decoder.keys()
+        assert len(keys) == 4 * len({span for _, span in keys}) and decoder.captures == len(keys)  # all at load
+        assert decoder.stale_keys() == []
+        prompts = [PROMPTS[i % 3] + " " * i for i in range(6)]
+        expected = [engine.decode(engine.encode(p), 12)[0] for p in prompts]
+        assert await _burst(engine, prompts, 12) == expected  # the first burst after the start
+        assert decoder.captures == len(keys) and decoder.eager_steps == 0
+        await _settled(engine)
+
+        service, log, outcome = await _swap(engine, good_source, tmp_path, "gpu-fill")
+        assert isinstance(outcome, pb.SwapCommitted) and outcome.observed.graphs_captured >= 1, outcome
+        assert decoder.stale_keys()  # the others still hold the module's own forward: they serve meanwhile
+        assert await _burst(engine, prompts, 12) == expected
+        await _settled(engine)  # then captured with the kernel while idle
+        assert decoder.eager_steps == 0
+
+        await _rollback(service, log, outcome.swap_id)
+        captures = decoder.captures
+        assert await _burst(engine, prompts, 12) == expected  # graphs holding the kernel are never replayed
+        await _settled(engine)
+        assert decoder.captures > captures and decoder.stale_keys() == []
+    finally:
+        engine.close()
+
+
 async def test_1p5b_shape_profile_swap_and_decode_speed(good_source, wrong_source, tmp_path):
     engine = Engine(load_model("qwen2.5-1.5b-shape", "cuda"))
     try:
