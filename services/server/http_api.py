@@ -28,6 +28,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -132,7 +133,7 @@ class HttpApi:
         await conn.respond(200, json.dumps({"object": "list", "data": [self._card()]}).encode())
 
     async def model(self, request: Request, conn: Connection) -> None:
-        self._known_model(request.path.rstrip("/").removeprefix("/v1/models/"))
+        self._known_model(unquote(request.path.rstrip("/").removeprefix("/v1/models/")))  # a hub id has a "/"
         await conn.respond(200, json.dumps(self._card()).encode())
 
     def _known_model(self, name: str | None) -> None:
@@ -281,6 +282,8 @@ class HttpApi:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*busy, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
 
 
 async def start_http(

@@ -9,7 +9,8 @@ closes, sends `Connection: close`, idles for IDLE_S, or its request's body was l
 
 While a handler answers (`Connection.watched`), the connection is watched: a client that closes it cancels the
 answer (`ClientGone`), so a generation stops at its next step and frees its slot instead of writing into a dead
-socket.
+socket. A client that half-closes (shuts down its sending side) while it waits is taken as gone too: HTTP
+clients do not, and a closed socket is what a client that gave up leaves.
 """
 
 from __future__ import annotations
