@@ -2,7 +2,9 @@
 
 The two row operands — the attention output `a` and the residual `x` — are the gated pair's (same shape and
 layout, each drawn on its own: services.judge.pair_cases: the live shape first, value regimes, batched decode,
-more rows than the live call, an odd width, non-contiguous layouts); each case adds the norm's state drawn as
+more rows than the live call, an odd width, non-contiguous layouts; and, its plan being the norm family's row
+plan, both sides of each row dispatch limit, every residue of its rows per program, the class's other hidden
+widths, on a GPU the served row range); each case adds the norm's state drawn as
 the norm family's judge draws it (services.judge.cases: weights around one, signed, near zero, large, with
 zeros; a bias far from zero for a LayerNorm) and an epsilon, which the op takes as an argument: a kernel must
 use the one it is given. Deterministic in (spec, seed).

@@ -1,4 +1,5 @@
-"""The inputs the judge draws for an elementwise op of two operands: the gated MLP's (gate, up) pairs.
+"""The inputs the judge draws for an op of operand pairs: the gated MLP's (gate, up), the plain MLP's operands
+(the gates alone) and the residual norm's (attention output, residual) (services.judge.add_norm_cases).
 
 What a fused act(gate) * up kernel gets wrong: the element count modulo its block (a missing mask
 reads or writes past the end), more elements than the live shape, non-contiguous operands (the
@@ -6,9 +7,22 @@ wrapper must copy), value regimes where the activation saturates or cancels (hug
 sign, all-zero rows, tiny values, NaN/Inf, outlier channels), batched decode shapes. Both operands
 of a case share its shape and layout; each is drawn on its own from the case's generator.
 
+The served model's input domain, as the norm family's judge draws it (services.judge.cases), after those:
+- the residual norm's plan dispatches by row count and launches row programs (services.ops.row_reduction's
+  vocabulary): each dispatch limit is drawn at and one past it ("dispatch-edge"; the row past it also as
+  log-scale rows, so the launch past a limit meets an epsilon's rows too, not only normal ones; on CPU only
+  limits below CPU_BOUNDARY_ROWS, the judge refusing a plan that dispatches above), and every residue of each
+  rows-per-program block ("rows-residue"; on CPU residues up to CPU_RESIDUES). The MLPs' plans are one launch
+  over blocks of elements: neither applies.
+- every other width the class is called at ("width": the profile's widths, of the operands' last dim; the MLPs'
+  profile records hidden widths, not intermediate ones, so they pass none and none is invented).
+- on a GPU, the served model's row range up to the most rows one call carries ("domain", cases.domain_rows:
+  each within DOMAIN_ELEMENTS), outside the drawn cases' budget. The CPU draws none.
+
 `draw_pair_cases` is deterministic in (spec, seed): the fixed cases (the live shape first), then
 `spec.examples` drawn from the seed. The CPU budget is a total of elements (the interpreter runs one
-program per block of elements); the GPU's too.
+program per block of elements); the GPU's too. The dispatch edges and residues count in it (the drawn cases
+shrink to make room: they are never left out), the domain's cases do not.
 """
 
 from __future__ import annotations
@@ -18,7 +32,18 @@ from dataclasses import dataclass
 
 import torch
 
-from services.judge.cases import LAYOUTS, REGIME_ROWS, _base, _generator, _pick, _values, log_scales
+from services.judge.cases import (
+    CPU_BOUNDARY_ROWS,
+    LAYOUTS,
+    REGIME_ROWS,
+    _base,
+    _generator,
+    _pick,
+    _values,
+    domain_rows,
+    log_scales,
+    residue_rows,
+)
 from services.judge.cases import REGIMES as ROW_REGIMES
 
 # The rows' regimes, and gates in the band between normal's tail (|g| ~ 16) and huge's bulk: an activation
@@ -33,6 +58,7 @@ CPU_ELEMENT_BUDGET = 60_000  # over all cases' operands on CPU (interpreted)
 GPU_ELEMENT_BUDGET = 32 * 2**20
 ODD_WIDTH = 97
 SMALL_ROWS = 3
+CPU_RESIDUES = 8  # on CPU each rows-per-program block's residues up to this (the norm family's: service.CPU_MAX_ROWS)
 
 
 @dataclass(frozen=True)
@@ -43,6 +69,12 @@ class PairSpec:
     gpu: bool
     blocks: tuple[int, ...] = ()  # elements per program of the plan's grids: each is drawn at, below and past
     examples: int = 12
+    # A row plan's (the residual norm's): its row dispatch limits (launches' max_rows), each drawn at and past
+    # it, and the rows per program of its grids (services.judge.service.row_blocks), every residue of each drawn.
+    boundaries: tuple[int, ...] = ()
+    row_blocks: tuple[int, ...] = ()
+    widths: tuple[int, ...] = ()  # every width the class is called at (the profile's): each is drawn
+    domain_rows: int = 0  # the most rows one call can carry on the served model (0: unknown): a GPU draws up to it
 
 
 @dataclass(frozen=True)
@@ -108,6 +140,20 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES) -> list[tuple[str, tuple[int, .
     plan.append(("rows-beyond", (beyond, w), "normal", "contiguous"))
     plan.append(("odd-width", (SMALL_ROWS, ODD_WIDTH), "normal", "contiguous"))
     plan += [("layout", (2, 2, w), "normal", layout) for layout in LAYOUTS]
+    # The served domain after the cases above (a spec without it draws them as before). Every residue of each
+    # block of rows per program; both sides of each row dispatch limit, the row past it also in log-scale rows
+    # (an epsilon or a scale mishandled only by the launch past the limit); on CPU only the limits below
+    # CPU_BOUNDARY_ROWS (services.judge.cases.undrawn_boundaries refuses a plan dispatching above them).
+    cap = 0 if spec.gpu else CPU_RESIDUES
+    plan += [("rows-residue", (n, w), "normal", "contiguous") for n in residue_rows(spec.row_blocks, cap)]
+    limits = sorted({int(n) for n in spec.boundaries if n > 0 and (spec.gpu or n < CPU_BOUNDARY_ROWS)})
+    edges = sorted({n for limit in limits for n in (limit, limit + 1)})
+    plan += [("dispatch-edge", (n, w), "normal", "contiguous") for n in edges]
+    plan += [("dispatch-edge", (limit + 1, w), "log-scale", "contiguous") for limit in limits]
+    others = sorted({int(x) for x in spec.widths if x > 0} - {w, ODD_WIDTH})
+    plan += [("width", (SMALL_ROWS, other), "normal", "contiguous") for other in others]
+    if spec.gpu:  # from past the live rows to the most one call carries, each case within DOMAIN_ELEMENTS
+        plan += [("domain", (n, w), "normal", "contiguous") for n in domain_rows(rows, spec.domain_rows, w)]
     return plan
 
 
@@ -119,7 +165,7 @@ def draw_pair_cases(spec: PairSpec, seed: int, alike: bool = False) -> list[Pair
         _case(kind, shape, regime, layout, spec, _generator(seed, "pair-fixed", i), alike)
         for i, (kind, shape, regime, layout) in enumerate(_fixed_plan(spec, regimes))
     ]
-    used = sum(c.gate.numel() for c in cases)
+    used = sum(c.gate.numel() for c in cases if not c.name.startswith("domain "))  # the domain's: outside it
     budget = GPU_ELEMENT_BUDGET if spec.gpu else CPU_ELEMENT_BUDGET
     widest = max(spec.width, ODD_WIDTH)
     max_rows = max(2, (budget - used) // max(1, 2 * spec.examples * widest))

@@ -252,7 +252,8 @@ class JudgeService:
 
     def prepare_pairs(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
         """A gated MLP's: (gate, up) operand pairs of the live intermediate width, torch's act(gate) * up as the
-        oracle (the variant the server saw the module compute)."""
+        oracle (the variant the server saw the module compute). On a GPU the served row range too (the operands
+        carry the hidden rows); no other widths: the profile's are hidden widths, not intermediate ones."""
         intro = target.introspection
         children = {c.name: tuple(c.shape) for c in intro.children}
         shapes = {b.param: children.get(b.attr, ()) for b in proposal.contract.bindings}
@@ -263,7 +264,10 @@ class JudgeService:
         live = tuple(target.input_shape)[:-1] + (width,) if target.input_shape else (1, width)
         job = self._op_job(proposal, target, width, live)
         blocks = tuple(gated_mlp.parse_grid(launch.grid) for launch in proposal.plan.launches)
-        spec = PairSpec(width, live, torch_dtype(dtype), self.use_gpu, blocks, examples=self.examples // 2)
+        spec = PairSpec(
+            width, live, torch_dtype(dtype), self.use_gpu, blocks, examples=self.examples // 2,
+            domain_rows=target.max_rows,  # the operands' rows are the hidden rows: the served range of them
+        )  # fmt: skip
         cases = draw_pair_cases(spec, job.seed_base)
         refs = verdict.pair_references(cases, target.computes)
         blob = io.BytesIO()
@@ -274,7 +278,8 @@ class JudgeService:
 
     def prepare_unary(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
         """A plain MLP's activation: single operands of the live intermediate width (the gated pair's gates), torch's
-        own formula as the oracle (the variant the server saw the module compute)."""
+        own formula as the oracle (the variant the server saw the module compute). On a GPU the served row range
+        too; no other widths (the profile's are hidden widths, not intermediate ones)."""
         intro = target.introspection
         if target.computes not in plain_mlp.VARIANTS:
             raise ModuleBuildError(f"the profile does not say which activation {intro.class_path} computes")
@@ -288,7 +293,10 @@ class JudgeService:
         live = tuple(target.input_shape)[:-1] + (width,)
         job = self._op_job(proposal, target, width, live)
         blocks = tuple(plain_mlp.parse_grid(launch.grid) for launch in proposal.plan.launches)
-        spec = PairSpec(width, live, torch_dtype(dtype), self.use_gpu, blocks, examples=self.examples // 2)
+        spec = PairSpec(
+            width, live, torch_dtype(dtype), self.use_gpu, blocks, examples=self.examples // 2,
+            domain_rows=target.max_rows,  # the operands' rows are the hidden rows: the served range of them
+        )  # fmt: skip
         cases = draw_pair_cases(spec, job.seed_base)
         refs = verdict.unary_references(cases, target.computes)
         blob = io.BytesIO()
@@ -299,7 +307,9 @@ class JudgeService:
     def prepare_add_norm(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
         """A decoder layer's residual norm: (attention output, residual) pairs of the live hidden width with the
         norm's weight (and bias) and an epsilon per case, torch's add then the post norm's formula as the oracle
-        (the variant the server saw the layer compute)."""
+        (the variant the server saw the layer compute). Its plan is the norm family's row plan: both sides of each
+        row dispatch limit and every residue of its rows per program are drawn, as are the class's other hidden
+        widths and, on a GPU, the served row range."""
         intro = target.introspection
         if target.computes not in residual_norm.VARIANTS:
             raise ModuleBuildError(f"the profile does not say which norm {intro.class_path} computes after its add")
@@ -309,7 +319,11 @@ class JudgeService:
         if not width:
             raise ModuleBuildError(f"the profile recorded no input shape of {intro.class_path}")
         job = self._op_job(proposal, target, width, live)
-        spec = PairSpec(width, live, torch_dtype(dtype), self.use_gpu, (), examples=self.examples // 2)
+        spec = PairSpec(
+            width, live, torch_dtype(dtype), self.use_gpu, (), examples=self.examples // 2,
+            boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
+            row_blocks=row_blocks(proposal.plan), widths=target.widths, domain_rows=target.max_rows,
+        )  # fmt: skip
         bias = residual_norm.norm_variant(target.computes) in row_reduction.BIASED
         cases = draw_add_norm_cases(spec, job.seed_base, bias)
         refs = verdict.add_norm_references(cases, target.computes)

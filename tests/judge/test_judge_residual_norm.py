@@ -2,7 +2,8 @@
 (attention output, residual) pairs drawn at the live hidden width with the norm's weight, bias and an epsilon per
 case, torch's add then the post norm's formula as the oracle. The template's kernel (Triton, interpreted) for
 what the layer computes passes; one that normalises the unrounded sum, forgets to write the sum, or normalises
-as another norm does is rejected for what it got wrong."""
+as another norm does is rejected for what it got wrong. A plan dispatching by rows is judged on both sides of its
+limit: a launch past it that is wrong only there (a sum unwritten, ten times the epsilon) is rejected."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 from transformers.models.nemotron.modeling_nemotron import NemotronDecoderLayer
 
 from services.coder.templates import add_norm
+from services.coder.templates.rmsnorm import row_launch
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
@@ -58,12 +60,12 @@ def _captured(layer: torch.nn.Module, dtype: str = "torch.bfloat16") -> pb.Profi
     return pb.ProfileCaptured(observed=observed, ranking=[ranked], target_class=intro.class_path)
 
 
-async def _judge(layer, *, source=None, variant=None, contract=None, dtype="torch.bfloat16"):
+async def _judge(layer, *, source=None, variant=None, contract=None, dtype="torch.bfloat16", plan=None):
     captured = _captured(layer, dtype)
     profile = captured.observed.modules[0]
     intro = profile.introspection
     config = add_norm.search_configs(variant or profile.computes)[0]
-    source, plan = source or add_norm.render(config), add_norm.plan(config)
+    source, plan = source or add_norm.render(config), plan or add_norm.plan(config)
     contract = contract or residual_norm.layer_contract(intro.class_path, intro.forward_params, profile.roles)
     digest = candidate_sha256(source, plan)
     candidate = pb.CandidateProposed(
@@ -118,6 +120,60 @@ async def test_a_kernel_that_never_writes_the_sum_is_rejected():
     )
     judged = await _judge(_layer("llama"), source=source)
     assert judged.reward == -1 and "nan-output" in judged.reason, judged.reason
+
+
+# A row dispatch the CPU judge draws both sides of (under CPU_BOUNDARY_ROWS) and past every row count it drew before
+# it drew the plan's limits: its largest cases (the drawn ones) stay under 80 rows at this width, so a launch serving
+# only longer calls never ran.
+LIMIT = 200
+PAST_ROWS = 16  # rows per program of the launch past the limit
+
+
+def _dispatching(wrong: str = "") -> tuple[str, pb.LaunchPlan]:
+    """Llama's add_rmsnorm as a plan dispatching by rows: the template's kernel up to LIMIT rows, a second kernel
+    of PAST_ROWS rows a program past it — the same kernel, or one that is `wrong` there: "sum-write" never writes
+    the sum of the last row of a block, "eps" adds ten times the epsilon it is given."""
+    config = add_norm.search_configs("add_rmsnorm")[0]
+    source = add_norm.render(config)
+    kernel = add_norm.KERNELS["add_rmsnorm"]
+    honest = source[source.index("@triton.jit") :].replace(kernel, kernel + "_past")
+    store = "        tl.store(s_ptr + offsets, summed, mask=mask)\n"
+    edits = {
+        "": ("", ""),
+        "sum-write": (store, "        if r < ROWS - 1:\n    " + store),
+        "eps": ("tl.rsqrt(variance + eps)", "tl.rsqrt(variance + 10.0 * eps)"),
+    }
+    past = honest.replace(*edits[wrong]) if wrong else honest
+    assert (past != honest) == bool(wrong)
+    args = list(add_norm.plan(config).launches[0].args)
+    launches = [row_launch(kernel, args, 4, 1, max_rows=LIMIT), row_launch(kernel + "_past", args, 4, PAST_ROWS)]
+    return source + "\n\n" + past, pb.LaunchPlan(family=residual_norm.FAMILY, launches=launches)
+
+
+async def test_a_plan_dispatching_by_rows_to_the_same_kernel_passes():
+    source, plan = _dispatching()
+    judged = await _judge(_layer("llama"), source=source, plan=plan)
+    assert judged.reward == 1, judged.reason
+    evidence = judged.observed.correctness
+    assert evidence.checks_passed == evidence.checks_run and not evidence.error
+
+
+@pytest.mark.parametrize("wrong", ["sum-write", "eps"])
+async def test_a_kernel_wrong_only_past_the_plans_row_dispatch_is_rejected(wrong):
+    """Past LIMIT rows the plan launches a kernel that is wrong there alone: the judge draws LIMIT and LIMIT + 1
+    rows (the row past it also as log-scale rows, where an epsilon shows) and every residue of PAST_ROWS, so the
+    launch past the limit meets the judge. Before it drew the plan's dispatch, no case reached it and this passed."""
+    source, plan = _dispatching(wrong)
+    judged = await _judge(_layer("llama"), source=source, plan=plan)
+    assert judged.reward == -1 and "correctness failed" in judged.reason, judged.reason
+    assert f"dispatch-edge {LIMIT + 1}x" in judged.observed.correctness.error, judged.observed.correctness.error
+
+
+async def test_on_cpu_a_residual_norm_plan_dispatching_above_what_the_interpreter_runs_is_refused():
+    source, plan = _dispatching()
+    plan.launches[0].max_rows = 4096
+    judged = await _judge(_layer("llama"), source=source, plan=plan)
+    assert judged.reward == -1 and judged.observed.correctness.rule_id == "boundary-undrawn", judged.reason
 
 
 async def test_a_contract_binding_the_mlp_as_the_post_norm_is_refused():
