@@ -36,6 +36,13 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # step sizes captured as graphs; a
 # 10.9 ms a step over whole 2048-token slots). One graph per (rows, length) pair met.
 SHORTEST_SPAN = 128
 WARMUP_STEPS = 2  # eager steps on a side stream before a capture (lazy inits, cuBLAS handles, allocator)
+# Joins through graphs too: an eager prefill of the 1.5B shape is host-bound (~25-30 ms for one short prompt on
+# the H200, 5 decode steps of 16 streams), and in a steady stream of requests every join stalls every stream.
+# Up to PREFILL_GRAPH_ROWS prompts joining together, right-padded to a length in PREFILL_GRAPH_LENGTHS, replay a
+# graph; a larger burst (rarer, and one prefill for many) runs eagerly.
+PREFILL_GRAPH_ROWS = 4
+PREFILL_GRAPH_LENGTHS = (16, 32, 64, 128, 256)
+PREFILL = "prefill"  # a prefill graph's key: (PREFILL, prompts, padded length); a step's: (rows, span)
 
 
 @dataclass
@@ -68,8 +75,14 @@ class SlotDecoder:
         self.dtype = dtype
         self.lengths = [0] * slots  # tokens in each slot's cache: the position its next token is fed at
         self.busy = [False] * slots
-        self._graphs: dict[tuple[int, int], Graph] = {}
-        self._used: dict[tuple[int, int], int] = {}  # key -> the step that last ran it: fresh captures go there first
+        self._graphs: dict[tuple, Graph] = {}
+        self._used: dict[tuple, int] = {}  # key -> the step that last ran it: fresh captures go there first
+        # A prefill graph's inputs: static buffers it reads, written before each replay (views keep their address)
+        longest = max(PREFILL_GRAPH_LENGTHS)
+        self._prefill_ids = torch.zeros((PREFILL_GRAPH_ROWS, longest), dtype=torch.long, device=self.device)
+        self._prefill_slots = torch.zeros(PREFILL_GRAPH_ROWS, dtype=torch.long, device=self.device)
+        self._prefill_lasts = torch.zeros(PREFILL_GRAPH_ROWS, dtype=torch.long, device=self.device)
+        self._causal = torch.full((longest, longest), self.masked, dtype=dtype, device=self.device).triu(1)
         self._steps = 0
         self._fresh = False  # set by `fresh()`: a step captures a graph of the kernels serving now, now
         self.captures = 0
@@ -140,23 +153,71 @@ class SlotDecoder:
             if len(ids) >= self.max_len:
                 raise ValueError(f"{len(ids)} prompt tokens do not fit the {self.max_len}-token slot cache")
         lengths = [len(ids) for ids in prompts]
-        longest = max(lengths)
-        lasts = sorted({n - 1 for n in lengths})  # the positions whose logits are wanted, for every row
+        key = self._prefill_key(len(prompts), max(lengths))
         with torch.inference_mode():
-            padded = [ids + [0] * (longest - len(ids)) for ids in prompts]
-            tensor = torch.tensor(padded, dtype=torch.long, device=self.device)
-            positions = torch.arange(longest, device=self.device)[None].expand(len(prompts), -1)
-            causal = torch.full((longest, longest), self.masked, dtype=self.dtype, device=self.device).triu(1)
-            self.index.prefill = torch.tensor(slots, device=self.device)
-            try:
-                keep = 1 if len(lasts) == 1 else torch.tensor(lasts, device=self.device)
-                with first_forward():  # fresh slots: each prompt attends to itself only
-                    logits = self._call(tensor, positions, causal.expand(len(prompts), 1, -1, -1), keep)
-            finally:
-                self.index.prefill = None
+            if key is not None and self.graphs:
+                rows = self._prefill_graph(key, slots, prompts)
+            else:
+                rows = self._prefill_eager(slots, prompts)
         for slot, n in zip(slots, lengths, strict=True):
             self.busy[slot], self.lengths[slot] = True, n
+        return rows
+
+    def _prefill_eager(self, slots: list[int], prompts: list[list[int]]) -> list[torch.Tensor]:
+        lengths = [len(ids) for ids in prompts]
+        longest = max(lengths)
+        lasts = sorted({n - 1 for n in lengths})  # the positions whose logits are wanted, for every row
+        padded = [ids + [0] * (longest - len(ids)) for ids in prompts]
+        tensor = torch.tensor(padded, dtype=torch.long, device=self.device)
+        positions = self.span[:longest][None].expand(len(prompts), -1)
+        self.index.prefill = torch.tensor(slots, device=self.device)
+        try:
+            keep = 1 if len(lasts) == 1 else torch.tensor(lasts, device=self.device)
+            with first_forward():  # fresh slots: each prompt attends to itself only
+                logits = self._call(tensor, positions, self._causal_mask(longest, len(prompts)), keep)
+        finally:
+            self.index.prefill = None
         return [logits[i, lasts.index(n - 1) if len(lasts) > 1 else -1] for i, n in enumerate(lengths)]
+
+    def _causal_mask(self, length: int, rows: int) -> torch.Tensor:
+        if length <= self._causal.shape[0]:
+            causal = self._causal[:length, :length]
+        else:
+            causal = torch.full((length, length), self.masked, dtype=self.dtype, device=self.device).triu(1)
+        return causal.expand(rows, 1, -1, -1)
+
+    def _prefill_key(self, prompts: int, longest: int) -> tuple | None:
+        """The graph a join of `prompts` prompts, the longest `longest` tokens, replays; None: it runs eagerly."""
+        if prompts > min(PREFILL_GRAPH_ROWS, self.slots):
+            return None
+        length = next((n for n in PREFILL_GRAPH_LENGTHS if n >= longest and n < self.max_len), None)
+        return None if length is None else (PREFILL, prompts, length)
+
+    def _prefill_forward(self, k: int, length: int) -> torch.Tensor:
+        """The prefill a graph holds: the static buffers' first k prompts, `length` positions; [k, k, vocab]."""
+        self.index.prefill = self._prefill_slots[:k]
+        try:
+            with first_forward():
+                ids, positions = self._prefill_ids[:k, :length], self.span[:length][None].expand(k, -1)
+                return self._call(ids, positions, self._causal_mask(length, k), self._prefill_lasts[:k])
+        finally:
+            self.index.prefill = None
+
+    def _prefill_graph(self, key: tuple, slots: list[int], prompts: list[list[int]]) -> list[torch.Tensor]:
+        _, k, length = key
+        self._prefill_ids[:k, :length].zero_()
+        for i, ids in enumerate(prompts):
+            self._prefill_ids[i, : len(ids)].copy_(torch.tensor(ids, dtype=torch.long))
+        self._prefill_slots[:k].copy_(torch.tensor(slots, dtype=torch.long))
+        self._prefill_lasts[:k].copy_(torch.tensor([len(ids) - 1 for ids in prompts], dtype=torch.long))
+        graph = self._ready(key)
+        if graph is None:  # none may run now (after a revert): eagerly, never a capture on the request path
+            self.eager_steps += 1
+            logits = self._prefill_forward(k, length)
+        else:
+            graph.graph.replay()
+            logits = graph.logits
+        return [logits[i, i].clone() for i in range(k)]  # the graph's buffer: the next join's replay rewrites it
 
     def span_for(self, need: int) -> int:
         """Positions a step attends over when its deepest row needs `need`."""
@@ -171,43 +232,66 @@ class SlotDecoder:
         mask = torch.where(self.span[:span] <= positions, 0.0, self.masked).to(self.dtype)  # each row: its own
         return self._call(self.ids[:n], positions, mask[:, None, None, :])[:, -1]
 
-    def _capture(self, n: int, span: int) -> None:
+    def _capture(self, key: tuple) -> None:
+        """Capture the graph of `key` (a step's (rows, span) or a prefill's): eager warm-up runs on a side stream
+        first (live calls: a swapped kernel's are checked inline there, on the graph's very shape)."""
+        if key[0] == PREFILL:
+            _, k, length = key
+            forward = lambda: self._prefill_forward(k, length)  # noqa: E731
+        else:
+            forward = lambda: self._step(*key)  # noqa: E731
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # positions are explicit: re-running a step moves nothing
             for _ in range(WARMUP_STEPS):
-                self._step(n, span)
+                forward()
         torch.cuda.current_stream().wait_stream(stream)
         kernels = serving_kernels()
         graph = torch.cuda.CUDAGraph()
         # thread-local: a swap compiling its kernels on a worker thread meanwhile (parity.warm_kernel) is no error
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            logits = self._step(n, span)
-        self._graphs[n, span] = Graph(graph, logits, kernels)
+            logits = forward()
+        self._graphs[key] = Graph(graph, logits, kernels)
         self.captures += 1
 
-    def keys(self) -> list[tuple[int, int]]:
-        """Every (rows, span) a step can run: the buckets up to the slots, the spans up to the slot's length."""
+    def _ready(self, key: tuple) -> Graph | None:
+        """The graph `key` replays now: its runnable one, or (under `fresh()`) one captured now with the kernels
+        serving now; None when none may run (the caller runs the forward eagerly)."""
+        self._steps += 1
+        self._used[key] = self._steps
+        graph = self._runnable(key)
+        if self._fresh and (graph is None or graph.kernels != serving_kernels()):
+            self._capture(key)
+            graph = self._graphs[key]
+        return graph
+
+    def keys(self) -> list[tuple]:
+        """Every graph a step or a join can replay: (rows, span) for each bucket up to the slots and each span up
+        to the slot's length; (PREFILL, prompts, length) for each join small enough for one."""
         rows = sorted({self._bucket_for(highest) for highest in range(self.slots)})
         spans = sorted({self.span_for(need) for need in [1, *(SHORTEST_SPAN << k for k in range(16))]})
-        return [(n, span) for n in rows for span in spans if span <= self.max_len]
+        joins = range(1, min(PREFILL_GRAPH_ROWS, self.slots) + 1)
+        prefills = [(PREFILL, k, n) for k in joins for n in PREFILL_GRAPH_LENGTHS if n < self.max_len]
+        return [(n, span) for n in rows for span in spans if span <= self.max_len] + prefills
 
-    def _runnable(self, key: tuple[int, int]) -> Graph | None:
+    def _runnable(self, key: tuple) -> Graph | None:
         """The key's graph if replaying it runs only kernels still served (fresh or from before a commit)."""
         graph = self._graphs.get(key)
         return graph if graph is not None and graph.kernels <= serving_kernels() else None
 
-    def stale_keys(self) -> list[tuple[int, int]]:
+    def stale_keys(self) -> list[tuple]:
         """Keys with no graph of the kernels serving now, the most recently stepped first."""
         now = serving_kernels()
         stale = [k for k in self.keys() if k not in self._graphs or self._graphs[k].kernels != now]
         return sorted(stale, key=lambda k: -self._used.get(k, -1))
 
     def _positions_free(self) -> None:
-        """With no slot busy, every row of a warm-up step writes at position 0 of a free slot (which its next
-        prefill overwrites)."""
+        """With no slot busy, every row of a warm-up step writes at position 0 of a free slot, and a prefill's into
+        the first slots (which their next prefill overwrites)."""
         if not any(self.busy):
             self.index.positions.zero_()
+            self._prefill_slots.copy_(torch.arange(PREFILL_GRAPH_ROWS, device=self.device) % self.slots)
+            self._prefill_lasts.zero_()
 
     def capture_stale(self, most: int = 1) -> int:
         """Capture up to `most` stale graphs (the engine calls this when idle); returns how many."""
@@ -217,7 +301,7 @@ class SlotDecoder:
         with torch.inference_mode():
             for key in self.stale_keys()[:most]:
                 self._positions_free()
-                self._capture(*key)
+                self._capture(key)
                 done += 1
         return done
 
@@ -255,7 +339,7 @@ class SlotDecoder:
         if graph is not None and graph.kernels == serving_kernels():
             return 0
         with torch.inference_mode():
-            self._capture(*key)
+            self._capture(key)
         return 1
 
     def step(self, feeds: dict[int, int]) -> torch.Tensor:
@@ -281,12 +365,7 @@ class SlotDecoder:
             if not self.graphs:
                 logits = self._step(n, span)
             else:
-                self._steps += 1
-                self._used[n, span] = self._steps
-                graph = self._runnable((n, span))
-                if self._fresh and (graph is None or graph.kernels != serving_kernels()):
-                    self._capture(n, span)
-                    graph = self._graphs[n, span]
+                graph = self._ready((n, span))
                 if graph is None:  # none of its graphs may run now: eagerly, never a capture on the request path
                     self.eager_steps += 1
                     logits = self._step(n, span)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from server_fixtures import HERE, load_candidate, rmsnorm_contract
 
-from services.server.batch_decode import SlotDecoder
+from services.server.batch_decode import PREFILL, SlotDecoder
 from services.server.engine import Engine
 from services.server.hotswap import is_patched
 from services.server.models import load_model
@@ -87,7 +87,10 @@ def test_the_graphs_captured_at_load_are_every_bucket_at_every_span_a_step_can_r
     )
     for slots, length, rows, spans in cases:
         decoder = SlotDecoder(engine.model, "cpu", engine.loaded.dtype, slots, length, engine._cache_kw)
-        assert decoder.keys() == [(n, span) for n in rows for span in spans]
+        assert [k for k in decoder.keys() if k[0] != PREFILL] == [(n, span) for n in rows for span in spans]
+        joins = [k for k in decoder.keys() if k[0] == PREFILL]
+        lengths = [n for n in (16, 32, 64, 128, 256) if n < length]
+        assert joins == [(PREFILL, k, n) for k in range(1, min(4, slots) + 1) for n in lengths]
         for highest in range(slots):  # every step's key is among them, whatever slots are busy and however deep
             for need in (1, length // 2, length):
                 assert (decoder._bucket_for(highest), decoder.span_for(need)) in decoder.keys()
