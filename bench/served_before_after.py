@@ -127,13 +127,17 @@ class Run:
                 if b["output_tokens_per_s"] > 0
             }
         ip = r.get("in_process") or {}
-        engine = {row["streams"]: row for row in (ip.get("lanes") or {}).get("engine", [])}
-        if engine and r["before"]:
-            r["served_before_vs_in_process_engine_tokens_per_s"] = {
-                str(b["concurrency"]): b["output_tokens_per_s"] / engine[b["concurrency"]]["tokens_per_s"]
-                for b in r["before"]["levels"]
-                if b["concurrency"] in engine
-            }
+        lanes = ip.get("lanes") or {}
+        engine = {row["streams"]: row["tokens_per_s"] for row in lanes.get("engine", [])}
+        same = {row["concurrency"]: row["output_tokens_per_s"] for row in lanes.get("engine_same_load", [])}
+        # the stock engine in process against the stack before the run: like for like (the same load) first
+        for key, inproc in (("", same), ("_fixed_lengths", engine)):
+            if inproc and r["before"]:
+                r[f"served_before_vs_in_process_engine{key}_tokens_per_s"] = {
+                    str(b["concurrency"]): b["output_tokens_per_s"] / inproc[b["concurrency"]]
+                    for b in r["before"]["levels"]
+                    if inproc.get(b["concurrency"])
+                }
         try:
             self.out.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_suffix(".json.tmp")
@@ -281,7 +285,8 @@ class Run:
             return
         out = self.work / "in_process.json"
         argv = [sys.executable, "bench/served_inprocess.py", "--model", a.model, "--streams", *map(str, a.levels),
-                "--prompt-tokens", str(a.input_len), "--tokens", str(a.output_len), "--out", str(out)]  # fmt: skip
+                "--prompt-tokens", str(a.input_len), "--tokens", str(a.output_len), "--out", str(out),
+                "--sweep", *self.sweep_args()]  # fmt: skip
         code, log = self.call("in_process", argv, room, self.work / "in_process.log")
         if code == 0 and out.exists():
             self.result["in_process"] = json.loads(out.read_text())

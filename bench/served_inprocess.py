@@ -5,8 +5,14 @@ It runs two of bench/serving.py's lanes (its `engine_streams` and `hf_eager`, un
 plain-graph work, so that it fits beside a served run: every stream's prompt is --prompt-tokens long and asks
 --tokens new tokens (served_load draws lengths around the same means).
 
+With --sweep (bench/served_load.py's own arguments, after it), a third lane, "engine_same_load", drives the engine
+with the very load the served sweep sends — the same seeded requests, lengths, closed loop, warm-up and figures
+(served_load's `run_level`, its client swapped for one that calls `Engine.generate` in this process): the fixed-
+length lanes start every stream together and end them together, a closed loop of drawn lengths has joins all
+along and a tail, so only this lane is the served sweep's like-for-like.
+
   python bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 1 16 64 --prompt-tokens 64 --tokens 128 \\
-      --out /tmp/inprocess.json
+      --out /tmp/inprocess.json --sweep --concurrency 1 16 64 --per-stream 3 --input-len 64 --output-len 128
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import served_load  # noqa: E402  (bench/served_load.py: the served sweep's requests and figures)
 import serving  # noqa: E402  (bench/serving.py: its lanes, as they are)
 import torch  # noqa: E402
 
@@ -28,13 +35,55 @@ from services.server.engine import Engine  # noqa: E402
 from services.server.models import load_model  # noqa: E402
 
 
+class _Chunk:
+    def __init__(self, token_ids: list[int]):
+        self.token_ids = token_ids
+
+
+class EngineStub:
+    """served_load's client, in process: `Generate` as the gRPC stub streams it, from `Engine.generate`."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    async def Generate(self, request, timeout: float | None = None):  # noqa: N802 (the stub's method name)
+        ids, eos = list(request.token_ids), not request.ignore_eos
+        chunks = self.engine.generate(ids, request.max_new_tokens, stop_at_eos=eos)
+        async with asyncio.timeout(timeout):
+            async for chunk in chunks:
+                yield _Chunk(chunk)
+
+
+class EngineChannels:
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def stubs(self, n: int) -> list[EngineStub]:
+        return [EngineStub(self.engine) for _ in range(n)]
+
+
+async def same_load(engine: Engine, sweep: list[str], vocab: int) -> list[dict]:
+    """The served sweep's levels (concurrency only), each driven in process through served_load's own code."""
+    load_args = served_load.parser().parse_args(sweep)
+    levels = []
+    for mode, value in served_load.level_plan(load_args):
+        if mode != "concurrency":
+            continue
+        level = await served_load.run_level(load_args, EngineChannels(engine), vocab, mode, value)
+        print(f"engine, same load: {served_load.describe_level(level)}", flush=True)
+        levels.append(level)
+    return levels
+
+
 async def run(args) -> dict:
     t0 = time.perf_counter()
     loaded = load_model(args.model, "cuda")
     engine = Engine(loaded, slots=max(args.streams))
     loaded_s = time.perf_counter() - t0
-    lanes: dict[str, list[dict]] = {"engine": [], "hf_eager": []}
+    lanes: dict[str, list[dict]] = {"engine": [], "hf_eager": [], "engine_same_load": []}
     try:
+        if args.sweep:
+            lanes["engine_same_load"] = await same_load(engine, args.sweep, loaded.vocab_size)
         for n in args.streams:
             ids = serving.prompts(loaded.vocab_size, n, args.prompt_tokens)
             row = await serving.engine_streams(engine, ids, args.tokens)
@@ -73,6 +122,10 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=128, help="new tokens per stream")
     p.add_argument("--no-hf-eager", action="store_true", help="the engine's lane only")
     p.add_argument("--out", type=Path, required=True, help="the result file (.json)")
+    p.add_argument(
+        "--sweep", nargs=argparse.REMAINDER, default=[],
+        help="the rest of the line: bench/served_load.py's arguments; adds the engine_same_load lane",
+    )  # fmt: skip
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("served_inprocess: needs a GPU (bench/serving.py's lanes are CUDA-only)", file=sys.stderr)

@@ -202,6 +202,20 @@ async def test_a_concurrency_sweep_against_the_live_server(server, tmp_path):
     assert reply.requests_served >= sum(lv["requests"] + lv["concurrency"] for lv in result["levels"])
 
 
+async def test_the_in_process_lane_drives_the_engine_with_the_served_sweeps_very_load(engine):
+    """bench/served_inprocess.py's engine_same_load: served_load's requests and figures, Engine.generate as client."""
+    inprocess = _load("served_inprocess")
+    sweep = ["--concurrency", "2", "--per-stream", "2", "--input-len", "10", "--output-len", "5", "--seed", "3"]
+    (level,) = await inprocess.same_load(engine, sweep, 512)
+    args = served_load.parser().parse_args(sweep)
+    specs = served_load.Specs(args, 512, "concurrency=2")
+    asked = [specs.next() for _ in range(4)]
+    assert (level["concurrency"], level["requests"], level["completed"], level["failed"]) == (2, 4, 4, 0)
+    assert level["output_tokens"] == sum(s.max_new_tokens for s in asked)  # the served sweep's very requests
+    assert level["input_tokens"] == sum(len(s.token_ids) for s in asked)
+    assert level["warmup"]["requests"] == 2 and 0 < level["ttft_ms"]["p50"] <= level["e2e_ms"]["max"]
+
+
 # ---------------------------------------------------------------------- the before/after script, on CPU
 
 
