@@ -61,6 +61,25 @@ class BadRequest(ValueError):
     """A request the model cannot serve (empty, out-of-vocabulary ids, too long); the message says why."""
 
 
+_MORE = object()  # take_ready: the request goes on
+
+
+def take_ready(first, queue: asyncio.Queue) -> tuple[list[int], object]:
+    """The tokens a request's queue holds now, from `first` on, as one chunk, and how it ends: END, an exception,
+    or _MORE. A stream whose reader fell behind the engine (the event loop busy with many streams) gets what piled
+    up in one message instead of one each, so the cost of handing tokens over does not grow per token with the
+    number of streams."""
+    tokens: list[int] = []
+    item = first
+    while True:
+        if item is END or isinstance(item, BaseException):
+            return tokens, item
+        tokens.extend(item)
+        if queue.empty():
+            return tokens, _MORE
+        item = queue.get_nowait()
+
+
 class WorkCancelled(Exception):
     """Raised on the engine thread at a check point once the caller of `exclusive` has been cancelled."""
 
@@ -257,8 +276,9 @@ class Engine:
         sampling: Sampling = GREEDY,
         answered: asyncio.Event | None = None,
     ) -> AsyncIterator[list[int]]:
-        """Tokens as they are produced, one per chunk. Closing the iterator cancels the request; a caller that set
-        `answered` before closing it had what it asked for (a stop string): the request counts as ok."""
+        """Tokens as they are produced: each chunk holds what was produced since the caller last took one (one token
+        when it keeps up). Closing the iterator cancels the request; a caller that set `answered` before closing it
+        had what it asked for (a stop string): the request counts as ok."""
         try:
             self.check(ids, max_new, sampling)
         except BadRequest:
@@ -296,10 +316,14 @@ class Engine:
         self.batcher.pending.append(request)
         self._run_batches()
         try:
-            while (item := await request.out.get()) is not END:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+            while True:
+                tokens, end = take_ready(await request.out.get(), request.out)
+                if tokens:
+                    yield tokens
+                if isinstance(end, BaseException):
+                    raise end
+                if end is not _MORE:
+                    return
         finally:
             request.cancelled = True  # ended, failed or abandoned: the next tick frees its slot
             self._run_batches()

@@ -65,7 +65,9 @@ class Exporter:
             registry=self.registry,
         )  # fmt: skip
         self.itl = Histogram(
-            "yantra_inter_token_latency_seconds", "time between two tokens of a request", buckets=LATENCY_BUCKETS,
+            "yantra_inter_token_latency_seconds",
+            "time between two deliveries of tokens to a request (a token each, or what piled up while it was behind)",
+            buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )  # fmt: skip
         self.swap_hold = Histogram(

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 from server_fixtures import QWEN_NORM
 
-from services.server.engine import BadRequest
+from services.server.batching import END
+from services.server.engine import BadRequest, take_ready
 from services.server.introspection import class_path, forward_params, import_class
 
 
@@ -16,12 +17,26 @@ async def _collect(engine, ids, n):
     return chunks
 
 
-async def test_generate_streams_one_token_per_step_matching_greedy_decode(engine):
+async def test_generate_streams_the_tokens_of_greedy_decode_as_they_come(engine):
     ids = engine.encode("The quick brown fox")
     chunks = await _collect(engine, ids, 10)
-    assert [len(c) for c in chunks] == [1] * 10
+    assert chunks and all(chunks) and sum(map(len, chunks)) == 10  # one a step, or what piled up meanwhile
     expected, _ = await engine.exclusive(engine.decode, ids, 10)
     assert [t for c in chunks for t in c] == expected
+
+
+async def test_a_reader_that_falls_behind_gets_what_piled_up_in_one_chunk_and_then_the_end():
+    queue: asyncio.Queue = asyncio.Queue()
+    for item in ([4], [5], [6], END):
+        queue.put_nowait(item)
+    assert take_ready(queue.get_nowait(), queue) == ([4, 5, 6], END)
+    failure = RuntimeError("step failed")
+    for item in ([7], failure, [8]):
+        queue.put_nowait(item)
+    assert take_ready(queue.get_nowait(), queue) == ([7], failure)  # what came after a failure is never read
+    queue.get_nowait()
+    tokens, more = take_ready([9], queue)
+    assert tokens == [9] and more is not END and not isinstance(more, BaseException)  # the stream goes on
 
 
 async def test_concurrent_requests_interleave_without_changing_tokens(engine):

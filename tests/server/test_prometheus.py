@@ -32,9 +32,9 @@ def _scrape(port: int) -> dict[str, dict]:
 async def _drain(engine, ids, max_new, stop_after=None) -> int:
     produced = 0
     agen = engine.generate(ids, max_new, stop_at_eos=False)
-    async for _ in agen:
-        produced += 1
-        if produced == stop_after:
+    async for chunk in agen:  # tokens as they come: one a step, or what piled up meanwhile
+        produced += len(chunk)
+        if stop_after is not None and produced >= stop_after:
             await agen.aclose()  # the client went away
             break
     return produced
@@ -52,20 +52,22 @@ async def test_traffic_queue_and_live_kernels_are_scraped(engine):
 
         ids = engine.encode("Hello there")
         produced = sum(await asyncio.gather(_drain(engine, ids, 6), _drain(engine, ids, 4)))
-        assert await _drain(engine, ids, 6, stop_after=2) == 2
+        stopped = await _drain(engine, ids, 6, stop_after=2)
+        assert 2 <= stopped < 6
         try:
             await _drain(engine, [], 3)
         except BadRequest:
             pass
         got = _scrape(port)
-        assert got["yantra_generated_tokens"][("yantra_generated_tokens_total", ())] == produced + 2
+        assert got["yantra_generated_tokens"][("yantra_generated_tokens_total", ())] == produced + stopped
         assert got["yantra_requests"][("yantra_requests_total", (("outcome", "ok"),))] == 2
         assert got["yantra_requests"][("yantra_requests_total", (("outcome", "cancelled"),))] == 1
         assert got["yantra_requests"][("yantra_requests_total", (("outcome", "bad_request"),))] == 1
         ttft = got["yantra_time_to_first_token_seconds"]
         itl = got["yantra_inter_token_latency_seconds"]
         assert ttft[("yantra_time_to_first_token_seconds_count", ())] == 3
-        assert itl[("yantra_inter_token_latency_seconds_count", ())] == produced + 2 - 3
+        # one gap a delivery after the first: a token each, or what piled up while the reader was behind
+        assert 1 <= itl[("yantra_inter_token_latency_seconds_count", ())] <= produced + stopped - 3
         assert got["yantra_active_requests"][("yantra_active_requests", ())] == 0
         assert got["yantra_batch_waiting"][("yantra_batch_waiting", ())] == 0
         assert (
