@@ -101,7 +101,7 @@ class TemplateConfig(_message.Message):
     def __init__(self, template: _Optional[str] = ..., num_warps: _Optional[int] = ..., rows_per_program: _Optional[int] = ..., variant: _Optional[str] = ..., params: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RunRequested(_message.Message):
-    __slots__ = ("model", "policy", "max_candidates", "prompts", "decode_tokens", "requested_by", "max_targets")
+    __slots__ = ("model", "policy", "max_candidates", "prompts", "decode_tokens", "requested_by", "max_targets", "author")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     MAX_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
@@ -109,6 +109,7 @@ class RunRequested(_message.Message):
     DECODE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
     MAX_TARGETS_FIELD_NUMBER: _ClassVar[int]
+    AUTHOR_FIELD_NUMBER: _ClassVar[int]
     model: str
     policy: SwapPolicy
     max_candidates: int
@@ -116,7 +117,8 @@ class RunRequested(_message.Message):
     decode_tokens: int
     requested_by: str
     max_targets: int
-    def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ..., max_targets: _Optional[int] = ...) -> None: ...
+    author: str
+    def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ..., max_targets: _Optional[int] = ..., author: _Optional[str] = ...) -> None: ...
 
 class ModuleClassProfile(_message.Message):
     __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed", "child_time_us", "roles", "child_hook_us", "second_shape", "third_shape", "widths")
@@ -321,7 +323,7 @@ class Contract(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., target: _Optional[str] = ..., entrypoint: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., bindings: _Optional[_Iterable[_Union[Binding, _Mapping]]] = ..., entry_inputs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CandidateProposed(_message.Message):
-    __slots__ = ("candidate_id", "target_class", "source", "source_sha256", "contract", "config", "origin", "skill_id", "attempt", "plan")
+    __slots__ = ("candidate_id", "target_class", "source", "source_sha256", "contract", "config", "origin", "skill_id", "attempt", "plan", "observed")
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_CLASS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
@@ -332,6 +334,7 @@ class CandidateProposed(_message.Message):
     SKILL_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
     candidate_id: str
     target_class: str
     source: str
@@ -342,7 +345,40 @@ class CandidateProposed(_message.Message):
     skill_id: str
     attempt: int
     plan: LaunchPlan
-    def __init__(self, candidate_id: _Optional[str] = ..., target_class: _Optional[str] = ..., source: _Optional[str] = ..., source_sha256: _Optional[str] = ..., contract: _Optional[_Union[Contract, _Mapping]] = ..., config: _Optional[_Union[TemplateConfig, _Mapping]] = ..., origin: _Optional[str] = ..., skill_id: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[LaunchPlan, _Mapping]] = ...) -> None: ...
+    observed: AuthorObservation
+    def __init__(self, candidate_id: _Optional[str] = ..., target_class: _Optional[str] = ..., source: _Optional[str] = ..., source_sha256: _Optional[str] = ..., contract: _Optional[_Union[Contract, _Mapping]] = ..., config: _Optional[_Union[TemplateConfig, _Mapping]] = ..., origin: _Optional[str] = ..., skill_id: _Optional[str] = ..., attempt: _Optional[int] = ..., plan: _Optional[_Union[LaunchPlan, _Mapping]] = ..., observed: _Optional[_Union[AuthorObservation, _Mapping]] = ...) -> None: ...
+
+class AuthorObservation(_message.Message):
+    __slots__ = ("provider", "model", "request_sha256", "answer", "finish_reason", "prompt_tokens", "answer_tokens", "http_status", "error", "attempts", "max_calls", "max_tokens", "wall_s", "endpoint")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SHA256_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CALLS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    WALL_S_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    request_sha256: str
+    answer: str
+    finish_reason: str
+    prompt_tokens: int
+    answer_tokens: int
+    http_status: int
+    error: str
+    attempts: int
+    max_calls: int
+    max_tokens: int
+    wall_s: float
+    endpoint: str
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., request_sha256: _Optional[str] = ..., answer: _Optional[str] = ..., finish_reason: _Optional[str] = ..., prompt_tokens: _Optional[int] = ..., answer_tokens: _Optional[int] = ..., http_status: _Optional[int] = ..., error: _Optional[str] = ..., attempts: _Optional[int] = ..., max_calls: _Optional[int] = ..., max_tokens: _Optional[int] = ..., wall_s: _Optional[float] = ..., endpoint: _Optional[str] = ...) -> None: ...
 
 class LaunchPlan(_message.Message):
     __slots__ = ("family", "launches")
@@ -378,7 +414,7 @@ class KernelLaunch(_message.Message):
     def __init__(self, kernel: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., constexprs: _Optional[_Mapping[str, str]] = ..., grid: _Optional[str] = ..., num_warps: _Optional[int] = ..., num_stages: _Optional[int] = ..., max_rows: _Optional[int] = ...) -> None: ...
 
 class TargetConcluded(_message.Message):
-    __slots__ = ("target_class", "candidate_id", "source_sha256", "reward", "policy", "swap", "candidates_judged", "reason")
+    __slots__ = ("target_class", "candidate_id", "source_sha256", "reward", "policy", "swap", "candidates_judged", "reason", "observed")
     TARGET_CLASS_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -387,6 +423,7 @@ class TargetConcluded(_message.Message):
     SWAP_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_JUDGED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
     target_class: str
     candidate_id: str
     source_sha256: str
@@ -395,7 +432,8 @@ class TargetConcluded(_message.Message):
     swap: bool
     candidates_judged: int
     reason: str
-    def __init__(self, target_class: _Optional[str] = ..., candidate_id: _Optional[str] = ..., source_sha256: _Optional[str] = ..., reward: _Optional[int] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., swap: bool = ..., candidates_judged: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    observed: AuthorObservation
+    def __init__(self, target_class: _Optional[str] = ..., candidate_id: _Optional[str] = ..., source_sha256: _Optional[str] = ..., reward: _Optional[int] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., swap: bool = ..., candidates_judged: _Optional[int] = ..., reason: _Optional[str] = ..., observed: _Optional[_Union[AuthorObservation, _Mapping]] = ...) -> None: ...
 
 class Finding(_message.Message):
     __slots__ = ("rule_id", "reason", "line")
