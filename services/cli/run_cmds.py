@@ -34,6 +34,7 @@ async def request_run(
     prompts: list[str],
     decode_tokens: int,
     max_targets: int = 0,
+    author: str = "",
 ) -> str:
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     msg = pb.RunRequested(
@@ -44,6 +45,7 @@ async def request_run(
         decode_tokens=decode_tokens,
         requested_by="yantra-cli",
         max_targets=max_targets,
+        author="" if author == "template" else author,  # the default stays unset: a template run's bytes as ever
     )
     env = ev.make_envelope(run_id, msg, producer="cli", time_ns=time.time_ns(), event_id=str(uuid.uuid4()))
     await bus.publish(env)
@@ -109,6 +111,7 @@ async def start_run(bus: Bus, args, health) -> str:
         prompts=prompts,
         decode_tokens=args.decode_tokens,
         max_targets=getattr(args, "max_targets", 0),
+        author=getattr(args, "author", ""),
     )
     print(f"run {run_id}: optimising {health.model} on {health.device} ({health.dtype}), policy {policy.name}")
     return run_id
@@ -300,6 +303,13 @@ def register(sub) -> None:
     add_common(sp)
     add_run_options(sp)
     sp.add_argument("--no-wait", action="store_true", help="print the run id and return")
+    sp.add_argument(
+        "--author",
+        choices=["template", "gemini", "openai-compatible"],
+        default="template",
+        help="who writes the kernels: the templates' search (default), or an LLM asked through the coder's "
+        "YANTRA_LLM_* settings, its answers recorded in the run (docs/authors.md)",
+    )
     sp.add_argument(
         "--server-wait",
         type=_seconds,

@@ -1,7 +1,10 @@
 """The coder's decisions, pure: what kernel to propose next, and when a target is concluded.
 
-Every event the coder emits is a function of the run's log up to its trigger (no observed
-fields), so `REDERIVE` re-runs `decide` and replay must get the same bytes.
+Who writes the kernels is the run's author (`RunRequested.author`, services.coder.authors): the templates' search
+(the default) decides every event from the run's log alone; an LLM author's step is an `authors.Ask`, which the
+service answers by asking the model, and the event is then a pure function of the log and that recorded answer
+(`observed`, services.coder.llm_answer). So `REDERIVE` re-runs `decide`, feeds an Ask the recorded observation,
+and replay must get the same bytes without calling anything.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 from google.protobuf.message import Message
 
 from services import ops
+from services.coder import authors, llm_answer
 from services.coder.contract import ContractError, derive_contract
 from services.coder.templates import BY_FAMILY, BY_TEMPLATE, rmsnorm
 from services.core import events as ev
@@ -203,7 +207,44 @@ def conclude(target_class: str, state: run_state.TargetView, run: pb.RunRequeste
     return out
 
 
-def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Message]:
+def _setup(prior: list[Recorded], target: str, state: run_state.TargetView, run: pb.RunRequested):
+    """(family, contract, template, variant) of a target about to be searched, or its TargetConcluded saying why
+    no author can write it."""
+    profile = _profile(prior, target)
+    computes = profile.computes if profile is not None else ""  # what the server saw it compute ("" before it looked)
+    family = ops.family_of(computes) or _op_family(prior, target)
+    if family not in BY_FAMILY:
+        return conclude(target, state, run, f"no template for op family {family!r}")
+    intro = _introspection(prior, target)
+    if intro is None:
+        return conclude(target, state, run, f"ProfileCaptured holds no introspection of {target}")
+    if family in (gated_mlp.FAMILY, residual_norm.FAMILY, plain_mlp.FAMILY):  # a layer: children bound by their roles
+        contract = ops.family(family).layer_contract(intro.class_path, intro.forward_params, profile.roles)
+        if contract is None:
+            roles = {gated_mlp.FAMILY: "gate, up and down", plain_mlp.FAMILY: "fc and proj"}.get(
+                family, "input norm, attention, post norm and MLP"
+            )
+            return conclude(target, state, run, f"{target} has no recorded {roles} roles for a layer contract")
+    elif family == rotary.FAMILY:  # a function: its parameters are the wrapper's, by position or by role
+        roles = profile.roles if profile is not None else {}
+        contract = rotary.function_contract(intro.class_path, intro.forward_params, roles)
+        if contract is None:
+            params = ", ".join(intro.forward_params)
+            takes = "(q, k, cos, sin[, unsqueeze_dim]) or (x, cos, sin[, unsqueeze_dim])"
+            return conclude(target, state, run, f"{target}({params}) does not take {takes}")
+    else:
+        try:
+            contract = derive_contract(intro)
+        except ContractError as exc:
+            return conclude(target, state, run, f"the module does not fit the template: {exc}")
+    template = BY_FAMILY[family]
+    variant = template.variant_for(computes)
+    if variant is None:
+        return conclude(target, state, run, f"the template does not write {computes}")
+    return family, contract, template, variant
+
+
+def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list:
     target = skills.target_class
     if not target:
         return []  # the profiler found nothing worth optimising; there is nothing to conclude
@@ -211,37 +252,12 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list[Messag
     if state.proposals or state.concluded is not None:
         return []  # this target is already being worked on
     run = _run_request(prior)
-    profile = _profile(prior, target)
-    computes = profile.computes if profile is not None else ""  # what the server saw it compute ("" before it looked)
-    family = ops.family_of(computes) or _op_family(prior, target)
-    if family not in BY_FAMILY:
-        return [conclude(target, state, run, f"no template for op family {family!r}")]
-    intro = _introspection(prior, target)
-    if intro is None:
-        return [conclude(target, state, run, f"ProfileCaptured holds no introspection of {target}")]
-    if family in (gated_mlp.FAMILY, residual_norm.FAMILY, plain_mlp.FAMILY):  # a layer: children bound by their roles
-        contract = ops.family(family).layer_contract(intro.class_path, intro.forward_params, profile.roles)
-        if contract is None:
-            roles = {gated_mlp.FAMILY: "gate, up and down", plain_mlp.FAMILY: "fc and proj"}.get(
-                family, "input norm, attention, post norm and MLP"
-            )
-            return [conclude(target, state, run, f"{target} has no recorded {roles} roles for a layer contract")]
-    elif family == rotary.FAMILY:  # a function: its parameters are the wrapper's, by position or by role
-        roles = profile.roles if profile is not None else {}
-        contract = rotary.function_contract(intro.class_path, intro.forward_params, roles)
-        if contract is None:
-            params = ", ".join(intro.forward_params)
-            takes = "(q, k, cos, sin[, unsqueeze_dim]) or (x, cos, sin[, unsqueeze_dim])"
-            return [conclude(target, state, run, f"{target}({params}) does not take {takes}")]
-    else:
-        try:
-            contract = derive_contract(intro)
-        except ContractError as exc:
-            return [conclude(target, state, run, f"the module does not fit the template: {exc}")]
-    template = BY_FAMILY[family]
-    variant = template.variant_for(computes)
-    if variant is None:
-        return [conclude(target, state, run, f"the template does not write {computes}")]
+    setup = _setup(prior, target, state, run)
+    if isinstance(setup, pb.TargetConcluded):
+        return [setup]
+    family, contract, template, variant = setup
+    if authors.is_llm(run.author):  # one question a step; a retrieved skill's launch shape is the template's
+        return [authors.ask(prior, run.author, target, family, variant, contract, attempt=1)]
     table = _table(template, variant, prior, target)
     if template.valid(skills.config):
         config = pb.TemplateConfig()
@@ -278,6 +294,13 @@ def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged, dispatch: bool
         return [conclude(target, state, run, f"reward +{best.reward} at {share} of copy bandwidth: search stopped")]
     if len(state.judged) >= max_candidates:
         return [conclude(target, state, run, f"candidate budget of {max_candidates} spent")]
+    if authors.is_llm(run.author):  # the model's next answer, told the verdicts so far
+        setup = _setup(prior, target, state, run)
+        if isinstance(setup, pb.TargetConcluded):
+            return [setup]
+        family, contract, _, variant = setup
+        attempt = len(state.proposals) + 1
+        return [authors.ask(prior, run.author, target, family, variant, contract, attempt=attempt)]
     template = BY_TEMPLATE.get(proposed.config.template)
     tried = {_config_key(p.config) for p in state.proposals}
     table = _table(template, proposed.config.variant, prior, target) if template else []
@@ -299,8 +322,9 @@ def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged, dispatch: bool
     ]
 
 
-def decide(prior: list[Recorded], trigger: Recorded) -> list[Message]:
-    """The coder's answer to `trigger` given the run's log up to and including it."""
+def decide(prior: list[Recorded], trigger: Recorded) -> list:
+    """The coder's answer to `trigger` given the run's log up to and including it: events, and for an LLM author
+    `authors.Ask`s, each of which becomes an event once the model's answer is observed (`answered`)."""
     if trigger.type == "SkillsRetrieved":
         return _on_skills(prior, trigger.msg)
     if trigger.type == "CandidateJudged":
@@ -309,16 +333,51 @@ def decide(prior: list[Recorded], trigger: Recorded) -> list[Message]:
     return []
 
 
+def answered(prior: list[Recorded], ask: authors.Ask, observed: pb.AuthorObservation) -> Message:
+    """The event an LLM author's step becomes once its answer is observed: the candidate, or the target concluded
+    with why none could be made (pure: replay feeds it the recorded observation)."""
+    result = llm_answer.candidate(ask, observed)
+    if isinstance(result, str):  # no candidate: the target ends here, the answer recorded with the reason
+        state = fold(prior, ask.target_class)
+        why = f"the {ask.provider} author could not propose candidate {ask.attempt}: {result}"
+        out = conclude(ask.target_class, state, _run_request(prior), why)
+        if why not in out.reason:  # `conclude` names no why beside a rejected best: this one must be read
+            out.reason += f"; {why}"
+        out.observed.CopyFrom(observed)
+        return out
+    source, plan = result
+    digest = candidate_sha256(source, plan)
+    return pb.CandidateProposed(
+        candidate_id=f"c{ask.attempt}-{digest[:10]}",
+        target_class=ask.target_class,
+        source=source,
+        source_sha256=digest,
+        plan=plan,
+        contract=ask.contract,
+        origin="llm",
+        attempt=ask.attempt,
+        observed=observed,
+    )
+
+
+def _name(item) -> str:
+    return "an author's answer" if isinstance(item, authors.Ask) else item.DESCRIPTOR.name
+
+
 def _rederive(prior: list[Recorded], trigger: Recorded, recorded: Message, ordinal: int = 0) -> Message:
-    """The coder's answer at `ordinal` (a fan-out of proposals is re-derived in its order)."""
+    """The coder's answer at `ordinal` (a fan-out of proposals is re-derived in its order); an LLM author's step
+    is re-derived from the answer the event recorded, never asked again."""
     name = recorded.DESCRIPTOR.name
     decided = decide(prior, trigger)
-    if ordinal >= len(decided) or decided[ordinal].DESCRIPTOR.name != name:
+    item = decided[ordinal] if ordinal < len(decided) else None
+    if isinstance(item, authors.Ask):
+        return answered(prior, item, recorded.observed)
+    if item is None or item.DESCRIPTOR.name != name:
         raise ValueError(
             f"the coder decides no {name} as answer {ordinal} to {trigger.type} {trigger.env.event_id[:8]} "
-            f"(it decides {', '.join(m.DESCRIPTOR.name for m in decided) or 'nothing'})"
+            f"(it decides {', '.join(_name(m) for m in decided) or 'nothing'})"
         )
-    return decided[ordinal]
+    return item
 
 
 REDERIVE: dict[str, Rederive] = {"CandidateProposed": _rederive, "TargetConcluded": _rederive}
