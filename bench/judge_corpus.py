@@ -56,18 +56,19 @@ def source_of(entry) -> str:
     return f"template:warps={warps},rows={rows}"
 
 
-def entry_result(entry, judged, wall_s: float) -> dict:
+def entry_result(entry, judged, wall_s: float, device: str = "cuda") -> dict:
     from services.judge.report import verdict_layer
 
     obs = judged.observed
     layer, rules = verdict_layer(obs)
-    ok = layer == entry.layer and (entry.layer == "passes" and judged.reward >= 1 or entry.rule in rules)
-    if ok and entry.layer == "static":  # the first finding, and the rules the trick itself trips
-        ok = rules[0] == entry.rule and set(entry.also) <= set(rules)
+    want_layer, want_rule = entry.expected(device)
+    ok = layer == want_layer and (want_layer == "passes" and judged.reward >= 1 or want_rule in rules)
+    if ok and want_layer == "static":  # the first finding, and the rules the trick itself trips
+        ok = rules[0] == want_rule and set(entry.also) <= set(rules)
     as_dict = lambda m: json_format.MessageToDict(m, preserving_proto_field_name=True)  # noqa: E731
     return {
         "file": source_of(entry),
-        "expected": {"layer": entry.layer, "rule": entry.rule, "also": list(entry.also)},
+        "expected": {"layer": want_layer, "rule": want_rule, "also": list(entry.also)},
         "got": {"layer": layer, "rules": rules},
         "ok": ok,
         "reward": judged.reward,
@@ -147,7 +148,7 @@ async def run(args) -> int:
                                        "expected": {"layer": entry.layer, "rule": entry.rule}}  # fmt: skip
                 print(f"ERR {entry.name}: {type(exc).__name__}: {exc}", flush=True)
                 return
-            result = entry_result(entry, judged, time.monotonic() - started)
+            result = entry_result(entry, judged, time.monotonic() - started, device)
             results[entry.name] = result
             write(out, meta, results)
             mark = "ok " if result["ok"] else "BAD"

@@ -25,6 +25,7 @@ import torch
 from services.core.call_limits import call_bytes, call_limit_s, describe
 from services.core.shapes import shape_text
 from services.core.tolerances import same_bits
+from services.judge.fence import Fenced
 from services.judge.poison import NAN_BYTE
 
 GUARD_BYTES = 512  # canaries each side: keeps the interior 512-byte aligned, as the caching allocator does
@@ -38,19 +39,27 @@ def random_bytes(count: int, seed: int) -> torch.Tensor:
 
 
 class Guard:
-    """Allocations surrounded by canary bytes (random per judging), checked after every call."""
+    """Allocations surrounded by canary bytes (random per judging), checked after every call. On a CPU each one
+    ends at an inaccessible page instead of a trailing canary (services.judge.fence): a read past a tensor's end,
+    which no canary sees, faults there."""
 
     def __init__(self, device: torch.device, canary_seed: int):
         self.device = device
         self.canary = random_bytes(2 * GUARD_BYTES, canary_seed)
         self._canary_on_device = self.canary.to(device)
         self.raw: list[torch.Tensor] = []
+        self._fences: list[Fenced] = []  # the CPU's mappings, kept alive with the tensors placed in them
 
     def empty(self, shape, *, dtype: torch.dtype, device=None, fill: int = NAN_BYTE) -> torch.Tensor:
         nbytes = math.prod(shape) * dtype.itemsize
-        raw = torch.empty((GUARD_BYTES + nbytes + GUARD_BYTES,), dtype=torch.uint8, device=self.device)
+        if self.device.type == "cpu":  # [canary][tensor]|fence
+            fence = Fenced(GUARD_BYTES + nbytes)
+            self._fences.append(fence)
+            raw = torch.frombuffer(fence.buffer, dtype=torch.uint8)
+        else:  # [canary][tensor][canary]
+            raw = torch.empty((GUARD_BYTES + nbytes + GUARD_BYTES,), dtype=torch.uint8, device=self.device)
+            raw[GUARD_BYTES + nbytes :] = self._canary_on_device[GUARD_BYTES:]
         raw[:GUARD_BYTES] = self._canary_on_device[:GUARD_BYTES]
-        raw[GUARD_BYTES + nbytes :] = self._canary_on_device[GUARD_BYTES:]
         inner = raw[GUARD_BYTES : GUARD_BYTES + nbytes]
         inner.fill_(fill)
         self.raw.append(raw)
@@ -65,6 +74,9 @@ class Guard:
         """How many guarded allocations had a canary overwritten."""
         count = 0
         for raw in self.raw:
+            if self.device.type == "cpu":  # the trailing side is the fence: a write there faulted already
+                count += int(not torch.equal(raw[:GUARD_BYTES], self.canary[:GUARD_BYTES]))
+                continue
             ends = torch.cat([raw[:GUARD_BYTES], raw[-GUARD_BYTES:]]).cpu()
             count += int(not torch.equal(ends, self.canary))
         return count

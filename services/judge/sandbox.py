@@ -50,6 +50,7 @@ SANDBOX_RULES: dict[str, str] = {
     "timeout": "the child is SIGKILLed, with everything it started, when its time runs out",
     "memory-limit": "an allocation beyond the sandbox's memory limit (address space on CPU, the GPU's memory)",
     "crashed": "the child died without an answer (a signal, an early exit) or could not raise its walls",
+    "memory-fault": "on a CPU every tensor ends at an inaccessible page: a read or write past its end faults the child",
     "sandbox-wall": "the walls refused an action (network, a write outside scratch, a process, another's /proc)",
     "untrusted-result": "the child's answer must carry the judge's nonce and parse",
     "gpu-unhealthy": "the GPU must pass a health probe in the judge's own process after the child",
@@ -321,6 +322,8 @@ async def run_job(
         raw = _read_answer(answer_fd)
         if not raw:
             rule = "memory-limit" if _MEMORY.search(log_tail) else "crashed"
+            if rule == "crashed" and not use_gpu and proc.returncode in (-signal.SIGSEGV, -signal.SIGBUS):
+                rule = "memory-fault"  # the fences of services.judge.fence: the candidate went past a tensor
             error = f"the sandbox child exited with {sandbox.exit} and no answer; log: {log_tail[-500:]}"
             return _failed(rule, error, "the child failed", sandbox, log_tail)
         outcome = _parse_answer(raw, nonce, sandbox, log_tail)

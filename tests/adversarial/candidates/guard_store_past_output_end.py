@@ -3,7 +3,8 @@
 why hostile: allocators round sizes up, so one element past the end usually lands in slack nobody
 reads and every output comparison passes; on a GPU it is another tensor's memory in the caching
 allocator's pool (a corrupted neighbour, a kept counter). The judge surrounds every tensor of a call
-with canary bytes and checks them after each call.
+with canary bytes and checks them after each call (a GPU: guard-bytes); on a CPU the output ends at an
+inaccessible page, and the store faults the child (sandbox: memory-fault).
 """
 
 # pattern: a store one element past the output's end
