@@ -106,3 +106,21 @@ def good_observation(dtype: str = "float32") -> pb.ParityObservation:
         canary_logit_tolerance=1e-3,
         dtype=dtype,
     )
+
+
+class Outcomes:
+    """A stats observer keeping how requests ended."""
+
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def finished(self, outcome: str) -> None:
+        self.seen.append(outcome)
+
+    def generated(self, n: int) -> None: ...
+
+    def first_token(self, seconds: float) -> None: ...
+
+    def next_token(self, seconds: float) -> None: ...
+
+    def swap_held(self, seconds: float) -> None: ...

@@ -7,7 +7,7 @@ import socket
 
 import grpc
 import pytest
-from server_fixtures import QWEN_NORM, as_log, swap_run
+from server_fixtures import QWEN_NORM, Outcomes, as_log, swap_run
 
 from services.core import events as ev
 from services.core import limits
@@ -382,7 +382,7 @@ async def test_generate_samples_with_a_seed_stops_at_a_stop_string_and_says_why_
     assert first[-1].finish_reason == "length"
     text = "".join(c.text for c in first)
     stop = text[3:5] if len(text) >= 5 else text[-1:]
-    outcomes = _Outcomes()
+    outcomes = Outcomes()
     engine.stats.observers.append(outcomes)
     try:
         cut = await _generate(channel, **sampled, stop=[stop])
@@ -391,24 +391,6 @@ async def test_generate_samples_with_a_seed_stops_at_a_stop_string_and_says_why_
     assert cut[-1].done and cut[-1].finish_reason == "stop"
     assert "".join(c.text for c in cut) == text[: text.index(stop)]
     assert outcomes.seen == ["ok"]  # ended by its stop string: answered, not a client that went
-
-
-class _Outcomes:
-    """A stats observer keeping how requests ended."""
-
-    def __init__(self):
-        self.seen: list[str] = []
-
-    def finished(self, outcome: str) -> None:
-        self.seen.append(outcome)
-
-    def generated(self, n: int) -> None: ...
-
-    def first_token(self, seconds: float) -> None: ...
-
-    def next_token(self, seconds: float) -> None: ...
-
-    def swap_held(self, seconds: float) -> None: ...
 
 
 @pytest.mark.parametrize(

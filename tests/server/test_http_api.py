@@ -14,6 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 from openai import AsyncOpenAI
+from server_fixtures import Outcomes
 
 from services.core.nats_launcher import free_port, start_nats
 from services.core.settings import Settings, settings_problem
@@ -26,24 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL = "tiny-qwen2"
 CHAT = "/v1/chat/completions"
 HI = [{"role": "user", "content": "hi"}]
-
-
-class _Outcomes:
-    """A stats observer keeping how requests ended."""
-
-    def __init__(self):
-        self.seen: list[str] = []
-
-    def finished(self, outcome: str) -> None:
-        self.seen.append(outcome)
-
-    def generated(self, n: int) -> None: ...
-
-    def first_token(self, seconds: float) -> None: ...
-
-    def next_token(self, seconds: float) -> None: ...
-
-    def swap_held(self, seconds: float) -> None: ...
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +48,7 @@ async def client(http):
 
 @pytest.fixture
 def outcomes(engine):
-    seen = _Outcomes()
+    seen = Outcomes()
     engine.stats.observers.append(seen)
     yield seen.seen
     engine.stats.observers.remove(seen)
