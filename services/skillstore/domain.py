@@ -1,7 +1,10 @@
-"""The skill store's decisions: which skill to try (UCB1 over fingerprint neighbours), what to publish, whom to credit.
+"""The skill store's decisions: which skill to try (UCB1 over fingerprint neighbours), what to publish, whom to credit;
+and the library every index backend holds, as a fold of SkillPublished / SkillCredited.
 
 Pure functions of (the run's log up to the trigger, the trigger, what was observed). The live handler
-and `yantra replay --verify` call the same functions, so they cannot disagree.
+and `yantra replay --verify` call the same functions, so they cannot disagree. Likewise every backend of
+the skill index (library.py, weaviate_index.py) folds events with `evolve_skill` and ranks with `nearest`,
+so they hold the same pulls and rewards and answer the same neighbours.
 
 A skill is a recipe (template config) for an op family; its id is a hash of the two, so the same
 recipe proven on two models is one skill that remembers both fingerprints.
@@ -11,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from google.protobuf.message import Message
 
@@ -239,6 +244,135 @@ def decide(prior: list[Recorded], trigger: Recorded) -> list[Message]:
     if trigger.type == "SwapRolledBack":
         return list(decide_debit(prior, trigger))
     return []
+
+
+# ---------------------------------------------------------------- the library: a fold of SkillPublished / SkillCredited
+
+INDEX_EVENTS = ("SkillPublished", "SkillCredited")
+# Fingerprints kept per skill: every physics it worked on, up to this many (oldest kept).
+MAX_VECTORS_PER_SKILL = 32
+
+
+class WrongDimension(ValueError):
+    """A fingerprint vector whose length is not the library's: it compares with no skill; the message says both."""
+
+
+@dataclass(frozen=True)
+class Skill:
+    """A recipe as the library knows it. `pulls` counts judged trials of it and `reward_sum` their rewards (the
+    bandit's arm); `vectors` are the fingerprints of the physics it worked on."""
+
+    skill_id: str
+    op_family: str
+    config: pb.TemplateConfig
+    vectors: tuple[tuple[float, ...], ...] = ()
+    pulls: int = 0
+    reward_sum: float = 0.0
+    candidate_id: str = ""
+    source_sha256: str = ""
+
+    def distance(self, vector: Sequence[float]) -> float:
+        """Euclidean distance to the nearest physics this skill worked on (inf when none is comparable)."""
+        return min((math.dist(v, vector) for v in self.vectors if len(v) == len(vector)), default=math.inf)
+
+
+def dimension_problem(vector: Sequence[float], dimension: int | None) -> str | None:
+    """Why `vector` cannot be compared with a library of `dimension` (None: holds no vector yet); None when it can."""
+    if dimension is None or len(vector) == dimension:
+        return None
+    return f"a fingerprint vector of {len(vector)} dimensions; the library holds {dimension}-dimensional ones"
+
+
+def evolve_skill(skill: Skill | None, event: Message, dimension: int | None) -> Skill | None:
+    """The skill after one SkillPublished or SkillCredited about it (`skill` None: not in the library yet).
+
+    SkillPublished is a judged trial (one pull at its reward), creating the skill the first time and remembering
+    the physics it worked on: its vector, unless already held, past MAX_VECTORS_PER_SKILL, or not of the library's
+    `dimension` (such a vector is refused, the trial still counts). SkillCredited is a trial too: a failed one of
+    a retrieved skill, or a live swap that confirmed it; for a skill the library never held it changes nothing
+    (the same object is returned, as for any other event).
+    """
+    kind = event.DESCRIPTOR.name
+    if kind == "SkillPublished":
+        if skill is None:
+            config = pb.TemplateConfig()
+            config.CopyFrom(event.config)
+            skill = Skill(
+                skill_id=event.skill_id,
+                op_family=event.fingerprint.op_family,
+                config=config,
+                candidate_id=event.candidate_id,
+                source_sha256=event.source_sha256,
+            )
+        vectors = skill.vectors
+        vector = tuple(float(x) for x in event.fingerprint.vector)
+        fits = dimension_problem(vector, dimension) is None
+        if vector and fits and vector not in vectors and len(vectors) < MAX_VECTORS_PER_SKILL:
+            vectors = (*vectors, vector)
+        return replace(skill, vectors=vectors, pulls=skill.pulls + 1, reward_sum=skill.reward_sum + event.reward)
+    if kind == "SkillCredited" and skill is not None:
+        return replace(skill, pulls=skill.pulls + 1, reward_sum=skill.reward_sum + event.reward)
+    return skill
+
+
+def library_dimension(skills: Iterable[Skill]) -> int | None:
+    """The length of the vectors a library holds (one length: `evolve_skill` refuses others); None when none."""
+    return next((len(s.vectors[0]) for s in sorted(skills, key=lambda s: s.skill_id) if s.vectors), None)
+
+
+@dataclass(frozen=True)
+class Library:
+    """The whole library as a value: what every backend holds once it has applied the stream up to `last_seq`."""
+
+    skills: Mapping[str, Skill] = field(default_factory=dict)
+    last_seq: int = 0
+    dimension: int | None = None
+
+
+def evolve_library(library: Library, rec: Recorded) -> Library:
+    """The library after one more event of the stream: the same object for an event at or below its position
+    (already folded in); otherwise at the event's position, with a new `skills` mapping only when a skill changed."""
+    if rec.seq <= library.last_seq:
+        return library
+    skills, dimension = library.skills, library.dimension
+    if rec.type in INDEX_EVENTS:
+        msg = rec.msg
+        before = skills.get(msg.skill_id)
+        after = evolve_skill(before, msg, dimension)
+        if after is not before and after is not None:
+            skills = {**skills, msg.skill_id: after}
+            if dimension is None and after.vectors:
+                dimension = len(after.vectors[0])
+    return Library(skills=skills, last_seq=rec.seq, dimension=dimension)
+
+
+def fold_library(events: Iterable[Recorded], library: Library | None = None) -> Library:
+    """Every event folded in, in order: what an index that applied them holds."""
+    library = library or Library()
+    for rec in events:
+        library = evolve_library(library, rec)
+    return library
+
+
+def nearest(skills: Iterable[Skill], vector: Sequence[float], k: int, dimension: int | None) -> list[pb.SkillCandidate]:
+    """The k skills nearest to `vector`, nearest first, ties by skill id; a skill's distance is the Euclidean one
+    to the nearest physics it worked on, and a skill with none comparable is left out.
+
+    Euclidean, not cosine: DISTANCE_THRESHOLD is calibrated on it (two op families lie 2·√2 apart). A library
+    holding no vector answers nothing; a `vector` of another dimension than the library's is WrongDimension.
+    """
+    if dimension is None or k <= 0:
+        return []
+    problem = dimension_problem(vector, dimension)
+    if problem:
+        raise WrongDimension(f"cannot look up {problem}")
+    vector = [float(x) for x in vector]
+    ranked = sorted(((s.distance(vector), s.skill_id, s) for s in skills), key=lambda t: t[:2])
+    return [
+        pb.SkillCandidate(skill_id=sid, distance=d, pulls=s.pulls, reward_sum=s.reward_sum, config=s.config)
+        for d, sid, s in ranked[:k]
+        if math.isfinite(d)
+    ]
 
 
 # ---------------------------------------------------------------- replay

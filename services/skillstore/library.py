@@ -1,25 +1,23 @@
-"""The skill library: a projection of SkillPublished / SkillCredited, with nearest-neighbour lookup.
+"""The skill index port, and the embedded library behind it: a projection of SkillPublished / SkillCredited.
 
 `SkillIndex` is the port; `JsonSkillLibrary` is the embedded default, one JSON file under
-`<data_dir>/skills/` written atomically (temp file + os.replace). The file records the last stream
-sequence it applied, so re-applying an event is a no-op and a restart resumes where it stopped.
+`<data_dir>/skills/` written atomically (temp file + os.replace); `weaviate_index.WeaviateSkillIndex` is
+the other backend (WEAVIATE_URL). Each records the last stream sequence it applied, so re-applying an
+event is a no-op and a restart resumes where it stopped.
 
-Accounting (the bandit reads it): a skill's `pulls` counts judged trials of its recipe and
-`reward_sum` their rewards. SkillPublished adds a trial (creating the skill the first time);
-SkillCredited adds one too: a failed trial of a retrieved skill, or a live swap that confirmed it.
+The accounting (pulls, rewards, the physics a skill remembers) is not here: it is `domain.evolve_skill`,
+the fold every backend applies, so backends cannot count differently.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import tempfile
 import threading
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -27,85 +25,101 @@ from google.protobuf import json_format
 
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
+from services.skillstore import domain
+from services.skillstore.domain import INDEX_EVENTS, MAX_VECTORS_PER_SKILL, Skill, WrongDimension
 
 log = logging.getLogger(__name__)
 
+__all__ = [
+    "FORMAT_VERSION",
+    "INDEX_EVENTS",
+    "LIBRARY_FILE",
+    "MAX_VECTORS_PER_SKILL",
+    "IndexUnavailable",
+    "JsonSkillLibrary",
+    "Skill",
+    "SkillIndex",
+    "WrongDimension",
+]
+
 LIBRARY_FILE = "library.json"
 FORMAT_VERSION = 1
-# Fingerprints kept per skill: every physics it worked on, up to this many (oldest kept).
-MAX_VECTORS_PER_SKILL = 32
-INDEX_EVENTS = ("SkillPublished", "SkillCredited")
+
+
+class IndexUnavailable(OSError):
+    """A backend that cannot be reached, read or written; the message is one line. An OSError, so the projector
+    retries a write that failed (service._apply) and then stops, as for a full disk."""
 
 
 class SkillIndex(Protocol):
-    """What the skill store needs from a library backend (embedded JSON now, Weaviate later)."""
+    """What the skill store needs from a library backend. Its contract (tests/skillstore/test_index_contract.py,
+    run against every backend): it holds `domain.fold_library` of the events it applied."""
 
     def apply(self, rec: Recorded) -> bool:
-        """Fold one SkillPublished/SkillCredited in; False when it changed nothing (already applied, unknown)."""
+        """Fold one event of the stream in (domain.evolve_library); False when no skill changed (at or below the
+        last sequence applied, a credit for an unknown skill, another type: only the position moves, if at all).
+        Raises OSError (IndexUnavailable) when the change is not durable: nothing is applied then."""
         ...
 
     def neighbours(self, vector: Sequence[float], k: int) -> list[pb.SkillCandidate]:
-        """The k skills nearest to `vector`, nearest first (ties by skill id)."""
+        """domain.nearest: the k skills nearest to `vector`, nearest first (ties by skill id); WrongDimension for a
+        vector of another length than the library's."""
         ...
 
     def size(self) -> int: ...
 
     def last_seq(self) -> int: ...
 
+    def skill(self, skill_id: str) -> Skill | None: ...
 
-@dataclass
-class Skill:
-    skill_id: str
-    op_family: str
-    config: pb.TemplateConfig
-    vectors: list[list[float]] = field(default_factory=list)
-    pulls: int = 0
-    reward_sum: float = 0.0
-    candidate_id: str = ""
-    source_sha256: str = ""
+    def close(self) -> None: ...
 
-    def distance(self, vector: Sequence[float]) -> float:
-        """Euclidean distance to the nearest physics this skill worked on (inf when none comparable)."""
-        best = math.inf
-        for v in self.vectors:
-            if len(v) == len(vector):
-                best = min(best, math.dist(v, vector))
-        return best
 
-    def to_json(self) -> dict:
-        return {
-            "skill_id": self.skill_id,
-            "op_family": self.op_family,
-            "config": json_format.MessageToDict(self.config, preserving_proto_field_name=True),
-            "vectors": self.vectors,
-            "pulls": self.pulls,
-            "reward_sum": self.reward_sum,
-            "candidate_id": self.candidate_id,
-            "source_sha256": self.source_sha256,
-        }
+def skill_to_json(skill: Skill) -> dict:
+    return {
+        "skill_id": skill.skill_id,
+        "op_family": skill.op_family,
+        "config": json_format.MessageToDict(skill.config, preserving_proto_field_name=True),
+        "vectors": [list(v) for v in skill.vectors],
+        "pulls": skill.pulls,
+        "reward_sum": skill.reward_sum,
+        "candidate_id": skill.candidate_id,
+        "source_sha256": skill.source_sha256,
+    }
 
-    @classmethod
-    def from_json(cls, d: dict) -> Skill:
-        return cls(
-            skill_id=d["skill_id"],
-            op_family=d.get("op_family", ""),
-            config=json_format.ParseDict(d.get("config", {}), pb.TemplateConfig(), ignore_unknown_fields=True),
-            vectors=[[float(x) for x in v] for v in d.get("vectors", [])],
-            pulls=int(d.get("pulls", 0)),
-            reward_sum=float(d.get("reward_sum", 0.0)),
-            candidate_id=d.get("candidate_id", ""),
-            source_sha256=d.get("source_sha256", ""),
-        )
+
+def skill_from_json(d: dict) -> Skill:
+    return Skill(
+        skill_id=d["skill_id"],
+        op_family=d.get("op_family", ""),
+        config=json_format.ParseDict(d.get("config", {}), pb.TemplateConfig(), ignore_unknown_fields=True),
+        vectors=tuple(tuple(float(x) for x in v) for v in d.get("vectors", [])),
+        pulls=int(d.get("pulls", 0)),
+        reward_sum=float(d.get("reward_sum", 0.0)),
+        candidate_id=d.get("candidate_id", ""),
+        source_sha256=d.get("source_sha256", ""),
+    )
+
+
+def refused_vector(rec: Recorded, dimension: int | None) -> str | None:
+    """What a backend logs when `rec` brings a vector the fold refuses (domain.evolve_skill) for a library of
+    `dimension`; None otherwise."""
+    if rec.type != "SkillPublished":
+        return None
+    msg = rec.msg
+    problem = domain.dimension_problem(msg.fingerprint.vector, dimension) if msg.fingerprint.vector else None
+    if problem:
+        return f"seq {rec.seq}: {msg.skill_id} brings {problem}; its trial counts, that physics is not indexed"
+    return None
 
 
 class JsonSkillLibrary:
-    """The embedded skill library: everything in memory, persisted to one JSON file after each change."""
+    """The embedded skill library: `domain.Library` in memory, persisted to one JSON file after each change."""
 
     def __init__(self, directory: Path):
         self.path = Path(directory) / LIBRARY_FILE
         self._lock = threading.RLock()  # the projector applies in a worker thread while lookups run
-        self._skills: dict[str, Skill] = {}
-        self._last_seq = 0
+        self._library = domain.Library()
         self._load()
 
     # ------------------------------------------------------------------ persistence
@@ -117,7 +131,7 @@ class JsonSkillLibrary:
             return
         try:
             data = json.loads(text)
-            skills = {d["skill_id"]: Skill.from_json(d) for d in data.get("skills", [])}
+            skills = {d["skill_id"]: skill_from_json(d) for d in data.get("skills", [])}
             last_seq = int(data.get("last_seq", 0))
         except (ValueError, KeyError, TypeError, json_format.ParseError) as exc:
             # A projection can always be rebuilt from the stream: keep the bad file for a human, start empty.
@@ -125,14 +139,14 @@ class JsonSkillLibrary:
             os.replace(self.path, aside)
             log.error("skill library %s is unreadable (%s); moved to %s, rebuilding from events", self.path, exc, aside)
             return
-        self._skills, self._last_seq = skills, last_seq
+        self._library = domain.Library(skills, last_seq, domain.library_dimension(skills.values()))
 
-    def _save(self) -> None:
+    def _save(self, library: domain.Library) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {
             "version": FORMAT_VERSION,
-            "last_seq": self._last_seq,
-            "skills": [s.to_json() for s in sorted(self._skills.values(), key=lambda s: s.skill_id)],
+            "last_seq": library.last_seq,
+            "skills": [skill_to_json(library.skills[sid]) for sid in sorted(library.skills)],
         }
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".library-", suffix=".tmp")
         try:
@@ -150,68 +164,34 @@ class JsonSkillLibrary:
 
     def apply(self, rec: Recorded) -> bool:
         with self._lock:
-            if rec.seq <= self._last_seq:
-                return False
-            changed = False
-            if rec.type == "SkillPublished":
-                changed = self._publish(rec.msg)
-            elif rec.type == "SkillCredited":
-                changed = self._credit(rec.msg)
-            previous = self._last_seq
-            self._last_seq = rec.seq
-            try:
-                self._save()
-            except OSError:
-                self._last_seq = previous  # not durable, so not applied: a redelivery applies it again
-                raise
-            return changed
-
-    def _publish(self, msg: pb.SkillPublished) -> bool:
-        skill = self._skills.get(msg.skill_id)
-        if skill is None:
-            skill = Skill(
-                skill_id=msg.skill_id,
-                op_family=msg.fingerprint.op_family,
-                config=pb.TemplateConfig(),
-                candidate_id=msg.candidate_id,
-                source_sha256=msg.source_sha256,
-            )
-            skill.config.CopyFrom(msg.config)
-            self._skills[msg.skill_id] = skill
-        vector = list(msg.fingerprint.vector)
-        if vector and vector not in skill.vectors and len(skill.vectors) < MAX_VECTORS_PER_SKILL:
-            skill.vectors.append(vector)
-        skill.pulls += 1
-        skill.reward_sum += msg.reward
-        return True
-
-    def _credit(self, msg: pb.SkillCredited) -> bool:
-        skill = self._skills.get(msg.skill_id)
-        if skill is None:
-            log.warning("credit for unknown skill %s ignored", msg.skill_id)
-            return False
-        skill.pulls += 1
-        skill.reward_sum += msg.reward
-        return True
+            before = self._library
+            after = domain.evolve_library(before, rec)
+            if after is before:
+                return False  # at or below the position: already folded in
+            refused = refused_vector(rec, before.dimension)
+            # Not durable, so not applied: the state in memory stays as it was, and a redelivery applies it again.
+            self._save(after)
+            self._library = after
+            if refused:
+                log.warning("skill library: %s", refused)
+            return after.skills is not before.skills
 
     def neighbours(self, vector: Sequence[float], k: int) -> list[pb.SkillCandidate]:
-        vector = [float(x) for x in vector]
         with self._lock:
-            ranked = sorted(((s.distance(vector), s.skill_id, s) for s in self._skills.values()), key=lambda t: t[:2])
-            return [
-                pb.SkillCandidate(skill_id=sid, distance=d, pulls=s.pulls, reward_sum=s.reward_sum, config=s.config)
-                for d, sid, s in ranked[:k]
-                if math.isfinite(d)
-            ]
+            library = self._library
+        return domain.nearest(library.skills.values(), vector, k, library.dimension)
 
     def size(self) -> int:
         with self._lock:
-            return len(self._skills)
+            return len(self._library.skills)
 
     def last_seq(self) -> int:
         with self._lock:
-            return self._last_seq
+            return self._library.last_seq
 
     def skill(self, skill_id: str) -> Skill | None:
         with self._lock:
-            return self._skills.get(skill_id)
+            return self._library.skills.get(skill_id)
+
+    def close(self) -> None:
+        """Nothing to release: every change is on disk once `apply` returns."""

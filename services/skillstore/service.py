@@ -53,8 +53,16 @@ class SkillstoreService:
         except domain.BadTrigger as exc:
             log.error("run %s: %s; not answering it", trigger.env.run_id, exc)
             return out
-        neighbours = await asyncio.to_thread(self.index.neighbours, list(fingerprint.vector), self.k)
-        observed = pb.SkillsObservation(neighbours=neighbours, library_size=self.index.size())
+        try:
+            neighbours = await asyncio.to_thread(self.index.neighbours, list(fingerprint.vector), self.k)
+        except domain.WrongDimension as exc:
+            # A profiler whose fingerprints another library's cannot compare with: no neighbour, a cold start (as
+            # when none is near), said here since the event only says none was comparable.
+            log.error("run %s: %s; %s starts cold", trigger.env.run_id, exc, target)
+            neighbours = []
+        # What was retrieved, with its distances, pulls and rewards, and the library's size, is recorded in the
+        # event (SkillsRetrieved.observed): replay re-derives the pick from it and never asks the index.
+        observed = pb.SkillsObservation(neighbours=neighbours, library_size=await asyncio.to_thread(self.index.size))
         return [*out, domain.derive_skills_retrieved(prior, trigger, observed)]
 
 

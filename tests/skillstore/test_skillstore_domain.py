@@ -202,3 +202,48 @@ async def test_the_next_targets_skills_are_retrieved_when_the_one_before_ends(ne
     assert [m for m in verify(run.log, rederive) if m.type in rederive] == []
     one = run.add(pb.RunRequested(prompts=["hi"], decode_tokens=4, max_targets=1), "client")
     assert list(profiler_domain.derive_profile_captured(run.log[-1:], one, observed).targets) == ["m.NormA"]
+
+
+CONFIG_8 = pb.TemplateConfig(template="row_reduction_onepass", num_warps=8, rows_per_program=1)
+
+
+def _published(skill_id: str, vector: list[float], reward: int = 1) -> pb.SkillPublished:
+    fingerprint = pb.Fingerprint(op_family="row_reduction", vector=vector)
+    return pb.SkillPublished(skill_id=skill_id, fingerprint=fingerprint, config=CONFIG_8, reward=reward)
+
+
+def test_the_library_fold_counts_trials_and_remembers_physics():
+    first = domain.evolve_skill(None, _published("sk-a", [0.0, 1.0], reward=2), None)
+    assert (first.pulls, first.reward_sum, first.vectors, first.config) == (1, 2.0, ((0.0, 1.0),), CONFIG_8)
+    again = domain.evolve_skill(first, _published("sk-a", [0.0, 1.0], reward=3), 2)  # the same physics: kept once
+    assert (again.pulls, again.reward_sum, again.vectors) == (2, 5.0, ((0.0, 1.0),))
+    assert (first.pulls, first.reward_sum) == (1, 2.0)  # a value: the skill before is untouched
+    credited = domain.evolve_skill(again, pb.SkillCredited(skill_id="sk-a", reward=-1), 2)
+    assert (credited.pulls, credited.reward_sum) == (3, 4.0)
+    assert domain.evolve_skill(None, pb.SkillCredited(skill_id="sk-x", reward=3), 2) is None  # unknown: nothing
+    assert domain.evolve_skill(again, pb.SkillsRetrieved(), 2) is again  # not an index event
+    refused = domain.evolve_skill(again, _published("sk-a", [1.0, 2.0, 3.0]), 2)
+    assert (refused.pulls, refused.vectors) == (3, again.vectors)  # the trial counts, the 3-vector is not indexed
+    full = first
+    for i in range(domain.MAX_VECTORS_PER_SKILL + 3):
+        full = domain.evolve_skill(full, _published("sk-a", [float(i), 0.5]), 2)
+    assert len(full.vectors) == domain.MAX_VECTORS_PER_SKILL and full.vectors[0] == (0.0, 1.0)  # oldest kept
+
+
+def test_nearest_ranks_by_distance_then_id_and_refuses_another_dimension():
+    skills = [
+        domain.Skill("sk-b", "row_reduction", CONFIG_8, vectors=((1.0, 0.0),)),
+        domain.Skill("sk-a", "row_reduction", CONFIG_8, vectors=((0.0, 1.0), (9.0, 9.0))),
+        domain.Skill("sk-none", "row_reduction", CONFIG_8),  # no physics: never a neighbour
+    ]
+    assert [(n.skill_id, n.distance) for n in domain.nearest(skills, [0.0, 0.0], 5, 2)] == [
+        ("sk-a", 1.0),
+        ("sk-b", 1.0),
+    ]
+    assert domain.nearest(skills, [0.0, 0.0], 5, None) == []  # a library holding no vector answers nothing
+    try:
+        domain.nearest(skills, [0.0], 5, 2)
+    except domain.WrongDimension as exc:
+        assert str(exc) == "cannot look up a fingerprint vector of 1 dimensions; the library holds 2-dimensional ones"
+    else:
+        raise AssertionError("a 1-vector was compared with 2-vectors")

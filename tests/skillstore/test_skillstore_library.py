@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from services.core import events as ev
 from services.core.pb import events_pb2 as pb
 from services.skillstore.library import JsonSkillLibrary
@@ -78,3 +80,50 @@ def test_an_unreadable_file_is_moved_aside_and_the_library_starts_empty(tmp_path
     data = json.loads((tmp_path / "library.json").read_text())
     assert data["last_seq"] == 1 and data["skills"][0]["skill_id"] == "sk-a"
     assert math.isclose(data["skills"][0]["reward_sum"], 1.0)
+
+
+def test_a_write_that_failed_leaves_nothing_applied_so_its_retry_counts_once(tmp_path):
+    """The projector retries a failed write (service._apply): the library used to keep the pull it had counted in
+    memory before the write failed, and counted it again on the retry."""
+    lib = JsonSkillLibrary(tmp_path / "skills")
+    (tmp_path / "skills").write_text("a file where the library's directory should be")
+    published = _published(1, "sk-a", [0.0, 1.0], reward=2)
+    with pytest.raises(OSError):
+        lib.apply(published)
+    assert (lib.size(), lib.last_seq(), lib.skill("sk-a")) == (0, 0, None)
+    (tmp_path / "skills").unlink()
+    assert lib.apply(published)
+    assert (lib.skill("sk-a").pulls, lib.skill("sk-a").reward_sum) == (1, 2.0)
+    assert JsonSkillLibrary(tmp_path / "skills").skill("sk-a") == lib.skill("sk-a")
+
+
+def test_the_file_format_is_unchanged(tmp_path):
+    """Version 1, as libraries already on disk hold it: they load, and are written back the same."""
+    written = {
+        "version": 1,
+        "last_seq": 9,
+        "skills": [
+            {
+                "skill_id": "sk-a",
+                "op_family": "row_reduction",
+                "config": {"template": "row_reduction_onepass", "num_warps": 4, "rows_per_program": 1},
+                "vectors": [[0.0, 1.0], [0.5, 0.25]],
+                "pulls": 3,
+                "reward_sum": 5.0,
+                "candidate_id": "c",
+                "source_sha256": "ab",
+            }
+        ],
+    }
+    (tmp_path / "library.json").write_text(json.dumps(written, indent=1))
+    lib = JsonSkillLibrary(tmp_path)
+    skill = lib.skill("sk-a")
+    assert (skill.pulls, skill.reward_sum, skill.vectors, skill.config.num_warps) == (
+        3,
+        5.0,
+        ((0.0, 1.0), (0.5, 0.25)),
+        4,
+    )
+    assert lib.apply(_rec(10, pb.SkillCredited(skill_id="sk-a", reward=1)))
+    written["last_seq"], written["skills"][0]["pulls"], written["skills"][0]["reward_sum"] = 10, 4, 6.0
+    assert json.loads((tmp_path / "library.json").read_text()) == written

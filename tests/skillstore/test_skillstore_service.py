@@ -168,3 +168,23 @@ async def test_an_index_that_cannot_be_written_stops_its_projector(bus, run_id, 
     with pytest.raises(OSError):
         await asyncio.wait_for(run_index_projector(bus, library, asyncio.Event(), runs=[run_id]), timeout=30)
     assert library.last_seq() == 0
+
+
+async def test_a_fingerprint_of_another_dimension_is_answered_with_a_cold_start(tmp_path, new_run, profiled, caplog):
+    """An index of other fingerprints (another profiler version) cannot compare them: no neighbour, said in the
+    log, and the run goes on from the coder's default."""
+    library = JsonSkillLibrary(tmp_path)
+    fingerprint = pb.Fingerprint(op_family="row_reduction", vector=[0.0, 1.0, 2.0])
+    config = pb.TemplateConfig(template="row_reduction_onepass", num_warps=4, rows_per_program=1)
+    old = new_run("old")
+    old.add(pb.SkillPublished(skill_id="sk-old", fingerprint=fingerprint, config=config, reward=2), "skillstore")
+    library.apply(old.log[0])
+    run = new_run("r1")
+    captured = profiled(run, QWEN, 1536)
+    [retrieved] = await SkillstoreService(library).handle(captured, run.log)
+    assert (retrieved.chosen_skill_id, list(retrieved.observed.neighbours), retrieved.observed.library_size) == (
+        "",
+        [],
+        1,
+    )
+    assert "the library holds 3-dimensional ones" in caplog.text and "starts cold" in caplog.text
