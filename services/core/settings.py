@@ -30,6 +30,7 @@ ENV_NAMES = {
     "instance_id": "YANTRA_INSTANCE_ID",
     "metrics_addr": "YANTRA_METRICS_ADDR",
     "http_addr": "YANTRA_HTTP_ADDR",
+    "weaviate_url": "WEAVIATE_URL",
     "max_requests": "YANTRA_MAX_REQUESTS",
     "graphs": "YANTRA_GRAPHS",
     "batch": "YANTRA_BATCH",
@@ -115,6 +116,9 @@ class Settings(BaseModel):
     instance_id: str = Field("", description="the id the server answers Health with; empty: a random one")
     metrics_addr: str = Field("", description="host:port of the server's Prometheus endpoint; empty: none")
     http_addr: str = Field("", description="host:port of the server's OpenAI-compatible HTTP API; empty: none")
+    weaviate_url: str = Field(
+        "", description="Weaviate holding the skill index (http://HOST:PORT); empty: the embedded JSON library"
+    )
     max_requests: int = Field(64, ge=1, description="requests the server generates at once; more: RESOURCE_EXHAUSTED")
     graphs: bool = Field(True, description="on a GPU, each batched decode step is a CUDA graph (0: eager steps)")
     batch: int | None = Field(
@@ -144,6 +148,20 @@ class Settings(BaseModel):
         if problem:
             raise ValueError(f"{ENV_NAMES[info.field_name]}={addr}: {problem}")
         return addr
+
+    @field_validator("weaviate_url")
+    @classmethod
+    def _http_url(cls, url: str, info) -> str:
+        if not url:
+            return url  # the embedded index
+        try:
+            parts = urlsplit(url)
+            port = parts.port  # a port that is not a number, or past 65535, is a ValueError here
+        except ValueError:
+            parts, port = None, None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or port == 0:
+            raise ValueError(f"{ENV_NAMES[info.field_name]}={redact_url(url)}: not an http(s)://HOST:PORT URL")
+        return url
 
     @model_validator(mode="after")
     def _user_needs_password(self) -> Settings:
@@ -192,6 +210,8 @@ class Settings(BaseModel):
             out["YANTRA_METRICS_ADDR"] = self.metrics_addr
         if self.http_addr:
             out["YANTRA_HTTP_ADDR"] = self.http_addr
+        if self.weaviate_url:
+            out["WEAVIATE_URL"] = self.weaviate_url
         out["YANTRA_MAX_REQUESTS"] = str(self.max_requests)
         out["YANTRA_GRAPHS"] = "1" if self.graphs else "0"
         if self.batch is not None:
