@@ -31,14 +31,18 @@ def _compose_binary() -> Path:
     return path
 
 
-def _config(*args: str, password: str | None = PASSWORD, token: str | None = TOKEN) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("NATS_PASSWORD", "YANTRA_ADMIN_TOKEN")}
+def _config(
+    *args: str, password: str | None = PASSWORD, token: str | None = TOKEN, profiles: tuple[str, ...] = (), **more: str
+) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("NATS_PASSWORD", "YANTRA_ADMIN_TOKEN", "WEAVIATE_URL")}
     if password is not None:
         env["NATS_PASSWORD"] = password
     if token is not None:
         env["YANTRA_ADMIN_TOKEN"] = token
+    env.update(more)
+    chosen = [word for profile in profiles for word in ("--profile", profile)]
     return subprocess.run(
-        [str(_compose_binary()), "-f", str(ROOT / "compose.yaml"), "config", *args],
+        [str(_compose_binary()), "-f", str(ROOT / "compose.yaml"), *chosen, "config", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -51,15 +55,19 @@ def test_compose_file_is_valid():
     assert result.returncode == 0, result.stderr
 
 
-def _services() -> dict:
-    result = _config("--format", "json")
+def _project(profiles: tuple[str, ...] = (), **env: str) -> dict:
+    result = _config("--format", "json", profiles=profiles, **env)
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)["services"]
+    return json.loads(result.stdout)
+
+
+def _services(profiles: tuple[str, ...] = (), **env: str) -> dict:
+    return _project(profiles, **env)["services"]
 
 
 def test_compose_runs_the_five_services_and_reserves_gpus():
     services = _services()
-    assert set(services) == {"nats", *YANTRA_SERVICES}  # no Weaviate: nothing read its URL
+    assert set(services) == {"nats", *YANTRA_SERVICES}  # Weaviate is opt-in (--profile weaviate)
     for name in ("server", "judge"):
         devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
         assert devices[0]["capabilities"] == ["gpu"]
@@ -126,7 +134,7 @@ def _read_by_the_code() -> set[str]:
     """Every environment variable a string literal in the services names (os.environ reads, Settings.from_env)."""
     names: set[str] = set()
     for path in (ROOT / "services").rglob("*.py"):
-        names |= set(re.findall(r"[\"']((?:YANTRA|NATS)_[A-Z0-9_]+)[\"']", path.read_text()))
+        names |= set(re.findall(r"[\"']((?:YANTRA|NATS|WEAVIATE)_[A-Z0-9_]+)[\"']", path.read_text()))
     return names
 
 
@@ -136,6 +144,28 @@ def test_every_variable_a_service_is_given_is_one_the_code_reads():
     for name in YANTRA_SERVICES:
         unread = set(_services()[name]["environment"]) - read
         assert not unread, (name, unread)
+
+
+def test_weaviate_is_opt_in_with_anonymous_access_no_vectorizer_and_a_volume():
+    """The default stack keeps the skill index embedded; `--profile weaviate` with WEAVIATE_URL moves it to Weaviate,
+    which the skillstore alone reaches (no published port, so anonymous access stays inside the network)."""
+    assert _services()["skillstore"]["environment"]["WEAVIATE_URL"] == ""  # the embedded library
+    url = "http://weaviate:8080"
+    project = _project(("weaviate",), WEAVIATE_URL=url)
+    services = project["services"]
+    weaviate, skillstore = services["weaviate"], services["skillstore"]
+    assert skillstore["environment"]["WEAVIATE_URL"] == url
+    assert skillstore["depends_on"]["weaviate"] == {"condition": "service_healthy", "required": False}
+    assert [name for name in YANTRA_SERVICES if "WEAVIATE_URL" in services[name]["environment"]] == ["skillstore"]
+    image = re.fullmatch(r"cr\.weaviate\.io/semitechnologies/weaviate:(\d+)\.(\d+)\.(\d+)", weaviate["image"])
+    assert image and (int(image[1]), int(image[2])) >= (1, 27), weaviate["image"]  # pinned; weaviate-client's minimum
+    env = weaviate["environment"]
+    assert env["AUTHENTICATION_ANONYMOUS_ACCESS_ENABLED"] == "true" and env["DEFAULT_VECTORIZER_MODULE"] == "none"
+    assert not env.get("ENABLE_MODULES") and not weaviate.get("ports")
+    (volume,) = weaviate["volumes"]
+    assert volume["type"] == "volume" and volume["target"] == env["PERSISTENCE_DATA_PATH"]
+    assert volume["source"] in project["volumes"]
+    assert "/v1/.well-known/ready" in " ".join(weaviate["healthcheck"]["test"])
 
 
 def test_the_nats_image_is_the_nats_server_the_tests_run():
