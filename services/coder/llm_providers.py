@@ -166,7 +166,8 @@ def _gemini_reply(response) -> Reply:
     reply = Reply(
         status=200,
         prompt_tokens=(usage.prompt_token_count or 0) if usage else 0,
-        answer_tokens=(usage.candidates_token_count or 0) if usage else 0,
+        # thinking is billed and counts against the answer's cap: it is the answer's cost too
+        answer_tokens=((usage.candidates_token_count or 0) + (usage.thoughts_token_count or 0)) if usage else 0,
     )
     if not response.candidates:  # the prompt itself was blocked
         feedback = response.prompt_feedback

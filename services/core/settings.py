@@ -35,6 +35,13 @@ ENV_NAMES = {
     "graphs": "YANTRA_GRAPHS",
     "batch": "YANTRA_BATCH",
     "shadow_calls": "YANTRA_SHADOW_CALLS",
+    "llm_model": "YANTRA_LLM_MODEL",
+    "llm_base_url": "YANTRA_LLM_BASE_URL",
+    "llm_max_calls": "YANTRA_LLM_MAX_CALLS",
+    "llm_max_tokens": "YANTRA_LLM_MAX_TOKENS",
+    "llm_answer_tokens": "YANTRA_LLM_ANSWER_TOKENS",
+    "llm_timeout_s": "YANTRA_LLM_TIMEOUT_S",
+    "llm_retries": "YANTRA_LLM_RETRIES",
 }
 # Set to "" these mean unset (the field's default); the others take "" as given (and may refuse it).
 _EMPTY_IS_UNSET = frozenset({"nats_url", "nats_port", "batch", "shadow_calls"})
@@ -130,6 +137,16 @@ class Settings(BaseModel):
         description="after each swap, live calls of the swapped op checked against its module's own forward"
         " (then the first call of each new size, and samples); 0: only those",
     )
+    # The LLM kernel author (a run's `--author gemini|openai-compatible`; docs/authors.md). Its API key is read from
+    # GEMINI_API_KEY / OPENAI_API_KEY by the coder alone, never held here, logged or recorded.
+    llm_model: str = Field("", description="model the LLM author asks; empty: the provider's default")
+    llm_base_url: str = Field("", description="base URL of the LLM API; empty: the provider's own")
+    llm_max_calls: int = Field(12, ge=0, description="HTTP requests a run's LLM author may make, retries included")
+    # (out of repr, which tests hold free of secret-looking words such as "tok": nothing secret in them)
+    llm_max_tokens: int = Field(300_000, ge=0, repr=False, description="prompt + answer tokens a run may spend")
+    llm_answer_tokens: int = Field(8192, ge=256, repr=False, description="the most tokens one answer may take")
+    llm_timeout_s: float = Field(120.0, gt=0, description="seconds one LLM request may take")
+    llm_retries: int = Field(2, ge=0, le=5, description="retries of one request after a 429, a 5xx or a timeout")
 
     @field_validator("data_dir")
     @classmethod
@@ -217,6 +234,9 @@ class Settings(BaseModel):
         if self.batch is not None:
             out["YANTRA_BATCH"] = str(self.batch)
         out["YANTRA_SHADOW_CALLS"] = str(self.shadow_calls)
+        for name in ("llm_model", "llm_base_url", "llm_max_calls", "llm_max_tokens", "llm_answer_tokens"):
+            out[ENV_NAMES[name]] = str(getattr(self, name))
+        out["YANTRA_LLM_TIMEOUT_S"], out["YANTRA_LLM_RETRIES"] = str(self.llm_timeout_s), str(self.llm_retries)
         return out
 
     def nats_auth(self) -> NatsAuth | None:
