@@ -319,3 +319,18 @@ def test_the_committed_good_answer_is_the_template_and_the_adversarial_ones_the_
                        ("adversarial_fp16_maths.json", "kernel_precision_downgrade_fp16.py")]:  # fmt: skip
         source = (ROOT / "tests/adversarial/candidates" / path).read_text()
         assert json.loads(answer_text(name))["source"] == source
+
+
+async def test_optimize_records_the_author_and_leaves_a_template_run_unset(bus, run_id):
+    from services.cli import build_parser
+    from services.cli.run_cmds import request_run
+
+    assert build_parser().parse_args(["optimize", "--author", "gemini"]).author == "gemini"
+    assert build_parser().parse_args(["optimize"]).author == "template"
+    policy = pb.SwapPolicy(min_reward=1, name="cpu-untimed")
+    for author, recorded in (("gemini", "gemini"), ("template", "")):
+        run = await request_run(
+            bus, model="m", policy=policy, max_candidates=1, prompts=[], decode_tokens=1, author=author
+        )
+        asked = ev.first(await bus.read_run(run), "RunRequested")
+        assert asked.msg.author == recorded and (author != "template" or b"template" not in asked.env.payload)
