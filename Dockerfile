@@ -27,7 +27,8 @@ WORKDIR /app
 COPY pyproject.toml README.md constraints.txt ./
 RUN set -eu; \
     base="$(python -c 'import torch, triton; print(torch.__version__, triton.__version__)')"; \
-    python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+    python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+      print("\n".join(p["dependencies"] + p["optional-dependencies"]["llm"] + p["optional-dependencies"]["weaviate"]))' \
       > /tmp/requirements.txt; \
     pip install -c constraints.txt -r /tmp/requirements.txt; \
     now="$(python -c 'import torch, triton; print(torch.__version__, triton.__version__)')"; \
