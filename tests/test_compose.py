@@ -134,7 +134,8 @@ def _read_by_the_code() -> set[str]:
     """Every environment variable a string literal in the services names (os.environ reads, Settings.from_env)."""
     names: set[str] = set()
     for path in (ROOT / "services").rglob("*.py"):
-        names |= set(re.findall(r"[\"']((?:YANTRA|NATS|WEAVIATE)_[A-Z0-9_]+|(?:GEMINI|GOOGLE|OPENAI)_API_KEY)[\"']", path.read_text()))
+        pattern = r"[\"']((?:YANTRA|NATS|WEAVIATE)_[A-Z0-9_]+|(?:GEMINI|GOOGLE|OPENAI)_API_KEY)[\"']"
+        names |= set(re.findall(pattern, path.read_text()))
     return names
 
 
