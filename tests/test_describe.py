@@ -18,3 +18,21 @@ def test_a_rollback_request_and_its_answer_name_the_swap_and_why():
     assert asked.endswith("swap-c1: the kernel raised while serving: ValueError: x")
     done = _line(pb.SwapRolledBack(swap_id="swap-c1", candidate_id="c1", reason="rolled back 5 modules: operator"))
     assert done.endswith("c1: rolled back 5 modules: operator")
+
+
+def test_an_llm_authors_candidate_and_a_failed_answer_name_the_model_and_what_it_cost():
+    answer = pb.AuthorObservation(
+        provider="gemini", model="gemini-x", request_sha256="ab" * 32, finish_reason="STOP", prompt_tokens=1200,
+        answer_tokens=800, attempts=2,
+    )  # fmt: skip
+    proposed = pb.CandidateProposed(candidate_id="c1-llm", attempt=1, origin="llm", observed=answer)
+    assert _line(proposed, "coder").endswith(
+        "c1-llm attempt 1 origin=llm gemini/gemini-x request ababababab finish STOP, 1200+800 tokens, 2 attempt(s)"
+    )
+    failed = pb.AuthorObservation(provider="openai-compatible", model="m", error="HTTP 500", attempts=3)
+    why = "no candidate: the model answered HTTP 500"
+    line = _line(pb.TargetConcluded(target_class="a.B", reason=why, observed=failed), "coder")
+    assert "B best=- reward=+0 swap=False: no candidate" in line
+    assert "[openai-compatible/m request  error: HTTP 500" in line
+    plain = pb.CandidateProposed(candidate_id="c2", attempt=2, origin="template", config=pb.TemplateConfig(num_warps=4))
+    assert "warps=4" in _line(plain, "coder") and "tokens" not in _line(plain, "coder")

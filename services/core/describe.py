@@ -104,6 +104,8 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
         return f"{len(m.observed.neighbours)} neighbours of {m.observed.library_size} skills; pick: {chosen}"
     if type_name == "CandidateProposed":
         c = m.config
+        if m.HasField("observed"):  # an LLM's answer: which model, what it cost
+            return f"{m.candidate_id} attempt {m.attempt} origin={m.origin} {_author(m.observed)}"
         return (
             f"{m.candidate_id} attempt {m.attempt} origin={m.origin} warps={c.num_warps} rows/prog={c.rows_per_program}"
         )
@@ -112,7 +114,8 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
         speed = f" x{m.speedup_vs_eager:.2f} vs eager" if m.speedup_vs_eager else ""
         return f"{m.candidate_id} reward={m.reward:+d} checks {cor.checks_passed}/{cor.checks_run}{speed}: {m.reason}"
     if type_name == "TargetConcluded":
-        return f"{_short(m.target_class)} best={m.candidate_id or '-'} reward={m.reward:+d} swap={m.swap}: {m.reason}"
+        line = f"{_short(m.target_class)} best={m.candidate_id or '-'} reward={m.reward:+d} swap={m.swap}: {m.reason}"
+        return line + (f" [{_author(m.observed)}]" if m.HasField("observed") else "")
     if type_name == "SwapCommitted":
         p = m.observed
         return (
@@ -142,6 +145,15 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
     if type_name == "ServerMetrics":
         return f"{m.tokens_per_s:.1f} tok/s p50 {m.p50_latency_ms:.1f} ms, {m.active_swaps} swaps"
     return ""
+
+
+def _author(a) -> str:
+    """An LLM author's recorded call in a few words (pb.AuthorObservation)."""
+    said = f"finish {a.finish_reason}" if a.finish_reason else f"error: {a.error}" if a.error else "no answer"
+    return (
+        f"{a.provider}/{a.model} request {a.request_sha256[:10]} {said}, "
+        f"{a.prompt_tokens}+{a.answer_tokens} tokens, {a.attempts} attempt(s)"
+    )
 
 
 def describe(rec: Recorded) -> str:
