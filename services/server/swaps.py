@@ -73,6 +73,7 @@ class SwapRegistry:
                     modules_patched=e.committed.modules_patched,
                     state=e.shown_state,
                     source_sha256=e.committed.source_sha256,
+                    calls=e.handle.calls,  # watched live calls (hotswap.SwapHandle.watch), kept after a rollback
                 )
                 for e in self._entries.values()
             ]

@@ -161,15 +161,19 @@ async def test_list_swaps_follows_commit_and_rollback(engine, channel, swaps, go
     state = await admin.GetModuleState(ipb.ModuleStateRequest(class_path=QWEN_NORM))
     assert state.patched == 5 and state.active_swap_id == committed.swap_id
     assert (await admin.Health(ipb.HealthRequest())).active_swaps == 1
+    (before,) = [s.calls for s in (await admin.ListSwaps(ipb.ListSwapsRequest())).swaps]
+    assert before == 0  # the commit's own parity and canary calls are not live traffic
     chunks = await _generate(channel, prompt="Hello", max_new_tokens=4)  # serving through the kernel
     assert sum(len(c.token_ids) for c in chunks) == 4 and chunks[-1].done
+    (served,) = [s.calls for s in (await admin.ListSwaps(ipb.ListSwapsRequest())).swaps]
+    assert served > before  # every patched module's call of every step, counted by the swap's handle
 
     request = pb.RollbackRequested(swap_id=committed.swap_id, reason="test")
     trigger = ev.Recorded(99, ev.make_envelope("grpc-run", request, producer="test", time_ns=1, event_id="rb"))
     (rolled,) = await service.handle(trigger, [*log, trigger])
     assert rolled.observed.modules_matched == 5
     swaps = (await admin.ListSwaps(ipb.ListSwapsRequest())).swaps
-    assert [(s.swap_id, s.state) for s in swaps] == [(committed.swap_id, "rolled_back")]
+    assert [(s.swap_id, s.state, s.calls) for s in swaps] == [(committed.swap_id, "rolled_back", served)]
     assert (await admin.GetModuleState(ipb.ModuleStateRequest(class_path=QWEN_NORM))).patched == 0
 
 

@@ -127,20 +127,22 @@ class ListSwapsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SwapRecord(_message.Message):
-    __slots__ = ("swap_id", "candidate_id", "target_class", "modules_patched", "state", "source_sha256")
+    __slots__ = ("swap_id", "candidate_id", "target_class", "modules_patched", "state", "source_sha256", "calls")
     SWAP_ID_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_CLASS_FIELD_NUMBER: _ClassVar[int]
     MODULES_PATCHED_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
     swap_id: str
     candidate_id: str
     target_class: str
     modules_patched: int
     state: str
     source_sha256: str
-    def __init__(self, swap_id: _Optional[str] = ..., candidate_id: _Optional[str] = ..., target_class: _Optional[str] = ..., modules_patched: _Optional[int] = ..., state: _Optional[str] = ..., source_sha256: _Optional[str] = ...) -> None: ...
+    calls: int
+    def __init__(self, swap_id: _Optional[str] = ..., candidate_id: _Optional[str] = ..., target_class: _Optional[str] = ..., modules_patched: _Optional[int] = ..., state: _Optional[str] = ..., source_sha256: _Optional[str] = ..., calls: _Optional[int] = ...) -> None: ...
 
 class ListSwapsReply(_message.Message):
     __slots__ = ("swaps",)
