@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from services.core import events as ev
 from services.core.nats_launcher import free_port
+from services.core.pb import events_pb2 as pb
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,6 +94,27 @@ def test_swaps_and_rollback_on_an_empty_log_say_so(own_nats):
     assert "the server's own view is missing" in listed.stdout and "Traceback" not in listed.stderr
     result = yantra("rollback", "swap-nope", env=env)
     assert result.returncode == 2 and "no swap 'swap-nope' in the log (see `yantra swaps`)" in result.stderr
+
+
+async def test_swaps_shows_each_kernels_author_and_verdict_and_no_calls_without_a_server(own_bus, own_nats):
+    run_id = "lineage-cli"
+    observed = pb.AuthorObservation(provider="gemini", model="gemini-2.5-flash", request_sha256="0123abcd4567" * 5)
+    events = [
+        pb.RunRequested(model="tiny-qwen2"),
+        pb.CandidateProposed(candidate_id="cand-llm", target_class="m.Qwen2RMSNorm", origin="llm", observed=observed),
+        pb.CandidateJudged(candidate_id="cand-llm", reward=3, speedup_vs_eager=10.5, speedup_vs_best=1.2),
+        pb.SwapCommitted(swap_id="swap-llm", candidate_id="cand-llm", target_class="m.Qwen2RMSNorm", modules_patched=5),
+    ]
+    for i, msg in enumerate(events):
+        await own_bus.publish(ev.make_envelope(run_id, msg, producer="test", time_ns=i + 1, event_id=f"e{i}"))
+    env = {"NATS_URL": own_nats.url, "YANTRA_SERVER_ADDR": f"127.0.0.1:{free_port()}"}
+    listed = await asyncio.to_thread(yantra, "swaps", env=env)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    (line,) = [x for x in listed.stdout.splitlines() if x.startswith("swap-llm")]
+    assert f"run {run_id}" in line and "log: live" in line and "server: -" in line
+    assert "author: llm gemini/gemini-2.5-flash req 0123abcd4567" in line
+    assert "verdict: +3 10.5x eager 1.2x best" in line and line.endswith("calls: -")
+    assert "the server's own view is missing, and with it the live call counts" in listed.stdout
 
 
 def test_generate_without_a_server(tmp_path):

@@ -1,4 +1,4 @@
-"""Swaps by hand: `yantra swaps` (the log's view and the server's), `yantra rollback SWAP`."""
+"""Swaps by hand: `yantra swaps` (the log's view, each kernel's lineage, the server's view), `yantra rollback SWAP`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import uuid
 from services.cli.common import CliError, add_common, open_bus, settings_of
 from services.core import events as ev
 from services.core.describe import describe
+from services.core.lineage import lineage
 from services.core.pb import events_pb2 as pb
 from services.core.server_client import ServerUnavailable, list_swaps
 from services.core.stack import StackError, resolve_server_addr
@@ -21,14 +22,14 @@ async def cmd_swaps(args) -> int:
     bus = await open_bus(settings)
     try:
         views = swap_history(*await read_swap_events(bus))
+        logs = {run_id: await bus.read_run(run_id) for run_id in dict.fromkeys(v.run_id for v in views)}
     finally:
         await bus.close()
     try:
-        records = await list_swaps(resolve_server_addr(settings), settings.admin_token)
-        served = {r.swap_id: r.state for r in records}
+        records = {r.swap_id: r for r in await list_swaps(resolve_server_addr(settings), settings.admin_token)}
         server_note = ""
     except (ServerUnavailable, StackError) as exc:
-        served, server_note = {}, f"(the server's own view is missing: {exc})"
+        records, server_note = {}, f"(the server's own view is missing, and with it the live call counts: {exc})"
     if not views:
         print("no swaps yet: a run swaps a kernel when one is judged good enough (`yantra optimize`)")
     for v in views:
@@ -37,9 +38,12 @@ async def cmd_swaps(args) -> int:
         if v.dropped:  # the log says live, but the last restart could not serve it
             logged += f" ({v.dropped} at the last restart)"
         target = msg.target_class.rsplit(".", 1)[-1]
+        served = records.get(v.swap_id)
+        origin = lineage(logs[v.run_id], msg)
         print(
             f"{v.swap_id}  {target:<16} {msg.modules_patched:>3} modules  run {v.run_id}  log: {logged}"
-            f"  server: {served.get(v.swap_id, '-')}"
+            f"  server: {served.state if served else '-'}  author: {origin.author}  verdict: {origin.verdict}"
+            f"  calls: {served.calls if served else '-'}"
         )
     if server_note:
         print(server_note)
@@ -85,7 +89,10 @@ async def cmd_rollback(args) -> int:
 
 
 def register(sub) -> None:
-    sp = sub.add_parser("swaps", help="every swap the log holds, live or rolled back, and the server's own view")
+    sp = sub.add_parser(
+        "swaps",
+        help="every swap the log holds, live or rolled back: its author and verdict, the server's view, its live calls",
+    )
     add_common(sp)
     sp.set_defaults(fn=cmd_swaps)
 

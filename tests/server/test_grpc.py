@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import grpc
 import pytest
@@ -17,6 +21,8 @@ from services.core.pb import inference_pb2_grpc as ipb_grpc
 from services.server.grpc_api import AddressUnavailable, address_problem, start_grpc
 from services.server.service import ServerService
 from services.server.swaps import SwapRegistry
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -183,6 +189,41 @@ async def guarded(engine, swaps):
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
         yield ch, f"127.0.0.1:{port}"
     await server.stop(0)
+
+
+async def test_yantra_swaps_shows_the_calls_the_live_server_counted(
+    engine, swaps, guarded, own_bus, own_nats, good_source, tmp_path
+):
+    channel, addr = guarded
+    service = ServerService(engine, tmp_path, swaps=swaps)
+    envelopes = swap_run("grpc-calls", good_source)
+    log = as_log(envelopes)
+    (committed,) = await service.handle(log[-1], log)
+    commit = ev.make_envelope("grpc-calls", committed, producer="server", time_ns=9, causation_id=log[-1].env.event_id)
+    for env in (*envelopes, commit):
+        await own_bus.publish(env)
+    assert await _tokens(channel, prompt="Hello", max_new_tokens=4) == 4
+    (calls,) = [r.calls for r in swaps.records()]
+    assert calls > 0
+    try:
+        settings = {"NATS_URL": own_nats.url, "YANTRA_SERVER_ADDR": addr, "YANTRA_ADMIN_TOKEN": "s3cret"}
+        listed = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "services.cli", "swaps"],
+            cwd=ROOT,
+            env={**os.environ, **settings},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+        (line,) = [x for x in listed.stdout.splitlines() if x.startswith(committed.swap_id)]
+        assert "server: committed" in line and "author: template" in line and "verdict: +1 untimed" in line
+        assert line.endswith(f"calls: {calls}") and "missing" not in listed.stdout
+    finally:
+        request = pb.RollbackRequested(swap_id=committed.swap_id, reason="test")
+        trigger = ev.Recorded(99, ev.make_envelope("grpc-calls", request, producer="test", time_ns=1, event_id="rb"))
+        await service.handle(trigger, [*log, trigger])
 
 
 async def test_with_an_admin_token_the_admin_rpcs_need_it_but_health_and_generation_do_not(engine, swaps, guarded):
