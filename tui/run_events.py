@@ -11,6 +11,7 @@ from dataclasses import replace
 from google.protobuf.message import Message
 
 from services.core.events import Recorded
+from services.core.lineage import author_of, verdict_of
 from tui import figures
 from tui.views import STEP_NAMES, CandidateView, Mark, ProfileView, RunView, TargetRow
 
@@ -36,8 +37,8 @@ def _with_candidate(run: RunView, candidate_id: str, change: Callable[[Candidate
     return replace(run, candidates=(*cands, change(CandidateView(candidate_id))))
 
 
-def _mark(run: RunView, kind: str, at_ns: int, label: str) -> RunView:
-    return replace(run, marks=(*run.marks, Mark(at_ns, kind, run.run_id, label)))
+def _mark(run: RunView, kind: str, at_ns: int, label: str, lineage: str = "") -> RunView:
+    return replace(run, marks=(*run.marks, Mark(at_ns, kind, run.run_id, label, lineage)))
 
 
 def judged_dtype_bytes(run: RunView, judged: Message) -> int:
@@ -170,9 +171,13 @@ def _swap_committed(run: RunView, m: Message, t: int) -> RunView:
         f"{m.swap_id}: patched {m.modules_patched} modules; parity max err {p.max_abs_err:.1e}; "
         f"tokens equal {m.tokens_equal}"
     )
-    run = _set_step(run, "swap", "done", t, reason)
+    swapped = next((c for c in run.candidates if c.candidate_id == m.candidate_id), None)
+    proposed = swapped.proposed.msg if swapped and swapped.proposed else None
+    judged = swapped.judged.msg if swapped and swapped.judged else None
+    lineage = f"by {author_of(proposed)}, judged {verdict_of(judged)}"  # what `yantra swaps` says of it
+    run = _set_step(run, "swap", "done", t, f"{reason}; {lineage}")
     run = _with_candidate(run, m.candidate_id, lambda c: replace(c, swap="committed"))
-    run = _mark(run, "swap", t, f"{figures.short_class(m.target_class)} {m.candidate_id}")
+    run = _mark(run, "swap", t, f"{figures.short_class(m.target_class)} {m.candidate_id}", lineage)
     return replace(run, status="re-measuring")
 
 

@@ -103,6 +103,7 @@ class Mark:
     kind: str  # "swap" | "rollback"
     run_id: str
     label: str
+    lineage: str = ""  # a swap's author and verdict (services.core.lineage), "" for a rollback
 
 
 @dataclass(frozen=True)

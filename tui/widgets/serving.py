@@ -112,6 +112,9 @@ def serving_lines(metrics: Sequence[MetricPoint], marks: Sequence[Mark], width: 
         line = Text(no_wrap=True, overflow="ellipsis")
         line.append(f"{ch} ", style=style)
         line.append(f"{fmt_clock(m.time_ns)} {m.kind} {m.label} · run {m.run_id}")
+        if m.lineage:
+            line.append(f" · {m.lineage}", style="dim")
+        line.truncate(width, overflow="ellipsis")  # the joined lines wrap otherwise, past the height asked for
         lines.append(line)
     return lines
 
