@@ -33,6 +33,6 @@ def test_an_llm_authors_candidate_and_a_failed_answer_name_the_model_and_what_it
     why = "no candidate: the model answered HTTP 500"
     line = _line(pb.TargetConcluded(target_class="a.B", reason=why, observed=failed), "coder")
     assert "B best=- reward=+0 swap=False: no candidate" in line
-    assert "[openai-compatible/m request  error: HTTP 500" in line
+    assert "; author openai-compatible/m request  error: HTTP 500" in line
     plain = pb.CandidateProposed(candidate_id="c2", attempt=2, origin="template", config=pb.TemplateConfig(num_warps=4))
     assert "warps=4" in _line(plain, "coder") and "tokens" not in _line(plain, "coder")

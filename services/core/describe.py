@@ -115,7 +115,7 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
         return f"{m.candidate_id} reward={m.reward:+d} checks {cor.checks_passed}/{cor.checks_run}{speed}: {m.reason}"
     if type_name == "TargetConcluded":
         line = f"{_short(m.target_class)} best={m.candidate_id or '-'} reward={m.reward:+d} swap={m.swap}: {m.reason}"
-        return line + (f" [{_author(m.observed)}]" if m.HasField("observed") else "")
+        return line + (f"; author {_author(m.observed)}" if m.HasField("observed") else "")  # no [ ]: TUI markup
     if type_name == "SwapCommitted":
         p = m.observed
         return (
