@@ -6,11 +6,16 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from services.core import events as ev
+from services.core.nats_launcher import free_port
 from services.core.pb import events_pb2 as pb
+from services.core.settings import Settings
+from services.core.stack import start_stack
+from services.registry import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_POLICY = pb.SwapPolicy(min_reward=1, name="cpu-untimed", reason="test: no GPU, correct untimed kernels may swap")
@@ -45,3 +50,23 @@ async def request(bus, run_id: str, **fields) -> ev.Envelope:
     env = ev.make_envelope(run_id, msg, producer="test", time_ns=time.time_ns(), event_id=f"req-{run_id}")
     await bus.publish(env)
     return env
+
+
+def running_stack(own_nats, tmp_path, **extra):
+    """The five services as processes on the tiny CPU model, `extra` settings added; stopped, logs shown after."""
+    settings = Settings(
+        nats_url=own_nats.url,
+        data_dir=tmp_path / "data",
+        server_addr=f"127.0.0.1:{free_port()}",
+        model="tiny-qwen2",
+        device="cpu",
+        ack_wait_s=4.0,
+        log_level="INFO",
+        admin_token="e2e-" + uuid.uuid4().hex,  # the profiler must send it, or no run gets a profile
+        **extra,
+    )
+    stack = start_stack(settings, SERVICES)
+    yield stack
+    stack.stop()
+    for name in SERVICES:  # shown by pytest only when the test fails
+        print(f"----- {name} log -----\n{stack.log_tail(name, 40)}")

@@ -13,15 +13,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from e2e_stack import request, services_alive, yantra_for
+from e2e_stack import request, running_stack, services_alive, yantra_for
 from runlog import has, wait_for_log
 
 from services.core import events as ev
-from services.core.nats_launcher import free_port
 from services.core.server_client import wait_ready
-from services.core.settings import Settings
-from services.core.stack import start_stack
-from services.registry import SERVICES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "coder"))
 from llm_endpoint import Answer, LlmEndpoint, answer_text, reference_answer  # noqa: E402
@@ -47,23 +43,7 @@ def endpoint():
 @pytest.fixture
 def llm_stack(own_nats, tmp_path, endpoint, monkeypatch):
     monkeypatch.setenv("GEMINI_API_KEY", KEY)  # the services inherit the environment; only the coder reads it
-    settings = Settings(
-        nats_url=own_nats.url,
-        data_dir=tmp_path / "data",
-        server_addr=f"127.0.0.1:{free_port()}",
-        model="tiny-qwen2",
-        device="cpu",
-        ack_wait_s=4.0,
-        admin_token="e2e-" + uuid.uuid4().hex,
-        llm_base_url=endpoint.url,
-        llm_model="gemini-e2e",
-        llm_timeout_s=20.0,
-    )
-    stack = start_stack(settings, SERVICES)
-    yield stack
-    stack.stop()
-    for name in SERVICES:  # shown by pytest only when the test fails
-        print(f"----- {name} log -----\n{stack.log_tail(name, 40)}")
+    yield from running_stack(own_nats, tmp_path, llm_base_url=endpoint.url, llm_model="gemini-e2e", llm_timeout_s=20.0)
 
 
 async def test_a_gemini_authored_run_is_judged_and_replays_without_the_endpoint(llm_stack, own_bus, endpoint):
