@@ -10,9 +10,9 @@ bytes the call moves). The server holds the kernel to the same limit once it ser
   after, so the wait is paid anyway). That covers the whole domain of what a kernel's time can depend on: the
   judge's dataflow check (services.core.kernel_dataflow) bounds every loop by shape arguments and never by a
   loaded value, so a call's time is a function of its shape, and every shape's first call is timed.
-- **A call that returns late** is answered by the module's own forward, and the swap is reverted and reported
-  (`SwapHandle.drifted`, as the shadow check does): the log gets a RollbackRequested naming the call, its shape
-  and the limit.
+- **A call that returns late** keeps its answer (checked inline against the module's own forward where the call
+  was watched: it was slow, not shown wrong), and the swap is reverted and reported (`SwapHandle.drifted`, as the
+  shadow check does): the log gets a RollbackRequested naming the call, its shape and the limit.
 - **A call that does not return** (a kernel looping for minutes) cannot be stopped: a thread cannot be cancelled
   and a running GPU kernel cannot be interrupted. At its deadline the watchdog thread reverts the swap (no new
   call reaches the kernel) and reports it, so the RollbackRequested is on the log while the engine thread is

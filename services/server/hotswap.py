@@ -58,19 +58,6 @@ class _Patched:
     previous: object  # the instance's own `forward` before the swap, or _MISSING when it had none
 
 
-_forwards_version = 0  # bumped whenever a swap patches or restores forwards: captured CUDA graphs go stale
-
-
-def forwards_version() -> int:
-    """Changes whenever any module's forward is patched or restored (services.server.batch_decode captures again)."""
-    return _forwards_version
-
-
-def _forwards_changed() -> None:
-    global _forwards_version
-    _forwards_version += 1
-
-
 _serials = itertools.count(1)
 _serving: set[int] = set()  # serials of the swaps patched in now (committed or in parity)
 
@@ -298,12 +285,13 @@ class SwapHandle:
 
     def timing(self, module, args: tuple, kwargs: dict, watch: Watch | None):
         """The clock over this live call (services.server.call_watch says which calls are timed), or a null one."""
-        leaves = [t for _, t in tensor_leaves((args, kwargs))]
-        if self.clock is None or not leaves:
+        first = next(tensor_leaves((args, kwargs)), None)
+        if self.clock is None or first is None:
             return contextlib.nullcontext()
-        device = leaves[0].device.type
+        device = first[1].device.type
         if device != "cpu" and (watch is None or not watch.inline):  # a launch returns before its kernel ends
             return contextlib.nullcontext()
+        leaves = [t for _, t in tensor_leaves((args, kwargs))]  # only for a timed call: every GPU call passes here
         if id(module) not in self.state_bytes:
             self.state_bytes[id(module)] = sum(t.numel() * t.element_size() for _, t in _state(module))
         moved = call_bytes([t.numel() * t.element_size() for t in leaves]) + self.state_bytes[id(module)]
@@ -440,7 +428,6 @@ class SwapHandle:
                 p.module.__dict__["forward"] = p.previous
         self.reverted = True
         _serving.discard(self.serial)
-        _forwards_changed()
 
 
 def serve(handle: SwapHandle, owner, call: Callable, args: tuple, kwargs: dict):
@@ -520,7 +507,6 @@ def apply_swap(model: torch.nn.Module, contract: pb.Contract, entry: Callable) -
         handle.revert()
         raise
     _serving.add(handle.serial)
-    _forwards_changed()
     return handle
 
 
@@ -543,7 +529,6 @@ def _apply_function(contract: pb.Contract, entry: Callable) -> SwapHandle:
     handle.patched.append(_Patched(site, site.current))
     site.set(swapped)
     _serving.add(handle.serial)
-    _forwards_changed()
     return handle
 
 
