@@ -34,6 +34,7 @@ from services.core.pb import events_pb2 as pb
 from services.server.batch_decode import SlotDecoder, lane_refusal
 from services.server.batching import END, Batcher, Request
 from services.server.calibrate import calibrate
+from services.server.functions import function_state
 from services.server.hotswap import SwapHandle, apply_swap, first_forward
 from services.server.introspection import dtype_name, instances_of, introspect_module
 from services.server.models import LoadedModel, error_line
@@ -558,10 +559,15 @@ class Engine:
     # ------------------------------------------------------------------ module state
 
     def module_state(self, path: str) -> tuple[pb.ModuleIntrospection, int, int] | None:
-        """(introspection, instances, instances patched) of a class in the live model, None if absent."""
+        """(introspection, instances, instances patched) of a class in the live model, None if absent. A function
+        target (a modeling file's global) is one instance, patched when a kernel holds its name."""
         found = instances_of(self.model, path)
         if not found:
-            return None
+            state = function_state(self.model, path)
+            if state is None:
+                return None
+            params, swapped = state
+            return pb.ModuleIntrospection(class_path=path, forward_params=params, leaf=True), 1, int(swapped)
         patched = sum("forward" in m.__dict__ for m in found)
         return introspect_module(found[0]), len(found), patched
 

@@ -94,3 +94,15 @@ def wrapped(site: FunctionSite, around: Callable[[Callable], Callable]) -> Itera
         yield
     finally:
         site.set(original)
+
+
+def function_state(model: torch.nn.Module, target: str) -> tuple[list[str], bool] | None:
+    """(parameter names, swapped?) of a function target of the served model's modeling files, None when `target`
+    is no function of them: the function-target answer to "how many instances run the kernel" (one global, so
+    all or none)."""
+    site = site_of(target)
+    if site is None or site.module not in modeling_modules(model):
+        return None
+    from services.server.hotswap import KERNEL_MARK
+
+    return function_params(site.current), bool(getattr(site.current, KERNEL_MARK, False))

@@ -181,7 +181,9 @@ class AdminApi(ipb_grpc.AdminServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "class_path is empty")
         state = self.engine.module_state(request.class_path)
         if state is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"no module of class {request.class_path} in the model")
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"no module class or function {request.class_path} in the model"
+            )
         introspection, instances, patched = state
         active = self.swaps.active_for(request.class_path)
         return ipb.ModuleStateReply(

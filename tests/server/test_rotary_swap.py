@@ -50,6 +50,8 @@ async def test_the_rope_kernel_swaps_in_as_a_function_with_parity_and_reverts_ex
         handle = await engine.exclusive(swap_with_parity, engine, contract, entry, engine.encode("Hello"), observed)
         assert handle is not None, observed.error
         assert site.current is not original and observed.modules_matched == 1
+        introspection, instances, patched = engine.module_state(target)  # what GetModuleState answers
+        assert (instances, patched, introspection.leaf) == (1, 1, True) and introspection.forward_params
         assert model_functions(engine.model) == {target: found}  # still found (and profiled) while swapped
         assert observed.activations_passed == observed.activations_checked > 0 and observed.profile_inputs_checked >= 2
         assert observed.max_abs_err == 0.0  # bit for bit, as the HF function
@@ -57,7 +59,8 @@ async def test_the_rope_kernel_swaps_in_as_a_function_with_parity_and_reverts_ex
         ids = engine.encode("Hello there")
         swapped = engine.decode(ids, 8)[0]
         await engine.exclusive(engine.revert, handle)
-        assert site.current is original
+        assert site.current is original and engine.module_state(target)[1:] == (1, 0)
+        assert engine.module_state(target + "_nowhere") is None
         assert engine.decode(ids, 8)[0] == swapped
     finally:
         engine.close()
