@@ -39,7 +39,12 @@ Envelope = envelope_pb2.Envelope
 # now written); a reason written at 9 keeps its words. A RoPE function of one tensor (Gemma 4's, GPT-J's) is
 # profiled with its parameters' roles (`roles`: x as the wrapper's q, GPT-J's tensor as its x_seq_major), no k and
 # its cos as the third operand; a profile written before held none.
-SCHEMA_VERSION = 10
+# 11: a run's before/after is the served load (the profiler, a client of Generate, at 1, 16 and 64 streams on a GPU,
+# 1 and 4 on a CPU: ProfileObservation.served_before, RunObservation.served_after), each figure judged by its own 95%
+# interval over repeats (RunCompleted.served); a figure worse beyond it rolls the run's live swaps back (the
+# profiler's RollbackRequested, an answer to the RunCompleted, re-derived on replay). A run whose profile holds no
+# served figures (written at 10 or before) keeps its batch-1 decode figures read against the noise band.
+SCHEMA_VERSION = 11
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).
 RUN_EVENT_NAMES = (

@@ -28,6 +28,14 @@ def from_observed(derive: Callable[[list[Recorded], Recorded, Message], Message]
 
 # Events that are inputs to the system, not answers: nothing to re-derive.
 INPUT_EVENTS = ("RunRequested", "RollbackRequested", "RunCancelled")
+# ...except where a service decided it from the run's own log: the profiler's rollback of a run's swaps for a
+# served regression (schema 11) answers its RunCompleted and is re-derived. An operator's, or the server's own for a
+# kernel that failed live, stays an input.
+DECIDED_INPUTS = {("RollbackRequested", "profiler")}
+
+
+def is_input(rec: Recorded) -> bool:
+    return rec.type in INPUT_EVENTS and (rec.type, rec.env.producer) not in DECIDED_INPUTS
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ def _ordinals(run_log: list[Recorded]) -> dict[int, int]:
     out = {}
     for rec in run_log:
         env = rec.env
-        if rec.type in INPUT_EVENTS:
+        if is_input(rec):
             continue
         group = (env.causation_id, env.producer, "RunFailed" if rec.type == "RunFailed" else "")
         out[rec.seq] = seen.get(group, 0)
@@ -89,7 +97,7 @@ def verify(run_log: list[Recorded], rederivers: dict[str, Rederive]) -> list[Mis
             bad(f"a second copy of seq {copy_of.seq}: an event is stored once (was it published without its id?)")
             continue
         by_id[env.event_id] = rec
-        if rec.type in INPUT_EVENTS:
+        if is_input(rec):
             continue
         cause = by_id.get(env.causation_id)
         if cause is None or cause is rec:

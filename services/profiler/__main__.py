@@ -16,6 +16,7 @@ from services.core.runner import run_service
 from services.core.service_main import main
 from services.core.settings import Settings
 from services.profiler.adapters import AdminClient, timeout_from_env
+from services.profiler.served_load import ServedLoadClient
 from services.profiler.service import ProfilerService
 
 
@@ -25,7 +26,9 @@ async def setup(settings: Settings, bus: Bus, stop: asyncio.Event):
     async def serve() -> None:
         try:
             # The bus goes to the service too: it watches a run it is measuring for a cancel (RunCancelled).
-            await run_service(bus, ProfilerService(admin, bus=bus), stop, settings.ack_wait_s)
+            # The served load is measured as a client of Generate, where users are served, before and after a run.
+            service = ProfilerService(admin, bus=bus, served=ServedLoadClient(settings.server_addr))
+            await run_service(bus, service, stop, settings.ack_wait_s)
         finally:
             await admin.close()
 

@@ -73,7 +73,7 @@ def timeout_from_env(env: Mapping[str, str]) -> float:
 
 
 class AdminClient:
-    """Calls CaptureProfile and MeasureDecode, retrying a few times with backoff while the server is away."""
+    """Calls Health, CaptureProfile and MeasureDecode, retrying a few times with backoff while the server is away."""
 
     def __init__(
         self,
@@ -128,6 +128,10 @@ class AdminClient:
                 await asyncio.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def health(self) -> ipb.HealthReply:
+        """The server's Health: its device decides the served-load plan (services.profiler.served_plan)."""
+        return await self._call("Health", lambda s: s.Health(ipb.HealthRequest(), timeout=30.0, metadata=self.metadata))
 
     async def capture_profile(self, prompts: list[str], max_new_tokens: int, repeats: int = 1) -> pb.ProfileObservation:
         request = ipb.CaptureProfileRequest(prompts=prompts, max_new_tokens=max_new_tokens, repeats=repeats)

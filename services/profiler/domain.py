@@ -14,6 +14,7 @@ from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive, from_observed
 from services.ops import gated_mlp, plain_mlp, residual_norm, rotary
 from services.ops.row_reduction import WRITABLE
+from services.profiler import served_plan, served_verdict
 from services.profiler.roofline import SUPPORTED_FAMILIES, rank
 
 # Used when a RunRequested carries no prompts of its own: short, varied, tokenizer-agnostic.
@@ -54,7 +55,9 @@ def request_problem(request: pb.RunRequested) -> str:
         return f"prompt {', '.join(map(str, empty))} of {len(request.prompts)} is empty"
     prompts = len(request.prompts) or len(DEFAULT_PROMPTS)  # as measurement_plan fills them in
     tokens = request.decode_tokens or DEFAULT_DECODE_TOKENS
-    return limits.run_problem(prompts, tokens, request.max_candidates, request.max_targets)
+    return limits.run_problem(prompts, tokens, request.max_candidates, request.max_targets) or (
+        served_plan.streams_problem(list(request.served_streams))
+    )
 
 
 # ---------------------------------------------------------------- ProfileCaptured
@@ -176,6 +179,17 @@ def derive_run_completed(prior: list[Recorded], trigger: Recorded, observed: pb.
         commits = list(dict.fromkeys(commits))
         swapped = bool(commits)
         outcome = "swapped" if swapped else outcome
+    served = None
+    served_before = served_verdict.before_of(prior)
+    # Since schema 11 the run's before/after is the served load, judged by its own intervals; a run written before
+    # (or one whose profile holds no served figures) keeps the batch-1 decode figures, read against a noise band.
+    if trigger.env.schema_version >= 11 and served_before is not None and observed.HasField("served_after"):
+        request = ev.first(prior, "RunRequested")
+        acts = served_verdict.acts_on(request.msg.policy if request else pb.SwapPolicy(), observed.served_after.device)
+        served = served_verdict.compare(served_before, observed.served_after, served_verdict.live_swaps(prior), acts)
+        before, after = served_verdict.one_stream_throughput(served)
+        if served.rollback_swaps:
+            outcome = "rolled_back"
     out = pb.RunCompleted(
         tokens_per_s_before=before,
         tokens_per_s_after=after,
@@ -186,6 +200,8 @@ def derive_run_completed(prior: list[Recorded], trigger: Recorded, observed: pb.
         reward=concluded.msg.reward if concluded else 0,
         swapped_targets=commits,
     )
+    if served is not None:
+        out.served.CopyFrom(served)
     out.observed.CopyFrom(observed)
     return out
 
@@ -196,4 +212,6 @@ def derive_run_completed(prior: list[Recorded], trigger: Recorded, observed: pb.
 REDERIVE: dict[str, Rederive] = {
     "ProfileCaptured": from_observed(derive_profile_captured),
     "RunCompleted": from_observed(derive_run_completed),
+    # the run's own rollback of its swaps for a served regression (schema 11), a pure function of its RunCompleted
+    "RollbackRequested": served_verdict.rederive_rollback,
 }

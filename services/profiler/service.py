@@ -15,8 +15,9 @@ from services.core import run_end
 from services.core.bus import Bus
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
-from services.profiler import domain
+from services.profiler import domain, served_plan, served_verdict
 from services.profiler.adapters import AdminCallFailed, AdminClient
+from services.profiler.served_load import ServedLoadClient
 
 log = logging.getLogger(__name__)
 
@@ -25,14 +26,30 @@ T = TypeVar("T")
 
 class ProfilerService:
     name = "profiler"
-    consumes = ("RunRequested", "ProfileCaptured", "TargetConcluded", "SwapCommitted", "SwapRejected", "SwapRolledBack")
+    consumes = (
+        "RunRequested",
+        "ProfileCaptured",
+        "TargetConcluded",
+        "SwapCommitted",
+        "SwapRejected",
+        "SwapRolledBack",
+        "RunCompleted",
+    )
 
-    def __init__(self, admin: AdminClient, repeats: int = domain.MEASURE_REPEATS, bus: Bus | None = None):
+    def __init__(
+        self,
+        admin: AdminClient,
+        repeats: int = domain.MEASURE_REPEATS,
+        bus: Bus | None = None,
+        served: ServedLoadClient | None = None,
+    ):
         """`bus`: where to watch a run for a stop (RunCancelled, RunFailed) while the server works on it; without
-        one, a call runs to its end or its deadline."""
+        one, a call runs to its end or its deadline. `served`: the client that measures the served load before and
+        after a run (schema 11); without one, a run's before/after is the batch-1 decode of MeasureDecode."""
         self.admin = admin
         self.repeats = repeats
         self.bus = bus
+        self.served = served
 
     async def handle(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
         try:
@@ -48,15 +65,35 @@ class ProfilerService:
 
     async def _handle(self, trigger: Recorded, prior: list[Recorded]) -> list[Message]:
         prompts, tokens = domain.measurement_plan(prior)
+        if trigger.type == "RunCompleted":  # the run's verdict: its swaps rolled back for a served regression
+            return list(served_verdict.rollback_requests(trigger.msg))
         if trigger.type == "RunRequested":
             problem = domain.request_problem(trigger.msg)
             if problem:
                 return [run_end.run_failed(prior, trigger, pb.RunFailureObservation(service=self.name, error=problem))]
+            before = None
+            if self.served is not None:  # first, while no profile hooks or swaps touch the model
+                health = await self.admin.health()
+                plan = served_plan.plan_for(trigger.msg, health.device)
+                before = await self._unless_stopped(trigger, self.served.measure(plan, health.device))
+                if before is None:
+                    return []
             observed = await self._unless_stopped(trigger, self.admin.capture_profile(prompts, tokens, self.repeats))
-            return [] if observed is None else [domain.derive_profile_captured(prior, trigger, observed)]
+            if observed is None:
+                return []
+            if before is not None:
+                observed.served_before.CopyFrom(before)
+            return [domain.derive_profile_captured(prior, trigger, observed)]
         if not domain.completes_run(prior, trigger):
             return []
-        # Measured again whatever the outcome, on the same prompts as 'before': an honest after.
+        # Measured again whatever the outcome, by the plan of the 'before': an honest after.
+        served_before = served_verdict.before_of(prior)
+        if self.served is not None and served_before is not None:
+            after = await self._unless_stopped(trigger, self.served.measure(served_before.plan, served_before.device))
+            if after is None:
+                return []
+            observed = pb.RunObservation(served_after=after, device=after.device)
+            return [domain.derive_run_completed(prior, trigger, observed)]
         reply = await self._unless_stopped(trigger, self.admin.measure_decode(prompts, tokens, self.repeats))
         if reply is None:
             return []

@@ -101,7 +101,7 @@ class TemplateConfig(_message.Message):
     def __init__(self, template: _Optional[str] = ..., num_warps: _Optional[int] = ..., rows_per_program: _Optional[int] = ..., variant: _Optional[str] = ..., params: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RunRequested(_message.Message):
-    __slots__ = ("model", "policy", "max_candidates", "prompts", "decode_tokens", "requested_by", "max_targets", "author")
+    __slots__ = ("model", "policy", "max_candidates", "prompts", "decode_tokens", "requested_by", "max_targets", "author", "served_streams")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     MAX_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class RunRequested(_message.Message):
     REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
     MAX_TARGETS_FIELD_NUMBER: _ClassVar[int]
     AUTHOR_FIELD_NUMBER: _ClassVar[int]
+    SERVED_STREAMS_FIELD_NUMBER: _ClassVar[int]
     model: str
     policy: SwapPolicy
     max_candidates: int
@@ -118,7 +119,8 @@ class RunRequested(_message.Message):
     requested_by: str
     max_targets: int
     author: str
-    def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ..., max_targets: _Optional[int] = ..., author: _Optional[str] = ...) -> None: ...
+    served_streams: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ..., max_targets: _Optional[int] = ..., author: _Optional[str] = ..., served_streams: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ModuleClassProfile(_message.Message):
     __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed", "child_time_us", "roles", "child_hook_us", "second_shape", "third_shape", "widths")
@@ -173,7 +175,7 @@ class ModuleClassProfile(_message.Message):
     def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., computes: _Optional[str] = ..., probed: bool = ..., child_time_us: _Optional[_Mapping[str, float]] = ..., roles: _Optional[_Mapping[str, str]] = ..., child_hook_us: _Optional[float] = ..., second_shape: _Optional[_Iterable[int]] = ..., third_shape: _Optional[_Iterable[int]] = ..., widths: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ProfileObservation(_message.Message):
-    __slots__ = ("model", "dtype", "hardware", "modules", "captured_time_us", "decode_tokens_per_s", "tokens_generated", "requests", "time_source", "max_rows_per_call", "max_positions", "max_batch")
+    __slots__ = ("model", "dtype", "hardware", "modules", "captured_time_us", "decode_tokens_per_s", "tokens_generated", "requests", "time_source", "max_rows_per_call", "max_positions", "max_batch", "served_before")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     HARDWARE_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +188,7 @@ class ProfileObservation(_message.Message):
     MAX_ROWS_PER_CALL_FIELD_NUMBER: _ClassVar[int]
     MAX_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
+    SERVED_BEFORE_FIELD_NUMBER: _ClassVar[int]
     model: str
     dtype: str
     hardware: HardwareFigures
@@ -198,7 +201,8 @@ class ProfileObservation(_message.Message):
     max_rows_per_call: int
     max_positions: int
     max_batch: int
-    def __init__(self, model: _Optional[str] = ..., dtype: _Optional[str] = ..., hardware: _Optional[_Union[HardwareFigures, _Mapping]] = ..., modules: _Optional[_Iterable[_Union[ModuleClassProfile, _Mapping]]] = ..., captured_time_us: _Optional[float] = ..., decode_tokens_per_s: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., requests: _Optional[int] = ..., time_source: _Optional[str] = ..., max_rows_per_call: _Optional[int] = ..., max_positions: _Optional[int] = ..., max_batch: _Optional[int] = ...) -> None: ...
+    served_before: ServedLoadObservation
+    def __init__(self, model: _Optional[str] = ..., dtype: _Optional[str] = ..., hardware: _Optional[_Union[HardwareFigures, _Mapping]] = ..., modules: _Optional[_Iterable[_Union[ModuleClassProfile, _Mapping]]] = ..., captured_time_us: _Optional[float] = ..., decode_tokens_per_s: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., requests: _Optional[int] = ..., time_source: _Optional[str] = ..., max_rows_per_call: _Optional[int] = ..., max_positions: _Optional[int] = ..., max_batch: _Optional[int] = ..., served_before: _Optional[_Union[ServedLoadObservation, _Mapping]] = ...) -> None: ...
 
 class RankedTarget(_message.Message):
     __slots__ = ("class_path", "time_share", "floor_us", "recoverable_us", "fingerprint", "supported", "note")
@@ -779,18 +783,118 @@ class RollbackRequested(_message.Message):
     failure: str
     def __init__(self, swap_id: _Optional[str] = ..., reason: _Optional[str] = ..., failure: _Optional[str] = ...) -> None: ...
 
+class ServedLoadPlan(_message.Message):
+    __slots__ = ("streams", "requests_per_stream", "input_tokens", "output_tokens", "min_repeats", "max_repeats", "target_half_width", "seed")
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_PER_STREAM_FIELD_NUMBER: _ClassVar[int]
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MIN_REPEATS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPEATS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_HALF_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    streams: _containers.RepeatedScalarFieldContainer[int]
+    requests_per_stream: int
+    input_tokens: int
+    output_tokens: int
+    min_repeats: int
+    max_repeats: int
+    target_half_width: float
+    seed: int
+    def __init__(self, streams: _Optional[_Iterable[int]] = ..., requests_per_stream: _Optional[int] = ..., input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., min_repeats: _Optional[int] = ..., max_repeats: _Optional[int] = ..., target_half_width: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
+
+class ServedRepeat(_message.Message):
+    __slots__ = ("tokens_per_s", "ttft_p99_ms", "itl_p99_ms", "requests", "failed", "wall_s")
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    TTFT_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    ITL_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    WALL_S_FIELD_NUMBER: _ClassVar[int]
+    tokens_per_s: float
+    ttft_p99_ms: float
+    itl_p99_ms: float
+    requests: int
+    failed: int
+    wall_s: float
+    def __init__(self, tokens_per_s: _Optional[float] = ..., ttft_p99_ms: _Optional[float] = ..., itl_p99_ms: _Optional[float] = ..., requests: _Optional[int] = ..., failed: _Optional[int] = ..., wall_s: _Optional[float] = ...) -> None: ...
+
+class ServedLevel(_message.Message):
+    __slots__ = ("streams", "repeats")
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    REPEATS_FIELD_NUMBER: _ClassVar[int]
+    streams: int
+    repeats: _containers.RepeatedCompositeFieldContainer[ServedRepeat]
+    def __init__(self, streams: _Optional[int] = ..., repeats: _Optional[_Iterable[_Union[ServedRepeat, _Mapping]]] = ...) -> None: ...
+
+class ServedLoadObservation(_message.Message):
+    __slots__ = ("plan", "levels", "device")
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    LEVELS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    plan: ServedLoadPlan
+    levels: _containers.RepeatedCompositeFieldContainer[ServedLevel]
+    device: str
+    def __init__(self, plan: _Optional[_Union[ServedLoadPlan, _Mapping]] = ..., levels: _Optional[_Iterable[_Union[ServedLevel, _Mapping]]] = ..., device: _Optional[str] = ...) -> None: ...
+
+class ServedInterval(_message.Message):
+    __slots__ = ("mean", "half_width", "repeats", "converged")
+    MEAN_FIELD_NUMBER: _ClassVar[int]
+    HALF_WIDTH_FIELD_NUMBER: _ClassVar[int]
+    REPEATS_FIELD_NUMBER: _ClassVar[int]
+    CONVERGED_FIELD_NUMBER: _ClassVar[int]
+    mean: float
+    half_width: float
+    repeats: int
+    converged: bool
+    def __init__(self, mean: _Optional[float] = ..., half_width: _Optional[float] = ..., repeats: _Optional[int] = ..., converged: bool = ...) -> None: ...
+
+class ServedFigure(_message.Message):
+    __slots__ = ("name", "before", "after", "worse")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    WORSE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    before: ServedInterval
+    after: ServedInterval
+    worse: bool
+    def __init__(self, name: _Optional[str] = ..., before: _Optional[_Union[ServedInterval, _Mapping]] = ..., after: _Optional[_Union[ServedInterval, _Mapping]] = ..., worse: bool = ...) -> None: ...
+
+class ServedLevelComparison(_message.Message):
+    __slots__ = ("streams", "figures")
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    FIGURES_FIELD_NUMBER: _ClassVar[int]
+    streams: int
+    figures: _containers.RepeatedCompositeFieldContainer[ServedFigure]
+    def __init__(self, streams: _Optional[int] = ..., figures: _Optional[_Iterable[_Union[ServedFigure, _Mapping]]] = ...) -> None: ...
+
+class ServedComparison(_message.Message):
+    __slots__ = ("levels", "regressions", "rollback_swaps", "verdict")
+    LEVELS_FIELD_NUMBER: _ClassVar[int]
+    REGRESSIONS_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_SWAPS_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    levels: _containers.RepeatedCompositeFieldContainer[ServedLevelComparison]
+    regressions: _containers.RepeatedScalarFieldContainer[str]
+    rollback_swaps: _containers.RepeatedScalarFieldContainer[str]
+    verdict: str
+    def __init__(self, levels: _Optional[_Iterable[_Union[ServedLevelComparison, _Mapping]]] = ..., regressions: _Optional[_Iterable[str]] = ..., rollback_swaps: _Optional[_Iterable[str]] = ..., verdict: _Optional[str] = ...) -> None: ...
+
 class RunObservation(_message.Message):
-    __slots__ = ("decode_tokens_per_s_after", "tokens_generated", "device")
+    __slots__ = ("decode_tokens_per_s_after", "tokens_generated", "device", "served_after")
     DECODE_TOKENS_PER_S_AFTER_FIELD_NUMBER: _ClassVar[int]
     TOKENS_GENERATED_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    SERVED_AFTER_FIELD_NUMBER: _ClassVar[int]
     decode_tokens_per_s_after: float
     tokens_generated: int
     device: str
-    def __init__(self, decode_tokens_per_s_after: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...
+    served_after: ServedLoadObservation
+    def __init__(self, decode_tokens_per_s_after: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., device: _Optional[str] = ..., served_after: _Optional[_Union[ServedLoadObservation, _Mapping]] = ...) -> None: ...
 
 class RunCompleted(_message.Message):
-    __slots__ = ("observed", "tokens_per_s_before", "tokens_per_s_after", "speedup", "swapped", "outcome", "target_class", "reward", "swapped_targets")
+    __slots__ = ("observed", "tokens_per_s_before", "tokens_per_s_after", "speedup", "swapped", "outcome", "target_class", "reward", "swapped_targets", "served")
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_S_BEFORE_FIELD_NUMBER: _ClassVar[int]
     TOKENS_PER_S_AFTER_FIELD_NUMBER: _ClassVar[int]
@@ -800,6 +904,7 @@ class RunCompleted(_message.Message):
     TARGET_CLASS_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
     SWAPPED_TARGETS_FIELD_NUMBER: _ClassVar[int]
+    SERVED_FIELD_NUMBER: _ClassVar[int]
     observed: RunObservation
     tokens_per_s_before: float
     tokens_per_s_after: float
@@ -809,7 +914,8 @@ class RunCompleted(_message.Message):
     target_class: str
     reward: int
     swapped_targets: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, observed: _Optional[_Union[RunObservation, _Mapping]] = ..., tokens_per_s_before: _Optional[float] = ..., tokens_per_s_after: _Optional[float] = ..., speedup: _Optional[float] = ..., swapped: bool = ..., outcome: _Optional[str] = ..., target_class: _Optional[str] = ..., reward: _Optional[int] = ..., swapped_targets: _Optional[_Iterable[str]] = ...) -> None: ...
+    served: ServedComparison
+    def __init__(self, observed: _Optional[_Union[RunObservation, _Mapping]] = ..., tokens_per_s_before: _Optional[float] = ..., tokens_per_s_after: _Optional[float] = ..., speedup: _Optional[float] = ..., swapped: bool = ..., outcome: _Optional[str] = ..., target_class: _Optional[str] = ..., reward: _Optional[int] = ..., swapped_targets: _Optional[_Iterable[str]] = ..., served: _Optional[_Union[ServedComparison, _Mapping]] = ...) -> None: ...
 
 class RunFailureObservation(_message.Message):
     __slots__ = ("service", "error", "attempts")
