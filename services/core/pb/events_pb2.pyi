@@ -674,7 +674,7 @@ class CandidateJudged(_message.Message):
     def __init__(self, candidate_id: _Optional[str] = ..., source_sha256: _Optional[str] = ..., observed: _Optional[_Union[JudgeObservation, _Mapping]] = ..., reward: _Optional[int] = ..., reason: _Optional[str] = ..., speedup_vs_eager: _Optional[float] = ..., speedup_vs_best: _Optional[float] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ParityObservation(_message.Message):
-    __slots__ = ("modules_matched", "activations_checked", "max_abs_err", "tolerance", "static_ok", "judged_ok", "error", "canary_tokens_before", "canary_tokens_after", "canary_logit_max_diff", "canary_logit_tolerance", "activations_passed", "dtype", "hold_s", "profile_inputs_checked", "graphs", "served_lane", "served_logit_max_diff", "graphs_captured")
+    __slots__ = ("modules_matched", "activations_checked", "max_abs_err", "tolerance", "static_ok", "judged_ok", "error", "canary_tokens_before", "canary_tokens_after", "canary_logit_max_diff", "canary_logit_tolerance", "activations_passed", "dtype", "hold_s", "profile_inputs_checked", "graphs", "served_lane", "served_logit_max_diff", "graphs_captured", "routed")
     MODULES_MATCHED_FIELD_NUMBER: _ClassVar[int]
     ACTIVATIONS_CHECKED_FIELD_NUMBER: _ClassVar[int]
     MAX_ABS_ERR_FIELD_NUMBER: _ClassVar[int]
@@ -694,6 +694,7 @@ class ParityObservation(_message.Message):
     SERVED_LANE_FIELD_NUMBER: _ClassVar[int]
     SERVED_LOGIT_MAX_DIFF_FIELD_NUMBER: _ClassVar[int]
     GRAPHS_CAPTURED_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_FIELD_NUMBER: _ClassVar[int]
     modules_matched: int
     activations_checked: int
     max_abs_err: float
@@ -713,10 +714,29 @@ class ParityObservation(_message.Message):
     served_lane: str
     served_logit_max_diff: float
     graphs_captured: int
-    def __init__(self, modules_matched: _Optional[int] = ..., activations_checked: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., tolerance: _Optional[float] = ..., static_ok: bool = ..., judged_ok: bool = ..., error: _Optional[str] = ..., canary_tokens_before: _Optional[_Iterable[int]] = ..., canary_tokens_after: _Optional[_Iterable[int]] = ..., canary_logit_max_diff: _Optional[float] = ..., canary_logit_tolerance: _Optional[float] = ..., activations_passed: _Optional[int] = ..., dtype: _Optional[str] = ..., hold_s: _Optional[float] = ..., profile_inputs_checked: _Optional[int] = ..., graphs: bool = ..., served_lane: _Optional[str] = ..., served_logit_max_diff: _Optional[float] = ..., graphs_captured: _Optional[int] = ...) -> None: ...
+    routed: bool
+    def __init__(self, modules_matched: _Optional[int] = ..., activations_checked: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., tolerance: _Optional[float] = ..., static_ok: bool = ..., judged_ok: bool = ..., error: _Optional[str] = ..., canary_tokens_before: _Optional[_Iterable[int]] = ..., canary_tokens_after: _Optional[_Iterable[int]] = ..., canary_logit_max_diff: _Optional[float] = ..., canary_logit_tolerance: _Optional[float] = ..., activations_passed: _Optional[int] = ..., dtype: _Optional[str] = ..., hold_s: _Optional[float] = ..., profile_inputs_checked: _Optional[int] = ..., graphs: bool = ..., served_lane: _Optional[str] = ..., served_logit_max_diff: _Optional[float] = ..., graphs_captured: _Optional[int] = ..., routed: bool = ...) -> None: ...
+
+class RowSpan(_message.Message):
+    __slots__ = ("last_rows", "kernel")
+    LAST_ROWS_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
+    last_rows: int
+    kernel: bool
+    def __init__(self, last_rows: _Optional[int] = ..., kernel: bool = ...) -> None: ...
+
+class ServingLane(_message.Message):
+    __slots__ = ("lane", "spans", "basis")
+    LANE_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    BASIS_FIELD_NUMBER: _ClassVar[int]
+    lane: str
+    spans: _containers.RepeatedCompositeFieldContainer[RowSpan]
+    basis: str
+    def __init__(self, lane: _Optional[str] = ..., spans: _Optional[_Iterable[_Union[RowSpan, _Mapping]]] = ..., basis: _Optional[str] = ...) -> None: ...
 
 class SwapCommitted(_message.Message):
-    __slots__ = ("swap_id", "candidate_id", "target_class", "modules_patched", "source_sha256", "observed", "tokens_equal")
+    __slots__ = ("swap_id", "candidate_id", "target_class", "modules_patched", "source_sha256", "observed", "tokens_equal", "serving")
     SWAP_ID_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_CLASS_FIELD_NUMBER: _ClassVar[int]
@@ -724,6 +744,7 @@ class SwapCommitted(_message.Message):
     SOURCE_SHA256_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_FIELD_NUMBER: _ClassVar[int]
     TOKENS_EQUAL_FIELD_NUMBER: _ClassVar[int]
+    SERVING_FIELD_NUMBER: _ClassVar[int]
     swap_id: str
     candidate_id: str
     target_class: str
@@ -731,7 +752,8 @@ class SwapCommitted(_message.Message):
     source_sha256: str
     observed: ParityObservation
     tokens_equal: bool
-    def __init__(self, swap_id: _Optional[str] = ..., candidate_id: _Optional[str] = ..., target_class: _Optional[str] = ..., modules_patched: _Optional[int] = ..., source_sha256: _Optional[str] = ..., observed: _Optional[_Union[ParityObservation, _Mapping]] = ..., tokens_equal: bool = ...) -> None: ...
+    serving: _containers.RepeatedCompositeFieldContainer[ServingLane]
+    def __init__(self, swap_id: _Optional[str] = ..., candidate_id: _Optional[str] = ..., target_class: _Optional[str] = ..., modules_patched: _Optional[int] = ..., source_sha256: _Optional[str] = ..., observed: _Optional[_Union[ParityObservation, _Mapping]] = ..., tokens_equal: bool = ..., serving: _Optional[_Iterable[_Union[ServingLane, _Mapping]]] = ...) -> None: ...
 
 class SwapRejected(_message.Message):
     __slots__ = ("candidate_id", "target_class", "reason", "observed")
