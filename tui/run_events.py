@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from google.protobuf.message import Message
 
+from services.core import served_text
 from services.core.events import Recorded
 from services.core.lineage import author_of, verdict_of
 from tui import figures
@@ -213,6 +214,8 @@ def _run_completed(run: RunView, m: Message, t: int) -> RunView:
         tokens_per_s_before=m.tokens_per_s_before,
         tokens_per_s_after=m.tokens_per_s_after,
         speedup=m.speedup,
+        served=tuple(served_text.run_lines(m)),
+        served_worse=bool(m.served.regressions),
     )
 
 

@@ -138,6 +138,10 @@ class RunView:
     tokens_per_s_before: float = 0.0
     tokens_per_s_after: float = 0.0
     speedup: float = 0.0
+    # Since schema 11: the served load before -> after at each level and the run's verdict (served_text.run_lines),
+    # and whether any figure was worse beyond its interval
+    served: tuple[str, ...] = ()
+    served_worse: bool = False
     profile: ProfileView | None = None
     targets: tuple[TargetRow, ...] = ()
     steps: tuple[Step, ...] = field(default_factory=_initial_steps)

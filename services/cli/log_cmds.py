@@ -19,7 +19,7 @@ from nats.errors import Error as NatsError
 from services.cli.common import CliError, add_common, open_bus, run_id_arg, settings_of
 from services.cli.output import sanitize
 from services.core import events as ev
-from services.core import run_end
+from services.core import run_end, served_text
 from services.core.bus import Bus, Undecodable
 from services.core.describe import describe
 from services.core.logfile import write_log
@@ -66,6 +66,9 @@ async def cmd_runs(args) -> int:
             log = await bus.read_run(run_id)
             state = run_end.state(log)
             print(sanitize(f"{run_id}  {ev.first(log, 'RunRequested').msg.model:<22} {state}"))
+            completed = ev.first(log, "RunCompleted")
+            for line in served_text.run_lines(completed.msg) if completed else []:
+                print(sanitize(f"    {line}"))
         if not run_ids:
             print("no runs yet: `yantra optimize` starts one")
         dead = await bus.dead_letter_count()

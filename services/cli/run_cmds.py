@@ -12,12 +12,13 @@ import uuid
 from services.cli.common import CliError, add_common, bounded, open_bus, run_id_arg, settings_of
 from services.cli.output import sanitize
 from services.core import events as ev
-from services.core import limits, policies, run_end
+from services.core import limits, policies, run_end, served_text
 from services.core.bus import Bus
 from services.core.describe import describe
 from services.core.pb import events_pb2 as pb
 from services.core.server_client import ServerUnavailable, generate, wait_ready
 from services.core.stack import resolve_server_addr
+from services.profiler import served_plan
 
 CANARY_PROMPT = "The quick brown fox"
 
@@ -35,6 +36,7 @@ async def request_run(
     decode_tokens: int,
     max_targets: int = 0,
     author: str = "",
+    served_streams: list[int] | None = None,
 ) -> str:
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     msg = pb.RunRequested(
@@ -46,6 +48,7 @@ async def request_run(
         requested_by="yantra-cli",
         max_targets=max_targets,
         author="" if author == "template" else author,  # the default stays unset: a template run's bytes as ever
+        served_streams=served_streams or [],  # none: the profiler's levels for the device
     )
     env = ev.make_envelope(run_id, msg, producer="cli", time_ns=time.time_ns(), event_id=str(uuid.uuid4()))
     await bus.publish(env)
@@ -112,6 +115,7 @@ async def start_run(bus: Bus, args, health) -> str:
         decode_tokens=args.decode_tokens,
         max_targets=getattr(args, "max_targets", 0),
         author=getattr(args, "author", ""),
+        served_streams=getattr(args, "served_streams", None),
     )
     print(f"run {run_id}: optimising {health.model} on {health.device} ({health.dtype}), policy {policy.name}")
     return run_id
@@ -136,7 +140,12 @@ async def cmd_optimize(args) -> int:
             print(f"run {run_id} {run_end.state(log)}")
             return 1
         m = done.msg
-        print(f"run {run_id} {m.outcome}: {m.tokens_per_s_before:.1f} -> {m.tokens_per_s_after:.1f} tok/s")
+        if m.HasField("served"):  # schema 11: the served load at each level, and the run's verdict on it
+            print(sanitize(f"run {run_id} {m.outcome}"))
+            for line in served_text.run_lines(m):
+                print(f"  {line}")
+        else:
+            print(f"run {run_id} {m.outcome}: {m.tokens_per_s_before:.1f} -> {m.tokens_per_s_after:.1f} tok/s")
         return 0
     finally:
         await bus.close()
@@ -241,6 +250,7 @@ def check_run_options(args) -> None:
     before anything is connected to or started. Without --prompt the profiler's four defaults take any
     --decode-tokens in range (tests/test_limits.py holds it to that)."""
     problem = limits.run_problem(len(args.prompt), args.decode_tokens) if args.prompt else ""
+    problem = problem or served_plan.streams_problem(getattr(args, "served_streams", None) or [])
     if problem:
         raise CliError(problem)
 
@@ -288,6 +298,16 @@ def add_run_options(sp: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"tokens per prompt when measuring, 1..{limits.MAX_DECODE_TOKENS}, and at most "
         f"{limits.MAX_RUN_DECODE_TOKENS:,} over all prompts (default %(default)s)",
+    )
+    sp.add_argument(
+        "--served-streams",
+        type=bounded(1, served_plan.MAX_STREAMS),
+        nargs="+",
+        metavar="N",
+        help="the served-load levels measured before and after the run, in concurrent streams over Generate, "
+        f"at most {served_plan.MAX_LEVELS} (default: {' '.join(map(str, served_plan.GPU_STREAMS))} on a GPU, "
+        f"{' '.join(map(str, served_plan.CPU_STREAMS))} on a CPU); a figure worse after beyond its 95%% interval "
+        "rolls the run's swaps back",
     )
     sp.add_argument(
         "--timeout",

@@ -19,7 +19,7 @@ from nats.errors import NoRespondersError
 from services.cli.common import CliError, add_common, add_nats_port, settings_of
 from services.cli.run_cmds import CANARY_PROMPT, add_run_options, check_run_options, follow_run, start_run
 from services.core import events as ev
-from services.core import run_end
+from services.core import run_end, served_text
 from services.core.bus import Bus, connect_plain
 from services.core.describe import decode_ratio, outside_noise
 from services.core.logfile import write_log
@@ -437,6 +437,7 @@ def _write_report(path: Path, run_id: str, log: list[ev.Recorded], before: list[
         "decode_tokens_per_s_before": done.tokens_per_s_before,
         "decode_tokens_per_s_after": done.tokens_per_s_after,
         "speedup": done.speedup,
+        "served": MessageToDict(done.served) if done.HasField("served") else None,
         "greedy_tokens_equal": before == after,
         "swapped_targets": list(done.swapped_targets),
         "targets": target_results(log),
@@ -459,6 +460,9 @@ def _outcome_lines(log: list[ev.Recorded]) -> list[str]:
     device = done.observed.device
     ratio = decode_ratio(done.speedup, device)
     headline = ""
+    if done.HasField("served"):  # schema 11: the served load at each level, judged by its own intervals
+        lines = [f"outcome: {done.outcome}, target {done.target_class or '-'}, reward {done.reward:+d}"]
+        return lines + served_text.run_lines(done)
     if outside_noise(done.speedup, device):
         headline = f", decode x{done.speedup:.2f} {'faster' if done.speedup > 1 else 'slower'}"
     lines = [f"outcome: {done.outcome}{headline}, target {done.target_class or '-'}, reward {done.reward:+d}"]

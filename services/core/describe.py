@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from google.protobuf.message import Message
 
+from services.core import served_text
 from services.core.events import Recorded
 
 # The noise band of a run's before/after decode ratio (RunCompleted.speedup): how far the ratio moves
@@ -131,6 +132,8 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
     if type_name == "SkillCredited":
         return f"{m.skill_id} reward={m.reward:+d}"
     if type_name == "RunCompleted":
+        if m.HasField("served"):  # schema 11: the served load, judged by its own intervals (no noise band)
+            return f"{m.outcome}: {served_text.brief(m.served)}, reward={m.reward:+d}"
         ratio = decode_ratio(m.speedup, m.observed.device)
         return (
             f"{m.outcome}: {m.tokens_per_s_before:.1f} -> {m.tokens_per_s_after:.1f} tok/s ({ratio}), "

@@ -45,3 +45,11 @@ def brief(served: pb.ServedComparison) -> str:
     """The whole comparison on one line: each level's figures, then the verdict."""
     levels = "; ".join(level_brief(lv) for lv in served.levels)
     return f"served {levels}; {served.verdict}" if levels else f"served: {served.verdict}"
+
+
+def run_lines(completed: pb.RunCompleted) -> list[str]:
+    """`yantra runs`' lines under a completed run: each level before -> after, then the verdict (none for a run
+    from before schema 11, whose RunCompleted holds no served figures)."""
+    if not completed.HasField("served"):
+        return []
+    return [f"served {level_brief(lv)}" for lv in completed.served.levels] + [completed.served.verdict]

@@ -30,7 +30,9 @@ def outcome_text(run: RunView) -> Text:
             out.append(f"  {short_class(run.target_class)}")
         if run.reward is not None:
             out.append(f"  reward {run.reward:+d}")
-        if run.tokens_per_s_before:
+        if run.served:  # schema 11: judged by the served load's own intervals, shown under this line
+            out.append("  served load worse" if run.served_worse else "  served load kept", style=_served_style(run))
+        elif run.tokens_per_s_before:
             out.append(f"  {run.tokens_per_s_before:.1f} → {run.tokens_per_s_after:.1f} tok/s")
             device = run.profile.device if run.profile else ""
             claim = outside_noise(run.speedup, device)
@@ -43,6 +45,18 @@ def outcome_text(run: RunView) -> Text:
     if run.tokens_per_s_before:
         out.append(f"  {run.tokens_per_s_before:.1f} tok/s before")
     return out
+
+
+def _served_style(run: RunView) -> str:
+    return "bold red" if run.served_worse else "green"
+
+
+def served_text_lines(run: RunView) -> list[Text]:
+    """The served load before -> after at each level, then the verdict (a run of schema 11; none before)."""
+    lines = [Text(line, no_wrap=True, overflow="ellipsis") for line in run.served]
+    if lines:
+        lines[-1].stylize(_served_style(run))
+    return lines
 
 
 def _times(run: RunView, step: Step) -> tuple[str, str]:
@@ -66,7 +80,7 @@ def pipeline_renderable(run: RunView) -> Group:
         reason = Text(step.reason or step.status, style="dim" if step.status in ("waiting", "skipped") else "")
         table.add_row(Text(icon, style=style), Text(step.name, style=style), at, took, reason)
     policy = Text(f"policy {run.policy}" if run.policy else "", style="dim", no_wrap=True, overflow="ellipsis")
-    return Group(outcome_text(run), policy, table)
+    return Group(outcome_text(run), *served_text_lines(run), policy, table)
 
 
 class PipelineView(Static):

@@ -26,7 +26,10 @@ def _outcome(run: RunView) -> Text:
     if not run.outcome:
         return Text("…", style="dim")
     text = Text(run.outcome, style=OUTCOME_STYLE.get(run.outcome, "yellow"))
-    if run.tokens_per_s_before:
+    if run.served:  # schema 11: the served load's verdict, not a ratio against a noise band
+        if run.served_worse:
+            text.append(" served worse", style="red")
+    elif run.tokens_per_s_before:
         device = run.profile.device if run.profile else ""
         if outside_noise(run.speedup, device):
             text.append(f" x{run.speedup:.2f}")
