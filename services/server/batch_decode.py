@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from services.server.hotswap import first_forward, serving_kernels
+from services.server.hotswap import first_forward, graph_lane, serving_kernels
 from services.server.models import error_line
 from services.server.slot_cache import SlotIndex, slot_cache
 
@@ -242,15 +242,16 @@ class SlotDecoder:
             forward = lambda: self._step(*key)  # noqa: E731
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # positions are explicit: re-running a step moves nothing
-            for _ in range(WARMUP_STEPS):
-                forward()
-        torch.cuda.current_stream().wait_stream(stream)
-        kernels = serving_kernels()
-        graph = torch.cuda.CUDAGraph()
-        # thread-local: a swap compiling its kernels on a worker thread meanwhile (parity.warm_kernel) is no error
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            logits = forward()
+        with graph_lane():  # a swap serves here where it wins on GPU time, warm-up included (hotswap.serve)
+            with torch.cuda.stream(stream):  # positions are explicit: re-running a step moves nothing
+                for _ in range(WARMUP_STEPS):
+                    forward()
+            torch.cuda.current_stream().wait_stream(stream)
+            kernels = serving_kernels()
+            graph = torch.cuda.CUDAGraph()
+            # thread-local: a swap compiling its kernels on a worker thread meanwhile (parity.warm_kernel) is no error
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                logits = forward()
         self._graphs[key] = Graph(graph, logits, kernels)
         self.captures += 1
 

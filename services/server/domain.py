@@ -12,6 +12,7 @@ from services.core.events import Recorded, all_of, first
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive, from_observed
+from services.server import routing
 
 # A candidate judged wrong (-1) is never swapped, whatever a policy says.
 MIN_REWARD_FLOOR = 1
@@ -99,6 +100,47 @@ def host_problem(prior: list[Recorded], concluded: pb.TargetConcluded, observed:
     )
 
 
+def serving_plan(prior: list[Recorded], concluded: pb.TargetConcluded) -> routing.ServingPlan:
+    """Where the concluded kernel serves once swapped: lane by lane and row range by row range, where the run's verdict
+    did not time it slower than eager (services.server.routing). A pure function of recorded events (the verdict's
+    timing and the proposal's op family), so the live swap, a restart and `yantra swaps` derive the same plan, and a
+    swap recorded before routing existed is served by the plan its verdict implies."""
+    proposed = find_proposed(prior, concluded.candidate_id)
+    return routing.plan_for(_judgement(prior, concluded), proposed.plan.family if proposed else "")
+
+
+def committed_plan(run_log: list[Recorded], committed: Recorded) -> routing.ServingPlan | None:
+    """The serving plan of a recorded SwapCommitted, from the conclusion it answered; None when the log lacks it."""
+    concluded = next((r for r in run_log if r.env.event_id == committed.env.causation_id), None)
+    if concluded is None or concluded.type != "TargetConcluded":
+        return None
+    return serving_plan([r for r in run_log if r.seq < concluded.seq], concluded.msg)
+
+
+def idle_problem(plan: routing.ServingPlan, observed: pb.ParityObservation) -> str:
+    """Why a server must refuse a kernel whose plan leaves it no call in any lane this server serves (the graph lane
+    only when it serves through graphs; eager calls always: a prefill too large for a graph); "" when it has some."""
+    lanes = [plan.graph, plan.eager] if observed.graphs else [plan.eager]
+    if any(not lane.nowhere for lane in lanes):
+        return ""
+    said = plan.describe(observed.graphs)
+    return f"the judge timed the kernel slower than eager in every lane this server serves ({said}): it serves no call"
+
+
+def lane_problem(
+    prior: list[Recorded], concluded: pb.TargetConcluded, observed: pb.ParityObservation, schema_version: int
+) -> str:
+    """Why this server must refuse the kernel for the way it serves, decided before anything is imported: a graph
+    server and a kernel never captured in a graph; a routing server (observed.routed) and a kernel that would serve no
+    call; before routing (since schema 5), an eager server and a kernel slower host-inclusive at some shape."""
+    problem = graph_problem(prior, concluded, observed)
+    if problem:
+        return problem
+    if observed.routed:
+        return idle_problem(serving_plan(prior, concluded), observed)
+    return host_problem(prior, concluded, observed) if schema_version >= 5 else ""
+
+
 def find_proposed(prior: list[Recorded], candidate_id: str) -> pb.CandidateProposed | None:
     return run_state.fold(prior).proposal(candidate_id)
 
@@ -171,9 +213,7 @@ def swap_outcome(
     problems = log_problems(prior, concluded)
     if observed.judged_ok != judged_ok(prior, concluded):
         problems.append("the recorded judged_ok disagrees with the log")
-    graphs = graph_problem(prior, concluded, observed)
-    if not graphs and trigger.env.schema_version >= 5:  # an eager server checks the host time since schema 5
-        graphs = host_problem(prior, concluded, observed)
+    graphs = lane_problem(prior, concluded, observed, trigger.env.schema_version)
     if graphs:
         return pb.SwapRejected(
             candidate_id=concluded.candidate_id, target_class=concluded.target_class, reason=graphs, observed=observed
@@ -188,6 +228,8 @@ def swap_outcome(
             reason="; ".join(problems),
             observed=observed,
         )
+    # a server that routes records where the kernel serves; one recorded before served it on every call
+    serving = routing.to_lanes(serving_plan(prior, concluded)) if observed.routed else []
     return pb.SwapCommitted(
         swap_id=swap_id_for(trigger),
         candidate_id=concluded.candidate_id,
@@ -196,6 +238,7 @@ def swap_outcome(
         source_sha256=concluded.source_sha256,
         observed=observed,
         tokens_equal=_tokens_equal(observed),
+        serving=serving,
     )
 
 

@@ -38,6 +38,7 @@ from services.server import call_watch
 from services.server.call_watch import LiveClock
 from services.server.functions import FunctionSite, site_of
 from services.server.introspection import class_path, instances_of
+from services.server.routing import ServingPlan, call_rows
 
 # A layer (a gated MLP) is patched exactly as a module class is: its forward, on every instance; the contract
 # binds its submodules, which keep serving inside the rewritten forward.
@@ -90,6 +91,35 @@ _FIRST_FORWARD = contextvars.ContextVar("first_forward", default=False)
 # Set while the server itself calls a committed kernel (a shadow replay, the reference of an inline check): those
 # calls are not live traffic, so they are neither watched nor counted.
 _UNWATCHED = contextvars.ContextVar("unwatched", default=False)
+
+
+# Set around a CUDA graph's capture and the eager warm-up steps before it (services.server.batch_decode): calls there
+# are the graph lane's, routed by the judge's GPU time (services.server.routing); every other call is the eager lane's.
+_GRAPHED = contextvars.ContextVar("graphed", default=False)
+
+# The serving plan of the swap being applied (`planned`), read by `apply_swap`: set from the service, around parity,
+# so the canary checks the kernel where it will serve and graphs are captured holding it only where it serves.
+_PLAN: contextvars.ContextVar[ServingPlan | None] = contextvars.ContextVar("plan", default=None)
+
+
+@contextlib.contextmanager
+def graph_lane() -> Iterator[None]:
+    """Around a graph's warm-up and capture (engine thread): the calls inside are the graph lane's."""
+    token = _GRAPHED.set(True)
+    try:
+        yield
+    finally:
+        _GRAPHED.reset(token)
+
+
+@contextlib.contextmanager
+def planned(plan: ServingPlan | None) -> Iterator[None]:
+    """Swaps applied inside serve by `plan` (None: every call, as an unplanned swap does)."""
+    token = _PLAN.set(plan)
+    try:
+        yield
+    finally:
+        _PLAN.reset(token)
 
 
 @contextlib.contextmanager
@@ -272,6 +302,12 @@ class SwapHandle:
     fingerprints: dict = field(default_factory=dict)
     clock: LiveClock | None = None  # set at commit: live calls timed against the judge's per-call limit
     state_bytes: dict = field(default_factory=dict)  # id(module) -> bytes of its parameters (a call reads them)
+    kind: str = "module_class"  # the contract's kind: how a call's rows are read (routing.call_rows)
+    # Where the kernel serves (services.server.routing), from the swap's verdict; None: every call. Set at apply, so
+    # parity's canary and the graphs captured in the hold run what will serve.
+    plan: ServingPlan | None = None
+    own_calls: int = 0  # live calls the plan routed to the module's own forward (the kernel's lane or rows lose)
+    _own: dict = field(default_factory=dict)  # id(module) -> its own forward (`own_forward`)
 
     def commit(
         self, on_failure: Callable[[str], None], shadow_calls: int | None = None, clock: LiveClock | None = None
@@ -390,6 +426,12 @@ class SwapHandle:
         return [p.module for p in self.patched]
 
     def own_forward(self, module) -> Callable:
+        own = self._own.get(id(module))  # looked up once per module: a routed call pays a dict read
+        if own is None:
+            own = self._own[id(module)] = self._find_own(module)
+        return own
+
+    def _find_own(self, module) -> Callable:
         if isinstance(module, FunctionSite):  # the function the global held before the swap
             return next(p.previous for p in self.patched if p.module == module)
         previous = next((p.previous for p in self.patched if p.module is module), _MISSING)
@@ -434,7 +476,16 @@ def serve(handle: SwapHandle, owner, call: Callable, args: tuple, kwargs: dict):
     """One live call of a swapped kernel (`call(owner, args, kwargs)`, the binder's). Before commit an error is
     parity's verdict; once committed it falls back to `owner`'s own code and reverts the swap. A committed call may
     be watched (`SwapHandle.watch`): checked inline against `owner`'s own code, which answers it instead when the
-    kernel is off, or its inputs kept for the periodic shadow check."""
+    kernel is off, or its inputs kept for the periodic shadow check. Where the swap's plan says the kernel is slower
+    (services.server.routing: this lane, these rows), `owner`'s own code answers and nothing else runs: at a decode
+    step that is a lane look-up and a row count's compare, and inside a graph only its capture pays it."""
+    plan = handle.plan
+    if plan is not None and not plan.everywhere:
+        lane = plan.graph if _GRAPHED.get() else plan.eager
+        if not lane.everywhere and (lane.nowhere or not lane.serves(call_rows(handle.kind, args, kwargs))):
+            if not _UNWATCHED.get():
+                handle.own_calls += 1
+            return handle.own_forward(owner)(*args, **kwargs)
     if handle.on_failure is None:
         return call(owner, args, kwargs)
     watch = handle.watch(owner, args, kwargs)
@@ -496,7 +547,7 @@ def apply_swap(model: torch.nn.Module, contract: pb.Contract, entry: Callable) -
     if not instances:
         missing = ", ".join(f"{b.attr!r} (bound to {b.param!r})" for b in contract.bindings)
         raise SwapRefused(f"no instance of {contract.target} holds every attribute the contract binds: {missing}")
-    handle = SwapHandle(contract.target)
+    handle = SwapHandle(contract.target, kind=kind, plan=_PLAN.get())
     fn = kernel_forward(entry, contract, handle)
     try:
         for module in instances:
@@ -516,7 +567,7 @@ def _apply_function(contract: pb.Contract, entry: Callable) -> SwapHandle:
     site = site_of(contract.target)
     if site is None:
         raise SwapRefused(f"no function {contract.target} to swap in the served model's modules")
-    handle = SwapHandle(contract.target)
+    handle = SwapHandle(contract.target, kind="function", plan=_PLAN.get())
     call = bind(contract, entry)
 
     def swapped(*args, **kwargs):

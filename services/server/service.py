@@ -32,6 +32,7 @@ from services.core.settings import Settings
 from services.server import call_watch, domain, shadow
 from services.server.call_watch import EXIT_HUNG, HUNG_GRACE_S, LiveClock
 from services.server.engine import Engine
+from services.server.hotswap import planned
 from services.server.parity import CANARY_TOKENS, swap_with_parity, warm_kernel
 from services.server.swaps import SwapRegistry
 
@@ -102,10 +103,14 @@ class ServerService:
         concluded: pb.TargetConcluded = trigger.msg
         self._loop = asyncio.get_running_loop()  # where the engine thread reports a live failure
         observed = pb.ParityObservation(
-            dtype=self.engine.dtype, judged_ok=domain.judged_ok(prior, concluded), graphs=self.engine.graphs
+            dtype=self.engine.dtype,
+            judged_ok=domain.judged_ok(prior, concluded),
+            graphs=self.engine.graphs,
+            routed=True,
         )
-        # never import code the log does not vouch for, nor capture in a graph one never shown to run in one
-        mode = domain.graph_problem(prior, concluded, observed) or domain.host_problem(prior, concluded, observed)
+        # never import code the log does not vouch for, nor capture in a graph one never shown to run in one, nor one
+        # that would serve no call here (hotswap.serve routes each call by the plan)
+        mode = domain.lane_problem(prior, concluded, observed, ev.SCHEMA_VERSION)
         if domain.log_problems(prior, concluded) or mode:
             return domain.swap_outcome(prior, trigger, observed)
         proposed = domain.find_proposed(prior, concluded.candidate_id)
@@ -139,7 +144,8 @@ class ServerService:
             observed.error = f"{contract.target} is already served by {active.swap_id}; roll it back first"
             return domain.swap_outcome(prior, trigger, observed)
         started = time.perf_counter()
-        handle = swap_with_parity(self.engine, contract, entry, canary, observed)
+        with planned(domain.serving_plan(prior, trigger.msg)):  # the kernel checked and captured where it serves
+            handle = swap_with_parity(self.engine, contract, entry, canary, observed)
         observed.hold_s = time.perf_counter() - started  # apply + parity; a revert is dropping one attribute each
         self.engine.stats.swap_held(observed.hold_s)
         outcome = domain.swap_outcome(prior, trigger, observed)

@@ -46,6 +46,7 @@ def swap_run(
     swap: bool = True,
     contract: pb.Contract | None = None,
     capabilities: tuple[str, ...] = (),
+    timing: pb.TimingEvidence | None = None,
 ) -> list[ev.Envelope]:
     """The envelopes a run holds when the server is asked to swap: request, proposal, verdict, conclusion.
 
@@ -70,6 +71,8 @@ def swap_run(
     judged = pb.CandidateJudged(
         candidate_id=cid, source_sha256=judged_sha or sha, reward=reward, reason="test", capabilities=capabilities
     )
+    if timing is not None:  # the judge's figures per timed shape (what routes the swap: services.server.routing)
+        judged.observed.timing.CopyFrom(timing)
     concluded = pb.TargetConcluded(
         target_class=QWEN_NORM,
         candidate_id=cid,
@@ -85,6 +88,17 @@ def swap_run(
         cause = out[-1].event_id
         out.append(ev.make_envelope(run_id, msg, producer=producer, time_ns=len(out) + 1, causation_id=cause))
     return out
+
+
+def timed(*rows: tuple[str, float, float, float, float]) -> pb.TimingEvidence:
+    """A verdict's timing: (shape, candidate GPU us, eager GPU us, candidate host us, eager host us) per shape."""
+    return pb.TimingEvidence(
+        measured=True,
+        rows=[
+            pb.TimingRow(shape=s, candidate_us=c, eager_us=e, candidate_host_us=ch, eager_host_us=eh)
+            for s, c, e, ch, eh in rows
+        ],
+    )
 
 
 def as_log(envelopes: list[ev.Envelope]) -> list[ev.Recorded]:
