@@ -15,6 +15,7 @@ from services.core.pb import events_pb2 as pb
 from services.core.server_client import ServerUnavailable, list_swaps
 from services.core.stack import StackError, resolve_server_addr
 from services.core.swaplog import find_swap, read_swap_events, swap_history
+from services.server.routing import from_lanes
 
 
 async def cmd_swaps(args) -> int:
@@ -45,9 +46,20 @@ async def cmd_swaps(args) -> int:
             f"  server: {served.state if served else '-'}  author: {origin.author}  verdict: {origin.verdict}"
             f"  calls: {served.calls if served else '-'}"
         )
+        print(f"    serves: {serving_line(msg, served)}")
     if server_note:
         print(server_note)
     return 0
+
+
+def serving_line(committed: pb.SwapCommitted, served) -> str:
+    """Where a swap serves, lane by lane, as its SwapCommitted recorded it (services.server.routing), and how many live
+    calls its plan left to the module's own forward when the server said."""
+    plan = from_lanes(committed.serving)
+    if plan is None:
+        return "every call (committed before swaps were routed by lane)"
+    own = f"; {served.own_calls} calls answered by the module's own forward" if served else ""
+    return plan.describe(committed.observed.graphs) + own
 
 
 async def cmd_rollback(args) -> int:

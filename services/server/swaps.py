@@ -74,6 +74,7 @@ class SwapRegistry:
                     state=e.shown_state,
                     source_sha256=e.committed.source_sha256,
                     calls=e.handle.calls,  # watched live calls (hotswap.SwapHandle.watch), kept after a rollback
+                    own_calls=e.handle.own_calls,  # live calls its plan left to the module's own forward
                 )
                 for e in self._entries.values()
             ]

@@ -220,6 +220,13 @@ async def test_yantra_swaps_shows_the_calls_the_live_server_counted(
         (line,) = [x for x in listed.stdout.splitlines() if x.startswith(committed.swap_id)]
         assert "server: committed" in line and "author: template" in line and "verdict: +1 untimed" in line
         assert line.endswith(f"calls: {calls}") and "missing" not in listed.stdout
+        # where it serves, as its SwapCommitted recorded it: judged untimed on a CPU, every call of this eager server
+        lines = listed.stdout.splitlines()
+        serves = lines[lines.index(line) + 1]
+        assert serves == (
+            "    serves: eager: kernel at every row count (untimed: served wherever its correctness was judged); "
+            "0 calls answered by the module's own forward"
+        ), serves
     finally:
         request = pb.RollbackRequested(swap_id=committed.swap_id, reason="test")
         trigger = ev.Recorded(99, ev.make_envelope("grpc-calls", request, producer="test", time_ns=1, event_id="rb"))

@@ -158,6 +158,8 @@ async def test_a_swap_slower_at_prefill_serves_decode_steps_and_leaves_prefill_t
         # one prefill of 24 rows: the module's own forward in every norm; five decode steps of one row: the kernel
         assert handle.own_calls - own == norms
         assert handle.calls - kernel == 5 * norms
+        (record,) = [r for r in service.swaps.records() if r.swap_id == outcome.swap_id]  # what ListSwaps answers
+        assert (record.calls, record.own_calls) == (handle.calls, handle.own_calls)
         assert after == before
         # a graph's capture (here: its lane marked, as batch_decode marks it) takes the kernel at every row count,
         # the verdict's GPU time being faster everywhere

@@ -127,7 +127,7 @@ class ListSwapsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SwapRecord(_message.Message):
-    __slots__ = ("swap_id", "candidate_id", "target_class", "modules_patched", "state", "source_sha256", "calls")
+    __slots__ = ("swap_id", "candidate_id", "target_class", "modules_patched", "state", "source_sha256", "calls", "own_calls")
     SWAP_ID_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_CLASS_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +135,7 @@ class SwapRecord(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_SHA256_FIELD_NUMBER: _ClassVar[int]
     CALLS_FIELD_NUMBER: _ClassVar[int]
+    OWN_CALLS_FIELD_NUMBER: _ClassVar[int]
     swap_id: str
     candidate_id: str
     target_class: str
@@ -142,7 +143,8 @@ class SwapRecord(_message.Message):
     state: str
     source_sha256: str
     calls: int
-    def __init__(self, swap_id: _Optional[str] = ..., candidate_id: _Optional[str] = ..., target_class: _Optional[str] = ..., modules_patched: _Optional[int] = ..., state: _Optional[str] = ..., source_sha256: _Optional[str] = ..., calls: _Optional[int] = ...) -> None: ...
+    own_calls: int
+    def __init__(self, swap_id: _Optional[str] = ..., candidate_id: _Optional[str] = ..., target_class: _Optional[str] = ..., modules_patched: _Optional[int] = ..., state: _Optional[str] = ..., source_sha256: _Optional[str] = ..., calls: _Optional[int] = ..., own_calls: _Optional[int] = ...) -> None: ...
 
 class ListSwapsReply(_message.Message):
     __slots__ = ("swaps",)
