@@ -13,7 +13,6 @@ from services.core.pb import events_pb2 as pb
 from services.core.replay import verify
 from services.profiler import domain, served_plan, served_stats
 from services.profiler.served_load import ID_HIGH, ID_LOW, ServedLoadClient, prompt_ids
-from services.registry import rederivers
 from services.server.engine import Engine
 from services.server.grpc_api import start_grpc
 from services.server.models import load_model
@@ -67,8 +66,8 @@ def test_an_old_recorded_run_keeps_its_batch_one_figures_byte_for_byte():
     log = read_log(RECORDED)
     completed = next(r for r in log if r.type == "RunCompleted")
     assert completed.env.schema_version < 11 and not completed.msg.HasField("served")
-    mine = [m for m in verify(log, rederivers()) if m.type in domain.REDERIVE]
-    assert mine == []  # its ProfileCaptured and RunCompleted re-derive exactly (other services' are theirs)
+    mine = [m for m in verify(log, domain.REDERIVE) if m.type in domain.REDERIVE]
+    assert mine == []  # its ProfileCaptured and RunCompleted re-derive exactly (the other services' are theirs)
     index = log.index(completed)
     cause = next(r for r in log if r.env.event_id == completed.env.causation_id)
     again = domain.derive_run_completed(log[: log.index(cause) + 1], cause, completed.msg.observed)
