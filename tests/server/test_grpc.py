@@ -448,9 +448,7 @@ async def test_generate_samples_with_a_seed_stops_at_a_stop_string_and_says_why_
 @pytest.mark.parametrize(
     ("request_", "why"),
     [
-        ({"temperature": -1.0}, "temperature"),
-        ({"temperature": 1.0, "top_p": 1.5}, "top_p"),
-        ({"stop": [""]}, "stop sequence is empty"),
+        ({"stop": [""]}, "stop sequence is empty"),  # temperature and top_p out of range: the test below
     ],
 )
 async def test_bad_sampling_arguments_are_invalid_argument(channel, request_, why):
@@ -459,20 +457,49 @@ async def test_bad_sampling_arguments_are_invalid_argument(channel, request_, wh
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and why in err.value.details()
 
 
-async def test_each_bad_input_the_http_api_refuses_is_refused_on_grpc_too(engine, channel):
-    """The OpenAI API's bad inputs, over gRPC (there is no model name to get wrong, and a body is protobuf)."""
-    for request, why in (
-        ({"prompt": "x" * 600, "max_new_tokens": 4}, "the prompt's 600 tokens leave no room in the model's 512"),
-        ({"prompt": "hi", "max_new_tokens": 4, "temperature": float("nan")}, "temperature must be 0..100"),
-        ({"prompt": "hi", "max_new_tokens": 4, "temperature": 1.0, "top_p": -0.5}, "top_p must be in (0, 1]"),
-        ({"prompt": "hi", "max_new_tokens": 2**32 - 1}, "max_new_tokens must be 1..510"),
-    ):
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await _generate(channel, **request)
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and why in err.value.details()
-    # A body past gRPC's 4 MiB receive limit is refused by gRPC itself, naming both sizes; no slot is taken.
+async def test_a_body_past_grpcs_receive_limit_is_resource_exhausted_and_takes_no_slot(engine, channel):
+    """The OpenAI API's other bad inputs over gRPC are below (there is no model name to get wrong, and a body is
+    protobuf); a body past gRPC's 4 MiB receive limit is refused by gRPC itself, naming both sizes."""
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await _generate(channel, prompt="x" * 5_000_000, max_new_tokens=4)
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "Received message larger than max (5000007 vs. 4194304)" in err.value.details()
     assert engine.active == 0 and await _tokens(channel, prompt="Hello", max_new_tokens=2) == 2
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+# The OpenAI API's bad inputs over gRPC, each answered as the HTTP API answers it (tests/server/test_http_api.py).
+# A negative max_new_tokens cannot be sent: the field is a uint32 (protobuf refuses it in the client).
+@pytest.mark.parametrize(
+    ("request_", "says"),
+    [
+        (
+            {"prompt": "x" * 600, "max_new_tokens": 4},
+            "the prompt's 600 tokens leave no room in the model's 512 positions",
+        ),
+        ({"prompt": "hi", "max_new_tokens": 0}, "max_new_tokens must be 1..510"),
+        ({"prompt": "hi", "max_new_tokens": 2**32 - 1}, "max_new_tokens must be 1..510"),  # the most uint32 holds
+        (
+            {"prompt": "hi", "max_new_tokens": 4, "temperature": -0.5},
+            "temperature must be 0..100 (0 = greedy), got -0.5",
+        ),
+        ({"prompt": "hi", "max_new_tokens": 4, "temperature": NAN}, "temperature must be 0..100 (0 = greedy), got nan"),
+        ({"prompt": "hi", "max_new_tokens": 4, "temperature": INF}, "temperature must be 0..100 (0 = greedy), got inf"),
+        ({"prompt": "hi", "max_new_tokens": 4, "temperature": 1, "top_p": 1.5}, "top_p must be in (0, 1], got 1.5"),
+        ({"prompt": "hi", "max_new_tokens": 4, "temperature": 1, "top_p": -0.25}, "top_p must be in (0, 1], got -0.25"),
+        ({"prompt": "hi", "max_new_tokens": 4, "top_p": NAN}, "top_p must be in (0, 1], got nan"),
+    ],
+)
+async def test_bad_input_is_invalid_argument_in_one_line_and_the_next_request_is_served(
+    engine, channel, request_, says
+):
+    """Each refusal names the field and its limit, holds no slot, and the request after it is served."""
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await _generate(channel, **request_)
+    details = err.value.details()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and says in details, details
+    assert "\n" not in details and "Traceback" not in details
+    assert engine.active == 0
+    assert await _tokens(channel, prompt="hi", max_new_tokens=3) == 3

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL = "tiny-qwen2"
 CHAT = "/v1/chat/completions"
 HI = [{"role": "user", "content": "hi"}]
+NAN, INF = float("nan"), float("inf")  # json.dumps writes them as NaN and Infinity, which some clients send
 
 
 @pytest.fixture(scope="module")
@@ -225,6 +226,30 @@ async def test_a_kept_alive_connection_takes_request_after_request_and_curls_exp
         ("/v1/completions", {"prompt": "Hi", "temperature": -1}, 400, "temperature", "temperature must be 0..100"),
         ("/v1/completions", {"prompt": "Hi", "top_p": 0}, 400, "top_p", "top_p must be in (0, 1]"),
         ("/v1/completions", {"prompt": "Hi", "top_p": 1.5}, 400, "top_p", "top_p must be in (0, 1]"),
+        ("/v1/completions", {"prompt": "Hi", "top_p": -0.1}, 400, "top_p", "top_p must be in (0, 1], got -0.1"),
+        ("/v1/completions", {"prompt": "Hi", "top_p": NAN}, 400, "top_p", "top_p must be in (0, 1], got nan"),
+        (
+            "/v1/completions",
+            {"prompt": "Hi", "temperature": NAN},
+            400,
+            "temperature",
+            "must be 0..100 (0 = greedy), got nan",
+        ),
+        (
+            "/v1/completions",
+            {"prompt": "Hi", "temperature": INF},
+            400,
+            "temperature",
+            "must be 0..100 (0 = greedy), got inf",
+        ),
+        ("/v1/completions", {"prompt": "Hi", "max_tokens": 2**70}, 400, "max_tokens", "must be 1..510"),
+        (
+            "/v1/completions",
+            {"prompt": "Hi", "max_tokens": 511},
+            400,
+            "max_tokens",
+            "must fit the model's 512 positions",
+        ),
         ("/v1/completions", {"prompt": "Hi", "seed": 2**70}, 400, "seed", "less than or equal"),
         ("/v1/completions", {"prompt": "Hi", "n": 2}, 400, "n", "not supported"),
         ("/v1/completions", {"prompt": ["a", "b"]}, 400, "prompt", "one prompt per request"),
@@ -244,6 +269,10 @@ async def test_a_kept_alive_connection_takes_request_after_request_and_curls_exp
         (CHAT, {"messages": HI, "max_tokens": 0}, 400, "max_tokens", "max_tokens must be 1.."),
         (CHAT, {"messages": HI, "max_completion_tokens": 9999}, 400, "max_completion_tokens", "must be 1.."),
         (CHAT, {"messages": HI, "tools": [{"type": "function"}]}, 400, "tools", "not supported"),
+        (CHAT, {"messages": HI, "temperature": -1}, 400, "temperature", "temperature must be 0..100"),
+        (CHAT, {"messages": HI, "top_p": NAN, "stream": True}, 400, "top_p", "got nan"),  # before any event is sent
+        ("/v1/completions", {"prompt": "x" * 600, "stream": True}, 400, "prompt", "leave no room"),
+        (CHAT, {"messages": HI, "model": "llama-70b"}, 404, "model", "'llama-70b' is not served here"),
         ("/v1/nope", {}, 404, None, "no endpoint POST /v1/nope"),
     ],
 )
@@ -256,9 +285,13 @@ async def test_bad_input_gets_its_status_and_an_openai_error_body(
     assert code == status and headers["content-type"] == "application/json", (code, raw)
     assert set(error) == {"message", "type", "param", "code"} and error["param"] == param
     assert says in error["message"], error["message"]
+    assert "\n" not in error["message"] and "Traceback" not in error["message"]  # one line
     assert engine.active == 0
     if path != "/v1/nope":
         assert outcomes == ["bad_request"]  # counted as gRPC's refusals are
+    # nothing held: the next request is served
+    code, _, raw = await _raw(port, _post("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "temperature": 0}))
+    assert code == 200 and json.loads(raw)["usage"]["completion_tokens"] > 0, raw
 
 
 async def test_bad_input_through_the_openai_client_raises_its_typed_errors(client):
