@@ -480,11 +480,10 @@ def serve(handle: SwapHandle, owner, call: Callable, args: tuple, kwargs: dict):
     (services.server.routing: this lane, these rows), `owner`'s own code answers and nothing else runs: at a decode
     step that is a lane look-up and a row count's compare, and inside a graph only its capture pays it."""
     plan = handle.plan
-    if plan is not None and not plan.everywhere:
-        lane = plan.graph if _GRAPHED.get() else plan.eager
+    if plan is not None and not plan.everywhere and not _UNWATCHED.get():  # the shadow check replays the kernel
+        lane = plan.graph if _GRAPHED.get() else plan.eager  # on inputs it served, whatever lane it served them in
         if not lane.everywhere and (lane.nowhere or not lane.serves(call_rows(handle.kind, args, kwargs))):
-            if not _UNWATCHED.get():
-                handle.own_calls += 1
+            handle.own_calls += 1
             return handle.own_forward(owner)(*args, **kwargs)
     if handle.on_failure is None:
         return call(owner, args, kwargs)

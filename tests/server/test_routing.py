@@ -13,6 +13,7 @@ from services.core.pb import events_pb2 as pb
 from services.server import domain, routing
 from services.server.hotswap import graph_lane
 from services.server.service import ServerService
+from services.server.shadow import check_swap
 
 SOURCE = "def rmsnorm_forward(hidden_states, weight, eps):\n    ...\n"
 
@@ -172,6 +173,14 @@ async def test_a_swap_slower_at_prefill_serves_decode_steps_and_leaves_prefill_t
         with torch.inference_mode():
             norm(x)
         assert handle.own_calls == own + 1
+        # the shadow check replays the kernel on the inputs it served, the graph lane's 24 rows too: the module's own
+        # forward runs once a sample, for the reference, never for the replay the plan would route in the eager lane
+        assert any(args[0].shape == x.shape for _, args, _ in handle.samples)
+        references = []
+        own_forward = handle.own_forward(norm)
+        handle._own[id(norm)] = lambda *a, **k: references.append(1) or own_forward(*a, **k)
+        kept = sum(module is norm for module, _, _ in handle.samples)
+        assert check_swap(handle) == "" and len(references) == kept
     finally:
         engine.revert(handle)
     assert QWEN_NORM == handle.target
