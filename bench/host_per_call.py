@@ -24,11 +24,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from services.coder.contract import derive_contract  # noqa: E402
-from services.coder.templates import rmsnorm as template  # noqa: E402
 from services.core import kernels  # noqa: E402
-from services.judge.timing import native_op  # noqa: E402
 from services.ops.recognise_norm import epsilon_of  # noqa: E402
+from services.ops.row_reduction import native_op, template  # noqa: E402
+from services.ops.row_reduction.contract import derive_contract  # noqa: E402
 from services.server.introspection import introspect_module  # noqa: E402
 
 WIDTH = 1536

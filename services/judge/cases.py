@@ -402,3 +402,11 @@ def draw_cases(spec: CaseSpec, seed: int) -> list[Case]:
         names.add(name)
         cases.append(replace(case, name=name))
     return cases
+
+
+def row_blocks(plan) -> tuple[int, ...]:
+    """Rows per program a pb.LaunchPlan's grids use, with the usual blocks: every residue of each is drawn."""
+    from services.ops import family
+
+    blocks = {1, 2, 4, 8} | family(plan.family).rows_per_program(plan)
+    return tuple(sorted(b for b in blocks if b <= 64))

@@ -7,8 +7,6 @@ speedups are re-derived from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from google.protobuf.message import Message
 
 from services.core import events as ev
@@ -17,24 +15,7 @@ from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive
 from services.judge.reward import capabilities, judge_reward
-
-
-@dataclass(frozen=True)
-class LiveTarget:
-    """What the profiler saw of the target class: its introspection, its live input shape and dtype."""
-
-    introspection: pb.ModuleIntrospection
-    input_shape: tuple[int, ...]
-    dtype: str
-    computes: str = ""  # what the server saw its forward compute (services.ops), "" when unknown
-    second_shape: tuple[int, ...] = ()  # a function's second operand on the dominant calls (RoPE's k)
-    third_shape: tuple[int, ...] = ()  # its third (RoPE's cos: the last dim is the rotary width)
-    widths: tuple[int, ...] = ()  # every last dim the class was called at (one class can serve two)
-    # The served model's input domain (pb.ProfileObservation; 0: unknown): the most token rows one forward
-    # carries, the longest sequence, the most sequences stepped together.
-    max_rows: int = 0
-    max_positions: int = 0
-    max_batch: int = 0
+from services.ops.protocol import LiveTarget  # the seam's type: a family prepares its judging from it
 
 
 def live_target(prior: list[Recorded], target_class: str) -> LiveTarget | None:

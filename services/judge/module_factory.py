@@ -13,7 +13,10 @@ import torch
 
 from services.core.pb import events_pb2 as pb
 from services.ops.hub_functions import plain_function
-from services.ops.row_reduction import EPS_INIT_PARAMS, WIDTH_INIT_PARAMS
+
+# The __init__ parameters a module class takes its width and its epsilon by (HF norms, torch's LayerNorm, ...).
+EPS_INIT_PARAMS = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps", "rms_norm_eps", "norm_eps")
+WIDTH_INIT_PARAMS = ("hidden_size", "dim", "normalized_shape", "d_model", "size", "hidden_dim", "n_embd")
 
 
 class ModuleBuildError(ValueError):

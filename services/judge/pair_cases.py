@@ -1,5 +1,5 @@
 """The inputs the judge draws for an op of operand pairs: the gated MLP's (gate, up), the plain MLP's operands
-(the gates alone) and the residual norm's (attention output, residual) (services.judge.add_norm_cases).
+(the gates alone) and the residual norm's (attention output, residual) (services.ops.residual_norm.cases).
 
 What a fused act(gate) * up kernel gets wrong: the element count modulo its block (a missing mask
 reads or writes past the end), more elements than the live shape, non-contiguous operands (the

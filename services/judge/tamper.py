@@ -33,7 +33,7 @@ def watched(oracle_class: type | None = None, *, gpu: bool = False) -> list[tupl
 
     from services.core import kernels, tolerances
     from services.judge import run_cases
-    from services.ops import row_reduction
+    from services.ops import FAMILIES
 
     out: list[tuple[str, object]] = [
         ("time", time),
@@ -46,7 +46,7 @@ def watched(oracle_class: type | None = None, *, gpu: bool = False) -> list[tupl
         ("tolerances", tolerances),
         ("kernels", kernels),
         ("run_cases", run_cases),
-        ("row_reduction", row_reduction),
+        *FAMILIES.items(),  # every op family's module: the wrappers the candidates run behind
     ]
     if oracle_class is not None:  # the live class, or a function target's module
         out.append((getattr(oracle_class, "__qualname__", oracle_class.__name__), oracle_class))

@@ -292,30 +292,11 @@ def timing_settings() -> Iterator[None]:
 
 
 def native_op(module: torch.nn.Module, width: int, eps: float | None) -> Callable | None:
-    """torch's fused op computing what `module` computes (seen running it: services.ops.recognise_norm), so a
-    candidate is held to the fastest thing torch already has for *this* op: F.rms_norm for an RMSNorm (with
-    1 + weight, formed once here, for Gemma's), F.layer_norm for a LayerNorm. None when torch has none."""
-    from services.ops import row_reduction
-    from services.ops.recognise_norm import recognise
-
-    F = torch.nn.functional
-    own = getattr(module, "native_op", None)  # an oracle of another op names torch's best for it (add, then norm)
-    if callable(own):
-        return own
-    weight = getattr(module, "weight", None)
-    if not isinstance(weight, torch.Tensor) or eps is None:
-        return None
-    variant = recognise(module) or "rmsnorm"  # a module the probe cannot run: the RMSNorm it was judged as
-    if variant in ("rmsnorm", "rmsnorm_fp32_weight") and hasattr(F, "rms_norm"):
-        return lambda x: F.rms_norm(x, (width,), weight, eps)
-    if variant == "rmsnorm_offset" and hasattr(F, "rms_norm"):
-        scale = row_reduction.scale_of(variant, weight)
-        return lambda x: F.rms_norm(x, (width,), scale, eps)
-    if variant.startswith("layernorm"):
-        bias = getattr(module, "bias", None) if variant in row_reduction.BIASED else None
-        scale = row_reduction.scale_of(variant, weight)
-        return lambda x: F.layer_norm(x, (width,), scale, bias, eps)
-    return None
+    """torch's fused op computing what the oracle `module` computes, as its op family named it on the oracle
+    (`module.native_op`: F.rms_norm for an RMSNorm, torch's add then its fused norm for a residual norm, ...), so a
+    candidate is held to the fastest thing torch already has for *this* op. None when torch has none."""
+    own = getattr(module, "native_op", None)
+    return own if callable(own) else None
 
 
 def prepare_baselines(

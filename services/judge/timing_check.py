@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from services.core.pb import events_pb2 as pb
 from services.core.shapes import shape_dims
-from services.ops import family, row_reduction
+from services.ops import family
 
 SLACK = 0.9  # a figure may beat the floor by 10% (the ceiling is a median; caches help small shapes)
 CEILING_AGREEMENT = 0.75  # the child's ceiling within 25% of the parent's, or the child's clock is suspect
@@ -47,7 +47,7 @@ def parent_copy_ceiling(reads_per_write: int = 1) -> float:
     return moved / (ms * 1e-3)
 
 
-def bytes_for(shape: str, x_bytes: int, w_bytes: int, y_bytes: int, family_name: str = row_reduction.FAMILY) -> float:
+def bytes_for(shape: str, x_bytes: int, w_bytes: int, y_bytes: int, family_name: str) -> float:
     """Bytes a call of the op family on the timed `shape` ("AxBxC") must move (the family's count)."""
     return float(family(family_name).timed_bytes(shape_dims(shape), (x_bytes, w_bytes, y_bytes)))
 
@@ -57,7 +57,7 @@ def judge_timing(
     ceiling: float,
     child_wall_s: float,
     itemsizes: tuple[int, int, int],
-    family_name: str = row_reduction.FAMILY,
+    family_name: str,
 ) -> pb.TimingCheck:
     """Pure: whether the child's figures are believed against the parent's ceiling and wall clock."""
     out = pb.TimingCheck(believed=True, copy_bytes_per_s=ceiling, child_wall_s=child_wall_s)
@@ -90,7 +90,7 @@ def check(
     timing: pb.TimingEvidence,
     sandbox: pb.SandboxEvidence,
     itemsizes: tuple[int, int, int],
-    family_name: str = row_reduction.FAMILY,
+    family_name: str,
 ) -> pb.TimingCheck:
     reads = getattr(family(family_name), "READS_PER_WRITE", 1)
     return judge_timing(timing, parent_copy_ceiling(reads), sandbox.wall_s, itemsizes, family_name)

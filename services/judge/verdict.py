@@ -11,7 +11,6 @@ guard bytes) are read as data, never as a verdict.
 
 from __future__ import annotations
 
-import copy
 import io
 from dataclasses import dataclass, field
 
@@ -20,10 +19,8 @@ import torch
 from services.core.pb import events_pb2 as pb
 from services.core.shapes import shape_text
 from services.core.tolerances import same_bits
-from services.judge.cases import Case, apply_layout
-from services.judge.rounding import Bound, centred_row_error, compare, honest_bound
-from services.ops import row_reduction
-from services.ops.recognise_norm import epsilon_of, recognise
+from services.judge.cases import Case
+from services.judge.rounding import Bound, compare
 
 RULES: dict[str, str] = {
     "load-failed": "the candidate's kernels must load behind its op family's wrapper",
@@ -75,141 +72,11 @@ def exact_as_served(exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(torch.isinf(rounded) & torch.isfinite(exact), rounded.double(), exact)
 
 
-def references(cases: list[Case], build_module, weight_attr: str, bias_attr: str | None = None) -> list[Reference]:
-    """One Reference per case. `build_module(width)` returns a fresh CPU instance of the live class; the case's
-    weight (and bias, where the module has one under `bias_attr`) are set on it."""
-    out = []
-    # width -> (eps, whether it scales by 1 + weight) when the module subtracts the mean (seen running it)
-    centred: dict[int, tuple[float, bool] | None] = {}
-    for case in cases:
-        module = build_module(case.width).to(dtype=case.weight.dtype).eval()
-        if case.width not in centred:
-            probe = build_module(case.width)
-            variant = recognise(probe) or ""
-            is_centred = variant.startswith("layernorm")
-            centred[case.width] = (epsilon_of(probe), variant == "layernorm_offset") if is_centred else None
-        with torch.no_grad():
-            getattr(module, weight_attr).copy_(case.weight)
-            if case.bias is not None and bias_attr:
-                getattr(module, bias_attr).copy_(case.bias)
-            x = apply_layout(case.base, case.layout, case.width)
-            own = module(x)
-            upcast = copy.deepcopy(module).float()
-            if centred[case.width] is not None and centred[case.width][1]:
-                # LayerNorm1P forms 1 + weight in the weight's dtype: that rounding is the model's, not an error,
-                # so the fp32 reference scales by the same 1 + weight (stored less its exact 1)
-                served = row_reduction.scale_of("layernorm_offset", getattr(module, weight_attr))
-                getattr(upcast, weight_attr).copy_(served.float() - 1.0)
-            hi = upcast(x.float()).double()
-        bound = honest_bound([x.dtype, case.weight.dtype, own.dtype], reduce_len=case.width, numel=own.numel())
-        row_error = None
-        if centred[case.width] is not None:
-            eps, offset = centred[case.width]
-            scale = case.weight.float() + 1.0 if offset else case.weight  # LayerNorm1P's effective weight
-            row_error = centred_row_error(x, scale, eps, case.width)
-        out.append(checked_reference(case.name, "the module's own output", own, hi, bound, row_error))
-    return out
-
-
 # The activation's own fp32 error, in units of fp32's roundoff per unit of |gate|: exp's argument is rounded
 # (|g|·2**-24 relative in exp(g)), and tanh near ±1 cancels in 1 + tanh (an absolute error of a few 2**-24
 # times |g|·|up| where GELU's output is nearly zero). An honest fp32 kernel and torch's differ by that much.
 ACT_ULPS = 8.0
 ACT_UNDERFLOW = 2.0**-120  # what an fp32 activation may flush to zero (pair_references)
-
-
-def pair_references(cases: list, variant: str) -> list[Reference]:
-    """One Reference per (gate, up) case of a gated MLP: torch's act(gate) * up in the live dtype (`own`) and in
-    float64 (`hi`, rounded to the dtype only where it overflows it: an honest kernel overflows there too)."""
-    from services.judge.rounding import FP32_U
-    from services.ops.gated_mlp import reference
-
-    fn = reference(variant)
-    cancels = 1.0 if variant.startswith("geglu") else 0.0  # 0.5·g·(1 + tanh(·)) near zero: absolute, not relative
-    out = []
-    for case in cases:
-        g = apply_layout(case.gate, case.layout, case.width)
-        u = apply_layout(case.up, case.layout, case.width)
-        with torch.no_grad():
-            own = fn(g, u)
-            exact = fn(g.double(), u.double())
-        hi = exact_as_served(exact, own.dtype)
-        bound = honest_bound([g.dtype, own.dtype], reduce_len=1, numel=own.numel())
-        gd, ud = g.double().abs(), u.double().abs()
-        # Near zero rounding is absolute: the activation's (a dtype subnormal's spacing; fp32 flushing denormals, as
-        # GPU kernels and some CPUs do; SiLU's x / (1 + exp(-x)) is -0 once exp(-x) overflows fp32, where the true
-        # value is under 88.7 * exp(-88.7) < 2**-120) times |up|, and the product's own.
-        info = torch.finfo(own.dtype)
-        underflow = max(info.smallest_normal * info.eps, ACT_UNDERFLOW)
-        act_term = ACT_ULPS * FP32_U * (1 + gd) * (hi.abs() + cancels * gd * ud) + underflow * (1 + ud)
-        out.append(checked_reference(case.name, "torch's own act(gate) * up", own, hi, bound, act_term))
-    return out
-
-
-def add_norm_references(cases: list, variant: str) -> list[Reference]:
-    """One Reference per case of the residual norm: torch's add then the post norm's formula (`own`, HF's casts in
-    the live dtype), and in float64 (`hi`: the sum exact, rounded only where it overflows; the norm of the sum
-    as served, since the layer rounds it to the dtype before normalising). Both outputs flattened, normed first
-    (services.judge.add_norm_cases.flat); a centred norm's row term on the normed part."""
-    from services.judge.add_norm_cases import flat
-    from services.ops.residual_norm import norm_variant, reference
-
-    fn = reference(variant)
-    inner = norm_variant(variant)
-    centred = inner.startswith("layernorm")
-    offset = inner == "layernorm_offset"
-    out = []
-    for case in cases:
-        a = apply_layout(case.pair.gate, case.layout, case.width)
-        x = apply_layout(case.pair.up, case.layout, case.width)
-        b = case.bias
-        with torch.no_grad():
-            own_y, own_s = fn(a, x, case.weight, case.eps, b)
-            served = own_s.double()
-            # LayerNorm1P's 1 + weight is formed in the weight's dtype: that rounding is the model's, so the float64
-            # reference scales by the same (stored less its exact 1)
-            w_hi = row_reduction.scale_of(inner, case.weight).double() - 1.0 if offset else case.weight.double()
-            hi_y, _ = fn(torch.zeros_like(served), served, w_hi, case.eps, None if b is None else b.double())
-            hi_s = exact_as_served(x.double() + a.double(), own_s.dtype)
-        own, hi = flat((own_y, own_s)), flat((hi_y, hi_s))
-        bound = honest_bound([a.dtype, case.weight.dtype, own_y.dtype], reduce_len=case.width, numel=own.numel())
-        term = None
-        if centred:
-            scale = case.weight.float() + 1.0 if offset else case.weight
-            rows = centred_row_error(own_s, scale, case.eps, case.width).expand_as(own_y)
-            term = torch.cat([rows.reshape(-1), torch.zeros(own_s.numel(), dtype=rows.dtype)])
-        out.append(checked_reference(case.name, "torch's own add and norm", own, hi, bound, term))
-    return out
-
-
-# GPT-2's gelu_new in eager is seven torch ops after the cube, each rounding to the dtype: the module's own answer
-# is off the exact one by up to that many roundings of |x| and of the answer (and 1 + tanh cancels where x is very
-# negative, absolutely, at |x|'s scale). An honest fused kernel rounds once; both must pass.
-EAGER_ROUNDINGS = 8
-
-
-def unary_references(cases: list, variant: str) -> list[Reference]:
-    """One Reference per case of a plain MLP's activation: torch's own formula (HF's module, op by op) in the live
-    dtype (`own`) and in float64 (`hi`, rounded only where it overflows the dtype)."""
-    from services.judge.rounding import FP32_U, unit_roundoff
-    from services.ops.plain_mlp import reference
-
-    fn = reference(variant)
-    out = []
-    for case in cases:
-        x = apply_layout(case.gate, case.layout, case.width)
-        with torch.no_grad():
-            own = fn(x)
-            exact = fn(x.double())
-        hi = exact_as_served(exact, own.dtype)
-        bound = honest_bound([x.dtype, own.dtype], reduce_len=1, numel=own.numel())
-        xd = x.double().abs()
-        scale = hi.abs() + xd
-        info = torch.finfo(own.dtype)
-        term = (EAGER_ROUNDINGS * unit_roundoff(own.dtype) + ACT_ULPS * FP32_U * (1 + xd)) * scale
-        term = term + max(info.smallest_normal * info.eps, ACT_UNDERFLOW) * (1 + xd)
-        out.append(checked_reference(case.name, "torch's own activation", own, hi, bound, term))
-    return out
 
 
 @dataclass

@@ -41,16 +41,18 @@ def _preload(device: str) -> None:
     import triton.language  # noqa: F401
 
     from services.judge import (  # noqa: F401
-        add_norm_cases,
         cases,
         module_factory,
         poison,
-        rope_cases,
         run_cases,
         sandbox_child,  # noqa: F401
+        subjects,
         tamper,
     )
-    from services.ops import gated_mlp, plain_mlp, residual_norm, rotary, row_reduction  # noqa: F401
+    from services.ops import FAMILIES, judging
+
+    for name in FAMILIES:  # every family's cases, oracle and subject
+        judging(name)
 
     if device == "cuda":
         import triton.testing  # noqa: F401

@@ -7,7 +7,12 @@ runs anywhere), the signature that wrapper offers a contract, and the bytes a ca
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.ops.protocol import FamilyJudging, FamilyTemplate
 
 from services.ops import gated_mlp, plain_mlp, residual_norm, rotary, row_reduction
 
@@ -34,12 +39,41 @@ class UnknownFamily(ValueError):
     """A launch plan names an op family this system has no wrapper for."""
 
 
+class ContractRefused(ValueError):
+    """A family's template cannot bind a live target to its wrapper (`contract_for`). The text is the reason the
+    coder concludes the target with, recorded in TargetConcluded and re-derived by replay: a target refused today
+    must be refused in the same words."""
+
+
+# The family a target the profiler did not rank is tried as: a norm, whose contract derivation decides whether the
+# module fits. A norm's roofline class (Fingerprint.op_family) and its family share the name.
+UNRANKED = row_reduction.FAMILY
+
+
 def family(name: str) -> ModuleType:
     try:
         return FAMILIES[name]
     except KeyError:
         known = ", ".join(sorted(FAMILIES))
         raise UnknownFamily(f"no op family {name!r} (known: {known})") from None
+
+
+def judging(name: str) -> FamilyJudging:
+    """The family's `judging` module (services.ops.protocol.FamilyJudging): imported only by the judge, on demand."""
+    family(name)
+    return importlib.import_module(f"services.ops.{name}.judging")
+
+
+def template(name: str) -> FamilyTemplate:
+    """The family's `template` module (services.ops.protocol.FamilyTemplate): imported by the coder, on demand."""
+    family(name)
+    return importlib.import_module(f"services.ops.{name}.template")
+
+
+def template_family(template_name: str) -> str | None:
+    """The family whose template renders configs named `template_name` (TemplateConfig.template); None for ""
+    (an LLM author's candidate has no config) or a name no family's template carries."""
+    return next((name for name in FAMILIES if template_name and template(name).TEMPLATE == template_name), None)
 
 
 def recognise(module) -> tuple[str, str] | None:

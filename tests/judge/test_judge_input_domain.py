@@ -12,7 +12,6 @@ import math
 import pytest
 import torch
 
-from services.judge.add_norm_cases import draw_add_norm_cases
 from services.judge.cases import (
     CPU_BOUNDARY_ROWS,
     CPU_ROW_BUDGET,
@@ -26,6 +25,7 @@ from services.judge.cases import (
 )
 from services.judge.pair_cases import CPU_ELEMENT_BUDGET, CPU_RESIDUES, PairSpec, draw_pair_cases
 from services.judge.pair_cases import GPU_ELEMENT_BUDGET as PAIR_GPU_BUDGET
+from services.ops.residual_norm.cases import draw_add_norm_cases
 
 BF16 = torch.bfloat16
 CPU = CaseSpec(width=64, live_shape=(2, 3, 64), input_dtype=BF16, param_dtype=BF16, gpu=False, max_rows=8)
@@ -79,8 +79,8 @@ def test_on_cpu_a_dispatch_above_what_the_interpreter_runs_is_refused():
 
 
 def test_rope_draws_other_kv_head_counts_a_served_batch_and_a_sequence_near_the_longest():
-    from services.judge.rope_cases import DOMAIN_ELEMENTS as ROPE_ELEMENTS
-    from services.judge.rope_cases import RopeSpec, draw_rope_cases, other_kv_heads
+    from services.ops.rotary.cases import DOMAIN_ELEMENTS as ROPE_ELEMENTS
+    from services.ops.rotary.cases import RopeSpec, draw_rope_cases, other_kv_heads
 
     assert other_kv_heads(12) == [2, 4] and other_kv_heads(2) == [] and other_kv_heads(32) == [2, 8]
     kinds = lambda cases: {c.name.split()[0]: c for c in cases}  # noqa: E731
@@ -190,11 +190,13 @@ def _pair_target(family: str):
     from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP
 
-    from services.coder.templates import add_norm, gated, mlp_act
-    from services.coder.templates.rmsnorm import row_launch
     from services.core.pb import events_pb2 as pb
     from services.judge.domain import LiveTarget
     from services.ops import gated_mlp, plain_mlp, residual_norm
+    from services.ops.gated_mlp import template as gated
+    from services.ops.plain_mlp import template as mlp_act
+    from services.ops.residual_norm import template as add_norm
+    from services.ops.row_reduction.template import row_launch
     from services.server.introspection import introspect_module
 
     small = {"hidden_size": HIDDEN, "intermediate_size": 96, "num_attention_heads": 4, "num_key_value_heads": 2}
@@ -225,7 +227,7 @@ def _pair_target(family: str):
 
 @pytest.mark.parametrize("family", ["gated", "plain", "add_norm"])
 def test_the_service_gives_each_pair_spec_the_profiles_domain_and_its_plans_rows(family, monkeypatch):
-    """The spec each prepare_* builds (the drawers stood in for): the served maximum for all three; the residual
+    """The spec each family's prepare builds (the drawers stood in for): the served maximum for all three; the residual
     norm's row plan (its limits, its rows per program with the usual blocks) and its hidden widths; an MLP no
     widths (its profile's are hidden widths, its operands intermediate)."""
     from services.judge import service as judge_service
@@ -236,8 +238,11 @@ def test_the_service_gives_each_pair_spec_the_profiles_domain_and_its_plans_rows
         specs.append(spec)
         raise _Drawn
 
-    monkeypatch.setattr(judge_service, "draw_pair_cases", record)
-    monkeypatch.setattr(judge_service, "draw_add_norm_cases", record)
+    from services.ops import judging
+
+    for name in ("gated_mlp", "plain_mlp"):
+        monkeypatch.setattr(judging(name), "draw_pair_cases", record)
+    monkeypatch.setattr(judging("residual_norm"), "draw_add_norm_cases", record)
     judge = judge_service.JudgeService(device="cpu", examples=4)
     judge.use_gpu = True  # the spec a GPU judge builds: nothing is drawn or run here
     proposal, target = _pair_target(family)

@@ -13,10 +13,10 @@ from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 from transformers.models.nemotron.modeling_nemotron import NemotronLayerNorm1P
 from transformers.models.olmo2.modeling_olmo2 import Olmo2RMSNorm
 
-from services.coder.contract import derive_contract
-from services.coder.templates import rmsnorm
 from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
+from services.ops.row_reduction import template as rmsnorm
+from services.ops.row_reduction.contract import derive_contract
 
 
 def _perturbed(norm: torch.nn.Module) -> torch.nn.Module:
@@ -92,8 +92,8 @@ def test_gemmas_forward_x_is_mapped_to_the_entrypoints_hidden_states():
 def test_the_native_baseline_computes_what_the_module_computes(make):
     """The judge's "native" baseline is torch's fused op for *this* op (F.layer_norm for a LayerNorm, F.rms_norm
     with 1 + weight for Gemma's), so a candidate's speed is never compared with a cheaper, different op."""
-    from services.judge.timing import native_op
     from services.ops.recognise_norm import epsilon_of
+    from services.ops.row_reduction import native_op
 
     module = _perturbed(make())
     native = native_op(module, 64, epsilon_of(module))

@@ -142,17 +142,17 @@ def test_the_parent_disbelieves_figures_under_its_own_copy_floor_or_beyond_the_c
     timing = pb.TimingEvidence(measured=True, copy_bytes_per_s=4.0e12)
     row = timing.rows.add(shape="4096x1536", candidate_us=11.4, eager_us=60.0, compile_us=13.5, native_us=13.9)
     sizes = (2, 2, 2)  # bf16 in, weight, out: 25.2 MB a call, 6.3 us at 4 TB/s
-    assert judge_timing(timing, 4.0e12, 30.0, sizes).believed
+    assert judge_timing(timing, 4.0e12, 30.0, sizes, "row_reduction").believed
     row.candidate_us = 2.0  # faster than the bytes allow at the parent's ceiling
-    check = judge_timing(timing, 4.0e12, 30.0, sizes)
+    check = judge_timing(timing, 4.0e12, 30.0, sizes, "row_reduction")
     assert not check.believed and "beats the copy floor" in check.reason
     row.candidate_us = 11.4
     timing.copy_bytes_per_s = 1.0e12  # the child's clock ran 4x slow, or its ceiling was faked
-    assert "far under the parent's" in judge_timing(timing, 4.0e12, 30.0, sizes).reason
+    assert "far under the parent's" in judge_timing(timing, 4.0e12, 30.0, sizes, "row_reduction").reason
     timing.copy_bytes_per_s = 4.0e12
-    assert "more than the child ran" in judge_timing(timing, 4.0e12, 1e-5, sizes).reason
+    assert "more than the child ran" in judge_timing(timing, 4.0e12, 1e-5, sizes, "row_reduction").reason
     row.shape = "4096x1536; rm -rf"  # evidence naming no shape is not believed, and is no exception
-    check = judge_timing(timing, 4.0e12, 30.0, sizes)
+    check = judge_timing(timing, 4.0e12, 30.0, sizes, "row_reduction")
     assert not check.believed and "is not a shape" in check.reason
 
 

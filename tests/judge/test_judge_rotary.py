@@ -10,12 +10,12 @@ import pytest
 import torch
 from judge_testkit import log_of
 
-from services.coder.templates import rotary as template
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
-from services.judge.rope_cases import RopeSpec, draw_rope_cases
 from services.judge.service import JudgeService
 from services.ops import rotary
+from services.ops.rotary import template
+from services.ops.rotary.cases import RopeSpec, draw_rope_cases
 
 QWEN2 = "transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb"
 COHERE = "transformers.models.cohere.modeling_cohere.apply_rotary_pos_emb"

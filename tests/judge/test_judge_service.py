@@ -67,7 +67,7 @@ async def test_a_contract_failure_stops_before_the_sandbox():
 async def test_a_candidate_of_another_family_than_its_contracts_is_refused_at_the_contract():
     """A gated-MLP candidate (a real kernel of that family) offered against a norm under the norm's module-class
     contract: refused before anything runs, never judged against the norm's oracle."""
-    from services.coder.templates import gated
+    from services.ops.gated_mlp import template as gated
 
     captured = profile_captured(qwen_norm())
     config = gated.search_configs()[0]
@@ -95,7 +95,7 @@ async def test_coder_and_judge_search_conclude_and_replay_over_nats(bus, nats_se
     # one search step: two proposals at once, each judged, then the conclusion
     assert [r.type for r in log][3:] == ["CandidateProposed"] * 2 + ["CandidateJudged"] * 2 + ["TargetConcluded"]
     judged = [r.msg for r in ev.all_of(log, "CandidateJudged")]
-    assert [j.reward for j in judged] == [1, 1]
+    assert [j.reward for j in judged] == [1, 1], [j.reason for j in judged]
     assert all(j.observed.correctness.passed and j.observed.correctness.interpreted for j in judged)
     assert all(verdict_layer(j.observed) == ("passes", []) for j in judged)
     text = describe(judged[0])  # per layer: what was checked, and the evidence

@@ -142,8 +142,10 @@ def test_references_refuse_a_bound_the_modules_own_output_fails(ready):
         module.forward = lambda x: x * (1.05 if x.dtype != torch.float32 else 1.0)
         return module
 
+    from services.ops import judging
+
     with pytest.raises(verdict.BoundError):
-        verdict.references(ready.cases[:1], shifted, "weight")
+        judging("row_reduction").references(ready.cases[:1], shifted, "weight")
 
 
 def test_a_rejections_evidence_carries_the_error_that_sank_it(ready):

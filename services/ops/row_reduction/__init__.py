@@ -25,6 +25,7 @@ VARIANTS = ("rmsnorm", "rmsnorm_offset", "layernorm", "layernorm_no_bias", "rmsn
 BIASED = ("layernorm", "layernorm_offset")  # a bias added after the weight: torch's LayerNorm, Nemotron's LayerNorm1P
 OFFSET = ("rmsnorm_offset", "layernorm_offset")  # scaled by 1 + weight: Gemma's RMSNorm, Nemotron's LayerNorm1P
 WRITABLE = VARIANTS
+KIND = "module_class"  # the target is a module class: every instance's forward replaced
 ENTRYPOINT = "rmsnorm"  # the wrapper's name in a contract (it runs every variant; the name is what contracts hold)
 ENTRY_INPUTS = ("hidden_states",)  # forward inputs passed through
 # The wrapper's signature: inputs, then bound module state. A bias is bound only where the module has one.
@@ -35,8 +36,6 @@ PARAM_KINDS = {"hidden_states": "tensor", "weight": "tensor", "eps": "float", "b
 # contract binds it, recognition reads it), and the constructor parameters that set it (the judge builds
 # oracle instances with the live value), beside those that take the normalised width.
 EPS_ATTRS = ("variance_epsilon", "eps", "epsilon", "layer_norm_eps")
-EPS_INIT_PARAMS = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps", "rms_norm_eps", "norm_eps")
-WIDTH_INIT_PARAMS = ("hidden_size", "dim", "normalized_shape", "d_model", "size", "hidden_dim", "n_embd")
 
 # Runtime arguments a kernel may take, by the name a plan uses. x and y hold `rows` rows of `cols`, one after
 # another (row stride = cols); the wrapper makes x so (a copy only when the caller's view is not).
@@ -319,3 +318,28 @@ def recognise(module) -> str | None:
     from services.ops.recognise_norm import recognise as run_and_compare
 
     return run_and_compare(module)
+
+
+def native_op(module, width: int, eps: float | None):
+    """torch's fused op computing what the norm `module` computes (seen running it: services.ops.recognise_norm):
+    F.rms_norm for an RMSNorm (with 1 + weight, formed once here, for Gemma's), F.layer_norm for a LayerNorm (of
+    1 + weight for LayerNorm1P). None when torch has none: the native baseline a norm candidate is held to."""
+    import torch
+
+    from services.ops.recognise_norm import recognise
+
+    F = torch.nn.functional
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, torch.Tensor) or eps is None:
+        return None
+    variant = recognise(module) or "rmsnorm"  # a module the probe cannot run: the RMSNorm it was judged as
+    if variant in ("rmsnorm", "rmsnorm_fp32_weight") and hasattr(F, "rms_norm"):
+        return lambda x: F.rms_norm(x, (width,), weight, eps)
+    if variant == "rmsnorm_offset" and hasattr(F, "rms_norm"):
+        scale = scale_of(variant, weight)
+        return lambda x: F.rms_norm(x, (width,), scale, eps)
+    if variant.startswith("layernorm"):
+        bias = getattr(module, "bias", None) if variant in BIASED else None
+        scale = scale_of(variant, weight)
+        return lambda x: F.layer_norm(x, (width,), scale, bias, eps)
+    return None
