@@ -40,7 +40,7 @@ from services.core.shapes import shape_dims
 GRAPH, EAGER = "graph", "eager"
 FASTER = 1.05  # the judge's margin (services.judge.reward.FASTER): within it, two times are the same
 CUDA_GRAPH = "cuda-graph"  # the judge's capability (services.judge.reward.capabilities)
-# Families whose timed shape stacks the op's two operands first: (2, rows..., width) (services.judge.sandbox_child)
+# Families whose timed shape stacks the two operands first: (2, rows..., width) (services/ops/<family>/judging.py)
 PAIRED_FAMILIES = ("gated_mlp", "residual_norm")
 ROTARY = "rotary"  # timed as (batch, seq, heads, head_dim): its rows are positions
 
