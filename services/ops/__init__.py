@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from services.ops.protocol import FamilyJudging, FamilyTemplate
+    from services.ops.protocol import FamilyJudging, FamilyPhysics, FamilyTemplate
 
 from services.ops import gated_mlp, plain_mlp, residual_norm, rotary, row_reduction
 
@@ -74,6 +74,12 @@ def template_family(template_name: str) -> str | None:
     """The family whose template renders configs named `template_name` (TemplateConfig.template); None for ""
     (an LLM author's candidate has no config) or a name no family's template carries."""
     return next((name for name in FAMILIES if template_name and template(name).TEMPLATE == template_name), None)
+
+
+def physics(name: str) -> FamilyPhysics:
+    """The family's `physics` module (services.ops.protocol.FamilyPhysics): what the profiler ranks it by."""
+    family(name)
+    return importlib.import_module(f"services.ops.{name}.physics")
 
 
 def recognise(module) -> tuple[str, str] | None:

@@ -162,3 +162,28 @@ class FamilyTemplate(Protocol):
     def render(self, config: pb.TemplateConfig) -> str: ...
 
     def plan(self, config: pb.TemplateConfig) -> pb.LaunchPlan: ...
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """What one mean call of the op a layer rewrite fuses computes and moves, seen inside its layer: its roofline
+    class, FLOPs and bytes, the width it runs over and the rows of the typical call."""
+
+    roofline: str
+    flops: float
+    bytes: float
+    width: int
+    rows: int
+
+
+class FamilyPhysics(Protocol):
+    """A family's `physics` module: the roofline class of its op, and for a layer family the op's cost inside its
+    layer and the children its rewrite keeps (their time is not the op's)."""
+
+    ROOFLINE: str
+
+    # a layer family's, besides:
+    # KEPT: str  -- the kept children, as the ranking's note says them
+    # def kept_roles(roles) -> tuple[str, ...]  -- the roles whose time the rewrite keeps
+    # def shape_roles(roles) -> tuple[str, ...]  -- the roles whose weight shapes the cost reads
+    # def layer_cost(profile, shapes, elem) -> LayerCost | None

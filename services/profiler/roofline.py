@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from services import ops
 from services.core.pb import events_pb2 as pb
-from services.ops import gated_mlp, plain_mlp, residual_norm, rotary, row_reduction
 
 FAMILIES = ("row_reduction", "matmul", "elementwise", "gather", "other")
 # Op families the coder has templates for: only these are offered as targets.
@@ -105,10 +105,9 @@ def op_family(profile: pb.ModuleClassProfile) -> str:
     """The op family from what the forward was seen computing, structure and physics (see FAMILIES)."""
     if not profile.introspection.leaf:
         return "other"  # a container's time is its children's; its physics is theirs
-    if profile.computes in row_reduction.VARIANTS:
-        return "row_reduction"  # recognised by running it (any norm: with a bias, an offset weight, ...)
-    if profile.computes in rotary.VARIANTS:
-        return "elementwise"  # a modeling file's RoPE function: q and k rotated, element by element
+    owner = ops.family_of(profile.computes)
+    if owner and ops.family(owner).KIND != "layer":  # recognised by running it: its family says its roofline class
+        return ops.physics(owner).ROOFLINE  # (any norm: row_reduction; a modeling file's RoPE: elementwise)
     params = _parameters(profile)
     width = _row_width(profile)
     same_bytes = profile.input_bytes > 0 and profile.output_bytes == profile.input_bytes
@@ -249,10 +248,6 @@ def fingerprint(profile: pb.ModuleClassProfile, hw: pb.HardwareFigures, phys: Ca
     )
 
 
-# A gated MLP's act(gate) * up: the activation (~4 FLOP an element: exp, add, divide, multiply) and the product.
-_GATED_FLOP_PER_ELEMENT = 5.0
-
-
 @dataclass(frozen=True)
 class LayerOp:
     """The op a layer rewrite fuses, inside a layer's forward: its physics, calls, and the time it took (the layer's
@@ -274,61 +269,37 @@ def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
     from the layer's mean input bytes."""
     if profile.introspection.leaf or not profile.roles:
         return None
-    children = {c.name: tuple(c.shape) for c in profile.introspection.children}
-    if profile.computes in gated_mlp.VARIANTS:
-        # all its maps, in the family's order (the kept time is a sum: one order, one rounding)
-        family, kept_roles = gated_mlp, gated_mlp.FUSED_ROLES if "gate_up_proj" in profile.roles else gated_mlp.ROLES
-    elif profile.computes in residual_norm.VARIANTS:
-        family, kept_roles = residual_norm, ("input_norm", "attention", "mlp")
-    elif profile.computes in plain_mlp.VARIANTS:
-        family, kept_roles = plain_mlp, plain_mlp.ROLES
-    else:
+    owner = ops.family_of(profile.computes)
+    if not owner or ops.family(owner).KIND != "layer":
         return None
-    roles = kept_roles if family is gated_mlp else family.ROLES
-    shapes = {role: children.get(profile.roles.get(role, ""), ()) for role in roles}
+    fam, cost_of = ops.family(owner), ops.physics(owner)
+    children = {c.name: tuple(c.shape) for c in profile.introspection.children}
+    kept_roles = cost_of.kept_roles(profile.roles)
+    shapes = {role: children.get(profile.roles.get(role, ""), ()) for role in cost_of.shape_roles(profile.roles)}
     elem = _data_dtype_bytes(profile)
-    if family.roles_problem(shapes) or not elem:
+    if fam.roles_problem(shapes) or not elem:
         return None
     kept = sum(profile.child_time_us.get(profile.roles[role], 0.0) for role in kept_roles)
     time_us = max(profile.total_time_us - kept - profile.child_hook_us, 0.0)
-    if family is gated_mlp:
-        width, hidden = gated_mlp.intermediate_width(shapes), int(shapes["down_proj"][0])
-        elements = profile.input_bytes / elem / hidden * width
-        rows = _numel(profile.input_shape) // hidden if profile.input_shape else 0
-        physics = CallPhysics(
-            "elementwise", _GATED_FLOP_PER_ELEMENT * elements, float(gated_mlp.bytes_moved(elements, elem)), width,
-            rows, elem,
-        )  # fmt: skip
-    elif family is plain_mlp:  # the activation alone, over the intermediate width
-        hidden = int(profile.input_shape[-1]) if profile.input_shape else 0
-        if not hidden:
-            return None
-        width = plain_mlp.intermediate_width(shapes, hidden)
-        elements = profile.input_bytes / elem / hidden * width
-        rows = _numel(profile.input_shape) // hidden
-        physics = CallPhysics(
-            "elementwise", _GATED_FLOP_PER_ELEMENT * elements, float(plain_mlp.bytes_moved(elements, elem)), width,
-            rows, elem,
-        )  # fmt: skip
-    else:  # the add and a norm's ~4 FLOP an element, over rows of the hidden width
-        hidden = int(shapes["post_norm"][0])
-        rows_mean = profile.input_bytes / elem / hidden
-        rows = _numel(profile.input_shape) // hidden if profile.input_shape else 0
-        physics = CallPhysics(
-            "row_reduction", 5.0 * rows_mean * hidden, float(residual_norm.bytes_moved(rows_mean, hidden, elem, elem)),
-            hidden, rows, elem,
-        )  # fmt: skip
+    cost = cost_of.layer_cost(profile, shapes, elem)
+    if cost is None:
+        return None
+    physics = CallPhysics(cost.roofline, cost.flops, cost.bytes, cost.width, cost.rows, elem)
     return LayerOp(physics, time_us, kept, profile.computes)
 
 
 def writable(profile: pb.ModuleClassProfile, family: str) -> bool:
     """Whether a template writes this class: its family has one and, when its forward was probed, the template
     writes what it computes (a LayerNorm is a row reduction the RMSNorm template must not be offered)."""
-    if profile.computes in rotary.VARIANTS:
-        return profile.computes in rotary.WRITABLE
+    owner = ops.family_of(profile.computes)
+    if owner and ops.family(owner).KIND == "function":  # a function target: its family writes what it computes
+        return profile.computes in ops.family(owner).WRITABLE
     if family not in SUPPORTED_FAMILIES:
         return False
-    return not profile.probed or profile.computes in row_reduction.WRITABLE
+    # the module-class family of that roofline class (the norms') writes it where it writes what it was seen computing
+    module_families = [f for f in ops.FAMILIES.values() if f.KIND == "module_class"]
+    writer = next(f for f in module_families if ops.physics(f.FAMILY).ROOFLINE == family)
+    return not profile.probed or profile.computes in writer.WRITABLE
 
 
 def _note(fp: pb.Fingerprint, calls: int, supported: bool, hw: pb.HardwareFigures, computes: str = "") -> str:
@@ -384,10 +355,10 @@ def rank(obs: pb.ProfileObservation) -> list[pb.RankedTarget]:
 def _layer_target(profile: pb.ModuleClassProfile, op: LayerOp, obs: pb.ProfileObservation, hw) -> pb.RankedTarget:
     fp = fingerprint(profile, hw, op.physics, op.time_us)
     floor = floor_us(op.physics, profile.calls, hw)
-    family = next(f for f in (gated_mlp, residual_norm, plain_mlp) if op.computes in f.VARIANTS)
+    family = ops.family(ops.family_of(op.computes))
     supported = op.computes in family.WRITABLE
     note = _note(fp, profile.calls, supported, hw, op.computes)
-    kept = "the norm, attention and MLP" if family is residual_norm else "the projections"
+    kept = ops.physics(family.FAMILY).KEPT
     note += (
         f"; a layer: {op.time_us:,.0f} us of its {profile.total_time_us:,.0f} us outside {kept} it keeps "
         f"({family.FAMILY} rewrite)"
