@@ -15,6 +15,11 @@ the swaps serving then (`hotswap.serving_kernels`):
 - after a revert a graph holding the kernel taken out is never replayed again: until its fresh one is captured,
   that step runs eagerly (the module's own forward, at eager speed), never a capture on the request path;
 - a swap's parity canary (`fresh()`) captures fresh graphs as it steps: the kernel is checked inside a graph.
+
+Every layer kind the slot plan knows steps here (services.server.slot_plan): full attention, sliding windows and
+chunks (rings), conv and recurrent states. A model whose layers see differently gets one mask per kind (a dict,
+looked up by the model); a stateful model's prompts are prefilled in groups of equal length, eagerly (padding
+would run through its recurrence), and its unfed busy rows keep their state across a step (`hold`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import torch
 from services.server.hotswap import first_forward, graph_lane, serving_kernels
 from services.server.models import error_line
 from services.server.slot_cache import SlotIndex, slot_cache
+from services.server.slot_masks import prefill_mask, step_mask
+from services.server.slot_plan import SlotPlan, Visibility, slot_plan
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # step sizes captured as graphs; a step runs the smallest that fits
 # Positions a step attends over, doubling from this up to the slot: attention reads every position it is
@@ -68,7 +75,11 @@ class SlotDecoder:
         self.graphs = graphs and self.device.type == "cuda"
         self.slots, self.max_len, self.cache_kw = slots, max_len, cache_kw
         self.index = SlotIndex(slots, self.device)
-        self.cache = slot_cache(model.config, slots, max_len, self.index)
+        plan = slot_plan(getattr(model, "config", None), max_len)
+        if isinstance(plan, str):
+            raise ValueError(f"no slot cache for this model: {plan}")
+        self.plan: SlotPlan = plan
+        self.cache = slot_cache(plan, slots, max_len, self.index)
         self.ids = torch.zeros((slots, 1), dtype=torch.long, device=self.device)
         self.span = torch.arange(max_len, device=self.device)
         self.masked = torch.finfo(dtype).min
@@ -122,7 +133,8 @@ class SlotDecoder:
                 return moves  # no smaller step: a copy would buy nothing
             with torch.inference_mode():
                 for layer in self.cache.layers:
-                    layer.move(top, free)
+                    if hasattr(layer, "move"):  # a layer without attention or state holds nothing
+                        layer.move(top, free)
             self.busy[free], self.lengths[free] = True, self.lengths[top]
             self.release(top)
             origin = next((k for k, v in moves.items() if v == top), top)
@@ -155,13 +167,25 @@ class SlotDecoder:
         lengths = [len(ids) for ids in prompts]
         key = self._prefill_key(len(prompts), max(lengths))
         with torch.inference_mode():
-            if key is not None and self.graphs:
+            if self.plan.stateful:
+                rows = self._prefill_equal_lengths(slots, prompts)
+            elif key is not None and self.graphs:
                 rows = self._prefill_graph(key, slots, prompts)
             else:
                 rows = self._prefill_eager(slots, prompts)
         for slot, n in zip(slots, lengths, strict=True):
             self.busy[slot], self.lengths[slot] = True, n
         return rows
+
+    def _prefill_equal_lengths(self, slots: list[int], prompts: list[list[int]]) -> list[torch.Tensor]:
+        """One forward per prompt length: no padding runs through a recurrent state."""
+        rows: list[torch.Tensor | None] = [None] * len(prompts)
+        for length in sorted({len(ids) for ids in prompts}):
+            group = [i for i, ids in enumerate(prompts) if len(ids) == length]
+            prefilled = self._prefill_eager([slots[i] for i in group], [prompts[i] for i in group])
+            for i, row in zip(group, prefilled, strict=True):
+                rows[i] = row
+        return rows  # type: ignore[return-value]
 
     def _prefill_eager(self, slots: list[int], prompts: list[list[int]]) -> list[torch.Tensor]:
         lengths = [len(ids) for ids in prompts]
@@ -171,12 +195,13 @@ class SlotDecoder:
         tensor = torch.tensor(padded, dtype=torch.long, device=self.device)
         positions = self.span[:longest][None].expand(len(prompts), -1)
         self.index.prefill = torch.tensor(slots, device=self.device)
+        self.index.prefill_lasts = torch.tensor([n - 1 for n in lengths], device=self.device)
         try:
             keep = 1 if len(lasts) == 1 else torch.tensor(lasts, device=self.device)
             with first_forward():  # fresh slots: each prompt attends to itself only
-                logits = self._call(tensor, positions, self._causal_mask(longest, len(prompts)), keep)
+                logits = self._call(tensor, positions, self._prefill_masks(longest, len(prompts)), keep)
         finally:
-            self.index.prefill = None
+            self.index.prefill = self.index.prefill_lasts = None
         return [logits[i, lasts.index(n - 1) if len(lasts) > 1 else -1] for i, n in enumerate(lengths)]
 
     def _causal_mask(self, length: int, rows: int) -> torch.Tensor:
@@ -186,22 +211,47 @@ class SlotDecoder:
             causal = torch.full((length, length), self.masked, dtype=self.dtype, device=self.device).triu(1)
         return causal.expand(rows, 1, -1, -1)
 
+    def _prefill_masks(self, length: int, rows: int) -> torch.Tensor | dict:
+        """The prompts' masks: one causal mask, or one per attention kind (a window binds: its layers see less)."""
+        if not self.plan.mask_dict:
+            rule = next(iter(self.plan.mask_rules.values()), Visibility())
+            if rule.ring(self.max_len) == self.max_len:
+                return self._causal_mask(length, rows)
+            return prefill_mask(rule, length, rows, self.device, self.dtype, self.masked)
+        return self._by_kind(
+            {kind: prefill_mask(rule, length, rows, self.device, self.dtype, self.masked)
+             for kind, rule in self.plan.mask_rules.items()}
+        )  # fmt: skip
+
+    def _step_masks(self, positions: torch.Tensor, span: int) -> torch.Tensor | dict:
+        """A step's masks: row b sees its own slot up to positions[b], within its layer kind's window or chunk."""
+        masks = {}
+        for kind, rule in self.plan.mask_rules.items():
+            ring = rule.ring(self.max_len)
+            masks[kind] = step_mask(rule, positions, min(span, ring), ring, self.dtype, self.masked)
+        return self._by_kind(masks) if self.plan.mask_dict else next(iter(masks.values()))
+
+    @staticmethod
+    def _by_kind(masks: dict) -> dict:
+        """The masks as a model looks them up: by attention kind, and None (no padding) for its state layers."""
+        return {**masks, "linear_attention": None, "conv": None}
+
     def _prefill_key(self, prompts: int, longest: int) -> tuple | None:
         """The graph a join of `prompts` prompts, the longest `longest` tokens, replays; None: it runs eagerly."""
-        if prompts > min(PREFILL_GRAPH_ROWS, self.slots):
-            return None
+        if prompts > min(PREFILL_GRAPH_ROWS, self.slots) or self.plan.stateful:
+            return None  # a stateful model's prompts are never padded (`_prefill_equal_lengths`)
         length = next((n for n in PREFILL_GRAPH_LENGTHS if n >= longest and n < self.max_len), None)
         return None if length is None else (PREFILL, prompts, length)
 
     def _prefill_forward(self, k: int, length: int) -> torch.Tensor:
         """The prefill a graph holds: the static buffers' first k prompts, `length` positions; [k, k, vocab]."""
-        self.index.prefill = self._prefill_slots[:k]
+        self.index.prefill, self.index.prefill_lasts = self._prefill_slots[:k], self._prefill_lasts[:k]
         try:
             with first_forward():
                 ids, positions = self._prefill_ids[:k, :length], self.span[:length][None].expand(k, -1)
-                return self._call(ids, positions, self._causal_mask(length, k), self._prefill_lasts[:k])
+                return self._call(ids, positions, self._prefill_masks(length, k), self._prefill_lasts[:k])
         finally:
-            self.index.prefill = None
+            self.index.prefill = self.index.prefill_lasts = None
 
     def _prefill_graph(self, key: tuple, slots: list[int], prompts: list[list[int]]) -> list[torch.Tensor]:
         _, k, length = key
@@ -227,10 +277,9 @@ class SlotDecoder:
         return min(span, self.max_len)
 
     def _step(self, n: int, span: int) -> torch.Tensor:
-        self.index.length = span
+        self.index.length, self.index.n = span, n
         positions = self.index.positions[:n]
-        mask = torch.where(self.span[:span] <= positions, 0.0, self.masked).to(self.dtype)  # each row: its own
-        return self._call(self.ids[:n], positions, mask[:, None, None, :])[:, -1]
+        return self._call(self.ids[:n], positions, self._step_masks(positions, span))[:, -1]
 
     def _capture(self, key: tuple) -> None:
         """Capture the graph of `key` (a step's (rows, span) or a prefill's): eager warm-up runs on a side stream
@@ -271,7 +320,7 @@ class SlotDecoder:
         to the slot's length; (PREFILL, prompts, length) for each join small enough for one."""
         rows = sorted({self._bucket_for(highest) for highest in range(self.slots)})
         spans = sorted({self.span_for(need) for need in [1, *(SHORTEST_SPAN << k for k in range(16))]})
-        joins = range(1, min(PREFILL_GRAPH_ROWS, self.slots) + 1)
+        joins = range(1, 0 if self.plan.stateful else min(PREFILL_GRAPH_ROWS, self.slots) + 1)
         prefills = [(PREFILL, k, n) for k in joins for n in PREFILL_GRAPH_LENGTHS if n < self.max_len]
         return [(n, span) for n in rows for span in spans if span <= self.max_len] + prefills
 
@@ -360,7 +409,11 @@ class SlotDecoder:
         for slot in range(n):
             positions[slot] = self.lengths[slot] if self.busy[slot] else 0
         span = self.span_for(max(positions) + 1)
+        # a state advances with every token a step feeds it: a busy slot not fed keeps the one it had
+        held = [s for s in range(n) if self.busy[s] and s not in feeds] if self.plan.stateful else []
+        states = [layer for layer in self.cache.layers if hasattr(layer, "hold")] if held else []
         with torch.inference_mode():
+            saved = [layer.hold(held) for layer in states]
             self.ids[:n].copy_(torch.tensor(ids, dtype=torch.long).view(n, 1))
             self.index.positions[:n].copy_(torch.tensor(positions, dtype=torch.long).view(n, 1))
             if not self.graphs:
@@ -373,6 +426,8 @@ class SlotDecoder:
                 else:
                     graph.graph.replay()
                     logits = graph.logits
+            for layer, kept in zip(states, saved, strict=True):
+                layer.restore(held, kept)
         for slot in feeds:
             self.lengths[slot] += 1
         return logits

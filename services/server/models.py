@@ -217,6 +217,36 @@ def _granite(kwargs: dict):
     return GraniteConfig(residual_multiplier=0.22, attention_multiplier=0.125, logits_scaling=8.0, **kwargs)
 
 
+def _gemma3(kwargs: dict, window: int = 16, tied: bool = False):
+    from transformers import Gemma3TextConfig
+
+    # Gemma 3's text model: five sliding-window layers to one of full attention (the first four of five below the
+    # tiny size's two layers: one of each), a window smaller than any slot so it binds, its own LM head (with the
+    # embedding tied and scaled by sqrt(hidden), random weights predict the input token back; the 1.5B shape ties
+    # them, as Gemma 3 does, to weigh what its full-attention peer weighs)
+    layers = kwargs["num_hidden_layers"]
+    kinds = ["full_attention" if (i + 1) % 6 == 0 or i == layers - 1 else "sliding_attention" for i in range(layers)]
+    sizes = {**kwargs, "tie_word_embeddings": tied}
+    head_dim = kwargs["hidden_size"] // kwargs["num_attention_heads"]
+    return Gemma3TextConfig(pad_token_id=0, bos_token_id=0, eos_token_id=0, head_dim=head_dim, sliding_window=window,
+                            layer_types=kinds, **sizes)  # fmt: skip
+
+
+def _jamba(kwargs: dict, attention_every: int = 2, state: int = 8, expand: int = 2):
+    from transformers import JambaConfig
+
+    # Jamba's hybrid: Mamba layers (a causal conv and a selective-scan state) with one attention layer in each
+    # `attention_every` (1:7 in Jamba; 1:1 in the tiny preset, whose two layers are one of each); one expert (a
+    # plain gated MLP, not a mixture). Jamba's Mamba layers are twice as wide as the hidden size; the 1.5B shape's
+    # are as wide (expand 1), so that it weighs what its full-attention peer weighs (1.59 B parameters to 1.54; at
+    # expand 2, 1.78). Runs on transformers' own PyTorch scan where the mamba-ssm kernels are not installed
+    return JambaConfig(
+        pad_token_id=0, bos_token_id=0, eos_token_id=0, num_experts=1, num_experts_per_tok=1, expert_layer_period=1,
+        expert_layer_offset=0, attn_layer_period=attention_every, attn_layer_offset=attention_every // 2,
+        mamba_d_state=state, mamba_d_conv=4, mamba_expand=expand, **kwargs,
+    )  # fmt: skip
+
+
 # name -> (config builder, dtype on cuda). Tiny presets stay float32 everywhere so CPU and GPU agree on
 # the arithmetic; the 1.5B shape is served in bf16 on a GPU as a real deployment would be.
 PRESETS: dict[str, tuple[Callable[[], object], str]] = {
@@ -237,7 +267,14 @@ PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-gptneox": (lambda: _gpt_neox(tiny_sizes()), "float32"),
     "tiny-nemotron": (lambda: _nemotron(tiny_sizes()), "float32"),
     "tiny-gemma4": (lambda: _gemma4(tiny_sizes()), "float32"),
+    "tiny-gemma3": (lambda: _gemma3(tiny_sizes()), "float32"),
+    "tiny-jamba": (lambda: _jamba(tiny_sizes()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
+    # the batched lane's other layer kinds at the same shape: a 512-token sliding window (Gemma 3 1B's) in five
+    # layers of six, and Mamba layers with attention in one of eight (Jamba's ratio); bench/served_inprocess.py
+    # compares their 16-stream throughput with qwen2.5-1.5b-shape's
+    "gemma3-1.5b-shape": (lambda: _gemma3(_qwen_1p5b_shape(), window=512, tied=True), "bfloat16"),
+    "jamba-1.5b-shape": (lambda: _jamba(_qwen_1p5b_shape(), attention_every=8, state=16, expand=1), "bfloat16"),
 }
 SEED = 0
 

@@ -200,19 +200,28 @@ async def test_a_swap_between_steps_keeps_every_stream_token_identical(small):
 
 
 def test_which_attention_decodes_over_slots():
-    """Plain causal attention over a slot's own tokens: full attention, or a sliding window that no slot
-    outgrows (Mistral's 4096 tokens in 2048-token slots); a window that binds inside a slot is refused."""
+    """Full attention, a sliding window no slot outgrows (Mistral's 4096 tokens in 2048-token slots: plain causal),
+    a window that binds (a ring, services.server.slot_plan), sliding beside full layers and Mamba states all decode
+    over slots; an encoder-decoder, or a layer kind no slot holds, is refused with the reason."""
     from types import SimpleNamespace
+
+    from transformers import Gemma3TextConfig, JambaConfig, LlamaConfig, MistralConfig
 
     from services.server.slot_cache import slot_cache_problem
 
-    def model(**config):
-        return SimpleNamespace(config=SimpleNamespace(num_hidden_layers=2, **config))
+    def model(config):
+        return SimpleNamespace(config=config)
 
-    assert slot_cache_problem(model(), 2048) is None
-    assert slot_cache_problem(model(sliding_window=4096), 2048) is None
-    assert "sliding-window attention (1024 tokens" in slot_cache_problem(model(sliding_window=1024), 2048)
-    assert slot_cache_problem(model(sliding_window=1024, use_sliding_window=False), 2048) is None
-    mixed = model(sliding_window=512, layer_types=["sliding_attention", "full_attention"])
-    assert "layers of kinds" in slot_cache_problem(mixed, 2048)
-    assert "encoder-decoder" in slot_cache_problem(model(is_encoder_decoder=True), 2048)
+    assert slot_cache_problem(model(LlamaConfig(num_hidden_layers=2)), 2048) is None
+    assert slot_cache_problem(model(MistralConfig(num_hidden_layers=2, sliding_window=4096)), 2048) is None
+    assert slot_cache_problem(model(MistralConfig(num_hidden_layers=2, sliding_window=1024)), 2048) is None
+    mixed = Gemma3TextConfig(
+        num_hidden_layers=2, sliding_window=512, layer_types=["sliding_attention", "full_attention"]
+    )
+    assert slot_cache_problem(model(mixed), 2048) is None
+    assert slot_cache_problem(model(JambaConfig(num_hidden_layers=2, num_experts=1)), 2048) is None
+    odd = Gemma3TextConfig(num_hidden_layers=2, layer_types=["sliding_attention", "compressed_sparse_attention"])
+    assert "kind 'compressed_sparse_attention' have no slot cache" in slot_cache_problem(model(odd), 2048)
+    enc_dec = SimpleNamespace(num_hidden_layers=2, is_encoder_decoder=True)
+    assert "encoder-decoder" in slot_cache_problem(model(enc_dec), 2048)
+    assert "no config" in slot_cache_problem(model(None), 2048)
