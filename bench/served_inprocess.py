@@ -13,6 +13,13 @@ along and a tail, so only this lane is the served sweep's like-for-like.
 
   python bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 1 16 64 --prompt-tokens 64 --tokens 128 \\
       --out /tmp/inprocess.json --sweep --concurrency 1 16 64 --per-stream 3 --input-len 64 --output-len 128
+
+With --beside, other presets run the engine lane after --model's, at the same streams and lengths, each loaded
+alone (the one before freed), and the result gives each one's tokens/s over --model's: the batched lane's other
+layer kinds beside full attention at one size (issue 27's target: >= 0.8 at 16 streams):
+
+  python bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 16 --no-hf-eager \\
+      --beside gemma3-1.5b-shape jamba-1.5b-shape --out bench/results/layer_kinds.json
 """
 
 from __future__ import annotations
@@ -75,6 +82,33 @@ async def same_load(engine: Engine, sweep: list[str], vocab: int) -> list[dict]:
     return levels
 
 
+async def beside(args, reference: list[dict]) -> dict:
+    """The engine lane of each --beside preset at --model's streams, and its tokens/s over --model's."""
+    base = {row["streams"]: row["tokens_per_s"] for row in reference}
+    others: dict[str, dict] = {}
+    for name in args.beside:
+        engine = Engine(load_model(name, "cuda"), slots=max(args.streams))
+        rows = []
+        try:
+            if engine.lane_problem:  # refused: requests would decode one at a time, so no figure stands for it
+                print(f"{name}: no batched lane ({engine.lane_problem})", flush=True)
+            for n in args.streams if engine.batcher is not None else ():
+                ids = serving.prompts(engine.loaded.vocab_size, n, args.prompt_tokens)
+                row = await serving.engine_streams(engine, ids, args.tokens)
+                row.pop("first_stream", None)
+                rows.append({"streams": n, **row, "over_model": row["tokens_per_s"] / base[n]})
+                print(
+                    f"{name}, {n} streams: {row['tokens_per_s']:.1f} tok/s, x{rows[-1]['over_model']:.2f}", flush=True
+                )
+        finally:
+            # the lane it ran on: a refused batched lane (the solo lane then) is named, never a silent figure
+            others[name] = {"lane_problem": engine.lane_problem, "graphs": engine.graphs, "engine": rows}
+            engine.close()
+            del engine
+            torch.cuda.empty_cache()
+    return others
+
+
 async def run(args) -> dict:
     t0 = time.perf_counter()
     loaded = load_model(args.model, "cuda")
@@ -99,6 +133,10 @@ async def run(args) -> dict:
             torch.cuda.empty_cache()
     finally:
         engine.close()
+    del engine
+    loaded.model = None  # --beside loads its presets one at a time: this one's weights freed first
+    torch.cuda.empty_cache()
+    others = await beside(args, lanes["engine"]) if args.beside else {}
     return {
         "command": "python bench/served_inprocess.py " + shlex.join(sys.argv[1:]),
         "gpu": torch.cuda.get_device_name(),
@@ -111,6 +149,7 @@ async def run(args) -> dict:
         "note": "fixed lengths (the served run's means); engine: all streams start together after a warm-up round; "
         "ttft_s is the median over streams; hf_eager: one padded-free batch, ttft_s one prefill + first token",
         "lanes": {k: v for k, v in lanes.items() if v},
+        **({"beside": others} if others else {}),
     }
 
 
@@ -121,6 +160,10 @@ def main() -> int:
     p.add_argument("--prompt-tokens", type=int, default=64)
     p.add_argument("--tokens", type=int, default=128, help="new tokens per stream")
     p.add_argument("--no-hf-eager", action="store_true", help="the engine's lane only")
+    p.add_argument(
+        "--beside", nargs="+", default=[], metavar="PRESET",
+        help="presets run through the engine lane after --model, at its streams; each one's tokens/s over --model's",
+    )  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="the result file (.json)")
     p.add_argument(
         "--sweep", nargs=argparse.REMAINDER, default=[],
