@@ -320,3 +320,52 @@ def test_a_model_that_cannot_decode_over_a_dynamic_cache_is_refused_at_load(monk
     with pytest.raises(ModelNotServable, match=r"tiny-unlisted does not decode over a dynamic cache here \(ValueError: "
                                                r"MiniMax uses cache of its own"):  # fmt: skip
         Engine(loaded)
+
+
+# Windows and chunks smaller than the test's slots, so that they bind; prompts and generations cross them.
+WINDOW = 8
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        # sliding-window layers beside full ones (a ring each), the mask a dict by kind
+        _config("Gemma2Config", head_dim=16, sliding_window=WINDOW, tie_word_embeddings=False),
+        _config("Gemma3TextConfig", head_dim=16, sliding_window=WINDOW, tie_word_embeddings=False),
+        _config("Exaone4Config", sliding_window=WINDOW, sliding_window_pattern=2),
+        # every layer sliding: one mask for all, a ring in every layer
+        _config("MistralConfig", sliding_window=WINDOW),
+        # chunked attention (Llama 4): a query sees its own chunk only
+        _config("Llama4TextConfig", head_dim=16, attention_chunk_size=WINDOW, num_local_experts=1,
+                num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layers=[1, 0]),
+        # a conv state (LFM2's short convs), Mamba states (Jamba), a gated delta net's conv and matrix (Qwen3.5)
+        _config("Lfm2Config", num_hidden_layers=4, layer_types=["conv", "full_attention"] * 2),
+        _config("JambaConfig", num_experts=1, attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8),
+        _config("Qwen3_5TextConfig", num_hidden_layers=4),
+        # attention and Mamba side by side in every layer (Falcon-H1): keys and a state in one slot
+        _config("FalconH1Config", head_dim=16, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8,
+                mamba_chunk_size=16),
+    ],
+    ids=["gemma2", "gemma3", "exaone4", "mistral-window", "llama4-chunked", "lfm2", "jamba", "qwen3.5", "falcon-h1"],
+)  # fmt: skip
+async def test_architectures_whose_attention_is_not_full_are_batched_with_their_eager_tokens(monkeypatch, build):
+    """The batched lane takes them at load (no refusal), and streams of different lengths decoding together, past
+    the window or chunk, get the tokens each gets decoded alone (transformers' own dynamic cache)."""
+    import asyncio
+
+    import torch
+
+    monkeypatch.setitem(models.PRESETS, "tiny-unlisted", (build, "float32"))
+    engine = Engine(load_model("tiny-unlisted", "cpu"), slots=4, slot_tokens=64)
+    try:
+        assert engine.lane_problem is None and engine.batcher is not None
+        gen = torch.Generator().manual_seed(0)
+        prompts = [torch.randint(1, 500, (n,), generator=gen).tolist() for n in (3, 2 * WINDOW + 3, WINDOW - 1)]
+        alone = [engine.decode(ids, 2 * WINDOW)[0] for ids in prompts]
+
+        async def served(ids):
+            return [t async for chunk in engine.generate(ids, 2 * WINDOW, stop_at_eos=False) for t in chunk]
+
+        assert await asyncio.gather(*(served(ids) for ids in prompts)) == alone
+    finally:
+        engine.close()
