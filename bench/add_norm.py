@@ -28,9 +28,9 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 from rmsnorm import L2_BYTES, copy_bandwidth, print_copy_floor, run_meta, timings, with_copy_floor  # noqa: E402
 
-from services.coder.templates import add_norm as template  # noqa: E402
 from services.core.kernels import load_kernels, write_source  # noqa: E402
 from services.ops import residual_norm  # noqa: E402
+from services.ops.residual_norm import template  # noqa: E402
 
 SHAPES = [(1, 1536), (64, 1536), (4096, 1536), (32768, 1536), (1, 4096), (64, 4096), (4096, 4096), (16384, 4096)]
 EPS = 1e-6

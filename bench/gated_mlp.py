@@ -27,8 +27,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 from plot_rows import plot  # noqa: E402
 from rmsnorm import L2_BYTES, copy_bandwidth, print_copy_floor, run_meta, timings, with_copy_floor  # noqa: E402
 
-from services.coder.templates import gated as template  # noqa: E402
 from services.core.kernels import candidate_wrapper  # noqa: E402
+from services.ops.gated_mlp import template  # noqa: E402
 
 SHAPES = [(1, 8960), (64, 8960), (4096, 8960), (1, 14336), (64, 14336), (4096, 14336)]
 

@@ -30,9 +30,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 from plot_rows import plot  # noqa: E402
 from rmsnorm import L2_BYTES, copy_bandwidth, print_copy_floor, run_meta, timings, with_copy_floor  # noqa: E402
 
-from services.coder.templates import mlp_act as template  # noqa: E402
 from services.core.kernels import load_kernels, write_source  # noqa: E402
 from services.ops import plain_mlp  # noqa: E402
+from services.ops.plain_mlp import template  # noqa: E402
 
 SHAPES = {
     "mlp_gelu_tanh": [(1, 3072), (64, 3072), (4096, 3072), (32768, 3072), (1, 6400), (64, 6400), (4096, 6400),

@@ -29,10 +29,10 @@ import triton
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from services.coder.templates import rmsnorm as template  # noqa: E402
 from services.core.kernels import candidate_wrapper  # noqa: E402
 from services.core.tolerances import within  # noqa: E402
 from services.judge.timing import GRAPH_CALLS, capture  # noqa: E402
+from services.ops.row_reduction import template  # noqa: E402
 
 SHAPES = [(1, 1536), (16, 1536), (256, 1536), (8192, 1536), (32768, 1536), (4096, 4096), (4096, 1000)]
 # Decode-sized (1-64 rows) and prefill-sized (4k-32k rows) at Qwen2.5-1.5B's and Llama-3-8B's widths.

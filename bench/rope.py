@@ -15,7 +15,7 @@ The op is HF's `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)` (transfor
 kernels a tensor), `torch.compile` of it (dynamic=False, compiled afresh for every shape), Liger 0.8.5
 (`liger_rotary_pos_emb`, what its HF patch installs, through its backend dispatcher, and
 `LigerRopeFunction.apply` directly: one kernel over q and k, **in place**), and the coder's rotary template
-(`services/coder/templates/rotary.py`) at every config of its search table through the family's wrapper
+(`services/ops/rotary/template.py`) at every config of its search table through the family's wrapper
 (`services/ops/rotary.py`: one launch over q and k, new contiguous outputs); the best config is reported, all
 are kept. Shapes: Qwen2.5-1.5B's attention (12 q heads, 2 kv heads, head_dim 128) and Llama-3-8B's (32 and 8,
 128), batch 1, decode-sized (1, 64) and prefill-sized (1,024, 4,096, 32,768) positions. Two layouts of q and k:
@@ -58,10 +58,10 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 from rmsnorm import L2_BYTES, copy_bandwidth, graph_time_us, host_us, print_copy_floor, run_meta, with_copy_floor  # noqa: E402
 
-from services.coder.templates import rotary as template  # noqa: E402
 from services.core.kernels import candidate_wrapper  # noqa: E402
 from services.core.tolerances import within  # noqa: E402
 from services.ops import rotary  # noqa: E402
+from services.ops.rotary import template  # noqa: E402
 
 # variant -> (the HF function timed, name -> (q heads, kv heads, head_dim, rope theta, rotary dim), result stem)
 VARIANTS = {

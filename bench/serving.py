@@ -29,10 +29,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.coder.contract import derive_contract  # noqa: E402
-from services.coder.templates import rmsnorm  # noqa: E402
 from services.core.kernels import candidate_wrapper  # noqa: E402
 from services.core.pb import events_pb2 as pb  # noqa: E402
+from services.ops.row_reduction import template as rmsnorm  # noqa: E402
+from services.ops.row_reduction.contract import derive_contract  # noqa: E402
 from services.server.engine import Engine  # noqa: E402
 from services.server.introspection import introspect_module  # noqa: E402
 from services.server.models import load_model  # noqa: E402

@@ -127,9 +127,9 @@ class FusedWithBiases(torch.nn.Module):
 
 
 def test_the_fused_rewrite_runs_the_weights_halves_with_their_biases_as_the_module_does(tmp_path):
-    from services.coder.templates import gated
     from services.core.kernels import bind, candidate_wrapper
     from services.ops import gated_mlp
+    from services.ops.gated_mlp import template as gated
 
     module = FusedWithBiases()
     contract = gated_mlp.contract_for(module, "tests.FusedWithBiases")

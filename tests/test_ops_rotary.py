@@ -23,11 +23,11 @@ import transformers.models.helium.modeling_helium as helium
 import transformers.models.llama.modeling_llama as llama
 import transformers.models.qwen2.modeling_qwen2 as qwen2
 
-from services.coder.templates import rotary as template
 from services.core import interpreter_rounding, kernels
 from services.core.kernel_schema import check_kernel_source
 from services.core.pb import events_pb2 as pb
 from services.ops import family, rotary
+from services.ops.rotary import template
 
 
 def _op(config):

@@ -112,8 +112,8 @@ def test_each_rmsnorm_casting_order_is_recognised_and_written_as_the_module_roun
     # module is recognised for its order and its kernel answers as it does, where the other order's does not.
     import importlib
 
-    from services.coder.templates import rmsnorm as template
     from services.ops.recognise_norm import recognise
+    from services.ops.row_reduction import template
 
     interpreter_rounding.install()  # bf16 casts round to nearest, as a GPU's do
     path, name = norm.rsplit(".", 1)
@@ -138,9 +138,9 @@ def test_the_residual_norms_kernel_rounds_as_its_reference(tmp_path, variant):
     # The residual norm normalises the rounded sum exactly as the norm template does: each RMSNorm casting order
     # bit for bit in bf16 against the family's reference (the judge's oracle), the LayerNorm within one rounding
     # of it (its reductions sum in another order); the sum itself bit for bit.
-    from services.coder.templates import add_norm
     from services.core.kernels import load_kernels, write_source
     from services.ops import residual_norm
+    from services.ops.residual_norm import template as add_norm
 
     interpreter_rounding.install()
     config = add_norm.search_configs(variant, 192)[0]
@@ -163,7 +163,7 @@ def test_a_persistent_grid_walks_every_row_as_the_plain_grid_computes_it(tmp_pat
     # At most one program per SM (the interpreter's CPU_SMS = 4): 19 rows two at a time make 10 row blocks, so each
     # program walks two or three, the last block ragged. Same kernel arithmetic, so the same bits as one program a
     # row block; the source is the plain one with its row loop nested in the strided one and nothing else changed.
-    from services.coder.templates import rmsnorm as template
+    from services.ops.row_reduction import template
 
     plain = pb.TemplateConfig(template=template.TEMPLATE, num_warps=4, rows_per_program=2, variant=variant)
     persistent = pb.TemplateConfig()
@@ -187,7 +187,7 @@ def test_a_persistent_grid_walks_every_row_as_the_plain_grid_computes_it(tmp_pat
 
 
 def test_persistent_configs_come_last_and_take_no_other_params():
-    from services.coder.templates import rmsnorm as template
+    from services.ops.row_reduction import template
 
     table = template.search_configs("", 1536)
     assert [dict(c.params) for c in table[-len(template.PERSISTENT_TABLE) :]] == [{"persistent": 1}] * 4

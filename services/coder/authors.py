@@ -1,6 +1,6 @@
 """Who writes a run's kernels: the port (`RunRequested.author`).
 
-- "" or "template": the templates' search (services.coder.templates, chosen in services.coder.domain); every
+- "" or "template": the templates' search (each family's, services.ops.template, chosen in services.coder.domain); every
   event a pure function of the log.
 - "gemini", "openai-compatible": an LLM asked for kernel source + a launch plan (services.coder.llm_providers).
   The domain decides *that* the model is asked and what (an `Ask`, pure); the service asks (`observe`: the only

@@ -13,8 +13,6 @@ from google.protobuf.message import Message
 
 from services import ops
 from services.coder import authors, llm_answer
-from services.coder.contract import ContractError, derive_contract
-from services.coder.templates import BY_FAMILY, BY_TEMPLATE, rmsnorm
 from services.core import events as ev
 from services.core import policies, run_state
 from services.core.events import Recorded
@@ -22,7 +20,6 @@ from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive
 from services.core.shapes import leading_rows
-from services.ops import gated_mlp, plain_mlp, residual_norm, rotary
 
 DEFAULT_MAX_CANDIDATES = 3
 # Proposals made at once (a search step): judged as one batch, the next batch is chosen from their verdicts.
@@ -56,7 +53,7 @@ def _op_family(prior: list[Recorded], target_class: str) -> str:
         for ranked in captured.msg.ranking:
             if ranked.class_path == target_class and ranked.fingerprint.op_family:
                 return ranked.fingerprint.op_family
-    return rmsnorm.OP_FAMILY  # unranked: the contract derivation decides whether it fits
+    return ops.UNRANKED  # unranked: the family's contract decides whether it fits
 
 
 def _table(template, variant: str, prior: list[Recorded], target_class: str) -> list[pb.TemplateConfig]:
@@ -157,7 +154,7 @@ def propose(
     origin: str,
     skill_id: str = "",
 ) -> pb.CandidateProposed:
-    """A candidate rendered from `template` (a module of services.coder.templates) with `config`: kernel
+    """A candidate rendered from `template` (a family's, services.ops.template) with `config`: kernel
     source plus its launch plan, identified by both."""
     source, plan = template.render(config), template.plan(config)
     digest = candidate_sha256(source, plan)
@@ -213,31 +210,16 @@ def _setup(prior: list[Recorded], target: str, state: run_state.TargetView, run:
     profile = _profile(prior, target)
     computes = profile.computes if profile is not None else ""  # what the server saw it compute ("" before it looked)
     family = ops.family_of(computes) or _op_family(prior, target)
-    if family not in BY_FAMILY:
+    if family not in ops.FAMILIES:  # a roofline class no family writes (every family has a template)
         return conclude(target, state, run, f"no template for op family {family!r}")
     intro = _introspection(prior, target)
     if intro is None:
         return conclude(target, state, run, f"ProfileCaptured holds no introspection of {target}")
-    if family in (gated_mlp.FAMILY, residual_norm.FAMILY, plain_mlp.FAMILY):  # a layer: children bound by their roles
-        contract = ops.family(family).layer_contract(intro.class_path, intro.forward_params, profile.roles)
-        if contract is None:
-            roles = {gated_mlp.FAMILY: "gate, up and down", plain_mlp.FAMILY: "fc and proj"}.get(
-                family, "input norm, attention, post norm and MLP"
-            )
-            return conclude(target, state, run, f"{target} has no recorded {roles} roles for a layer contract")
-    elif family == rotary.FAMILY:  # a function: its parameters are the wrapper's, by position or by role
-        roles = profile.roles if profile is not None else {}
-        contract = rotary.function_contract(intro.class_path, intro.forward_params, roles)
-        if contract is None:
-            params = ", ".join(intro.forward_params)
-            takes = "(q, k, cos, sin[, unsqueeze_dim]) or (x, cos, sin[, unsqueeze_dim])"
-            return conclude(target, state, run, f"{target}({params}) does not take {takes}")
-    else:
-        try:
-            contract = derive_contract(intro)
-        except ContractError as exc:
-            return conclude(target, state, run, f"the module does not fit the template: {exc}")
-    template = BY_FAMILY[family]
+    template = ops.template(family)
+    try:  # a module class's attributes, a layer's children by their roles, a function's parameters
+        contract = template.contract_for(intro, profile)
+    except ops.ContractRefused as refused:
+        return conclude(target, state, run, str(refused))
     variant = template.variant_for(computes)
     if variant is None:
         return conclude(target, state, run, f"the template does not write {computes}")
@@ -301,7 +283,8 @@ def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged, dispatch: bool
         family, contract, _, variant = setup
         attempt = len(state.proposals) + 1
         return [authors.ask(prior, run.author, target, family, variant, contract, attempt=attempt)]
-    template = BY_TEMPLATE.get(proposed.config.template)
+    named = ops.template_family(proposed.config.template)  # None for an LLM author's candidate: no config
+    template = ops.template(named) if named else None
     tried = {_config_key(p.config) for p in state.proposals}
     table = _table(template, proposed.config.variant, prior, target) if template else []
     untried = [c for c in table if _config_key(c) not in tried]

@@ -14,7 +14,6 @@ from google.protobuf import json_format
 
 from services import ops
 from services.coder.llm_answer import answer_of
-from services.coder.templates import BY_FAMILY
 from services.core import events as ev
 from services.core import run_state
 from services.core.events import Recorded
@@ -86,7 +85,7 @@ def _fingerprint(prior: list[Recorded], target: str) -> dict:
 
 
 def _reference(family: str, variant: str, profile: pb.ModuleClassProfile) -> str:
-    template = BY_FAMILY[family]
+    template = ops.template(family)
     shape = tuple(int(d) for d in profile.input_shape)
     config = template.search_configs(variant, shape[-1] if shape else 0, live_shape=shape)[0]
     return answer_of(template.render(config), template.plan(config))

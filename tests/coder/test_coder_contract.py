@@ -8,7 +8,7 @@ from coder_testkit import introspect
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
-from services.coder.contract import ContractError, derive_contract
+from services.ops.row_reduction.contract import ContractError, derive_contract
 
 
 @pytest.mark.parametrize("cls", [Qwen2RMSNorm, LlamaRMSNorm])

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 from coder_testkit import Log, profile_captured
 
 from services.coder import domain
-from services.coder.templates import rmsnorm
-from services.coder.templates import rotary as rope_template
 from services.core import events as ev
 from services.core.kernels import candidate_sha256, sha256
 from services.core.pb import events_pb2 as pb
 from services.core.replay import verify
+from services.ops.rotary import template as rope_template
+from services.ops.row_reduction import template as rmsnorm
 
 TABLE = rmsnorm.search_configs("", 64)  # the profiles here are 64 wide: the narrow-row order
 
@@ -231,8 +232,8 @@ def test_a_gated_mlp_target_is_written_as_a_layer_bound_by_the_roles_the_server_
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaMLP
 
-    from services.coder.templates import gated
     from services.ops import gated_mlp
+    from services.ops.gated_mlp import template as gated
 
     mlp = LlamaMLP(LlamaConfig(hidden_size=32, intermediate_size=96))
     captured = profile_captured(mlp, op_family="elementwise")
@@ -352,3 +353,29 @@ def test_rope_configs_each_fastest_on_one_side_of_4096_positions_are_combined_in
     assert domain.dispatch_config(rope_template, [*verdicts, (combined, timed((0.01, 0.01, 0.01)))]) == combined
     one_leads = [(blocks, timed((0.09, 0.09, 0.07))), (together, timed((0.10, 0.10, 0.08)))]
     assert domain.dispatch_config(rope_template, one_leads) is None
+
+
+TAKES = "(q, k, cos, sin[, unsqueeze_dim]) or (x, cos, sin[, unsqueeze_dim])"
+REFUSALS = [  # family, what the target was seen computing, its forward's parameters, why it is refused
+    ("row_reduction", "", ["x", "residual"], "the module does not fit the template: {target}.forward takes "
+     "(x, residual); the RMSNorm entrypoint takes (hidden_states)"),
+    ("gated_mlp", "swiglu", ["x"], "{target} has no recorded gate, up and down roles for a layer contract"),
+    ("plain_mlp", "mlp_gelu_tanh", ["x"], "{target} has no recorded fc and proj roles for a layer contract"),
+    ("residual_norm", "add_rmsnorm", ["hidden_states"],
+     "{target} has no recorded input norm, attention, post norm and MLP roles for a layer contract"),
+    ("rotary", "rope_half", ["a", "b"], "{target}(a, b) does not take " + TAKES),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("family", "computes", "params", "why"), REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_each_family_refuses_a_target_it_cannot_bind_in_the_words_runs_recorded(family, computes, params, why):
+    """A family's contract_for refuses with the reason TargetConcluded recorded when the coder held these refusals
+    itself: replay re-derives recorded runs' conclusions, so the words are part of the record."""
+    log, trigger = _start(family=family, computes=computes)
+    captured = log.records[1].msg
+    target = captured.target_class
+    captured.observed.modules[0].introspection.forward_params[:] = params
+    log.records[1].env.payload = captured.SerializeToString(deterministic=True)
+    [concluded] = domain.decide(log.records, trigger)
+    assert isinstance(concluded, pb.TargetConcluded) and not concluded.swap
+    assert concluded.reason == "no candidate was judged: " + why.format(target=target)

@@ -19,11 +19,11 @@ from llm_endpoint import Answer, Blocked, LlmEndpoint, Slow, Status, answer_text
 from services.coder import authors, domain, llm_answer
 from services.coder.llm_providers import GeminiProvider, OpenAICompatibleProvider
 from services.coder.service import CoderService
-from services.coder.templates import rmsnorm
 from services.core import events as ev
 from services.core.candidate_check import check_candidate
 from services.core.pb import events_pb2 as pb
 from services.core.replay import verify
+from services.ops.row_reduction import template as rmsnorm
 
 KEY = "test-key-never-recorded-5f3a"
 ROOT = Path(__file__).resolve().parents[2]

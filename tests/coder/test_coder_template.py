@@ -8,10 +8,10 @@ import torch
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
-from services.coder.templates import rmsnorm
 from services.core import kernels
 from services.core.pb import events_pb2 as pb
 from services.core.tolerances import comparable, within
+from services.ops.row_reduction import template as rmsnorm
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,12 @@ import time
 import torch
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
-from services.coder.contract import derive_contract
-from services.coder.templates import rmsnorm
 from services.core import events as ev
 from services.core.events import Recorded
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
+from services.ops.row_reduction import template as rmsnorm
+from services.ops.row_reduction.contract import derive_contract
 from services.server.introspection import introspect_module as introspect  # what the server records
 
 WIDTH = 64

@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 from judge_testkit import introspect, qwen_norm
 
-from services.coder.contract import derive_contract
 from services.core.pb import events_pb2 as pb
 from services.judge.contract_check import CONTRACT_RULES, check_contract
 from services.judge.service import family_contract
 from services.ops import row_reduction
+from services.ops.row_reduction.contract import derive_contract
 
 ENTRY = list(row_reduction.ENTRY_PARAMS)
 

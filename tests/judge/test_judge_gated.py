@@ -13,11 +13,11 @@ from transformers.models.gemma.modeling_gemma import GemmaMLP
 from transformers.models.llama.modeling_llama import LlamaMLP
 from transformers.models.phi3.modeling_phi3 import Phi3MLP
 
-from services.coder.templates import gated
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
 from services.ops import gated_mlp
+from services.ops.gated_mlp import template as gated
 from services.server.introspection import introspect_module
 
 HIDDEN, INTERMEDIATE = 32, 96

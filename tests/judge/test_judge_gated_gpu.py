@@ -10,9 +10,9 @@ import pytest
 from judge_testkit import log_of, print_verdict
 from test_judge_gated import _captured, _proposal
 
-from services.coder.templates import gated
 from services.judge.service import JudgeService
 from services.ops import gated_mlp
+from services.ops.gated_mlp import template as gated
 
 pytestmark = pytest.mark.gpu
 

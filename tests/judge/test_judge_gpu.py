@@ -97,8 +97,8 @@ def test_every_norm_variant_is_judged_and_timed_against_its_native_op(tmp_path, 
     Qwen2.5-1.5B's width in bf16: the template's kernel of the variant passes the parent's cases (a LayerNorm's
     each with a bias of its own) and is timed against the native op (F.layer_norm, which is torch's own eager and
     native op at once for torch's LayerNorm; F.rms_norm)."""
-    from services.coder.templates import rmsnorm
     from services.ops.recognise_norm import recognise
+    from services.ops.row_reduction import template as rmsnorm
 
     module = _norm(variant)
     assert recognise(module) == variant
@@ -123,7 +123,7 @@ def test_a_dispatch_by_row_count_is_judged_and_timed_on_both_sides_of_its_limit(
     """Qwen2.5-1.5B's norm in bf16, one candidate launching 8 warps a row for calls of up to 64 rows and 2 warps
     beyond (the benchmark's fastest at decode and at prefill): the judge draws rows at and past the limit and
     times both launches in CUDA graphs (1 row and 32,768 rows are timed shapes)."""
-    from services.coder.templates import rmsnorm
+    from services.ops.row_reduction import template as rmsnorm
 
     config = rmsnorm.combine(
         pb.TemplateConfig(template=rmsnorm.TEMPLATE, num_warps=8, rows_per_program=1),

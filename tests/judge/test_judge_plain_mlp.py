@@ -13,12 +13,12 @@ from judge_testkit import log_of
 from transformers import GPT2Config
 from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
 
-from services.coder.templates import mlp_act
 from services.core import interpreter_rounding, kernels
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
 from services.ops import plain_mlp
+from services.ops.plain_mlp import template as mlp_act
 from services.server.introspection import introspect_module
 
 HIDDEN, INTERMEDIATE = 32, 128

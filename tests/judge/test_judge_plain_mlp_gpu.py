@@ -12,11 +12,11 @@ import pytest
 from judge_testkit import log_of, print_verdict
 from test_judge_plain_mlp import _captured
 
-from services.coder.templates import mlp_act
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
 from services.ops import plain_mlp
+from services.ops.plain_mlp import template as mlp_act
 
 pytestmark = pytest.mark.gpu
 

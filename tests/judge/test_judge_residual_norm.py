@@ -16,12 +16,12 @@ from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 from transformers.models.nemotron.modeling_nemotron import NemotronDecoderLayer
 
-from services.coder.templates import add_norm
-from services.coder.templates.rmsnorm import row_launch
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
 from services.ops import residual_norm
+from services.ops.residual_norm import template as add_norm
+from services.ops.row_reduction.template import row_launch
 from services.server.introspection import introspect_module
 
 HIDDEN = 32

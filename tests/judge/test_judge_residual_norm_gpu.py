@@ -11,11 +11,11 @@ import pytest
 from judge_testkit import log_of, print_verdict
 from test_judge_residual_norm import _captured
 
-from services.coder.templates import add_norm
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
 from services.ops import residual_norm
+from services.ops.residual_norm import template as add_norm
 
 pytestmark = pytest.mark.gpu
 

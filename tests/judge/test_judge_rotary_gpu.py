@@ -11,8 +11,8 @@ import pytest
 from judge_testkit import log_of, print_verdict
 from test_judge_rotary import GLM, NEOX, QWEN2, _captured, _proposal
 
-from services.coder.templates import rotary as template
 from services.judge.service import JudgeService
+from services.ops.rotary import template
 
 pytestmark = pytest.mark.gpu
 

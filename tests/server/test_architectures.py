@@ -7,12 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from services.coder.contract import derive_contract
-from services.coder.templates import add_norm, gated, mlp_act, rmsnorm
-from services.coder.templates import rotary as rotary_template
 from services.core.kernels import candidate_wrapper
 from services.core.pb import events_pb2 as pb
 from services.ops import gated_mlp, plain_mlp, residual_norm, rotary
+from services.ops.gated_mlp import template as gated
+from services.ops.plain_mlp import template as mlp_act
+from services.ops.residual_norm import template as add_norm
+from services.ops.rotary import template as rotary_template
+from services.ops.row_reduction import template as rmsnorm
+from services.ops.row_reduction.contract import derive_contract
 from services.profiler.domain import choose_target, choose_targets
 from services.profiler.roofline import op_family, rank
 from services.server import models

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from services.coder.templates import gated
 from services.core.kernels import bind, candidate_wrapper
 from services.core.pb import events_pb2 as pb
 from services.ops import family
 from services.ops.gated_mlp import contract_for, identify
+from services.ops.gated_mlp import template as gated
 from services.server.engine import Engine
 from services.server.introspection import class_path, instances_of
 from services.server.models import load_model

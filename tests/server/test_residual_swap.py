@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from transformers.cache_utils import Cache
 
-from services.coder.templates import add_norm
 from services.core.kernels import candidate_wrapper
 from services.core.pb import events_pb2 as pb
 from services.ops import residual_norm
+from services.ops.residual_norm import template as add_norm
 from services.server.engine import Engine
 from services.server.introspection import class_path, instances_of
 from services.server.models import load_model

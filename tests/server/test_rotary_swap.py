@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from services.coder.templates import rotary as template
 from services.core.kernels import candidate_wrapper
 from services.core.pb import events_pb2 as pb
 from services.ops import rotary
+from services.ops.rotary import template
 from services.server.engine import Engine
 from services.server.functions import function_params, model_functions, site_of
 from services.server.models import load_model

@@ -228,7 +228,7 @@ def test_a_failed_and_a_cancelled_run_say_so_and_stop_their_pipeline():
 
 
 def test_a_candidates_launch_plan_is_shown_with_its_contract():
-    from services.coder.templates import rmsnorm
+    from services.ops.row_reduction import template as rmsnorm
 
     run = fx.RunLog("20261201-000000-91a4ed", fx.T0)
     asked = run.add(pb.RunRequested(model="tiny-qwen2"), "cli", 0)

@@ -5,14 +5,14 @@ launch it in the family's vocabulary (services.ops.residual_norm, whose layer wr
 own input norm, attention and MLP around it). Each row is read once from the attention output and the
 residual, their sum written (rounded to the dtype as torch's add rounds it) and normalised from that rounded
 sum exactly as the norm template's kernel of the same variant normalises its input
-(services.coder.templates.rmsnorm), so a layer swapped with it answers as the layer did.
+(services.ops.row_reduction.template), so a layer swapped with it answers as the layer did.
 """
 
 from __future__ import annotations
 
-from services.coder.templates.rmsnorm import row_config_problem, row_configs, row_launch
 from services.core.pb import events_pb2 as pb
-from services.ops import residual_norm, row_reduction
+from services.ops import ContractRefused, residual_norm, row_reduction
+from services.ops.row_reduction.template import row_config_problem, row_configs, row_launch
 
 TEMPLATE = "add_norm_onepass"
 OP_FAMILY = residual_norm.FAMILY
@@ -25,6 +25,16 @@ KERNELS = {v: f"_{v}_kernel" for v in VARIANTS}
 def variant_for(computes: str) -> str | None:
     """The config variant that writes what a layer was seen computing; None when this template cannot."""
     return computes if computes in VARIANTS else None
+
+
+def contract_for(intro: pb.ModuleIntrospection, profile: pb.ModuleClassProfile) -> pb.Contract:
+    """The layer contract: its children bound by the roles the profile recorded them running as."""
+    contract = residual_norm.layer_contract(intro.class_path, intro.forward_params, profile.roles)
+    if contract is None:  # the reason recorded in TargetConcluded: replay re-derives it, word for word
+        raise ContractRefused(
+            f"{intro.class_path} has no recorded input norm, attention, post norm and MLP roles for a layer contract"
+        )
+    return contract
 
 
 def search_configs(

@@ -9,7 +9,8 @@ functions of the config: same config, same bytes.
 from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
-from services.ops import row_reduction
+from services.ops import ContractRefused, row_reduction
+from services.ops.row_reduction.contract import ContractError, derive_contract
 
 TEMPLATE = "row_reduction_onepass"
 OP_FAMILY = row_reduction.FAMILY
@@ -43,6 +44,14 @@ def variant_for(computes: str) -> str | None:
     if computes in ("", "rmsnorm"):
         return ""
     return computes if computes in VARIANTS else None
+
+
+def contract_for(intro: pb.ModuleIntrospection, profile: pb.ModuleClassProfile) -> pb.Contract:
+    """The module-class contract: the norm's weight, epsilon (and bias) bound by the attributes it has."""
+    try:
+        return derive_contract(intro)
+    except ContractError as exc:  # the reason recorded in TargetConcluded: replay re-derives it, word for word
+        raise ContractRefused(f"the module does not fit the template: {exc}") from None
 
 
 # The search space, tried in this order. One row per program with 4 warps comes first: judged on

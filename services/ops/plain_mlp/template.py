@@ -11,9 +11,9 @@ both).
 
 from __future__ import annotations
 
-from services.coder.templates.gated import block_config_problem, block_configs
 from services.core.pb import events_pb2 as pb
-from services.ops import plain_mlp
+from services.ops import ContractRefused, plain_mlp
+from services.ops.gated_mlp.template import block_config_problem, block_configs
 
 TEMPLATE = "mlp_activation"
 OP_FAMILY = plain_mlp.FAMILY
@@ -25,6 +25,14 @@ KERNELS = {"mlp_gelu_tanh": "_gelu_tanh_kernel", "mlp_relu2": "_relu2_kernel"}
 def variant_for(computes: str) -> str | None:
     """The config variant that writes what a module was seen computing; None when this template cannot."""
     return computes if computes in VARIANTS else None
+
+
+def contract_for(intro: pb.ModuleIntrospection, profile: pb.ModuleClassProfile) -> pb.Contract:
+    """The layer contract: its children bound by the roles the profile recorded them running as."""
+    contract = plain_mlp.layer_contract(intro.class_path, intro.forward_params, profile.roles)
+    if contract is None:  # the reason recorded in TargetConcluded: replay re-derives it, word for word
+        raise ContractRefused(f"{intro.class_path} has no recorded fc and proj roles for a layer contract")
+    return contract
 
 
 def search_configs(

@@ -11,7 +11,7 @@ multiplied by up in fp32 and rounded once more: what `act_fn(gate_proj(x)) * up_
 from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
-from services.ops import elementwise, gated_mlp
+from services.ops import ContractRefused, elementwise, gated_mlp
 
 TEMPLATE = "gated_elementwise"
 OP_FAMILY = gated_mlp.FAMILY
@@ -27,6 +27,14 @@ SEARCH_TABLE: tuple[tuple[int, int], ...] = tuple((w, b) for b in BLOCKS for w i
 def variant_for(computes: str) -> str | None:
     """The config variant that writes what a module was seen computing; None when this template cannot."""
     return computes if computes in VARIANTS else None
+
+
+def contract_for(intro: pb.ModuleIntrospection, profile: pb.ModuleClassProfile) -> pb.Contract:
+    """The layer contract: its children bound by the roles the profile recorded them running as."""
+    contract = gated_mlp.layer_contract(intro.class_path, intro.forward_params, profile.roles)
+    if contract is None:  # the reason recorded in TargetConcluded: replay re-derives it, word for word
+        raise ContractRefused(f"{intro.class_path} has no recorded gate, up and down roles for a layer contract")
+    return contract
 
 
 def block_configs(template: str, variant: str, table=SEARCH_TABLE) -> list[pb.TemplateConfig]:

@@ -7,9 +7,8 @@ through, and the module attributes bound to the wrapper's other parameters (read
 
 from __future__ import annotations
 
-from services.coder.templates import rmsnorm
 from services.core.pb import events_pb2 as pb
-from services.ops.row_reduction import EPS_ATTRS
+from services.ops.row_reduction import ENTRY_INPUTS, ENTRYPOINT, EPS_ATTRS
 
 WEIGHT_KINDS = ("parameter", "tensor")
 
@@ -51,7 +50,7 @@ def _eps_attribute(intro: pb.ModuleIntrospection) -> pb.ModuleAttribute:
     raise ContractError(f"{intro.class_path} has no float epsilon attribute (looked for {', '.join(EPS_ATTRS)})")
 
 
-def derive_contract(intro: pb.ModuleIntrospection, entrypoint: str = rmsnorm.ENTRYPOINT) -> pb.Contract:
+def derive_contract(intro: pb.ModuleIntrospection, entrypoint: str = ENTRYPOINT) -> pb.Contract:
     """The module_class contract binding `intro`'s weight, epsilon (and a LayerNorm's bias) to the norm entrypoint."""
     if not intro.class_path:
         raise ContractError("the introspection names no class")
@@ -59,19 +58,19 @@ def derive_contract(intro: pb.ModuleIntrospection, entrypoint: str = rmsnorm.ENT
     bias = _bias_attribute(intro, weight)
     eps = _eps_attribute(intro)
     inputs = list(intro.forward_params)
-    if len(inputs) != len(rmsnorm.ENTRY_INPUTS):
+    if len(inputs) != len(ENTRY_INPUTS):
         raise ContractError(
             f"{intro.class_path}.forward takes ({', '.join(inputs)}); "
-            f"the RMSNorm entrypoint takes ({', '.join(rmsnorm.ENTRY_INPUTS)})"
+            f"the RMSNorm entrypoint takes ({', '.join(ENTRY_INPUTS)})"
         )
     # Names are the module's own business (Gemma's forward(x)): the inputs map to the entrypoint's by position.
-    renamed = inputs != list(rmsnorm.ENTRY_INPUTS)
+    renamed = inputs != list(ENTRY_INPUTS)
     return pb.Contract(
         kind="module_class",
         target=intro.class_path,
         entrypoint=entrypoint,
         inputs=inputs,
-        entry_inputs=list(rmsnorm.ENTRY_INPUTS) if renamed else [],
+        entry_inputs=list(ENTRY_INPUTS) if renamed else [],
         bindings=[
             pb.Binding(param="weight", attr=weight.name, kind="tensor"),
             pb.Binding(param="eps", attr=eps.name, kind="float"),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
 from services.core.shapes import shape_dims
-from services.ops import rotary
+from services.ops import ContractRefused, rotary
 
 TEMPLATE = "rotary_positions"
 OP_FAMILY = rotary.FAMILY
@@ -54,6 +54,16 @@ MAX_POSITIONS = rotary.MAX_POSITIONS
 
 def variant_for(computes: str) -> str | None:
     return computes if computes in VARIANTS else None
+
+
+def contract_for(intro: pb.ModuleIntrospection, profile: pb.ModuleClassProfile) -> pb.Contract:
+    """The function contract: the wrapper's parameters by position, or by the roles recognition recorded."""
+    contract = rotary.function_contract(intro.class_path, intro.forward_params, profile.roles)
+    if contract is None:  # the reason recorded in TargetConcluded: replay re-derives it, word for word
+        params = ", ".join(intro.forward_params)
+        takes = "(q, k, cos, sin[, unsqueeze_dim]) or (x, cos, sin[, unsqueeze_dim])"
+        raise ContractRefused(f"{intro.class_path}({params}) does not take {takes}")
+    return contract
 
 
 # Up to this many positions (batch · seq) a program per (position, q or k) led on the H200 (decode: 1.55 against
