@@ -91,6 +91,16 @@ def recognise(module) -> tuple[str, str] | None:
     return None
 
 
+def functions_in(module) -> dict:
+    """{"package.module.function": what it computes and how it is called} of every function a function family
+    recognises in the Python module `module` (a model's modeling file): RoPE's `find_ropes`, by its `recognised`."""
+    found: dict = {}
+    for fam in FAMILIES.values():
+        if fam.KIND == "function":
+            found.update(fam.recognised_functions(module))
+    return found
+
+
 def family_of(computes: str) -> str | None:
     """The family whose variant a module was seen computing (ModuleClassProfile.computes); None for "" or unknown."""
     return next((name for name, fam in FAMILIES.items() if computes and computes in fam.VARIANTS), None)

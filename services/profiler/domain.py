@@ -12,9 +12,7 @@ from services.core.describe import note_part
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive, from_observed
-from services.ops import gated_mlp, plain_mlp, residual_norm, rotary
-from services.ops.row_reduction import WRITABLE
-from services.profiler import served_plan, served_verdict
+from services.profiler import catalogue, served_plan, served_verdict
 from services.profiler.roofline import SUPPORTED_FAMILIES, rank
 
 # Used when a RunRequested carries no prompts of its own: short, varied, tokenizer-agnostic.
@@ -78,7 +76,9 @@ def _computes(note: str) -> str:
     return note_part(note, "computes ") or "is not writable"
 
 
-def choose_target(ranking: list[pb.RankedTarget], writable: tuple[str, ...] = WRITABLE) -> tuple[str, str]:
+def choose_target(
+    ranking: list[pb.RankedTarget], writable: tuple[str, ...] = catalogue.FROZEN["row_reduction"]
+) -> tuple[str, str]:
     """(target class, reason): the supported target with the most recoverable time, explained honestly.
     `writable`: what the templates write, as the reason names it."""
     if not ranking:
@@ -118,29 +118,11 @@ def choose_targets(ranking: list[pb.RankedTarget], first: str, limit: int = 0) -
     return chosen[:limit] if limit else chosen
 
 
-def writable_variants(schema_version: int) -> tuple[str, ...]:
-    """What the templates write, as a reason recorded at `schema_version` names it (an older run keeps its words)."""
-    writable = WRITABLE
-    if schema_version >= 5:  # gated MLPs and RoPE
-        writable += gated_mlp.WRITABLE + rotary.WRITABLE
-    if schema_version >= 6:  # the residual norm and the plain MLP's activation
-        writable += residual_norm.WRITABLE + plain_mlp.WRITABLE
-    if schema_version < 7:  # OLMo2's RMSNorm (its weight in fp32), alone and in a residual norm
-        writable = tuple(v for v in writable if not v.endswith("rmsnorm_fp32_weight"))
-    if schema_version < 8:  # the RoPE functions that rotate part of the head (GPT-NeoX's, GLM's)
-        writable = tuple(v for v in writable if v not in rotary.PARTIAL_VARIANTS)
-    if schema_version < 9:  # Nemotron's relu² MLP and LayerNorm1P, alone and in a residual norm
-        writable = tuple(v for v in writable if v not in ("mlp_relu2", "layernorm_offset", "add_layernorm_offset"))
-    if schema_version < 10:  # GPT-OSS's RoPE of one angle a pair; the gated MLP of torch's exact GELU
-        writable = tuple(v for v in writable if v not in (*rotary.ANGLE_VARIANTS, "geglu"))
-    return writable
-
-
 def derive_profile_captured(prior: list[Recorded], trigger: Recorded, observed: pb.ProfileObservation):
     ranking = rank(observed)
     # Since schema 5 a run works on several targets in turn; an older run keeps its one target.
     several = trigger.env.schema_version >= 5
-    target, reason = choose_target(ranking, writable_variants(trigger.env.schema_version))
+    target, reason = choose_target(ranking, catalogue.writable_variants(observed, trigger.env.schema_version))
     msg = pb.ProfileCaptured(ranking=ranking, target_class=target, reason=reason)
     if several:
         request = ev.first(prior, "RunRequested")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from services import ops
 from services.core.pb import events_pb2 as pb
+from services.profiler import catalogue
 
 FAMILIES = ("row_reduction", "matmul", "elementwise", "gather", "other")
 # Op families the coder has templates for: only these are offered as targets.
@@ -288,18 +289,20 @@ def layer_op(profile: pb.ModuleClassProfile) -> LayerOp | None:
     return LayerOp(physics, time_us, kept, profile.computes)
 
 
-def writable(profile: pb.ModuleClassProfile, family: str) -> bool:
+def writable(profile: pb.ModuleClassProfile, family: str, can_write: dict[str, tuple[str, ...]] | None = None) -> bool:
     """Whether a template writes this class: its family has one and, when its forward was probed, the template
-    writes what it computes (a LayerNorm is a row reduction the RMSNorm template must not be offered)."""
+    writes what it computes (a LayerNorm is a row reduction the RMSNorm template must not be offered). `can_write`:
+    the catalogue the profile is ranked against (services.profiler.catalogue; the frozen one by default)."""
+    can_write = catalogue.FROZEN if can_write is None else can_write
     owner = ops.family_of(profile.computes)
     if owner and ops.family(owner).KIND == "function":  # a function target: its family writes what it computes
-        return profile.computes in ops.family(owner).WRITABLE
+        return profile.computes in can_write.get(owner, ())
     if family not in SUPPORTED_FAMILIES:
         return False
     # the module-class family of that roofline class (the norms') writes it where it writes what it was seen computing
     module_families = [f for f in ops.FAMILIES.values() if f.KIND == "module_class"]
     writer = next(f for f in module_families if ops.physics(f.FAMILY).ROOFLINE == family)
-    return not profile.probed or profile.computes in writer.WRITABLE
+    return not profile.probed or profile.computes in can_write.get(writer.FAMILY, ())
 
 
 def _note(fp: pb.Fingerprint, calls: int, supported: bool, hw: pb.HardwareFigures, computes: str = "") -> str:
@@ -324,19 +327,20 @@ def rank(obs: pb.ProfileObservation) -> list[pb.RankedTarget]:
     child is also ranked as a leaf of its own class; no template writes an activation alone.)
     """
     hw = obs.hardware
+    can_write = catalogue.of(obs)
     out = []
     for profile in obs.modules:
         if profile.calls == 0:
             continue
         op = layer_op(profile)
         if op is not None:
-            out.append(_layer_target(profile, op, obs, hw))
+            out.append(_layer_target(profile, op, obs, hw, can_write))
             continue
         if not profile.introspection.leaf:
             continue
         fp = fingerprint(profile, hw)
         floor = floor_us(call_physics(profile), profile.calls, hw)
-        supported = writable(profile, fp.op_family)
+        supported = writable(profile, fp.op_family, can_write)
         out.append(
             pb.RankedTarget(
                 class_path=profile.introspection.class_path,
@@ -352,11 +356,13 @@ def rank(obs: pb.ProfileObservation) -> list[pb.RankedTarget]:
     return out
 
 
-def _layer_target(profile: pb.ModuleClassProfile, op: LayerOp, obs: pb.ProfileObservation, hw) -> pb.RankedTarget:
+def _layer_target(
+    profile: pb.ModuleClassProfile, op: LayerOp, obs: pb.ProfileObservation, hw, can_write: dict
+) -> pb.RankedTarget:
     fp = fingerprint(profile, hw, op.physics, op.time_us)
     floor = floor_us(op.physics, profile.calls, hw)
     family = ops.family(ops.family_of(op.computes))
-    supported = op.computes in family.WRITABLE
+    supported = op.computes in can_write.get(family.FAMILY, ())
     note = _note(fp, profile.calls, supported, hw, op.computes)
     kept = ops.physics(family.FAMILY).KEPT
     note += (

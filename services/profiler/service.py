@@ -15,7 +15,7 @@ from services.core import run_end
 from services.core.bus import Bus
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
-from services.profiler import domain, served_plan, served_verdict
+from services.profiler import catalogue, domain, served_plan, served_verdict
 from services.profiler.adapters import AdminCallFailed, AdminClient
 from services.profiler.served_load import ServedLoadClient
 
@@ -83,6 +83,7 @@ class ProfilerService:
                 return []
             if before is not None:
                 observed.served_before.CopyFrom(before)
+            observed.catalogue.extend(catalogue.live())  # what the families write now: the ranking's, recorded
             return [domain.derive_profile_captured(prior, trigger, observed)]
         if not domain.completes_run(prior, trigger):
             return []

@@ -75,13 +75,13 @@ def modeling_modules(model: torch.nn.Module) -> list:
 
 
 def model_functions(model: torch.nn.Module) -> dict:
-    """{dotted path: what it computes and how it is called (services.ops.rotary.Recognised)} of the functions an
+    """{dotted path: what it computes and how it is called (a function family's Recognised)} of the functions an
     op family recognises in the model's modeling files."""
-    from services.ops import rotary
+    from services.ops import functions_in
 
     found: dict = {}
     for module in modeling_modules(model):
-        found.update(rotary.find_ropes(module))
+        found.update(functions_in(module))
     return found
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from services.core.pb import events_pb2 as pb
-from services.ops import family, recognise, row_reduction
+from services.ops import family, recognise
 from services.server.functions import FunctionSite, function_params, model_functions, site_of, wrapped
 from services.server.introspection import class_path, dtype_name, introspect_module
 
@@ -215,7 +215,7 @@ class ModuleProfiler:
         # width, parameters and shape must describe the same calls.
         representative = s.shape_module.get(dominant, s.modules[0]) if dominant else s.modules[0]
         found = recognise(representative)  # a leaf's op, or a layer's (a gated MLP) found by running it
-        if found and found[0] == row_reduction.FAMILY and not _rows_fit_weights(s):
+        if found and family(found[0]).KIND == "module_class" and not _rows_fit_weights(s):
             found = None  # probed at its weight's width, called at another (FalconMamba's weightless norm): not it
         child_us = Counter(s.child_host_us)
         for name, a, b in s.child_events:

@@ -36,13 +36,11 @@ from dataclasses import dataclass
 
 from services.core.pb import events_pb2 as pb
 from services.core.shapes import shape_dims
+from services.ops import FAMILIES, physics
 
 GRAPH, EAGER = "graph", "eager"
 FASTER = 1.05  # the judge's margin (services.judge.reward.FASTER): within it, two times are the same
 CUDA_GRAPH = "cuda-graph"  # the judge's capability (services.judge.reward.capabilities)
-# Families whose timed shape stacks the two operands first: (2, rows..., width) (services/ops/<family>/judging.py)
-PAIRED_FAMILIES = ("gated_mlp", "residual_norm")
-ROTARY = "rotary"  # timed as (batch, seq, heads, head_dim): its rows are positions
 
 
 @dataclass(frozen=True)
@@ -120,11 +118,9 @@ def everywhere(basis: str) -> ServingPlan:
 def timed_rows(family: str, shape: str) -> int:
     """The rows of a call of the judge's timed `shape` ("AxBxC"), on the scale `call_rows` measures live calls."""
     dims = shape_dims(shape)
-    if family == ROTARY and len(dims) == 4:
-        return dims[0] * dims[1]
-    if family in PAIRED_FAMILIES and len(dims) >= 3:
-        dims = dims[1:]
-    return math.prod(dims[:-1])
+    if family not in FAMILIES:  # a plan naming no family (recorded before plans did): rows are the leading dims
+        return math.prod(dims[:-1])
+    return physics(family).timed_rows(dims)  # the family's timed layout (its judging's)
 
 
 def _points(rows: list[tuple[int, float, float]]) -> list[tuple[int, bool]]:

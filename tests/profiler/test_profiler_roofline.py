@@ -233,7 +233,10 @@ def test_a_reason_names_the_writable_variants_of_its_schema():
     plain MLP since 6, OLMo2's RMSNorm (its weight in fp32) since 7, the partial RoPE functions since 8, Nemotron's
     relu² and LayerNorm1P since 9, GPT-OSS's and GPT-J's RoPE of one angle a pair and the exact-GELU gated MLP
     since 10."""
-    at = {v: domain.writable_variants(v) for v in (4, 5, 6, 7, 8, 9, 10)}
+    from services.profiler import catalogue
+
+    at = {v: catalogue.writable_variants(pb.ProfileObservation(), v) for v in (4, 5, 6, 7, 8, 9, 10, 11)}
+    assert at[11] == at[10]  # the last rung: a variant since is named only through a recorded catalogue
     assert "swiglu" not in at[4] and "swiglu" in at[5] and "add_rmsnorm" not in at[5] and "add_rmsnorm" in at[6]
     new = {"rmsnorm_fp32_weight", "add_rmsnorm_fp32_weight"}
     assert not new & set(at[6]) and new <= set(at[7])
@@ -246,3 +249,29 @@ def test_a_reason_names_the_writable_variants_of_its_schema():
     since_10 = {"rope_half_angles", "rope_pairs_angles", "geglu"}
     assert not since_10 & set(at[9]) and [v for v in at[10] if v not in since_10] == list(at[9])
     assert since_10 <= set(at[10])
+
+
+def test_a_profile_is_ranked_and_reasoned_against_the_catalogue_it_recorded(profile_of):
+    """The catalogue is recorded, not versioned: a profile whose catalogue says the norms write nothing ranks its
+    norm unsupported and its reason names what the catalogue names, whatever the code writes today; the live one is
+    the registry's, and a profile without one reads the frozen catalogue (as every profile recorded before did)."""
+    from services import ops
+    from services.profiler import catalogue, domain
+
+    profile = profile_of(Qwen2RMSNorm(64), torch.randn(2, 5, 64))
+    profile.probed, profile.computes = True, "rmsnorm"
+    observed = pb.ProfileObservation(modules=[profile], captured_time_us=2 * profile.total_time_us)
+    live = catalogue.live()
+    assert [c.family for c in live] == list(ops.FAMILIES) and all(list(c.writable) for c in live)
+    assert {c.family: tuple(c.writable) for c in live} == catalogue.FROZEN  # the families write what they did
+    [ranked] = roofline.rank(observed)
+    assert ranked.supported
+    narrowed = pb.ProfileObservation()
+    narrowed.CopyFrom(observed)
+    narrowed.catalogue.extend([pb.FamilyCatalogue(family="row_reduction", writable=["layernorm"])])
+    [unsupported] = roofline.rank(narrowed)
+    assert not unsupported.supported and "no template for rmsnorm" in unsupported.note
+    assert catalogue.writable_variants(narrowed, 11) == ("layernorm",)
+    target, reason = domain.choose_target([unsupported], catalogue.writable_variants(narrowed, 11))
+    assert target == "" and "the template writes layernorm only" in reason
+

@@ -175,7 +175,7 @@ class ModuleClassProfile(_message.Message):
     def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., computes: _Optional[str] = ..., probed: bool = ..., child_time_us: _Optional[_Mapping[str, float]] = ..., roles: _Optional[_Mapping[str, str]] = ..., child_hook_us: _Optional[float] = ..., second_shape: _Optional[_Iterable[int]] = ..., third_shape: _Optional[_Iterable[int]] = ..., widths: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ProfileObservation(_message.Message):
-    __slots__ = ("model", "dtype", "hardware", "modules", "captured_time_us", "decode_tokens_per_s", "tokens_generated", "requests", "time_source", "max_rows_per_call", "max_positions", "max_batch", "served_before")
+    __slots__ = ("model", "dtype", "hardware", "modules", "captured_time_us", "decode_tokens_per_s", "tokens_generated", "requests", "time_source", "max_rows_per_call", "max_positions", "max_batch", "served_before", "catalogue")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     HARDWARE_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +189,7 @@ class ProfileObservation(_message.Message):
     MAX_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
     SERVED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    CATALOGUE_FIELD_NUMBER: _ClassVar[int]
     model: str
     dtype: str
     hardware: HardwareFigures
@@ -202,7 +203,16 @@ class ProfileObservation(_message.Message):
     max_positions: int
     max_batch: int
     served_before: ServedLoadObservation
-    def __init__(self, model: _Optional[str] = ..., dtype: _Optional[str] = ..., hardware: _Optional[_Union[HardwareFigures, _Mapping]] = ..., modules: _Optional[_Iterable[_Union[ModuleClassProfile, _Mapping]]] = ..., captured_time_us: _Optional[float] = ..., decode_tokens_per_s: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., requests: _Optional[int] = ..., time_source: _Optional[str] = ..., max_rows_per_call: _Optional[int] = ..., max_positions: _Optional[int] = ..., max_batch: _Optional[int] = ..., served_before: _Optional[_Union[ServedLoadObservation, _Mapping]] = ...) -> None: ...
+    catalogue: _containers.RepeatedCompositeFieldContainer[FamilyCatalogue]
+    def __init__(self, model: _Optional[str] = ..., dtype: _Optional[str] = ..., hardware: _Optional[_Union[HardwareFigures, _Mapping]] = ..., modules: _Optional[_Iterable[_Union[ModuleClassProfile, _Mapping]]] = ..., captured_time_us: _Optional[float] = ..., decode_tokens_per_s: _Optional[float] = ..., tokens_generated: _Optional[int] = ..., requests: _Optional[int] = ..., time_source: _Optional[str] = ..., max_rows_per_call: _Optional[int] = ..., max_positions: _Optional[int] = ..., max_batch: _Optional[int] = ..., served_before: _Optional[_Union[ServedLoadObservation, _Mapping]] = ..., catalogue: _Optional[_Iterable[_Union[FamilyCatalogue, _Mapping]]] = ...) -> None: ...
+
+class FamilyCatalogue(_message.Message):
+    __slots__ = ("family", "writable")
+    FAMILY_FIELD_NUMBER: _ClassVar[int]
+    WRITABLE_FIELD_NUMBER: _ClassVar[int]
+    family: str
+    writable: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, family: _Optional[str] = ..., writable: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RankedTarget(_message.Message):
     __slots__ = ("class_path", "time_share", "floor_us", "recoverable_us", "fingerprint", "supported", "note")

@@ -31,3 +31,8 @@ def layer_cost(profile: pb.ModuleClassProfile, shapes: Mapping[str, tuple[int, .
     elements = profile.input_bytes / elem / hidden * width
     rows = math.prod(int(d) for d in profile.input_shape) // hidden
     return LayerCost(ROOFLINE, FLOP_PER_ELEMENT * elements, float(plain_mlp.bytes_moved(elements, elem)), width, rows)
+
+
+def timed_rows(dims: tuple[int, ...]) -> int:
+    """The rows of a call of the judge's timed shape (services/ops/<family>/judging.py), as a live call counts them."""
+    return math.prod(dims[:-1])

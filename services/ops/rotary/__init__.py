@@ -250,6 +250,11 @@ def recognise_function(fn: Callable) -> str | None:
     return found.variant if found else None
 
 
+def recognised_functions(module) -> dict[str, Recognised]:
+    """The function family's recognition, as the registry asks it (services.ops.functions_in)."""
+    return find_ropes(module)
+
+
 def find_ropes(module) -> dict[str, Recognised]:
     """{"package.module.function": what it computes and how it is called} for every function defined in the Python
     module `module` (a model's modeling file) that computes a rotary embedding."""
