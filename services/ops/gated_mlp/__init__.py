@@ -25,6 +25,7 @@ quantised or adapted map's forward is not its weight).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
@@ -330,17 +331,9 @@ def intermediate_width(shapes: Mapping[str, tuple[int, ...]]) -> int:
 
 
 def layer_contract(class_path: str, forward_params, roles: Mapping[str, str]) -> pb.Contract | None:
-    """The layer contract from what the profile recorded (pure: the coder derives it from the log): the forward's
-    one input, and the three maps bound by the roles found running it; None when they do not fit."""
-    params = list(forward_params)
+    """The layer contract from what the profile recorded: the forward's one input, and the three maps (or the fused
+    map and down) bound by the roles found running it; None when they do not fit."""
+    from services.ops.layer_contract import children_contract
+
     form = next((form for form in (ROLES, FUSED_ROLES) if sorted(roles) == sorted(form)), None)
-    if len(params) != 1 or form is None:
-        return None
-    return pb.Contract(
-        kind=KIND,
-        target=class_path,
-        entrypoint=ENTRYPOINT,
-        inputs=params,
-        entry_inputs=list(ENTRY_INPUTS) if params != list(ENTRY_INPUTS) else [],
-        bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in form],
-    )
+    return children_contract(sys.modules[__name__], class_path, forward_params, roles, form)

@@ -11,80 +11,20 @@ multiplied by up in fp32 and rounded once more: what `act_fn(gate_proj(x)) * up_
 from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
-from services.ops import ContractRefused, elementwise, gated_mlp
+from services.ops import gated_mlp
+from services.ops.block_template import BlockTemplate
 
 TEMPLATE = "gated_elementwise"
 OP_FAMILY = gated_mlp.FAMILY
 ENTRYPOINT = gated_mlp.ENTRYPOINT
 VARIANTS = ("swiglu", "geglu_tanh", "geglu")
 KERNELS = {"swiglu": "_swiglu_kernel", "geglu_tanh": "_geglu_tanh_kernel", "geglu": "_geglu_kernel"}
-# Elements per program and warps, tried in this order (an elementwise pass: wide blocks, 4-8 warps).
-BLOCKS = (2048, 1024, 4096)
-NUM_WARPS = (4, 8)
-SEARCH_TABLE: tuple[tuple[int, int], ...] = tuple((w, b) for b in BLOCKS for w in NUM_WARPS)
-
-
-def variant_for(computes: str) -> str | None:
-    """The config variant that writes what a module was seen computing; None when this template cannot."""
-    return computes if computes in VARIANTS else None
-
-
-def contract_for(intro: pb.ModuleIntrospection, profile: pb.ModuleClassProfile) -> pb.Contract:
-    """The layer contract: its children bound by the roles the profile recorded them running as."""
-    contract = gated_mlp.layer_contract(intro.class_path, intro.forward_params, profile.roles)
-    if contract is None:  # the reason recorded in TargetConcluded: replay re-derives it, word for word
-        raise ContractRefused(f"{intro.class_path} has no recorded gate, up and down roles for a layer contract")
-    return contract
-
-
-def block_configs(template: str, variant: str, table=SEARCH_TABLE) -> list[pb.TemplateConfig]:
-    """An elementwise template's search space (this one's, the plain MLP's) in the order it is tried."""
-    return [pb.TemplateConfig(template=template, num_warps=w, variant=variant, params={"block": b}) for w, b in table]
-
-
-def block_config_problem(config: pb.TemplateConfig, template: str, variants) -> str:
-    """Why `config` is not one of an elementwise template's ("" when it is): a known variant, a power-of-two block."""
-    block = config.params.get("block", 0)
-    fits = config.template == template and config.variant in variants and config.num_warps in (1, 2, 4, 8, 16, 32)
-    if fits and 0 < block <= elementwise.MAX_BLOCK and block & (block - 1) == 0:
-        return ""
-    return (
-        f"not a {template} config: variant={config.variant!r} num_warps={config.num_warps} "
-        f"params={dict(config.params)} (variants {tuple(variants)}; block a power of two)"
-    )
 
 
 def search_configs(
     variant: str = "swiglu", width: int = 0, live_shape: tuple[int, ...] = ()
 ) -> list[pb.TemplateConfig]:
-    return block_configs(TEMPLATE, variant)
-
-
-def valid(config: pb.TemplateConfig) -> bool:
-    return not block_config_problem(config, TEMPLATE, VARIANTS)
-
-
-def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
-    problem = block_config_problem(config, TEMPLATE, VARIANTS)
-    if problem:
-        raise ValueError(problem)
-    return config
-
-
-def render(config: pb.TemplateConfig) -> str:
-    return _SOURCES[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
-
-
-def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
-    block = _checked(config).params["block"]
-    launch = pb.KernelLaunch(
-        kernel=KERNELS[config.variant],
-        args=["g", "u", "y", "n"],
-        constexprs={"BLOCK": str(block)},
-        grid=f"cdiv(n, {block})",
-        num_warps=config.num_warps,
-    )
-    return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
+    return _BLOCKS.search_configs(variant)
 
 
 # One kernel per activation, complete sources from one skeleton: only the lines that compute `act` differ.
@@ -126,3 +66,7 @@ _SOURCES = {
     variant: _SKELETON.format(variant=variant, kernel=KERNELS[variant], activation=lines)
     for variant, lines in _ACTIVATIONS.items()
 }
+
+_BLOCKS = BlockTemplate(TEMPLATE, gated_mlp, "gate, up and down", VARIANTS, KERNELS, _SOURCES, ("g", "u", "y", "n"))
+variant_for, contract_for = _BLOCKS.variant_for, _BLOCKS.contract_for
+valid, render, plan = _BLOCKS.valid, _BLOCKS.render, _BLOCKS.plan

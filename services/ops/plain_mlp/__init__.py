@@ -17,6 +17,7 @@ declares (`timed_bytes`); the profiler ranks the layer by its time outside the m
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
@@ -186,19 +187,12 @@ def intermediate_width(shapes: Mapping[str, tuple[int, ...]], hidden: int) -> in
 
 
 def layer_contract(class_path: str, forward_params, roles: Mapping[str, str]) -> pb.Contract | None:
-    """The layer contract from what the profile recorded (pure: the coder derives it from the log): the forward's
-    one input, the two maps bound by the roles found running it; None when they do not fit."""
-    params = list(forward_params)
-    if len(params) != 1 or sorted(roles) != sorted(ROLES):
-        return None
-    return pb.Contract(
-        kind=KIND,
-        target=class_path,
-        entrypoint=ENTRYPOINT,
-        inputs=params,
-        entry_inputs=list(ENTRY_INPUTS) if params != list(ENTRY_INPUTS) else [],
-        bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in ROLES],
-    )
+    """The layer contract from what the profile recorded: the forward's one input, the two maps bound by the roles
+    found running it; None when they do not fit."""
+    from services.ops.layer_contract import children_contract
+
+    form = ROLES if sorted(roles) == sorted(ROLES) else None
+    return children_contract(sys.modules[__name__], class_path, forward_params, roles, form)
 
 
 def contract_for(module, class_path: str) -> pb.Contract | None:

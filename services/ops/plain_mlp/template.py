@@ -12,8 +12,8 @@ both).
 from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
-from services.ops import ContractRefused, plain_mlp
-from services.ops.gated_mlp.template import block_config_problem, block_configs
+from services.ops import plain_mlp
+from services.ops.block_template import BlockTemplate
 
 TEMPLATE = "mlp_activation"
 OP_FAMILY = plain_mlp.FAMILY
@@ -22,51 +22,11 @@ VARIANTS = plain_mlp.WRITABLE
 KERNELS = {"mlp_gelu_tanh": "_gelu_tanh_kernel", "mlp_relu2": "_relu2_kernel"}
 
 
-def variant_for(computes: str) -> str | None:
-    """The config variant that writes what a module was seen computing; None when this template cannot."""
-    return computes if computes in VARIANTS else None
-
-
-def contract_for(intro: pb.ModuleIntrospection, profile: pb.ModuleClassProfile) -> pb.Contract:
-    """The layer contract: its children bound by the roles the profile recorded them running as."""
-    contract = plain_mlp.layer_contract(intro.class_path, intro.forward_params, profile.roles)
-    if contract is None:  # the reason recorded in TargetConcluded: replay re-derives it, word for word
-        raise ContractRefused(f"{intro.class_path} has no recorded fc and proj roles for a layer contract")
-    return contract
-
-
 def search_configs(
     variant: str = "mlp_gelu_tanh", width: int = 0, live_shape: tuple[int, ...] = ()
 ) -> list[pb.TemplateConfig]:
     """The gated template's table (an elementwise pass: wide blocks, 4-8 warps)."""
-    return block_configs(TEMPLATE, variant)
-
-
-def valid(config: pb.TemplateConfig) -> bool:
-    return not block_config_problem(config, TEMPLATE, VARIANTS)
-
-
-def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
-    problem = block_config_problem(config, TEMPLATE, VARIANTS)
-    if problem:
-        raise ValueError(problem)
-    return config
-
-
-def render(config: pb.TemplateConfig) -> str:
-    return _SOURCES[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
-
-
-def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
-    block = _checked(config).params["block"]
-    launch = pb.KernelLaunch(
-        kernel=KERNELS[config.variant],
-        args=["x", "y", "n"],
-        constexprs={"BLOCK": str(block)},
-        grid=f"cdiv(n, {block})",
-        num_warps=config.num_warps,
-    )
-    return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
+    return _BLOCKS.search_configs(variant)
 
 
 _SOURCES = {
@@ -112,3 +72,7 @@ def _relu2_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     tl.store(y_ptr + offsets, (r * r).to(y_ptr.dtype.element_ty), mask=mask)
 ''',
 }
+
+_BLOCKS = BlockTemplate(TEMPLATE, plain_mlp, "fc and proj", VARIANTS, KERNELS, _SOURCES, ("x", "y", "n"))
+variant_for, contract_for = _BLOCKS.variant_for, _BLOCKS.contract_for
+valid, render, plan = _BLOCKS.valid, _BLOCKS.render, _BLOCKS.plan

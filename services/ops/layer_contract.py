@@ -1,0 +1,28 @@
+"""The contract of a layer rewrite whose children are bound by role (the gated MLP's maps, the plain MLP's): one
+builder, so every layer family binds its recorded roles the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from services.core.pb import events_pb2 as pb
+
+
+def children_contract(
+    family, class_path: str, forward_params: Sequence[str], roles: Mapping[str, str], form: Sequence[str] | None
+) -> pb.Contract | None:
+    """The layer contract of `family` (its op module: KIND, ENTRYPOINT, ENTRY_INPUTS) from what the profile recorded
+    (pure: the coder derives it from the log): the forward's one input, and each child of the roles `form` bound by
+    the attribute it was found running as; None when they do not fit (no form, or more than one input)."""
+    params = list(forward_params)
+    if len(params) != 1 or form is None:
+        return None
+    entry = list(family.ENTRY_INPUTS)
+    return pb.Contract(
+        kind=family.KIND,
+        target=class_path,
+        entrypoint=family.ENTRYPOINT,
+        inputs=params,
+        entry_inputs=entry if params != entry else [],
+        bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in form],
+    )
