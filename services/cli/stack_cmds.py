@@ -1,4 +1,8 @@
-"""Starting the stack: `yantra up` (supervised) and `yantra demo` (up + one run + summary)."""
+"""Starting the stack: `yantra up` (supervised) and `yantra demo` (up + one run + summary).
+
+Over 400 lines, one file: `up` and `demo` share the supervisor (start, restart per window, stop on a signal) and its
+one-line errors; `demo` is `up` plus one run.
+"""
 
 from __future__ import annotations
 

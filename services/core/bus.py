@@ -1,6 +1,10 @@
 """The event bus: connecting, publishing with dedup, reading and following run logs, durable consumers.
 
 The streams and their limits are in `services.core.streams`, dead letters in `services.core.dead_letters`.
+
+Over 400 lines, one file: the bus is the one object a service holds, and publishing, reading, following and
+consuming share its connection, its JetStream context and its mapping of NATS errors to one-line ones; stream set-up
+and dead letters already live apart.
 """
 
 from __future__ import annotations

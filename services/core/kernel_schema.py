@@ -4,6 +4,9 @@ A candidate is data: the Python that allocates, launches and returns is ours, so
 Under TRITON_INTERPRET=1 a kernel body runs as plain Python, so everything is checked against allowlists (node
 types, names, `tl` functions, value attributes) rather than a list of known-bad things: whatever Python or Triton
 adds later is refused until someone decides it is harmless. Pure and stdlib-only: the server imports it.
+
+Over 400 lines, one file: the allowlists (node types, names, tl functions, attributes) and the one walk that checks
+a source against them.
 """
 
 from __future__ import annotations

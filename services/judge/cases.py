@@ -16,6 +16,9 @@ is a total of rows; the GPU's a total of elements.
 
 hypothesis is imported only inside `draw_cases`: the sandbox child imports this module for
 `apply_layout` alone.
+
+Over 400 lines, one file: the norm family's input domain and the value regimes every drawer shares (the pair,
+residual-norm and RoPE drawers build on them).
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ every captured call's output checked (a skipped call returns the last contents' 
 The clocks are bound here, at import, before the candidate is imported: a candidate that patches
 time.perf_counter or Event.elapsed_time afterwards does not change what this module calls (and
 services.judge.tamper names it).
+
+Over 400 lines, one file: the timing protocol's parts (baselines built first, rotated inputs, graphs of several
+calls, a poisoned replay, the timed inputs checked after) check each other and run in one child in one order.
 """
 
 from __future__ import annotations

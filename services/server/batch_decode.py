@@ -20,6 +20,9 @@ Every layer kind the slot plan knows steps here (services.server.slot_plan): ful
 chunks (rings), conv and recurrent states. A model whose layers see differently gets one mask per kind (a dict,
 looked up by the model); a stateful model's prompts are prefilled in groups of equal length, eagerly (padding
 would run through its recurrence), and its unfed busy rows keep their state across a step (`hold`).
+
+Over 400 lines, one file: the slot decoder's prefill, step and graph capture share the slot cache's fixed addresses,
+which a graph holds; the cache kinds and masks live apart (slot_cache, slot_plan, slot_masks, slot_state).
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ Work on the engine thread stops when its caller gives up: a thread cannot be can
 awaiting `exclusive` is cancelled (a gRPC client's deadline passed, or it cancelled the call) a flag is set that
 the decode loops check between steps (`check_cancelled`), and the model is handed on once the work has stopped.
 Without it a MeasureDecode whose caller had long gone kept the model, and every Generate queued behind it.
+
+Over 400 lines, one file: it is the one place the model runs, and every lane (batched, solo, eager), profile,
+measure and swap shares its lock and its worker thread; the lanes' own work lives apart (batching, batch_decode,
+slot_cache, profiling, parity).
 """
 
 from __future__ import annotations

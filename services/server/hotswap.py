@@ -12,6 +12,10 @@ Once committed, live calls are also watched (`SwapHandle.watch`): the first `sha
 commit, and from then on the first call of every new size, are checked inline against the module's own forward
 on a copy of their inputs taken before the kernel ran (services.server.shadow.check_inline), and some are kept
 for the periodic shadow pass. What is checked, and why CUDA graph replays are not, is said there.
+
+Over 400 lines, one file: a swap's whole life (apply, serve, watch, fall back, revert) is one state machine on one
+handle, and a committed kernel's every call passes through all of it; the pure parts live apart (routing,
+call_watch, shadow, functions).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ the head: `rope_half_partial` (GPT-NeoX) over the two halves of those R dims as 
 (GLM) over (even, odd) pairs, pair j by the half layout's angle j, rounding as `rope_half` does; `rope_half_angles`
 (GPT-OSS) as `rope_half`, with cos and sin of one angle a pair (half the head wide); `rope_pairs_angles` (GPT-J)
 as GLM's pairs over the whole head, with cos and sin of one angle a pair.
+
+Over 400 lines, one file: most of it is the kernel sources of six variants (data, each standing alone as a
+candidate's text) and the search table.
 """
 
 from __future__ import annotations
