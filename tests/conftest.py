@@ -20,6 +20,9 @@ from services.core.nats_launcher import start_nats  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:  # a test that starts every service as a process is slow
+        if "e2e" in item.keywords:
+            item.add_marker(pytest.mark.slow)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -17,6 +17,8 @@ from services.core import events as ev
 from services.core.nats_launcher import free_port
 from services.core.pb import events_pb2 as pb
 
+pytestmark = pytest.mark.slow  # every `yantra` command as a process, most of them a whole stack
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -35,6 +35,8 @@ from services.core.restart_budget import RestartBudget
 from services.core.settings import Settings
 from services.core.stack import NATS_CONFIG, STACK_FILE, StackError, check_writable, start_stack
 
+pytestmark = pytest.mark.slow  # a stack whose disk fails under it
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

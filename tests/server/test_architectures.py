@@ -24,6 +24,8 @@ from services.server.functions import function_params, site_of
 from services.server.models import load_model, tiny_sizes
 from services.server.parity import swap_with_parity
 
+pytestmark = pytest.mark.slow  # every architecture built, profiled and swapped
+
 QWEN3_NORM = "transformers.models.qwen3.modeling_qwen3.Qwen3RMSNorm"
 ROPE_FN = "apply_rotary_pos_emb"  # the modeling file's function, recorded with what it computes too
 ROPE = {ROPE_FN: "rope_half"}
