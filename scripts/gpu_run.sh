@@ -51,14 +51,14 @@ for step in $steps; do
     ropepartial) for variant in ${ROPE_VARIANTS:-rope_pairs_partial rope_half_partial rope_interleaved rope_half_angles}; do
             python3 bench/rope.py --variant $variant --out bench/results 2>&1 | tail -30
           done | tee "$RESULTS_DIR/rope_partial.log" ;;
-    rotarytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/judge/test_judge_rotary_gpu.py 2>&1 \
+    rotarytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" tests/ops/rotary/test_judge_rotary_gpu.py 2>&1 \
             | tee "$RESULTS_DIR/rotary_gpu_tests.log" | tail -40 ;;
     mlpact) python3 bench/mlp_act.py --out bench/results 2>&1 | tee "$RESULTS_DIR/mlp_act.log" ;;
     mlprelu2) python3 bench/mlp_act.py --variant mlp_relu2 --out bench/results 2>&1 | tee "$RESULTS_DIR/mlp_relu2.log" ;;
     gated) python3 bench/gated_mlp.py --out bench/results 2>&1 | tee "$RESULTS_DIR/gated_mlp.log" ;;
     familytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" ${TESTS_K:+-k "$TESTS_K"} \
-            tests/judge/test_judge_residual_norm_gpu.py tests/judge/test_judge_plain_mlp_gpu.py \
-            tests/judge/test_judge_rotary_gpu.py tests/judge/test_judge_gated_gpu.py \
+            tests/ops/residual_norm/test_judge_residual_norm_gpu.py tests/ops/plain_mlp/test_judge_plain_mlp_gpu.py \
+            tests/ops/rotary/test_judge_rotary_gpu.py tests/ops/gated_mlp/test_judge_gated_gpu.py \
             "tests/judge/test_judge_gpu.py::test_every_norm_variant_is_judged_and_timed_against_its_native_op" 2>&1 \
             | tee "$RESULTS_DIR/family_gpu_tests.log" | tail -90 ;;
     demo) model=${DEMO_MODEL:-qwen2.5-1.5b-shape}

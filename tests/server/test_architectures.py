@@ -121,7 +121,7 @@ async def test_each_architectures_norm_is_recorded_with_what_it_computes_and_its
         assert len(set(observed.canary_tokens_before)) > 1  # the canary's tokens vary: equal means something
         for layer, variant in mlp.items():
             if layer == ROPE_FN:
-                continue  # a function, swapped in tests/server/test_rotary_swap.py
+                continue  # a function, swapped in tests/ops/rotary/test_rotary_swap.py
             # the gated (or plain) MLP's and the decoder layer's residual norm kernels too, each beside the norm's,
             # bound as the coder binds them
             profile = next(m for m in observation.modules if m.introspection.class_path.endswith(f".{layer}"))
