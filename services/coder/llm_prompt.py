@@ -8,6 +8,7 @@ category, never the rule that fired or its words (the model is not taught the wa
 
 from __future__ import annotations
 
+import inspect
 import json
 
 from google.protobuf import json_format
@@ -84,11 +85,35 @@ def _fingerprint(prior: list[Recorded], target: str) -> dict:
     return {}
 
 
-def _reference(family: str, variant: str, profile: pb.ModuleClassProfile) -> str:
-    template = ops.template(family)
+def _example(template, variant: str, profile: pb.ModuleClassProfile) -> str:
+    """The template's first search config for `variant` at the live shape, in the answer format."""
     shape = tuple(int(d) for d in profile.input_shape)
     config = template.search_configs(variant, shape[-1] if shape else 0, live_shape=shape)[0]
     return answer_of(template.render(config), template.plan(config))
+
+
+def _reference(family: str, variant: str, profile: pb.ModuleClassProfile) -> str:
+    """The reference part of the prompt. For a variant the family's template writes: that template's kernel (as
+    every run asked before). For one no template writes: the family's own source (what the variant computes, as
+    the judge's oracle computes it, and the wrapper that runs the launches) and, for the answer's format and launch
+    shape only, the template's kernel of a sibling variant, said to compute something else."""
+    template = ops.template(family)
+    if variant in template.VARIANTS:
+        return (
+            "## Reference: the family's template for this variant, in the answer format (correct, the judge's "
+            f"oracle agrees with it)\n{_example(template, variant, profile)}"
+        )
+    sibling = template.VARIANTS[0]
+    return "\n\n".join(
+        [
+            f"## Reference: the op family's source (no template writes {variant}; the judge's oracle is the "
+            f"family's own formula for {variant}, and its wrapper runs your launches)\n```python\n"
+            f"{inspect.getsource(ops.family(family))}```",
+            f"## Example: the family's template for the sibling variant {sibling}, in the answer format (it computes "
+            f"{sibling}, NOT {variant}: an example of the format and the launch shape only)\n"
+            f"{_example(template, sibling, profile)}",
+        ]
+    )
 
 
 def _history(prior: list[Recorded], target: str) -> list[str]:
@@ -129,8 +154,7 @@ def user_prompt(
         f"## The deployment contract (the wrapper's parameters bound to the live module)\n{_json(_dict(contract))}",
         f"## Physics fingerprint of the op at its live shape\n{_json(_fingerprint(prior, target))}",
         f"## Live shapes\n{_json(live)}",
-        "## Reference: the family's template for this variant, in the answer format (correct, the judge's "
-        f"oracle agrees with it)\n{_reference(family, variant, profile)}",
+        _reference(family, variant, profile),
         "## Earlier candidates for this target and their verdicts\n" + "\n".join(history),
         "Answer with a new candidate (not one already tried) as one JSON object of the schema.",
     ]

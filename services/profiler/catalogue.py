@@ -31,9 +31,22 @@ FROZEN: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 
 
-def live() -> list[pb.FamilyCatalogue]:
-    """The catalogue of the code running now, in the registry's order: what the profiler records."""
-    return [pb.FamilyCatalogue(family=name, writable=list(fam.WRITABLE)) for name, fam in ops.FAMILIES.items()]
+# The authors whose kernels are the templates' (RunRequested.author: unset, or the coder's "template"). Every other
+# author is an LLM (services.coder.authors), which writes source of its own: it may write any variant a family's op
+# runs and its judging has the oracle of, not only what a template renders.
+TEMPLATE_AUTHORS = ("", "template")
+
+
+def live(author: str = "") -> list[pb.FamilyCatalogue]:
+    """The catalogue of the code running now for a run by `author`, in the registry's order: what the profiler
+    records. The template author's is what the templates write (each family's WRITABLE); an LLM author's is every
+    variant a family recognises (its VARIANTS: its op's wrapper runs each, and its judging builds each one's oracle
+    from torch's own formula), so a run with an LLM author is offered the targets no template writes."""
+    judged = author not in TEMPLATE_AUTHORS
+    return [
+        pb.FamilyCatalogue(family=name, writable=list(fam.VARIANTS if judged else fam.WRITABLE))
+        for name, fam in ops.FAMILIES.items()
+    ]
 
 
 def of(observed: pb.ProfileObservation) -> dict[str, tuple[str, ...]]:

@@ -83,7 +83,8 @@ class ProfilerService:
                 return []
             if before is not None:
                 observed.served_before.CopyFrom(before)
-            observed.catalogue.extend(catalogue.live())  # what the families write now: the ranking's, recorded
+            # what the run's author can write now (the templates', or an LLM's): the ranking's, recorded
+            observed.catalogue.extend(catalogue.live(trigger.msg.author))
             return [domain.derive_profile_captured(prior, trigger, observed)]
         if not domain.completes_run(prior, trigger):
             return []
