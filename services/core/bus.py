@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -26,7 +27,8 @@ from services.core import events as ev
 from services.core import streams
 from services.core.dead_letters import MAX_REASON_CHARS, DeadLetter, dlq_msg_id
 from services.core.events import Envelope, Recorded
-from services.core.settings import NatsAuth, auth_refused, env_nats_auth, redact_url
+from services.core.retry import ELECTION_RETRY_S, retry_wait, riding_out, transient
+from services.core.settings import NatsAuth, auth_refused, env_bus_options, env_nats_auth, nats_servers, redact_url
 from services.core.stream_read import read_msgs
 from services.core.streams import (
     _JS_STREAM_FULL,
@@ -166,7 +168,7 @@ async def connect_plain(url: str, name: str, timeout: float, *, auth: NatsAuth |
         {"max_reconnect_attempts": -1, "reconnect_time_wait": 0.5} if reconnect else {"max_reconnect_attempts": 1}
     )
     connecting = nats.connect(
-        url,
+        nats_servers(url),
         name=name,
         connect_timeout=timeout,
         allow_reconnect=reconnect,
@@ -178,19 +180,33 @@ async def connect_plain(url: str, name: str, timeout: float, *, auth: NatsAuth |
 
 
 class Bus:
-    def __init__(self, nc: nats.NATS):
+    def __init__(self, nc: nats.NATS, *, replicas: int | None = None, retry_s: float = ELECTION_RETRY_S):
         self.nc = nc
         self.js = nc.jetstream()
+        self.replicas = replicas  # of each stream it makes (a cluster's nodes); None: the server's default
+        self.retry_s = retry_s  # how long a publish or a set-up is tried again through a leader election
 
     @classmethod
     async def connect(
-        cls, url: str, name: str = "yantra", timeout: float = 5.0, *, auth: NatsAuth | None = None
+        cls,
+        url: str,
+        name: str = "yantra",
+        timeout: float = 5.0,
+        *,
+        auth: NatsAuth | None = None,
+        replicas: int | None = None,
+        retry_s: float | None = None,
     ) -> Bus:
-        """Connect and make the streams. `auth`: the credential to present; None: the environment's for `url`
-        (NATS_TOKEN, or NATS_USER and NATS_PASSWORD: how a service started by `yantra up` gets the embedded
-        server's). BusUnavailable when no server answers, or when it refuses the credential (the error's cause
-        is then nats' own, see settings.auth_refused)."""
+        """Connect and make the streams. `url`: one server, or a cluster's separated by commas. `auth`: the
+        credential to present; None: the environment's for `url` (NATS_TOKEN, or NATS_USER and NATS_PASSWORD: how
+        a service started by `yantra up` gets the embedded server's). `replicas`, `retry_s`: of the streams it
+        makes, and how long it retries through an election; None: the environment's (`env_bus_options`).
+        BusUnavailable when no server answers, or when it refuses the credential (the error's cause is then nats'
+        own, see settings.auth_refused)."""
         auth = auth or env_nats_auth(url)
+        env_replicas, env_retry_s = env_bus_options()
+        replicas = replicas if replicas is not None else env_replicas
+        retry_s = retry_s if retry_s is not None else env_retry_s
         shown = redact_url(url)  # a URL may carry a password: never in a message
         errors: list[Exception] = []  # the last one only: the callback lives as long as the connection
         refused: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -204,7 +220,7 @@ class Bus:
         # bound the first connection so a down server is a clear error, not a hang.
         connecting = asyncio.ensure_future(
             nats.connect(
-                url,
+                nats_servers(url),
                 name=name,
                 connect_timeout=timeout,
                 max_reconnect_attempts=-1,
@@ -233,7 +249,7 @@ class Bus:
             if isinstance(exc, TimeoutError) and not errors:
                 why = f"no answer within {timeout + 1.0:g} s"
             raise BusUnavailable(f"cannot reach NATS at {shown}: {why}") from exc
-        bus = cls(nc)
+        bus = cls(nc, replicas=replicas, retry_s=retry_s)
         try:
             await bus.ensure_streams()
         except BaseException:  # JetStream did not answer: a connection left open would reconnect for ever
@@ -246,13 +262,15 @@ class Bus:
             await self.nc.drain()
 
     async def ensure_streams(self) -> None:
-        """Create the streams, or bring an existing one's limits to `stream_configs()` (old data dirs)."""
-        await streams.ensure_streams(self.js)
+        """Create the streams, or bring an existing one's limits to `stream_configs()` (old data dirs); tried
+        again through a leader election."""
+        await streams.ensure_streams(self.js, self.replicas, self.retry_s)
 
     # ------------------------------------------------------------------ publishing
 
     async def publish(self, env: Envelope) -> int:
-        """Publish a run event; a second publish of the same event id is dropped by the server.
+        """Publish a run event; a second publish of the same event id is dropped by the server, so a publish that
+        meets a leader election (no responders, a timeout) is sent again, same id, for up to `retry_s`.
 
         EventRefused, in one line, when the log will not take it: larger than an event may be (checked here,
         before anything is sent), the log full, or the server out of storage.
@@ -266,8 +284,13 @@ class Bus:
                 f"{ev.RUNS_STREAM} refused {env.type} of run {env.run_id}: {size:,} bytes with its headers, "
                 f"over the {limit:,}-byte limit of an event ({which}); nothing was sent"
             )
+        subject = ev.run_subject(env.run_id, env.type)
         try:
-            ack = await self.js.publish(ev.run_subject(env.run_id, env.type), data, headers=headers, timeout=10.0)
+            ack = await riding_out(
+                lambda: self.js.publish(subject, data, headers=headers, timeout=10.0),
+                f"publish {env.type} of run {env.run_id}",
+                self.retry_s,
+            )
         except APIError as exc:
             refused = f"{ev.RUNS_STREAM} refused {env.type} of run {env.run_id}"
             if out_of_storage(exc.err_code, exc.description):
@@ -294,7 +317,12 @@ class Bus:
         """
         headers = dlq.dead_letter_headers(service, reason, subject, stream=stream, seq=seq, mine=mine)
         data, headers = dlq.fit_copy(data, headers, self.nc.max_payload)
-        await self.js.publish(ev.dlq_subject(service), data, headers=headers, timeout=5.0)
+        await riding_out(  # a timeout is retried only with an id: without one a second copy could be stored
+            lambda: self.js.publish(ev.dlq_subject(service), data, headers=headers, timeout=5.0),
+            f"dead letter of {service}",
+            self.retry_s,
+            idempotent="Nats-Msg-Id" in headers,
+        )
 
     # ------------------------------------------------------------------ reading
 
@@ -452,20 +480,25 @@ class Bus:
             filter_subjects=subjects,
             max_ack_pending=64,
         )
-        await self._ensure_durable(stream, cfg)
+        await riding_out(lambda: self._ensure_durable(stream, cfg), f"consumer {durable}", self.retry_s)
         psub = await self.js.pull_subscribe_bind(durable=durable, stream=stream)
+        outage = 0  # fetches failed in a row: the pause before the next grows (retry_wait) through an election
         try:
             while not stop.is_set():
                 try:
                     msgs = await psub.fetch(1, timeout=1.0)
+                    outage = 0
                 except TimeoutError:
+                    outage = 0
                     continue
-                except Exception as exc:  # connection trouble: the client reconnects; wait and retry
+                except Exception as exc:  # connection trouble, or no leader: the client reconnects; wait and retry
                     if self.nc.is_closed:  # it will not: retrying would leave this consumer deaf for good
                         why = self._closed_why()
                         raise BusClosed(f"{durable}: the NATS connection was closed for good ({why})") from exc
-                    log.warning("%s: fetch failed (%s); retrying", durable, exc)
-                    await asyncio.sleep(0.5)
+                    outage += 1
+                    if outage == 1 or not transient(exc):  # an election's 503s: said once, not twice a second
+                        log.warning("%s: fetch failed (%s); retrying", durable, _why(exc) or type(exc).__name__)
+                    await asyncio.sleep(retry_wait(outage, 0.0, math.inf) or 0.5)  # never gives up on its stream
                     continue
                 for msg in msgs:
                     await self._dispatch(durable, msg, handler, max_deliver, ack_wait, stop, on_give_up)

@@ -73,7 +73,7 @@ def port_problem(port: int) -> str | None:
     return None
 
 
-def _quoted(text: str) -> str:
+def quoted(text: str) -> str:
     # nats-server's config reads a double-quoted string with JSON's escapes
     return json.dumps(text)
 
@@ -81,14 +81,19 @@ def _quoted(text: str) -> str:
 def config_text(port: int, store_dir: Path, auth: NatsAuth | None = None) -> str:
     lines = [
         "# written by yantra for its embedded nats-server; rewritten on each start",
-        f"listen: {_quoted(f'127.0.0.1:{port}')}",
-        f"jetstream {{ store_dir: {_quoted(str(store_dir))} }}",
+        f"listen: {quoted(f'127.0.0.1:{port}')}",
+        f"jetstream {{ store_dir: {quoted(str(store_dir))} }}",
     ]
+    return "\n".join(lines + client_auth_lines(auth)) + "\n"
+
+
+def client_auth_lines(auth: NatsAuth | None) -> list[str]:
+    lines = []
     if auth is not None and auth.token:
-        lines.append(f"authorization {{ token: {_quoted(auth.token)} }}")
+        lines.append(f"authorization {{ token: {quoted(auth.token)} }}")
     elif auth is not None:
-        lines.append(f"authorization {{ user: {_quoted(auth.user)}, password: {_quoted(auth.password)} }}")
-    return "\n".join(lines) + "\n"
+        lines.append(f"authorization {{ user: {quoted(auth.user)}, password: {quoted(auth.password)} }}")
+    return lines
 
 
 def write_config(path: Path, text: str) -> None:
@@ -164,15 +169,27 @@ def start_nats(
     port = port or free_port(avoid)
     config_file = config_file or store_dir / "nats.conf"
     write_config(config_file, config_text(port, store_dir, auth))
+    proc = launch(config_file, log_file)
+    wait_listening(proc, port, timeout, log_file)
+    return LocalNats(proc, port, store_dir, config_file, auth)
+
+
+def launch(config_file: Path, log_file: Path | None) -> subprocess.Popen:
+    """nats-server running `config_file`, logging to `log_file` (appended), in a session of its own and dying with
+    this process."""
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115 - handed to the child
     cmd = [find_nats_server(), "-c", str(config_file)]
-    proc = subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True, preexec_fn=die_with_parent)
+    return subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True, preexec_fn=die_with_parent)
+
+
+def wait_listening(proc: subprocess.Popen, port: int, timeout: float, log_file: Path | None) -> None:
+    """Return once `proc` accepts connections on `port`; RuntimeError when it exits or is not there in time."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"nats-server exited with {proc.returncode} (port {port} taken? see {log_file})")
         if _port_open(port):
-            return LocalNats(proc, port, store_dir, config_file, auth)
+            return
         time.sleep(0.02)
     proc.kill()
     raise RuntimeError(f"nats-server did not listen on port {port} within {timeout}s")

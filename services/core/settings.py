@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from services.core.retry import ELECTION_RETRY_S
 from services.core.secrets_env import with_file_secrets
 
 # The environment variable each setting is read from: error messages name it, since that is what a user set.
@@ -18,6 +19,8 @@ ENV_NAMES = {
     "nats_password": "NATS_PASSWORD",
     "nats_token": "NATS_TOKEN",
     "nats_port": "YANTRA_NATS_PORT",
+    "nats_replicas": "YANTRA_NATS_REPLICAS",
+    "nats_retry_s": "YANTRA_NATS_RETRY_S",
     "data_dir": "YANTRA_DATA_DIR",
     "server_addr": "YANTRA_SERVER_ADDR",
     "model": "YANTRA_MODEL",
@@ -44,7 +47,7 @@ ENV_NAMES = {
     "llm_retries": "YANTRA_LLM_RETRIES",
 }
 # Set to "" these mean unset (the field's default); the others take "" as given (and may refuse it).
-_EMPTY_IS_UNSET = frozenset({"nats_url", "nats_port", "batch", "shadow_calls"})
+_EMPTY_IS_UNSET = frozenset({"nats_url", "nats_port", "nats_replicas", "nats_retry_s", "batch", "shadow_calls"})
 # On/off settings: "0", "false" and "no" are off, anything else on.
 _FLAGS = frozenset({"restore_swaps", "graphs"})
 # Never echoed in an error message: a typo there must not print the secret.
@@ -68,8 +71,17 @@ def host_port_problem(addr: str) -> str | None:
     return None
 
 
+def nats_servers(url: str) -> list[str]:
+    """The servers of a NATS_URL: one URL, or several separated by commas (the nodes of a cluster), as nats-py
+    takes them (a list; a string with commas it would read as one URL)."""
+    return [part.strip() for part in url.split(",") if part.strip()]
+
+
 def redact_url(url: str) -> str:
-    """`url` with any user, password or token in it replaced by ***: what may be printed or logged."""
+    """`url` (or a comma-separated list of them) with any user, password or token in it replaced by ***: what may
+    be printed or logged."""
+    if "," in url:
+        return ",".join(redact_url(part) for part in nats_servers(url))
     parts = urlsplit(url)
     if "@" not in parts.netloc:
         return url
@@ -77,7 +89,7 @@ def redact_url(url: str) -> str:
 
 
 def url_has_credentials(url: str) -> bool:
-    return "@" in urlsplit(url).netloc
+    return any("@" in urlsplit(part).netloc for part in nats_servers(url))
 
 
 @dataclass(frozen=True)
@@ -96,12 +108,22 @@ class NatsAuth:
 
 
 class Settings(BaseModel):
-    nats_url: str | None = Field(None, description="NATS server to use; unset means the embedded one")
+    nats_url: str | None = Field(
+        None, description="NATS server to use, or a cluster's, separated by commas; unset means the embedded one"
+    )
     nats_user: str = Field("", description="user for an external NATS_URL without credentials of its own")
     nats_password: str = Field("", repr=False, description="password for NATS_USER")
     nats_token: str = Field("", repr=False, description="token for an external NATS_URL (instead of a user)")
     nats_port: int | None = Field(
         None, ge=1, le=65535, description="port of the embedded nats-server; unset: the data dir's, else a free one"
+    )
+    nats_replicas: int | None = Field(
+        None, ge=1, le=5, description="replicas of each stream (a cluster's nodes); unset: the server's default, one"
+    )
+    nats_retry_s: float = Field(
+        ELECTION_RETRY_S,
+        gt=0,
+        description="seconds a publish or a stream set-up is retried through a JetStream leader election",
     )
     data_dir: Path = Field(
         Path(".yantra"),
@@ -166,6 +188,13 @@ class Settings(BaseModel):
             raise ValueError(f"{ENV_NAMES[info.field_name]}={addr}: {problem}")
         return addr
 
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_urls(cls, url: str | None) -> str | None:
+        if url is not None and not nats_servers(url):
+            raise ValueError(f"NATS_URL={url!r}: names no server (nats://HOST:PORT, several separated by commas)")
+        return url
+
     @field_validator("weaviate_url")
     @classmethod
     def _http_url(cls, url: str, info) -> str:
@@ -219,6 +248,9 @@ class Settings(BaseModel):
                 out[ENV_NAMES[name]] = getattr(self, name)
         if self.nats_port is not None:
             out["YANTRA_NATS_PORT"] = str(self.nats_port)
+        if self.nats_replicas is not None:
+            out["YANTRA_NATS_REPLICAS"] = str(self.nats_replicas)
+        out["YANTRA_NATS_RETRY_S"] = str(self.nats_retry_s)
         if self.admin_token:
             out["YANTRA_ADMIN_TOKEN"] = self.admin_token
         if self.instance_id:
@@ -289,6 +321,22 @@ def env_nats_auth(url: str, env: dict[str, str] | None = None) -> NatsAuth | Non
     if env.get("NATS_USER") or env.get("NATS_PASSWORD"):
         return NatsAuth(user=env.get("NATS_USER", ""), password=env.get("NATS_PASSWORD", ""))
     return None
+
+
+def env_bus_options(env: dict[str, str] | None = None) -> tuple[int | None, float]:
+    """(stream replicas, election retry seconds) as the environment gives them (YANTRA_NATS_REPLICAS,
+    YANTRA_NATS_RETRY_S): how a service started by `yantra up --cluster N` makes its streams with N replicas.
+    A value that is not a number is the default here; Settings.from_env, which every process reads first,
+    refuses it in one line."""
+    env = os.environ if env is None else env
+    replicas = env.get("YANTRA_NATS_REPLICAS", "")
+    retry = env.get("YANTRA_NATS_RETRY_S", "")
+    try:
+        retry_s = float(retry) if retry else ELECTION_RETRY_S
+    except ValueError:
+        retry_s = ELECTION_RETRY_S
+    replicas_n = int(replicas) if replicas.isdigit() and int(replicas) > 0 else None
+    return replicas_n, (retry_s if retry_s > 0 else ELECTION_RETRY_S)
 
 
 def auth_refused(exc: BaseException | None) -> bool:

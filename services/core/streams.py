@@ -8,6 +8,7 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from services.core import events as ev
+from services.core.retry import ELECTION_RETRY_S, riding_out, transient
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,11 @@ MIN_RESERVED_BYTES = 64 << 20
 # nats-server's error codes (server/errors.json) for "the disk cannot hold this stream's max_bytes", for "the
 # stream is full" and for "the server is out of storage".
 _JS_INSUFFICIENT_RESOURCES = 10047
+# On a cluster the same comes as "no suitable peers for placement" (insufficient resources): no node has room for
+# a replica of that size. (With a node down it can also mean too few nodes; halving then fails to the end, and the
+# error is raised as it came.)
+_JS_NO_SUITABLE_PEERS = 10005
+_JS_CANNOT_RESERVE = (_JS_INSUFFICIENT_RESOURCES, _JS_NO_SUITABLE_PEERS)
 # message size exceeds maximum allowed; storing failed (its text says why: maximum bytes or messages exceeded)
 _JS_STREAM_FULL = (10054, 10077)
 # resource limits exceeded for account; insufficient resources (seen when the server's max_file_store is used
@@ -63,10 +69,11 @@ def out_of_storage(err_code: int | None, description: str | None) -> bool:
     return err_code in _JS_OUT_OF_STORAGE or any(words in text for words in _OUT_OF_STORAGE_WORDS)
 
 
-def stream_configs() -> list[api.StreamConfig]:
+def stream_configs(replicas: int | None = None) -> list[api.StreamConfig]:
     """The streams and their limits, the log last: on a server with little disk it takes what the others
-    leave (a stream with no byte limit cannot even be made once every byte is reserved)."""
-    return [
+    leave (a stream with no byte limit cannot even be made once every byte is reserved). `replicas`: on a
+    cluster, how many nodes keep each (None: the server's default, one)."""
+    streams = [
         api.StreamConfig(
             name=ev.DLQ_STREAM,
             subjects=[ev.DLQ_SUBJECTS],
@@ -94,10 +101,12 @@ def stream_configs() -> list[api.StreamConfig]:
             discard=api.DiscardPolicy.NEW,
         ),
     ]
+    return [cfg.evolve(num_replicas=replicas) for cfg in streams] if replicas and replicas > 1 else streams
 
 
 # What ensure_streams keeps equal to stream_configs() on a stream that exists already.
-_STREAM_LIMITS = ("max_msgs", "max_bytes", "max_age", "max_msg_size", "discard", "duplicate_window")
+# num_replicas only when asked for (a cluster's `yantra up`): a client that does not say leaves a stream as it is.
+_STREAM_LIMITS = ("max_msgs", "max_bytes", "max_age", "max_msg_size", "discard", "duplicate_window", "num_replicas")
 
 
 def _same(have, want) -> bool:
@@ -106,10 +115,11 @@ def _same(have, want) -> bool:
     return have == want
 
 
-async def ensure_streams(js: JetStreamContext) -> None:
-    """Create the streams, or bring an existing one's limits to `stream_configs()` (old data dirs)."""
-    for want in stream_configs():
-        await ensure_stream(js, want)
+async def ensure_streams(js: JetStreamContext, replicas: int | None = None, retry_s: float = ELECTION_RETRY_S) -> None:
+    """Create the streams, or bring an existing one's limits to `stream_configs()` (old data dirs). Each is tried
+    again for `retry_s` while JetStream has no leader (a cluster electing one, or still forming)."""
+    for want in stream_configs(replicas):
+        await riding_out(lambda want=want: ensure_stream(js, want), f"stream {want.name}", retry_s)
 
 
 async def ensure_stream(js: JetStreamContext, want: api.StreamConfig) -> None:
@@ -134,6 +144,8 @@ async def ensure_stream(js: JetStreamContext, want: api.StreamConfig) -> None:
     try:
         await _reserving(js.update_stream, have.evolve(**changed), used=info.state.bytes)
     except APIError as exc:  # it works with the limits it has: a reader must not fail on a disk too full to update
+        if transient(exc):  # no leader to ask right now: ensure_streams asks again
+            raise
         log.warning("stream %s keeps its limits (%s not set): %s", want.name, what, exc.description or exc)
 
 
@@ -149,7 +161,7 @@ async def _reserving(op, cfg: api.StreamConfig, used: int) -> None:
             await op(cfg)
             break
         except APIError as exc:
-            if exc.err_code != _JS_INSUFFICIENT_RESOURCES or not cfg.max_bytes or cfg.max_bytes < 0:
+            if exc.err_code not in _JS_CANNOT_RESERVE or not cfg.max_bytes or cfg.max_bytes < 0:
                 raise
             smaller = cfg.max_bytes // 2
             if smaller < max(MIN_RESERVED_BYTES, 2 * used):
