@@ -156,16 +156,17 @@ def start_cluster(
     auth: NatsAuth | None = None,
     avoid: Collection[int] = (),
     monitor: bool = False,
+    max_file_store: int | None = None,
     timeout: float = 10.0,
 ) -> LocalCluster:
     """Start `nodes` nats-server nodes under `root` (node-I/ the store, node-I.conf, node-I.log) and wait until each
     accepts connections; JetStream elects its leader a few seconds later (clients retry meanwhile). With `auth`,
-    every client must present it. OSError when a store or a config cannot be written; RuntimeError when a node
+    every client must present it. `max_file_store`: each node's; default: `node_max_file_store` of the disk. OSError when a store or a config cannot be written; RuntimeError when a node
     does not start (the nodes started are stopped)."""
     root.mkdir(parents=True, exist_ok=True)
     plans = plan_nodes(root, nodes, avoid, monitor=monitor)
     stored = sum(_stored_bytes(p.store_dir) for p in plans)
-    max_store = node_max_file_store(shutil.disk_usage(root).free, stored, nodes)
+    max_store = max_file_store or node_max_file_store(shutil.disk_usage(root).free, stored, nodes)
     route_password = secrets.token_hex(16)
     procs: list[subprocess.Popen] = []
     cluster = LocalCluster(plans, [], [root / f"node-{i + 1}.log" for i in range(nodes)], auth)

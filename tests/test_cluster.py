@@ -1,0 +1,180 @@
+"""A three-node nats-server cluster whose leaders are SIGKILLed mid-work: nothing published is lost or stored twice,
+set-up goes through the election, and a durable consumer keeps receiving. Real processes, real elections (4-9 s
+each), so every test here is slow."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from collections import Counter
+
+import pytest
+
+from services.core import events as ev
+from services.core.bus import Bus
+from services.core.nats_cluster import LocalCluster, cluster_config_text, node_max_file_store, plan_nodes, start_cluster
+from services.core.pb import events_pb2 as pb
+
+pytestmark = pytest.mark.slow
+
+NODE_STORE = 4 << 30  # each node's max_file_store: the 1 GiB DLQ fits, the 16 GiB log must halve to fit (10005)
+N_EVENTS = 60
+KILL_AFTER = 20
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = start_cluster(tmp_path / "cluster", 3, monitor=True, max_file_store=NODE_STORE)
+    yield c
+    c.stop()
+
+
+async def _bus(cluster: LocalCluster, name: str) -> Bus:
+    return await Bus.connect(cluster.url, name=name, timeout=10.0, replicas=3, retry_s=30.0)
+
+
+def _event(run_id: str, k: int) -> ev.Envelope:
+    msg = pb.SkillCredited(skill_id=f"s{k}", reward=k)
+    return ev.make_envelope(run_id, msg, producer="t", time_ns=k, event_id=f"{run_id}-{k}", ordinal=k)
+
+
+async def _stream_leader(bus: Bus) -> str:
+    return (await bus.js.stream_info(ev.RUNS_STREAM)).cluster.leader
+
+
+def _meta_leader(cluster: LocalCluster) -> str:
+    for i, plan in enumerate(cluster.plans):
+        if cluster.nodes[i].process.poll() is None:
+            with urllib.request.urlopen(f"http://127.0.0.1:{plan.monitor_port}/jsz", timeout=5) as reply:
+                return json.load(reply)["meta_cluster"]["leader"]
+    raise AssertionError("no node is alive")
+
+
+async def _publish_killing(bus: Bus, run_id: str, kill) -> float:
+    """Publish N_EVENTS events in turn; after KILL_AFTER, `kill()`. The longest single publish, in seconds."""
+    longest = 0.0
+    for k in range(N_EVENTS):
+        if k == KILL_AFTER:
+            await kill()
+        start = time.monotonic()
+        await bus.publish(_event(run_id, k))
+        longest = max(longest, time.monotonic() - start)
+    return longest
+
+
+async def _assert_each_once(bus: Bus, run_id: str) -> None:
+    got = Counter(r.env.event_id for r in await bus.read_run(run_id))
+    assert got == Counter(f"{run_id}-{k}" for k in range(N_EVENTS)), "lost or duplicated events"
+
+
+def test_each_node_has_its_name_its_store_a_share_of_the_disk_and_authenticated_routes(tmp_path):
+    plans = plan_nodes(tmp_path, 3)
+    assert len({p.name for p in plans}) == 3 and len({p.store_dir for p in plans}) == 3
+    assert len({p.port for p in plans} | {p.route_port for p in plans}) == 6
+    text = cluster_config_text(plans[0], plans, 5 << 30, "pw")
+    assert f'server_name: "{plans[0].name}"' in text and "max_file_store: 5368709120" in text
+    assert 'authorization { user: "yantra-route", password: "pw" }' in text
+    assert text.count("nats-route://yantra-route:pw@") == 2  # its two peers, not itself
+    # three nodes on one disk share three quarters of it, what their stores hold counted in
+    assert node_max_file_store(90 << 30, 6 << 30, 3) == 24 << 30
+    assert node_max_file_store(0, 0, 3) == 64 << 20  # never nothing
+
+
+async def test_a_publisher_rides_out_the_stream_leader_killed_and_every_event_lands_once(cluster, run_id):
+    bus = await _bus(cluster, "publisher")
+    try:
+        info = await bus.js.stream_info(ev.RUNS_STREAM)
+        assert info.config.num_replicas == 3
+        assert info.config.max_bytes == 2 << 30  # 16 GiB halved on 10005 until it fit beside the DLQ
+        leader = info.cluster.leader
+
+        async def kill():
+            cluster.kill(cluster.index_of(leader))
+
+        longest = await _publish_killing(bus, run_id, kill)
+        assert longest > 1.0  # it did meet the election, and waited it out
+        assert await _stream_leader(bus) != leader
+        await _assert_each_once(bus, run_id)
+    finally:
+        await bus.close()
+
+
+async def test_a_publisher_and_set_up_ride_out_the_meta_leader_killed(cluster, run_id):
+    bus = await _bus(cluster, "publisher")
+    try:
+        meta = await asyncio.to_thread(_meta_leader, cluster)
+        for _ in range(5):  # the stream leader elsewhere: this test is about the meta leader alone
+            if await _stream_leader(bus) != meta:
+                break
+            await bus.nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{ev.RUNS_STREAM}", b"", timeout=5)
+            await asyncio.sleep(2.0)
+        assert await _stream_leader(bus) != meta
+
+        async def kill():
+            cluster.kill(cluster.index_of(meta))
+            # set-up while the meta group has no leader: streams checked, a durable made
+            await bus.ensure_streams()
+            stop = asyncio.Event()
+            stop.set()  # made, then returns at once
+            await bus.consume("after-meta-kill", [ev.run_filter(run_id)], _never, stop)
+
+        await _publish_killing(bus, run_id, kill)
+        assert await asyncio.to_thread(_meta_leader, cluster) != meta
+        await _assert_each_once(bus, run_id)
+        assert (await bus.js.consumer_info(ev.RUNS_STREAM, "after-meta-kill")).config.durable_name
+    finally:
+        await bus.close()
+
+
+async def _never(_recorded) -> None:
+    raise AssertionError("no event is handled here")
+
+
+async def test_a_durable_consumer_keeps_receiving_across_the_stream_leader_killed(cluster, run_id):
+    publisher = await _bus(cluster, "publisher")
+    consumer = await _bus(cluster, "consumer")
+    seen: Counter = Counter()
+    all_seen = asyncio.Event()
+
+    async def handle(recorded) -> None:
+        seen[recorded.env.event_id] += 1
+        if len(seen) == N_EVENTS:
+            all_seen.set()
+
+    stop = asyncio.Event()
+    consuming = asyncio.create_task(consumer.consume("cluster-durable", [ev.run_filter(run_id)], handle, stop))
+    try:
+        await asyncio.sleep(1.0)  # the durable made before the first event
+        leader = await _stream_leader(publisher)
+
+        async def kill():
+            cluster.kill(cluster.index_of(leader))
+
+        await _publish_killing(publisher, run_id, kill)
+        await asyncio.wait_for(all_seen.wait(), 60.0)
+        assert set(seen) == {f"{run_id}-{k}" for k in range(N_EVENTS)}
+        assert not consuming.done()  # it never failed
+    finally:
+        stop.set()
+        await asyncio.wait_for(consuming, 10.0)
+        await publisher.close()
+        await consumer.close()
+
+
+async def test_with_no_quorum_a_publish_gives_up_once_its_retry_budget_is_spent(cluster, run_id):
+    bus = await _bus(cluster, "publisher")  # made with the default budget: the cluster is still electing
+    bus.retry_s = 2.0
+    try:
+        await bus.publish(_event(run_id, 0))
+        survivor = cluster.index_of(await _stream_leader(bus))
+        for i in range(3):
+            if i != survivor:
+                cluster.kill(i)
+        start = time.monotonic()
+        with pytest.raises(Exception):  # noqa: B017 - no responders or a timeout: either way it stops trying
+            await bus.publish(_event(run_id, 1))
+        assert time.monotonic() - start < 2.0 + 10.0 + 3.0  # the budget, one last try's timeout, slack
+    finally:
+        await bus.close()
