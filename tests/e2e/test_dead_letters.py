@@ -63,7 +63,8 @@ async def test_each_garbage_message_is_dead_lettered_once_and_shown_by_the_cli(s
         subject = ev.run_subject(run_id, SUBJECT_TYPES[k % len(SUBJECT_TYPES)])
         ack = await bus.js.publish(subject, b"\xde\xad garbage #%d \x00\x01" % k)
         garbage[ack.seq] = subject
-    unread = (await bus.js.publish(ev.run_subject(run_id, "RunCompleted"), b"\x01 nobody consumes this")).seq
+    # no service consumes SkillCredited (the profiler answers RunCompleted since it may roll a run's swaps back)
+    unread = (await bus.js.publish(ev.run_subject(run_id, "SkillCredited"), b"\x01 nobody consumes this")).seq
 
     deadline = time.monotonic() + 180
     while (count := await bus.dead_letter_count()) < GARBAGE and time.monotonic() < deadline:
@@ -106,4 +107,4 @@ async def test_each_garbage_message_is_dead_lettered_once_and_shown_by_the_cli(s
     assert events.returncode == 0, events.stderr
     shown_seqs = [line for line in events.stdout.splitlines() if ": undecodable: " in line]
     assert len(shown_seqs) == GARBAGE + 1  # the one no service consumes too
-    assert f"seq {unread} on {ev.run_subject(run_id, 'RunCompleted')}: undecodable: not an Envelope" in events.stdout
+    assert f"seq {unread} on {ev.run_subject(run_id, 'SkillCredited')}: undecodable: not an Envelope" in events.stdout
