@@ -20,7 +20,7 @@ from nats.js.errors import NotFoundError
 
 from services.core import events as ev
 from services.core.events import Recorded
-from services.core.settings import NatsAuth, redact_url
+from services.core.settings import NatsAuth, nats_servers, redact_url
 from tui import jetstream
 from tui.model import MAX_METRIC_POINTS
 
@@ -95,7 +95,7 @@ class LiveTail:
         # nats-py keeps trying a refused first server until max_reconnect_attempts is spent, even with
         # reconnects off: one quick retry, then NoServersError, and our own backoff takes over.
         connecting = nats.connect(
-            url,
+            nats_servers(url),  # one server, or a cluster's
             name="yantra-tui",
             connect_timeout=CONNECT_TIMEOUT_S,
             allow_reconnect=False,

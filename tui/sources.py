@@ -18,7 +18,7 @@ import nats
 from services.core import events as ev
 from services.core.events import Recorded
 from services.core.logfile import read_log
-from services.core.settings import NatsAuth, redact_url
+from services.core.settings import NatsAuth, nats_servers, redact_url
 from tui import jetstream
 
 METRICS_MARGIN_NS = 30 * 10**9  # metrics this long before and after the run frame its timeline
@@ -50,7 +50,11 @@ async def load_run(url: str, run_id: str, auth: NatsAuth | None = None) -> list[
     try:
         nc = await asyncio.wait_for(
             nats.connect(
-                url, name="yantra-tui-replay", connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=False, **credential
+                nats_servers(url),
+                name="yantra-tui-replay",
+                connect_timeout=CONNECT_TIMEOUT_S,
+                allow_reconnect=False,
+                **credential,
             ),
             CONNECT_TIMEOUT_S + 1.0,
         )

@@ -20,7 +20,7 @@ from pathlib import Path
 import nats
 from nats.errors import NoRespondersError
 
-from services.cli.common import CliError, add_common, add_nats_port, settings_of
+from services.cli.common import CliError, add_common, add_nats_port, bounded, settings_of
 from services.cli.run_cmds import CANARY_PROMPT, add_run_options, check_run_options, follow_run, start_run
 from services.core import events as ev
 from services.core import run_end, served_text
@@ -91,6 +91,7 @@ def _supervise_once(stack: Stack, budget: RestartBudget | None, now: float | Non
         if decision.action == "restart":
             budget.restarted("nats-server", now)
             _restart_nats(stack)
+    _supervise_nodes(stack, budget, now)
     for name, code in stack.dead():
         if code == 2:
             raise CliError(f"service {name} stopped with a configuration error:\n{stack.log_tail(name)}")
@@ -111,6 +112,33 @@ def _supervise_once(stack: Stack, budget: RestartBudget | None, now: float | Non
                 stack.start_service(name)
             except StackError as exc:  # its log cannot be opened: nothing it could do would be seen
                 raise CliError(f"service {name} cannot be started again: {exc}") from exc
+            _record(stack)
+
+
+def _supervise_nodes(stack: Stack, budget: RestartBudget | None, now: float) -> None:
+    """`yantra up --cluster N`: a node that exited is started again (its config, store and port), within `budget`;
+    the others serve meanwhile, and every client rides out the election its loss caused."""
+    if stack.cluster is None:
+        return
+    for index, code in stack.cluster.dead():
+        name = f"nats-server-{index + 1}"
+        log_file = stack.cluster.log_files[index]
+        if budget is None:
+            raise CliError(f"{name} of the cluster exited with {code} (see {log_file})")
+        decision = budget.on_dead(name, now)
+        if decision.action == "give_up":
+            raise CliError(f"{_gave_up(name + ' of the cluster', budget, decision.restarts_in_window, code)} "
+                           f"(see {log_file})")  # fmt: skip
+        if decision.first:
+            when = "" if decision.action == "restart" else f" in {decision.due - now:.1f} s"
+            print(f"{name} of the cluster exited with {code}; restarting it{when} with its store kept")
+        if decision.action == "restart":
+            budget.restarted(name, now)
+            try:
+                stack.cluster.restart(index)
+            except (RuntimeError, OSError) as exc:  # its port not free yet, say: a later round tries again
+                print(f"{name} did not start again ({exc}); retrying")
+                continue
             _record(stack)
 
 
@@ -303,13 +331,13 @@ class JetStreamWatch:
                 await self.nc.close()
 
 
-async def _bring_up(settings: Settings, stop: asyncio.Event | None = None) -> Stack:
+async def _bring_up(settings: Settings, stop: asyncio.Event | None = None, cluster: int = 0) -> Stack:
     try:
         check_model_name(settings.model)
     except UnknownModel as exc:
         raise CliError(f"{exc}; set it with --model or YANTRA_MODEL") from exc
     try:
-        stack = start_stack(settings, SERVICES)
+        stack = start_stack(settings, SERVICES, cluster)
     except (StackError, RuntimeError) as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:  # one start_stack did not name: a full or read-only disk, say
@@ -319,6 +347,9 @@ async def _bring_up(settings: Settings, stop: asyncio.Event | None = None) -> St
         print(notice)
     if settings.nats_url:
         where = redact_url(settings.nats_url)  # a URL may carry a password
+    elif stack.cluster is not None:
+        guarded = ", clients need YANTRA_ADMIN_TOKEN" if stack.cluster.auth else ""
+        where = f"a nats-server cluster of {len(stack.cluster.nodes)} nodes at {stack.nats_url}{guarded}"
     else:
         guarded = ", clients need YANTRA_ADMIN_TOKEN" if stack.nats and stack.nats.auth else ""
         where = f"embedded nats-server at {stack.nats_url}{guarded}"
@@ -354,9 +385,10 @@ async def cmd_up(args) -> int:
     # SIGHUP too: a closed terminal stops the stack cleanly; SIGINT also where a background job ignores it.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
-    stack = await _bring_up(settings, stop)
+    stack = await _bring_up(settings, stop, args.cluster or 0)
     started = time.monotonic()
-    for name in (*stack.procs, "nats-server"):
+    nodes = [f"nats-server-{i + 1}" for i in range(len(stack.cluster.nodes))] if stack.cluster else []
+    for name in (*stack.procs, "nats-server", *nodes):
         budget.started(name, started)
     print("press Ctrl-C to stop; in another terminal: yantra optimize | yantra events --follow | yantra tui")
     watch = JetStreamWatch(stack)
@@ -524,6 +556,13 @@ def register(sub) -> None:
     sp = sub.add_parser("up", help="start nats-server and all five services; Ctrl-C stops them")
     add_common(sp, model=True)
     add_nats_port(sp)
+    sp.add_argument(
+        "--cluster",
+        type=bounded(3, 5),
+        metavar="N",
+        help="run N nats-server nodes (3 to 5) on 127.0.0.1 instead of one, each stream kept on every node, so the"
+        " stack rides out the loss of a node; stores, configs and logs under DIR/nats-cluster",
+    )
     sp.set_defaults(fn=cmd_up)
 
     sp = sub.add_parser("demo", help="up + optimize + summary + shut down (the main job)")

@@ -27,7 +27,7 @@ from services.core import events as ev
 from services.core import streams
 from services.core.dead_letters import MAX_REASON_CHARS, DeadLetter, dlq_msg_id
 from services.core.events import Envelope, Recorded
-from services.core.retry import ELECTION_RETRY_S, retry_wait, riding_out, transient
+from services.core.retry import ELECTION_RETRY_S, retry_wait, riding_out
 from services.core.settings import NatsAuth, auth_refused, env_bus_options, env_nats_auth, nats_servers, redact_url
 from services.core.stream_read import read_msgs
 from services.core.streams import (
@@ -496,7 +496,7 @@ class Bus:
                         why = self._closed_why()
                         raise BusClosed(f"{durable}: the NATS connection was closed for good ({why})") from exc
                     outage += 1
-                    if outage == 1 or not transient(exc):  # an election's 503s: said once, not twice a second
+                    if outage == 1 or outage % 30 == 0:  # an election's 503s: said once, then every minute or so
                         log.warning("%s: fetch failed (%s); retrying", durable, _why(exc) or type(exc).__name__)
                     await asyncio.sleep(retry_wait(outage, 0.0, math.inf) or 0.5)  # never gives up on its stream
                     continue

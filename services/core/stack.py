@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.core.nats_cluster import LocalCluster, start_cluster
 from services.core.nats_launcher import LocalNats, die_with_parent, free_port, port_problem, start_nats
 from services.core.secrets_env import SECRETS
 from services.core.settings import Settings
@@ -21,6 +22,7 @@ from services.core.settings import Settings
 STACK_FILE = "stack.json"
 NATS_LOG = "nats.log"
 NATS_CONFIG = "nats.conf"  # the embedded nats-server's config (mode 0600: it may hold the credential)
+NATS_CLUSTER_DIR = "nats-cluster"  # `yantra up --cluster N`: node-I/ (its store), node-I.conf, node-I.log
 NATS_PORT_FILE = "nats.port"  # the embedded nats-server's port, reused by the next `yantra up` on this data dir
 
 
@@ -122,6 +124,7 @@ class Stack:
     nats_url: str
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # what the user should know about how it started
+    cluster: LocalCluster | None = None  # `yantra up --cluster N`: its nodes, instead of `nats`
 
     @property
     def log_dir(self) -> Path:
@@ -129,13 +132,14 @@ class Stack:
 
     def child_env(self) -> dict[str, str]:
         env = {**os.environ, **self.settings.env(), "NATS_URL": self.nats_url, "PYTHONUNBUFFERED": "1"}
-        if self.nats is not None:
+        embedded = self.nats or self.cluster
+        if embedded is not None:
             # The embedded server's credential, where every NATS client of ours reads one (Bus.connect);
             # a NATS_USER or NATS_TOKEN of the user's is for another server.
             for var in ("NATS_USER", "NATS_PASSWORD", "NATS_TOKEN", "NATS_PASSWORD_FILE", "NATS_TOKEN_FILE"):
                 env.pop(var, None)
-            if self.nats.auth is not None:
-                env["NATS_TOKEN"] = self.nats.auth.token
+            if embedded.auth is not None:
+                env["NATS_TOKEN"] = embedded.auth.token
         for name in SECRETS:  # a secret read from NAME_FILE is passed on as NAME: both set would be refused
             if env.get(name):
                 env.pop(f"{name}_FILE", None)
@@ -207,6 +211,8 @@ class Stack:
         info["pids"] = {name: proc.pid for name, proc in self.procs.items()}
         if self.nats:
             info["pids"]["nats-server"] = self.nats.process.pid
+        for i, node in enumerate(self.cluster.nodes if self.cluster else []):
+            info["pids"][f"nats-server-{i + 1}"] = node.process.pid
         path = self.settings.data_dir / STACK_FILE
         tmp = path.with_name(f".{STACK_FILE}.{os.getpid()}")
         try:
@@ -236,6 +242,8 @@ class Stack:
                 proc.wait()
         if self.nats:
             self.nats.stop()
+        if self.cluster:
+            self.cluster.stop()
         with contextlib.suppress(OSError):  # a data dir that turned read-only: everything stopped all the same
             (self.settings.data_dir / STACK_FILE).unlink(missing_ok=True)
 
@@ -309,20 +317,37 @@ def _start_embedded_nats(settings: Settings) -> tuple[LocalNats, str | None]:
     return nats, notice
 
 
-def start_stack(settings: Settings, services: tuple[str, ...]) -> Stack:
+def _start_embedded_cluster(settings: Settings, nodes: int) -> LocalCluster:
+    root = settings.data_dir / NATS_CLUSTER_DIR
+    try:
+        return start_cluster(root, nodes, auth=settings.nats_auth(), avoid=ports_of(settings.server_addr))
+    except OSError as exc:  # a store, a log or a config
+        raise StackError(write_problem(Path(exc.filename) if exc.filename else root, exc)) from exc
+
+
+def start_stack(settings: Settings, services: tuple[str, ...], cluster: int = 0) -> Stack:
     """Start nats-server (unless NATS_URL) and `services`, each a process; the server gets a fresh instance id
     (YANTRA_INSTANCE_ID), which its Health answers with, so the caller can tell it from another on the address.
+    `cluster`: that many nats-server nodes instead of one, every stream kept on each (YANTRA_NATS_REPLICAS).
 
     StackError, in one line, for what stops it: a data dir that cannot be written, a port that cannot be had."""
     settings = settings.model_copy(update={"instance_id": secrets.token_hex(8)})
+    if cluster and (settings.nats_url or settings.nats_port is not None):
+        which = "NATS_URL names another server" if settings.nats_url else "--nats-port (YANTRA_NATS_PORT) is one's"
+        raise StackError(f"--cluster starts its own nodes on free ports, and {which}: unset one of them")
+    if cluster:
+        settings = settings.model_copy(update={"nats_replicas": cluster})
     data_dir = settings.data_dir
     check_data_dir(data_dir)
     check_writable(data_dir)
     other = running_stack(data_dir)
     if other:
         raise StackError(f"`yantra up` is already running on {data_dir} (pid {other['pid']}); use it, or stop it first")
-    nats, notice = None, None
-    if settings.nats_url:
+    nats, notice, nodes = None, None, None
+    if cluster:
+        nodes = _start_embedded_cluster(settings, cluster)
+        url = nodes.url
+    elif settings.nats_url:
         if settings.nats_port is not None:
             raise StackError(
                 "--nats-port (YANTRA_NATS_PORT) is the embedded nats-server's port, and NATS_URL names another"
@@ -332,7 +357,7 @@ def start_stack(settings: Settings, services: tuple[str, ...]) -> Stack:
     else:
         nats, notice = _start_embedded_nats(settings)
         url = nats.url
-    stack = Stack(settings, nats, url, notices=[notice] if notice else [])
+    stack = Stack(settings, nats, url, notices=[notice] if notice else [], cluster=nodes)
     try:
         stack.record()
         for name in services:
