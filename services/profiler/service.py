@@ -71,17 +71,17 @@ class ProfilerService:
             problem = domain.request_problem(trigger.msg)
             if problem:
                 return [run_end.run_failed(prior, trigger, pb.RunFailureObservation(service=self.name, error=problem))]
-            before = None
-            if self.served is not None:  # first, while no profile hooks or swaps touch the model
+            # The profile first: the server refuses a run's own prompts there (too long for the model) at once, so a
+            # run that cannot finish ends before a served measure of minutes; its hooks are gone when it returns.
+            observed = await self._unless_stopped(trigger, self.admin.capture_profile(prompts, tokens, self.repeats))
+            if observed is None:
+                return []
+            if self.served is not None:  # before any swap of this run touches the model
                 health = await self.admin.health()
                 plan = served_plan.plan_for(trigger.msg, health.device)
                 before = await self._unless_stopped(trigger, self.served.measure(plan, health.device))
                 if before is None:
                     return []
-            observed = await self._unless_stopped(trigger, self.admin.capture_profile(prompts, tokens, self.repeats))
-            if observed is None:
-                return []
-            if before is not None:
                 observed.served_before.CopyFrom(before)
             # what the run's author can write now (the templates', or an LLM's): the ranking's, recorded
             observed.catalogue.extend(catalogue.live(trigger.msg.author))
