@@ -327,8 +327,9 @@ class Bus:
     # ------------------------------------------------------------------ reading
 
     async def _read_msgs(self, stream: str, subject: str) -> list:
-        """Every message on `subject` in stream order, each once."""
-        return await read_msgs(self.js, stream, subject)
+        """Every message on `subject` in stream order, each once; read again from the start while the stream has no
+        leader to make its reader (an election)."""
+        return await riding_out(lambda: read_msgs(self.js, stream, subject), f"read of {subject}", self.retry_s)
 
     async def _read(self, stream: str, subject: str) -> list[tuple[int, bytes, str]]:
         """Every message on `subject` in stream order, as (sequence, data, subject)."""
