@@ -14,7 +14,7 @@ import pytest
 
 from services.core import events as ev
 from services.core.bus import Bus
-from services.core.nats_cluster import LocalCluster, cluster_config_text, node_max_file_store, plan_nodes, start_cluster
+from services.core.nats_cluster import LocalCluster, start_cluster
 from services.core.pb import events_pb2 as pb
 
 pytestmark = pytest.mark.slow
@@ -67,19 +67,6 @@ async def _publish_killing(bus: Bus, run_id: str, kill) -> float:
 async def _assert_each_once(bus: Bus, run_id: str) -> None:
     got = Counter(r.env.event_id for r in await bus.read_run(run_id))
     assert got == Counter(f"{run_id}-{k}" for k in range(N_EVENTS)), "lost or duplicated events"
-
-
-def test_each_node_has_its_name_its_store_a_share_of_the_disk_and_authenticated_routes(tmp_path):
-    plans = plan_nodes(tmp_path, 3)
-    assert len({p.name for p in plans}) == 3 and len({p.store_dir for p in plans}) == 3
-    assert len({p.port for p in plans} | {p.route_port for p in plans}) == 6
-    text = cluster_config_text(plans[0], plans, 5 << 30, "pw")
-    assert f'server_name: "{plans[0].name}"' in text and "max_file_store: 5368709120" in text
-    assert 'authorization { user: "yantra-route", password: "pw" }' in text
-    assert text.count("nats-route://yantra-route:pw@") == 2  # its two peers, not itself
-    # three nodes on one disk share three quarters of it, what their stores hold counted in
-    assert node_max_file_store(90 << 30, 6 << 30, 3) == 24 << 30
-    assert node_max_file_store(0, 0, 3) == 64 << 20  # never nothing
 
 
 async def test_a_publisher_rides_out_the_stream_leader_killed_and_every_event_lands_once(cluster, run_id):
