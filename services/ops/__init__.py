@@ -107,7 +107,7 @@ def family_of(computes: str) -> str | None:
 
 
 def rewrites_layer(module) -> bool:
-    """Whether an op family could rewrite `module` as a layer (its children kept): a gated MLP's shape, a decoder
-    layer's, a plain MLP's. Structural and cheap (a norm child's probe at most): what parity records calls of
-    beside leaves."""
-    return gated_mlp.shaped(module) or plain_mlp.recognise(module) is not None or residual_norm.decoder_shaped(module)
+    """Whether an op family could rewrite `module` as a layer (its children kept): each layer family's `layer_shaped`
+    (a gated MLP's shape, a decoder layer's, a plain MLP's). Structural and cheap (a norm child's probe at most):
+    what parity records calls of beside leaves."""
+    return any(fam.layer_shaped(module) for fam in FAMILIES.values() if fam.KIND == "layer")

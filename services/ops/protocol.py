@@ -182,6 +182,8 @@ class FamilyPhysics(Protocol):
 
     ROOFLINE: str
 
+    def timed_rows(self, dims: tuple[int, ...]) -> int: ...  # the rows of a call of the judge's timed shape
+
     # a layer family's, besides:
     # KEPT: str  -- the kept children, as the ranking's note says them
     # def kept_roles(roles) -> tuple[str, ...]  -- the roles whose time the rewrite keeps

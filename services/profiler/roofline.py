@@ -22,7 +22,8 @@ from services.core.pb import events_pb2 as pb
 from services.profiler import catalogue
 
 FAMILIES = ("row_reduction", "matmul", "elementwise", "gather", "other")
-# Op families the coder has templates for: only these are offered as targets.
+# The roofline classes a module-class family writes, as a recorded reason names them (services.profiler.domain):
+# its words, kept. Which class a family writes is asked of the registry (`writable`).
 SUPPORTED_FAMILIES = ("row_reduction",)
 
 # FLOP per element: a norm squares, sums, scales and multiplies by the weight; an activation is ~1.
@@ -297,11 +298,11 @@ def writable(profile: pb.ModuleClassProfile, family: str, can_write: dict[str, t
     owner = ops.family_of(profile.computes)
     if owner and ops.family(owner).KIND == "function":  # a function target: its family writes what it computes
         return profile.computes in can_write.get(owner, ())
-    if family not in SUPPORTED_FAMILIES:
-        return False
     # the module-class family of that roofline class (the norms') writes it where it writes what it was seen computing
     module_families = [f for f in ops.FAMILIES.values() if f.KIND == "module_class"]
-    writer = next(f for f in module_families if ops.physics(f.FAMILY).ROOFLINE == family)
+    writer = next((f for f in module_families if ops.physics(f.FAMILY).ROOFLINE == family), None)
+    if writer is None:
+        return False
     return not profile.probed or profile.computes in can_write.get(writer.FAMILY, ())
 
 

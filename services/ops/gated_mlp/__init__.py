@@ -4,7 +4,7 @@ A gated MLP computes down(act(gate(x)) · up(x)) with three linear maps: Llama, 
 with SiLU, Gemma with tanh-approximated GELU. The family fuses act(gate) · up into one pass over the
 intermediate activations, as a rewrite of the MLP's forward that keeps its projections (a `layer` target:
 `contract_for` binds the module's three maps by role, `make_forward` runs gate and up, the plan's kernel,
-then down; the server swaps it with parity like any other, tests/server/test_gated_swap.py). It says what a
+then down; the server swaps it with parity like any other, tests/ops/gated_mlp/test_gated_swap.py). It says what a
 live module computes by running it, so the profile names a model's MLP for what it is
 (`ModuleClassProfile.computes`, and the children's `roles`) whatever its class or attribute names. The
 judge judges the op itself, `make_op` (act(gate) · up on operand pairs against `reference`, torch's own;
@@ -337,3 +337,8 @@ def layer_contract(class_path: str, forward_params, roles: Mapping[str, str]) ->
 
     form = next((form for form in (ROLES, FUSED_ROLES) if sorted(roles) == sorted(form)), None)
     return children_contract(sys.modules[__name__], class_path, forward_params, roles, form)
+
+
+def layer_shaped(module) -> bool:
+    """Whether this family could rewrite `module` as a layer (structural and cheap): what parity records calls of."""
+    return shaped(module)

@@ -200,3 +200,9 @@ def contract_for(module, class_path: str) -> pb.Contract | None:
     from services.server.introspection import forward_params
 
     return layer_contract(class_path, forward_params(type(module)), roles_of(module))
+
+
+def layer_shaped(module) -> bool:
+    """Whether this family could rewrite `module` as a layer (its maps found by running it): what parity records
+    calls of."""
+    return recognise(module) is not None

@@ -384,3 +384,8 @@ def layer_contract(class_path: str, forward_params, roles: Mapping[str, str]) ->
         entry_inputs=entry,
         bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in ROLES],
     )
+
+
+def layer_shaped(module) -> bool:
+    """Whether this family could rewrite `module` as a layer (structural and cheap): what parity records calls of."""
+    return decoder_shaped(module)
