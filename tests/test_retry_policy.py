@@ -94,6 +94,17 @@ async def test_riding_out_gives_up_with_the_last_error_and_at_once_on_any_other(
         await riding_out(refused, "test", budget_s=5.0)
     assert tries == 1
 
+    tries = 0
+
+    async def once():
+        nonlocal tries
+        tries += 1
+        raise NoStreamResponseError()
+
+    with pytest.raises(NoStreamResponseError):  # no budget (one server): one try, as before
+        await riding_out(once, "test", budget_s=0.0)
+    assert tries == 1
+
 
 def test_nats_url_lists_a_clusters_servers_and_redacts_each():
     url = "nats://a:1, nats://u:pw@b:2,nats://c:3"
@@ -106,5 +117,6 @@ def test_nats_url_lists_a_clusters_servers_and_redacts_each():
 def test_replicas_and_the_retry_budget_reach_a_service_through_its_environment():
     settings = Settings(nats_replicas=3, nats_retry_s=7.5)
     assert env_bus_options(settings.env()) == (3, 7.5)
-    assert env_bus_options({}) == (None, 20.0)
-    assert env_bus_options({"YANTRA_NATS_REPLICAS": "x", "YANTRA_NATS_RETRY_S": "-1"}) == (None, 20.0)
+    assert env_bus_options({}) == (None, None)  # unset: Bus.connect retries on a cluster only
+    assert env_bus_options({"YANTRA_NATS_REPLICAS": "x", "YANTRA_NATS_RETRY_S": "-1"}) == (None, None)
+    assert "YANTRA_NATS_RETRY_S" not in Settings().env()

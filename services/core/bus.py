@@ -180,11 +180,11 @@ async def connect_plain(url: str, name: str, timeout: float, *, auth: NatsAuth |
 
 
 class Bus:
-    def __init__(self, nc: nats.NATS, *, replicas: int | None = None, retry_s: float = ELECTION_RETRY_S):
+    def __init__(self, nc: nats.NATS, *, replicas: int | None = None, retry_s: float = 0.0):
         self.nc = nc
         self.js = nc.jetstream()
         self.replicas = replicas  # of each stream it makes (a cluster's nodes); None: the server's default
-        self.retry_s = retry_s  # how long a publish or a set-up is tried again through a leader election
+        self.retry_s = retry_s  # how long a publish or a set-up is tried again through a leader election (0: once)
 
     @classmethod
     async def connect(
@@ -207,6 +207,7 @@ class Bus:
         env_replicas, env_retry_s = env_bus_options()
         replicas = replicas if replicas is not None else env_replicas
         retry_s = retry_s if retry_s is not None else env_retry_s
+        several = len(nats_servers(url)) > 1 or (replicas or 1) > 1
         shown = redact_url(url)  # a URL may carry a password: never in a message
         errors: list[Exception] = []  # the last one only: the callback lives as long as the connection
         refused: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -249,6 +250,8 @@ class Bus:
             if isinstance(exc, TimeoutError) and not errors:
                 why = f"no answer within {timeout + 1.0:g} s"
             raise BusUnavailable(f"cannot reach NATS at {shown}: {why}") from exc
+        if retry_s is None:  # elections happen on a cluster only: one server answers as before, at once
+            retry_s = ELECTION_RETRY_S if several or _clustered(nc) else 0.0
         bus = cls(nc, replicas=replicas, retry_s=retry_s)
         try:
             await bus.ensure_streams()
@@ -630,6 +633,13 @@ class Bus:
             )  # fmt: skip
         with suppress(Exception):
             await msg.term()
+
+
+def _clustered(nc: nats.NATS) -> bool:
+    """Whether the server `nc` is connected to is a node of a cluster: its INFO names the cluster (nats-py keeps
+    INFO in a private attribute; none there reads as one server)."""
+    info = getattr(nc, "_server_info", None)
+    return isinstance(info, dict) and bool(info.get("cluster"))
 
 
 def _entry(seq: int, subject: str, data: bytes, include_bad: bool) -> Recorded | Undecodable | None:

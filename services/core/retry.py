@@ -71,7 +71,9 @@ async def riding_out(
     op: Callable[[], Awaitable[T]], what: str, budget_s: float = ELECTION_RETRY_S, *, idempotent: bool = True
 ) -> T:
     """`await op()`, tried again while it fails `transient`ly, as `retry_wait` says; the last error when it gives
-    up (or at once, for any other)."""
+    up (or at once, for any other). A `budget_s` of 0: one try."""
+    if budget_s <= 0:
+        return await op()
     loop = asyncio.get_running_loop()
     started, attempt = loop.time(), 0
     while True:
@@ -83,7 +85,7 @@ async def riding_out(
             attempt += 1
             wait = retry_wait(attempt, loop.time() - started, budget_s)
             if wait is None:
-                log.warning(
+                log.info(  # the caller says what failed, in its own words: this is for the service's log
                     "%s: gave up after %d tries in %.1f s (%s)", what, attempt, loop.time() - started, _name(exc)
                 )
                 raise

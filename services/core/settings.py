@@ -120,10 +120,11 @@ class Settings(BaseModel):
     nats_replicas: int | None = Field(
         None, ge=1, le=5, description="replicas of each stream (a cluster's nodes); unset: the server's default, one"
     )
-    nats_retry_s: float = Field(
-        ELECTION_RETRY_S,
-        gt=0,
-        description="seconds a publish or a stream set-up is retried through a JetStream leader election",
+    nats_retry_s: float | None = Field(
+        None,
+        ge=0,
+        description="seconds a publish or a stream set-up is retried through a JetStream leader election;"
+        f" unset: {ELECTION_RETRY_S:g} on a cluster, none on one server",
     )
     data_dir: Path = Field(
         Path(".yantra"),
@@ -250,7 +251,8 @@ class Settings(BaseModel):
             out["YANTRA_NATS_PORT"] = str(self.nats_port)
         if self.nats_replicas is not None:
             out["YANTRA_NATS_REPLICAS"] = str(self.nats_replicas)
-        out["YANTRA_NATS_RETRY_S"] = str(self.nats_retry_s)
+        if self.nats_retry_s is not None:
+            out["YANTRA_NATS_RETRY_S"] = str(self.nats_retry_s)
         if self.admin_token:
             out["YANTRA_ADMIN_TOKEN"] = self.admin_token
         if self.instance_id:
@@ -323,20 +325,20 @@ def env_nats_auth(url: str, env: dict[str, str] | None = None) -> NatsAuth | Non
     return None
 
 
-def env_bus_options(env: dict[str, str] | None = None) -> tuple[int | None, float]:
+def env_bus_options(env: dict[str, str] | None = None) -> tuple[int | None, float | None]:
     """(stream replicas, election retry seconds) as the environment gives them (YANTRA_NATS_REPLICAS,
-    YANTRA_NATS_RETRY_S): how a service started by `yantra up --cluster N` makes its streams with N replicas.
-    A value that is not a number is the default here; Settings.from_env, which every process reads first,
+    YANTRA_NATS_RETRY_S), None where unset: how a service started by `yantra up --cluster N` makes its streams with
+    N replicas. A value that is not a number is unset here; Settings.from_env, which every process reads first,
     refuses it in one line."""
     env = os.environ if env is None else env
     replicas = env.get("YANTRA_NATS_REPLICAS", "")
     retry = env.get("YANTRA_NATS_RETRY_S", "")
     try:
-        retry_s = float(retry) if retry else ELECTION_RETRY_S
+        retry_s = float(retry) if retry else None
     except ValueError:
-        retry_s = ELECTION_RETRY_S
+        retry_s = None
     replicas_n = int(replicas) if replicas.isdigit() and int(replicas) > 0 else None
-    return replicas_n, (retry_s if retry_s > 0 else ELECTION_RETRY_S)
+    return replicas_n, (retry_s if retry_s is not None and retry_s >= 0 else None)
 
 
 def auth_refused(exc: BaseException | None) -> bool:
