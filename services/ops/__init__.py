@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from services.ops.protocol import FamilyJudging, FamilyPhysics, FamilyTemplate
 
-from services.ops import gated_mlp, plain_mlp, residual_norm, rotary, row_reduction
+from services.ops import gated_mlp, parallel_norm, plain_mlp, residual_norm, rotary, row_reduction
 
 FAMILIES: dict[str, ModuleType] = {
     row_reduction.FAMILY: row_reduction,
@@ -22,6 +22,7 @@ FAMILIES: dict[str, ModuleType] = {
     rotary.FAMILY: rotary,
     residual_norm.FAMILY: residual_norm,
     plain_mlp.FAMILY: plain_mlp,
+    parallel_norm.FAMILY: parallel_norm,
 }
 
 

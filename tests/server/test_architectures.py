@@ -157,9 +157,11 @@ def _template_and_contract(profile: pb.ModuleClassProfile):
             intro.class_path, function_params(site_of(intro.class_path).current), profile.roles
         )
         return rotary_template, contract
-    for ops, template in ((residual_norm, add_norm), (plain_mlp, mlp_act), (gated_mlp, gated)):
-        if profile.computes in ops.VARIANTS:
-            return template, ops.layer_contract(intro.class_path, intro.forward_params, profile.roles)
+    from services import ops as registry
+
+    owner = registry.family_of(profile.computes)
+    if owner and registry.family(owner).KIND == "layer":  # every layer family's template, through the registry
+        return registry.template(owner), registry.template(owner).contract_for(intro, profile)
     return rmsnorm, derive_contract(intro)
 
 
@@ -185,7 +187,8 @@ def _template_and_contract(profile: pb.ModuleClassProfile):
         # GLM-4: the same RoPE and MLP in a sandwich layer (norms after attention and MLP too): no residual norm
         ("tiny-glm4", {"Glm4RMSNorm": "rmsnorm", "Glm4MLP": "swiglu", ROPE_FN: "rope_pairs_partial"}),
         # Pythia: LayerNorms with a bias, a parallel block, a plain GELU MLP, rotate_half on a quarter of each head
-        ("tiny-gptneox", {"LayerNorm": "layernorm", "GPTNeoXMLP": "mlp_gelu", ROPE_FN: "rope_half_partial"}),
+        ("tiny-gptneox", {"LayerNorm": "layernorm", "GPTNeoXMLP": "mlp_gelu", "GPTNeoXLayer": "dual_layernorm",
+                          ROPE_FN: "rope_half_partial"}),
         # Nemotron: LayerNorm1P (torch's LayerNorm of 1 + weight), its layer's add fused with it, a plain relu² MLP,
         # RoPE on half of each head
         ("tiny-nemotron", {"NemotronLayerNorm1P": "layernorm_offset", "NemotronDecoderLayer": "add_layernorm_offset",
