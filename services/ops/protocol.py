@@ -13,7 +13,7 @@ Nothing here imports the judge: the types that cross the seam live on this floor
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -56,12 +56,21 @@ class JudgeAsk:
         return self.target.dtype or "float32"
 
 
+class DrawnCase(Protocol):
+    """One case a family drew, as the judge reads it (services.judge.verdict): its name in a failure's words, the
+    shape and value regime its evidence lists."""
+
+    name: str
+    shape: tuple[int, ...]
+    regime: str
+
+
 @dataclass(frozen=True)
 class CaseSet:
     """What a family prepared for one judging: the cases and their references (kept by the judge), the operands the
     child runs them on (one typed record, `operands`, of the family's own `Operands` class), and the job's facts."""
 
-    cases: list
+    cases: Sequence[DrawnCase]
     refs: list
     operands: Any  # the family's Operands dataclass: it alone crosses to the child
     width: int

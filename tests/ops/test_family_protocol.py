@@ -255,6 +255,8 @@ def test_its_judging_prepares_cases_whose_operands_cross_to_the_child_and_back(n
     drawn = judging.prepare(ask)
     assert isinstance(drawn, CaseSet) and drawn.cases and len(drawn.refs) == len(drawn.cases)
     assert all(ref is not None for ref in drawn.refs)
+    for case in drawn.cases:  # what the judge's evidence reads of a case (services.ops.protocol.DrawnCase)
+        assert case.name and isinstance(case.regime, str) and case.regime and all(int(d) > 0 for d in case.shape)
     assert drawn.width > 0 and drawn.live_shape and all(n > 0 for n in drawn.itemsizes)
     assert type(drawn.operands) is judging.Operands and dataclasses.is_dataclass(judging.Operands)
     blob = io.BytesIO()
