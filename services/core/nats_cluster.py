@@ -161,8 +161,9 @@ def start_cluster(
 ) -> LocalCluster:
     """Start `nodes` nats-server nodes under `root` (node-I/ the store, node-I.conf, node-I.log) and wait until each
     accepts connections; JetStream elects its leader a few seconds later (clients retry meanwhile). With `auth`,
-    every client must present it. `max_file_store`: each node's; default: `node_max_file_store` of the disk. OSError when a store or a config cannot be written; RuntimeError when a node
-    does not start (the nodes started are stopped)."""
+    every client must present it. `max_file_store`: each node's; default: `node_max_file_store` of the disk.
+    OSError when a store or a config cannot be written; RuntimeError when a node does not start (the nodes started
+    are stopped)."""
     root.mkdir(parents=True, exist_ok=True)
     plans = plan_nodes(root, nodes, avoid, monitor=monitor)
     stored = sum(_stored_bytes(p.store_dir) for p in plans)

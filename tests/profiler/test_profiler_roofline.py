@@ -275,4 +275,3 @@ def test_a_profile_is_ranked_and_reasoned_against_the_catalogue_it_recorded(prof
     assert catalogue.writable_variants(narrowed, 11) == ("layernorm",)
     target, reason = domain.choose_target([unsupported], catalogue.writable_variants(narrowed, 11))
     assert target == "" and "the template writes layernorm only" in reason
-
