@@ -7,8 +7,10 @@ bash scripts/install.sh
 python scripts/gen_proto.py --check
 ruff check .
 set +e
-# the slowest tests named at the end: where the suite's time goes (the aim is a CI run under 15 minutes)
-python -m pytest -q -p no:cacheprovider --durations=15 "$@"
+# the slowest tests named at the end: where the suite's time goes (the aim is a CI run under 15 minutes). Two workers
+# (pytest-xdist; YANTRA_TEST_WORKERS, 0 for one process): most slow tests wait on processes they started, so two
+# overlap on two cores; each worker starts its own nats-server.
+python -m pytest -q -p no:cacheprovider --durations=15 -n "${YANTRA_TEST_WORKERS:-2}" "$@"
 code=$?
 set -e
 if [ "$code" -eq 5 ]; then
