@@ -409,7 +409,7 @@ def plot(series: dict[str, list[dict]], path: Path, title: str, xlabel: str = "c
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return f"wrote {path}"
+    return f"wrote {path.name}"  # beside the results file: no path of the machine that ran it
 
 
 # ---------------------------------------------------------------------- arguments
