@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import ModuleType
 
 from services.core.pb import events_pb2 as pb
 from services.ops import elementwise
+from services.ops.layer_template import LayerTemplate
 
 # Elements per program and warps, tried in this order (an elementwise pass: wide blocks, 4-8 warps).
 BLOCKS = (2048, 1024, 4096)
@@ -18,27 +18,10 @@ SEARCH_TABLE: tuple[tuple[int, int], ...] = tuple((w, b) for b in BLOCKS for w i
 
 
 @dataclass(frozen=True)
-class BlockTemplate:
-    name: str  # TemplateConfig.template
-    op: ModuleType  # the op family's module (services/ops/<family>/__init__.py): its plans' vocabulary, its contract
-    roles_said: str  # the children its layer contract binds, as a refusal says them ("gate, up and down")
-    variants: tuple[str, ...]
+class BlockTemplate(LayerTemplate):
     kernels: Mapping[str, str]  # variant -> its kernel's name
     sources: Mapping[str, str]  # variant -> its source, "@TEMPLATE@" standing for the template's name
     args: tuple[str, ...]  # the kernel's runtime arguments, in the family's vocabulary
-
-    def variant_for(self, computes: str) -> str | None:
-        """The config variant that writes what a module was seen computing; None when this template cannot."""
-        return computes if computes in self.variants else None
-
-    def contract_for(self, intro: pb.ModuleIntrospection, profile: pb.ModuleClassProfile) -> pb.Contract:
-        """The layer contract: its children bound by the roles the profile recorded them running as."""
-        from services.ops import ContractRefused
-
-        contract = self.op.layer_contract(intro.class_path, intro.forward_params, profile.roles)
-        if contract is None:  # the reason recorded in TargetConcluded: replay re-derives it, word for word
-            raise ContractRefused(f"{intro.class_path} has no recorded {self.roles_said} roles for a layer contract")
-        return contract
 
     def search_configs(self, variant: str) -> list[pb.TemplateConfig]:
         return [
@@ -58,20 +41,11 @@ class BlockTemplate:
             f"params={dict(config.params)} (variants {tuple(self.variants)}; block a power of two)"
         )
 
-    def valid(self, config: pb.TemplateConfig) -> bool:
-        return not self.problem(config)
-
-    def _checked(self, config: pb.TemplateConfig) -> pb.TemplateConfig:
-        problem = self.problem(config)
-        if problem:
-            raise ValueError(problem)
-        return config
-
     def render(self, config: pb.TemplateConfig) -> str:
-        return self.sources[self._checked(config).variant].replace("@TEMPLATE@", self.name)
+        return self.sources[self.checked(config).variant].replace("@TEMPLATE@", self.name)
 
     def plan(self, config: pb.TemplateConfig) -> pb.LaunchPlan:
-        block = self._checked(config).params["block"]
+        block = self.checked(config).params["block"]
         launch = pb.KernelLaunch(
             kernel=self.kernels[config.variant],
             args=list(self.args),

@@ -11,8 +11,8 @@ the launch are the norm template's (`row_configs`, `row_launch`): the same rows,
 from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
-from services.ops import ContractRefused, parallel_norm
-from services.ops.row_reduction.template import row_config_problem, row_configs, row_launch
+from services.ops import parallel_norm
+from services.ops.row_reduction.template import RowLayerTemplate, row_launch
 
 TEMPLATE = "dual_norm_onepass"
 OP_FAMILY = parallel_norm.FAMILY
@@ -23,37 +23,16 @@ KERNELS = {v: f"_{v}_kernel" for v in VARIANTS}
 BIASED = ("dual_layernorm",)
 
 
-def variant_for(computes: str) -> str | None:
-    """The config variant that writes what a layer was seen computing; None when this template cannot."""
-    return computes if computes in VARIANTS else None
-
-
-def contract_for(intro: pb.ModuleIntrospection, profile: pb.ModuleClassProfile) -> pb.Contract:
-    """The layer contract: its children bound by the roles the profile recorded them running as."""
-    contract = parallel_norm.layer_contract(intro.class_path, intro.forward_params, profile.roles)
-    if contract is None:  # the reason recorded in TargetConcluded: replay re-derives it, word for word
-        raise ContractRefused(
-            f"{intro.class_path} has no recorded input norm, attention, post norm and MLP roles for a layer contract"
-        )
-    return contract
+_ROWS = RowLayerTemplate(TEMPLATE, parallel_norm, "input norm, attention, post norm and MLP", VARIANTS)
+variant_for, contract_for, valid = _ROWS.variant_for, _ROWS.contract_for, _ROWS.valid
+_checked = _ROWS.checked
 
 
 def search_configs(
     variant: str = "dual_layernorm", width: int = 0, live_shape: tuple[int, ...] = ()
 ) -> list[pb.TemplateConfig]:
     """The norm template's search space, in its order for this width: the same rows, a second norm each."""
-    return row_configs(TEMPLATE, variant, width)
-
-
-def valid(config: pb.TemplateConfig) -> bool:
-    return not row_config_problem(config, TEMPLATE, VARIANTS)
-
-
-def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
-    problem = row_config_problem(config, TEMPLATE, VARIANTS)
-    if problem:
-        raise ValueError(problem)
-    return config
+    return _ROWS.search_configs(variant, width)
 
 
 def render(config: pb.TemplateConfig) -> str:

@@ -11,8 +11,11 @@ text); the code around them is the search table and the plan.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from services.core.pb import events_pb2 as pb
 from services.ops import ContractRefused, row_reduction
+from services.ops.layer_template import LayerTemplate
 from services.ops.row_reduction.contract import ContractError, derive_contract
 
 TEMPLATE = "row_reduction_onepass"
@@ -124,6 +127,18 @@ def row_config_problem(config: pb.TemplateConfig, template: str, variants, dispa
         f"must be powers of two; variants: {tuple(variants)}; params: "
         f"{'none, ' + ', '.join(DISPATCH_PARAMS) + ' (powers of two), or persistent=1' if dispatch else 'none'})"
     )
+
+
+@dataclass(frozen=True)
+class RowLayerTemplate(LayerTemplate):
+    """A layer family's template on this family's row plan (the residual norm's, the parallel norm's): its search
+    space and its config check are this template's, under its own name and variants."""
+
+    def search_configs(self, variant: str, width: int) -> list[pb.TemplateConfig]:
+        return row_configs(self.name, variant, width)
+
+    def problem(self, config: pb.TemplateConfig) -> str:
+        return row_config_problem(config, self.name, self.variants)
 
 
 def row_launch(
