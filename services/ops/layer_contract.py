@@ -26,3 +26,23 @@ def children_contract(
         entry_inputs=entry if params != entry else [],
         bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in form],
     )
+
+
+def decoder_layer_contract(
+    family, class_path: str, forward_params: Sequence[str], roles: Mapping[str, str]
+) -> pb.Contract | None:
+    """The contract of a decoder-layer rewrite (the residual norm's, the parallel norm's) from what the profile
+    recorded: every input of the layer's forward passed through (a `**` input: other keywords too), the family's
+    four children (`family.ROLES`) bound by the roles found running it; None when they do not fit."""
+    params = list(forward_params)
+    if not params or params[0].startswith("*") or sorted(roles) != sorted(family.ROLES):
+        return None
+    entry = ["hidden_states", *params[1:]] if params[0] != "hidden_states" else []
+    return pb.Contract(
+        kind=family.KIND,
+        target=class_path,
+        entrypoint=family.ENTRYPOINT,
+        inputs=params,
+        entry_inputs=entry,
+        bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in family.ROLES],
+    )

@@ -25,12 +25,13 @@ and adds `mlp + attention + x` in the layer's order. What a layer computes is fo
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
 from services.ops import row_reduction
+from services.ops.layer_children import norm_children, roled_children
 from services.ops.parallel_norm import recognition
-from services.ops.parallel_norm.recognition import norm_children, roled_children
 from services.ops.row_reduction import RowLaunches, block_cols, check_norm_inputs
 
 FAMILY = "parallel_norm"
@@ -234,18 +235,7 @@ def roles_problem(shapes: Mapping[str, tuple[int, ...]]) -> str:
 
 
 def layer_contract(class_path: str, forward_params, roles: Mapping[str, str]) -> pb.Contract | None:
-    """The layer contract from what the profile recorded (pure: the coder derives it from the log): every input of
-    the layer's forward passed through (a `**` input: other keywords too), the four children bound by the roles found
-    running it; None when they do not fit."""
-    params = list(forward_params)
-    if not params or params[0].startswith("*") or sorted(roles) != sorted(ROLES):
-        return None
-    entry = ["hidden_states", *params[1:]] if params[0] != "hidden_states" else []
-    return pb.Contract(
-        kind=KIND,
-        target=class_path,
-        entrypoint=ENTRYPOINT,
-        inputs=params,
-        entry_inputs=entry,
-        bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in ROLES],
-    )
+    """The layer contract from what the profile recorded (pure: the coder derives it from the log)."""
+    from services.ops.layer_contract import decoder_layer_contract
+
+    return decoder_layer_contract(sys.modules[__name__], class_path, forward_params, roles)

@@ -14,32 +14,12 @@ from __future__ import annotations
 
 import itertools
 
+from services.ops.layer_children import norm_children
+
 PROBE_SHAPE = (1, 3)  # batch, positions of the recognition probe
 # Each norm's output is tagged by adding its own constant (through a forward hook), so the two outputs differ even
 # when the norms hold equal weights (a model at init): which one the attention was fed is then a fact of the data.
 TAGS = (0.5, 1.5)
-
-
-def roled_children(layer) -> dict:
-    """{name: child} but its dropouts (GPT-NeoX's after the attention and after the MLP): identity in eval, where a
-    server runs the model; `identify` runs the layer with them in place, so one that drops is no match."""
-    import torch
-
-    return {name: child for name, child in layer.named_children() if not isinstance(child, torch.nn.Dropout)}
-
-
-def norm_children(layer) -> tuple[dict, dict] | None:
-    """({name: norm variant} of its two norm children, {name: child} of its two others with parameters), or None."""
-    from services.ops.recognise_norm import recognise
-
-    children = roled_children(layer)
-    if len(children) != 4:
-        return None
-    norms = {name: v for name, child in children.items() if (v := recognise(child))}
-    others = {name: child for name, child in children.items() if name not in norms}
-    if len(norms) != 2 or len(others) != 2 or not all(any(True for _ in c.parameters()) for c in others.values()):
-        return None
-    return norms, others
 
 
 def _standins(attention_pair: bool):

@@ -25,10 +25,12 @@ is not this op, and is not recognised.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
 from services.ops import row_reduction
+from services.ops.layer_children import norm_children, roled_children
 from services.ops.row_reduction import RowLaunches, block_cols, check_norm_inputs
 
 FAMILY = "residual_norm"
@@ -90,29 +92,6 @@ def _standins(attention_pair: bool = True, mlp_pair: bool = False):
     return Attention(), Mlp()
 
 
-def _roled_children(layer) -> dict:
-    """{name: child} but its dropouts (Phi-3's around each add): identity in eval, where a server runs the model,
-    and so left out of the rewrite; `identify` runs the layer with them in place, so a dropout that is not the
-    identity when it is tried is no match."""
-    import torch
-
-    return {name: child for name, child in layer.named_children() if not isinstance(child, torch.nn.Dropout)}
-
-
-def _norm_children(layer) -> tuple[dict, dict] | None:
-    """({name: norm variant} of its two norm children, {name: child} of its two others), or None."""
-    from services.ops.recognise_norm import recognise
-
-    children = _roled_children(layer)
-    if len(children) != 4:
-        return None
-    norms = {name: v for name, child in children.items() if (v := recognise(child))}
-    others = {name: child for name, child in children.items() if name not in norms}
-    if len(norms) != 2 or len(others) != 2 or not all(any(True for _ in c.parameters()) for c in others.values()):
-        return None
-    return norms, others
-
-
 def _traced(layer, attention: str, mlp: str, norms, probe, pairs: tuple[bool, bool] = (True, False)) -> dict | None:
     """The layer run on `probe` with its `attention` and `mlp` children stood in for: what each part was fed and
     gave ({"norms": {name: (input, output)}, "attention"/"mlp": (input, output), "out": the layer's output})."""
@@ -164,7 +143,7 @@ def _required_rest(forward) -> dict:
 
 def decoder_shaped(module) -> bool:
     """Two norm children and two others with parameters: what `identify` tries (its probe of the norms only)."""
-    return len(_roled_children(module)) == 4 and _norm_children(module) is not None
+    return len(roled_children(module)) == 4 and norm_children(module) is not None
 
 
 def _same(a, b) -> bool:
@@ -178,7 +157,7 @@ def identify(layer) -> tuple[str, dict[str, str]] | None:
     eight times at most on a probe, its attention and MLP stood in for (restored before returning)."""
     import torch
 
-    found = _norm_children(layer)
+    found = norm_children(layer)
     if found is None:
         return None
     norms, others = found
@@ -212,7 +191,7 @@ def identify(layer) -> tuple[str, dict[str, str]] | None:
 def recognise(module) -> str | None:
     """The variant `module` computes (see VARIANTS), or None. Only a module of four children (and dropouts) is
     tried."""
-    found = identify(module) if len(_roled_children(module)) == 4 else None
+    found = identify(module) if len(roled_children(module)) == 4 else None
     return found[0] if found else None
 
 
@@ -369,21 +348,10 @@ def roles_problem(shapes: Mapping[str, tuple[int, ...]]) -> str:
 
 
 def layer_contract(class_path: str, forward_params, roles: Mapping[str, str]) -> pb.Contract | None:
-    """The layer contract from what the profile recorded (pure: the coder derives it from the log): every input
-    of the layer's forward passed through (a `**` input: other keywords too), the four children bound by the
-    roles found running it; None when they do not fit."""
-    params = list(forward_params)
-    if not params or params[0].startswith("*") or sorted(roles) != sorted(ROLES):
-        return None
-    entry = ["hidden_states", *params[1:]] if params[0] != "hidden_states" else []
-    return pb.Contract(
-        kind=KIND,
-        target=class_path,
-        entrypoint=ENTRYPOINT,
-        inputs=params,
-        entry_inputs=entry,
-        bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in ROLES],
-    )
+    """The layer contract from what the profile recorded (pure: the coder derives it from the log)."""
+    from services.ops.layer_contract import decoder_layer_contract
+
+    return decoder_layer_contract(sys.modules[__name__], class_path, forward_params, roles)
 
 
 def layer_shaped(module) -> bool:
