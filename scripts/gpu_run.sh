@@ -2,9 +2,9 @@
 # One GPU run in one go: install the carried wheels, run the GPU tests, the benchmarks and
 # the demo on the 1.5B-shaped model; results land in bench/results/ and are copied to $RESULTS_DIR.
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
-#   bash scripts/gpu_run.sh [tests|servertests|alltests|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
+#   bash scripts/gpu_run.sh [tests|servertests|alltests|layerkinds|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest ...]
-#   (default: tests bench demo; TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
+#   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh; TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
@@ -43,7 +43,10 @@ for step in $steps; do
           done | tee "$RESULTS_DIR/corpus_honest.log" ;;
     servertests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests/server tests/test_shadow_inline.py 2>&1 | tee "$RESULTS_DIR/gpu_server_tests.log" ;;
     serving) timeout 540 python3 bench/serving.py 2>&1 | tee "$RESULTS_DIR/serving.log" ;;
-    served) timeout 560 bash scripts/served_before_after.sh 2>&1 | tee "$RESULTS_DIR/served.log" ;;
+    served) timeout 560 bash scripts/served_before_after.sh ${SERVED_ARGS:-} 2>&1 | tee "$RESULTS_DIR/served.log" ;;
+    layerkinds) timeout 400 python3 bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 16 --no-hf-eager \
+            --beside gemma3-1.5b-shape jamba-1.5b-shape --prompt-tokens 512 --tokens 256 \
+            --out bench/results/layer_kinds_h200.json 2>&1 | tee "$RESULTS_DIR/layer_kinds.log" | tail -30 ;;
     bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/bench.log" ;;
     layernorm) python3 bench/rmsnorm.py --variant layernorm --out bench/results 2>&1 | tee "$RESULTS_DIR/layernorm.log" ;;
     addnorm) python3 bench/add_norm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/add_norm.log" ;;
@@ -59,6 +62,7 @@ for step in $steps; do
     familytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" ${TESTS_K:+-k "$TESTS_K"} \
             tests/ops/residual_norm/test_judge_residual_norm_gpu.py tests/ops/plain_mlp/test_judge_plain_mlp_gpu.py \
             tests/ops/rotary/test_judge_rotary_gpu.py tests/ops/gated_mlp/test_judge_gated_gpu.py \
+            tests/ops/parallel_norm/test_judge_parallel_norm_gpu.py \
             "tests/judge/test_judge_gpu.py::test_every_norm_variant_is_judged_and_timed_against_its_native_op" 2>&1 \
             | tee "$RESULTS_DIR/family_gpu_tests.log" | tail -90 ;;
     demo) model=${DEMO_MODEL:-qwen2.5-1.5b-shape}
