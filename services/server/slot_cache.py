@@ -23,9 +23,32 @@ services.server.slot_plan's decision; conv and recurrent states live in services
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin, DummyLayer
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 from services.server.slot_plan import SlotPlan, slot_plan
+
+try:
+    from transformers.cache_utils import DummyLayer
+except ImportError:  # transformers < 5.2x (the GPU machine's 5.17): no placeholder of its own
+
+    class DummyLayer:
+        """A layer that holds no cache (no attention, no state): what transformers' DummyLayer is where it has one."""
+
+        is_compileable = is_croppable = True
+        is_sliding = False
+
+        def __init__(self, **kwargs):
+            self.is_initialized, self.keys, self.values = True, None, None
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            raise NotImplementedError("a layer without a cache is never updated")
+
+        def offload(self): ...
+        def prefetch(self): ...
+        def reset(self): ...
+
+        def get_seq_length(self, *args, **kwargs) -> int:
+            return 0
 
 
 class SlotIndex:

@@ -80,6 +80,8 @@ def slot_plan(config, max_len: int) -> SlotPlan | str:
         kinds, kwargs = get_layer_types_and_kwargs(text)
     except (AttributeError, TypeError, ValueError) as exc:
         return f"its layer kinds could not be read from its config ({type(exc).__name__}: {exc})"
+    if isinstance(kwargs, dict):  # transformers before 5.2x (5.17) gives one dict for every layer, not one each
+        kwargs = [kwargs] * len(kinds)
     if len(kinds) != text.num_hidden_layers:
         return f"its config names {len(kinds)} layer kinds for {text.num_hidden_layers} layers"
     layers, masks = [], {}
