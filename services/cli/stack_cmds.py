@@ -6,9 +6,11 @@ one-line errors; `demo` is `up` plus one run.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
 import signal
@@ -26,6 +28,7 @@ from services.core import events as ev
 from services.core import run_end, served_text
 from services.core.bus import Bus, connect_plain
 from services.core.describe import decode_ratio, outside_noise
+from services.core.launches import MAX_JUDGES
 from services.core.logfile import write_log
 from services.core.restart_budget import RestartBudget
 from services.core.server_client import ServerUnavailable, WrongServer, generate_tokens, wait_ready
@@ -331,13 +334,29 @@ class JetStreamWatch:
                 await self.nc.close()
 
 
-async def _bring_up(settings: Settings, stop: asyncio.Event | None = None, cluster: int = 0) -> Stack:
+JUDGES_VAR = "YANTRA_JUDGES"  # how many judges `yantra up` and `yantra demo` start when --judges is not given
+
+
+def judges_of(given: int | None, env: dict[str, str] | None = None) -> int:
+    """The number of judges: --judges, else YANTRA_JUDGES, else 1; CliError, in one line, for a bad YANTRA_JUDGES."""
+    if given is not None:
+        return given
+    text = (os.environ if env is None else env).get(JUDGES_VAR, "").strip()
+    if not text:
+        return 1
+    try:
+        return bounded(1, MAX_JUDGES)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"{JUDGES_VAR}={text!r}: {exc} (the number of judges, 1 to {MAX_JUDGES})") from None
+
+
+async def _bring_up(settings: Settings, stop: asyncio.Event | None = None, cluster: int = 0, judges: int = 1) -> Stack:
     try:
         check_model_name(settings.model)
     except UnknownModel as exc:
         raise CliError(f"{exc}; set it with --model or YANTRA_MODEL") from exc
     try:
-        stack = start_stack(settings, SERVICES, cluster)
+        stack = start_stack(settings, SERVICES, cluster, judges)
     except (StackError, RuntimeError) as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:  # one start_stack did not name: a full or read-only disk, say
@@ -353,7 +372,7 @@ async def _bring_up(settings: Settings, stop: asyncio.Event | None = None, clust
     else:
         guarded = ", clients need YANTRA_ADMIN_TOKEN" if stack.nats and stack.nats.auth else ""
         where = f"embedded nats-server at {stack.nats_url}{guarded}"
-    print(f"started {', '.join(SERVICES)} on {where}; logs in {stack.log_dir}")
+    print(f"started {', '.join(stack.procs)} on {where}; logs in {stack.log_dir}")
     try:  # only our own server counts: its Health answers with the instance id start_stack gave it
         health = await wait_ready(
             settings.server_addr,
@@ -380,12 +399,13 @@ async def _bring_up(settings: Settings, stop: asyncio.Event | None = None, clust
 async def cmd_up(args) -> int:
     settings = settings_of(args)
     budget = _restart_budget()  # a bad YANTRA_RESTART_* fails before anything starts
+    judges = judges_of(args.judges)  # and so does a bad YANTRA_JUDGES
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     # SIGHUP too: a closed terminal stops the stack cleanly; SIGINT also where a background job ignores it.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
-    stack = await _bring_up(settings, stop, args.cluster or 0)
+    stack = await _bring_up(settings, stop, args.cluster or 0, judges)
     started = time.monotonic()
     nodes = [f"nats-server-{i + 1}" for i in range(len(stack.cluster.nodes))] if stack.cluster else []
     for name in (*stack.procs, "nats-server", *nodes):
@@ -411,7 +431,7 @@ async def cmd_demo(args) -> int:
     # (the skill library still carries over, so a second demo starts warm).
     check_run_options(args)  # before the stack is brought up for a run it would refuse
     settings = settings_of(args).model_copy(update={"restore_swaps": False})
-    stack = await _bring_up(settings)
+    stack = await _bring_up(settings, judges=judges_of(args.judges))
     try:
         addr = settings.server_addr
         before_ids, before_text, _ = await generate_tokens(addr, CANARY_PROMPT, 16)
@@ -563,6 +583,7 @@ def register(sub) -> None:
         help="run N nats-server nodes (3 to 5) on 127.0.0.1 instead of one, each stream kept on every node, so the"
         " stack rides out the loss of a node; stores, configs and logs under DIR/nats-cluster",
     )
+    _add_judges(sp)
     sp.set_defaults(fn=cmd_up)
 
     sp = sub.add_parser("demo", help="up + optimize + summary + shut down (the main job)")
@@ -571,4 +592,15 @@ def register(sub) -> None:
     add_run_options(sp)
     sp.add_argument("--report", metavar="FILE", help="write the run's result and event log as JSON")
     sp.add_argument("--export", metavar="FILE", help="write the run's event log for `yantra tui --replay FILE`")
+    _add_judges(sp)
     sp.set_defaults(fn=cmd_demo)
+
+
+def _add_judges(sp) -> None:
+    sp.add_argument(
+        "--judges",
+        type=bounded(1, MAX_JUDGES),
+        metavar="N",
+        help="run N judge processes (judge-1 .. judge-N, default 1 or YANTRA_JUDGES) on one durable consumer, so a"
+        " search step's candidates are judged at once; on a GPU box each judge gets a GPU of its own, round-robin",
+    )

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.core.launches import JUDGE, Launch, LaunchError, judges_notice, plan_launches, visible_gpus
 from services.core.nats_cluster import LocalCluster, start_cluster
 from services.core.nats_launcher import LocalNats, die_with_parent, free_port, port_problem, start_nats
 from services.core.secrets_env import SECRETS
@@ -125,6 +126,7 @@ class Stack:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # what the user should know about how it started
     cluster: LocalCluster | None = None  # `yantra up --cluster N`: its nodes, instead of `nats`
+    launches: dict[str, Launch] = field(default_factory=dict)  # by name; a name not here runs the service it names
 
     @property
     def log_dir(self) -> Path:
@@ -146,7 +148,9 @@ class Stack:
         return env
 
     def start_service(self, name: str) -> subprocess.Popen:
-        """Start `name` as a process logging to logs/NAME.log; StackError when the log cannot be opened."""
+        """Start the process `name` (a service, or one of several judges: its Launch) logging to logs/NAME.log;
+        StackError when the log cannot be opened."""
+        launch = self.launches.get(name, Launch(name, name))
         path = self.log_dir / f"{name}.log"
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -154,8 +158,8 @@ class Stack:
         except OSError as exc:
             raise StackError(write_problem(path, exc)) from exc
         proc = subprocess.Popen(
-            [sys.executable, "-m", f"services.{name}"],
-            env=self.child_env(),
+            [sys.executable, "-m", f"services.{launch.service}"],
+            env={**self.child_env(), **dict(launch.env)},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches `yantra up`, which stops the services in order
@@ -325,12 +329,25 @@ def _start_embedded_cluster(settings: Settings, nodes: int) -> LocalCluster:
         raise StackError(write_problem(Path(exc.filename) if exc.filename else root, exc)) from exc
 
 
-def start_stack(settings: Settings, services: tuple[str, ...], cluster: int = 0) -> Stack:
+def start_stack(
+    settings: Settings,
+    services: tuple[str, ...],
+    cluster: int = 0,
+    judges: int = 1,
+    gpus: tuple[str, ...] | None = None,
+) -> Stack:
     """Start nats-server (unless NATS_URL) and `services`, each a process; the server gets a fresh instance id
     (YANTRA_INSTANCE_ID), which its Health answers with, so the caller can tell it from another on the address.
     `cluster`: that many nats-server nodes instead of one, every stream kept on each (YANTRA_NATS_REPLICAS).
+    `judges`: that many judge processes (plan_launches), pinned round-robin to `gpus` (None: visible_gpus).
 
     StackError, in one line, for what stops it: a data dir that cannot be written, a port that cannot be had."""
+    if gpus is None:
+        gpus = visible_gpus(settings.device) if JUDGE in services else ()
+    try:  # a bad number of judges fails before anything starts
+        launches = plan_launches(services, judges, gpus)
+    except LaunchError as exc:
+        raise StackError(str(exc)) from exc
     settings = settings.model_copy(update={"instance_id": secrets.token_hex(8)})
     if cluster and (settings.nats_url or settings.nats_port is not None):
         which = "NATS_URL names another server" if settings.nats_url else "--nats-port (YANTRA_NATS_PORT) is one's"
@@ -357,11 +374,12 @@ def start_stack(settings: Settings, services: tuple[str, ...], cluster: int = 0)
     else:
         nats, notice = _start_embedded_nats(settings)
         url = nats.url
-    stack = Stack(settings, nats, url, notices=[notice] if notice else [], cluster=nodes)
+    notices = [line for line in (notice, judges_notice(launches)) if line]
+    stack = Stack(settings, nats, url, notices=notices, cluster=nodes, launches={p.name: p for p in launches})
     try:
         stack.record()
-        for name in services:
-            stack.start_service(name)
+        for launch in launches:
+            stack.start_service(launch.name)
         stack.record()
     except BaseException:
         stack.stop()

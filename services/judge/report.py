@@ -106,6 +106,8 @@ def describe(judged: pb.CandidateJudged) -> str:
     """Every layer's evidence, in the order the judge ran them, then the verdict."""
     obs = judged.observed
     lines = [f"candidate {judged.candidate_id} ({judged.source_sha256[:12]})"]
+    if obs.judge_id or obs.device:  # kept since many judges share the work; older verdicts name none
+        lines.append(f"judged by {obs.judge_id or '?'} on {obs.device or '?'}")
     lines += _static(obs.static_check)
     if obs.HasField("contract"):
         lines += _contract(obs.contract)

@@ -13,6 +13,7 @@ import asyncio
 import importlib.util
 import io
 import logging
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from services.core.candidate_check import check_candidate
 from services.core.events import Recorded
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
-from services.judge import gpu_health, timing_check, verdict
+from services.judge import gpu_health, identity, timing_check, verdict
 from services.judge.cases import undrawn_boundaries
 from services.judge.contract_check import check_contract, check_function_contract, check_layer_contract
 from services.judge.domain import LiveTarget, derive_judged, live_target
@@ -67,8 +68,13 @@ class JudgeService:
         scratch_dir: Path | None = None,
         examples: int | None = None,
         limits: SandboxLimits | None = None,
+        judge_id: str = "",
     ):
         self.use_gpu = resolve_gpu(device)
+        self.judge_id = judge_id  # which of many judges (services.judge.identity): recorded in every verdict
+        self.device = identity.device_label(
+            self.use_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.get_device_name(0) if self.use_gpu else ""
+        )
         self.timeout_s = timeout_s or (GPU_TIMEOUT_S if self.use_gpu else CPU_TIMEOUT_S)
         self.limits = limits or SandboxLimits.from_env(self.timeout_s)
         self.scratch_dir = scratch_dir
@@ -78,8 +84,9 @@ class JudgeService:
         started = time.monotonic()
         observed = await self.observe(prior, trigger.msg)
         observed.wall_s = time.monotonic() - started
+        observed.judge_id, observed.device = self.judge_id, self.device
         judged = derive_judged(prior, trigger, observed)
-        log.info("judge: %s reward %+d: %s", judged.candidate_id, judged.reward, judged.reason)
+        log.info("judge %s: %s reward %+d: %s", self.judge_id, judged.candidate_id, judged.reward, judged.reason)
         return [judged]
 
     async def observe(self, prior: list[Recorded], proposal: pb.CandidateProposed) -> pb.JudgeObservation:

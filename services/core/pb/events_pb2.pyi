@@ -606,7 +606,7 @@ class TimingEvidence(_message.Message):
     def __init__(self, measured: bool = ..., reason: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[TimingRow, _Mapping]]] = ..., device_name: _Optional[str] = ..., copy_bytes_per_s: _Optional[float] = ..., settings: _Optional[_Iterable[str]] = ..., missing: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JudgeObservation(_message.Message):
-    __slots__ = ("static_check", "contract", "correctness", "timing", "wall_s", "sandbox", "timing_check")
+    __slots__ = ("static_check", "contract", "correctness", "timing", "wall_s", "sandbox", "timing_check", "judge_id", "device")
     STATIC_CHECK_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_FIELD_NUMBER: _ClassVar[int]
     CORRECTNESS_FIELD_NUMBER: _ClassVar[int]
@@ -614,6 +614,8 @@ class JudgeObservation(_message.Message):
     WALL_S_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     TIMING_CHECK_FIELD_NUMBER: _ClassVar[int]
+    JUDGE_ID_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
     static_check: StaticEvidence
     contract: ContractEvidence
     correctness: CorrectnessEvidence
@@ -621,7 +623,9 @@ class JudgeObservation(_message.Message):
     wall_s: float
     sandbox: SandboxEvidence
     timing_check: TimingCheck
-    def __init__(self, static_check: _Optional[_Union[StaticEvidence, _Mapping]] = ..., contract: _Optional[_Union[ContractEvidence, _Mapping]] = ..., correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., timing: _Optional[_Union[TimingEvidence, _Mapping]] = ..., wall_s: _Optional[float] = ..., sandbox: _Optional[_Union[SandboxEvidence, _Mapping]] = ..., timing_check: _Optional[_Union[TimingCheck, _Mapping]] = ...) -> None: ...
+    judge_id: str
+    device: str
+    def __init__(self, static_check: _Optional[_Union[StaticEvidence, _Mapping]] = ..., contract: _Optional[_Union[ContractEvidence, _Mapping]] = ..., correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., timing: _Optional[_Union[TimingEvidence, _Mapping]] = ..., wall_s: _Optional[float] = ..., sandbox: _Optional[_Union[SandboxEvidence, _Mapping]] = ..., timing_check: _Optional[_Union[TimingCheck, _Mapping]] = ..., judge_id: _Optional[str] = ..., device: _Optional[str] = ...) -> None: ...
 
 class TimingCheck(_message.Message):
     __slots__ = ("believed", "reason", "copy_bytes_per_s", "child_wall_s", "timed_us")
