@@ -27,8 +27,27 @@ from services.core import events as ev
 from services.core import streams
 from services.core.dead_letters import MAX_REASON_CHARS, DeadLetter, dlq_msg_id
 from services.core.events import Envelope, Recorded
+from services.core.nats_security import (
+    TlsSettingError,
+    client_ssl_context,
+    downgrade_line,
+    env_nats_tls,
+    refused_line,
+    tls_failed,
+    tls_failure_line,
+    wants_tls,
+)
 from services.core.retry import ELECTION_RETRY_S, retry_wait, riding_out
-from services.core.settings import NatsAuth, auth_refused, env_bus_options, env_nats_auth, nats_servers, redact_url
+from services.core.settings import (
+    NatsAuth,
+    NatsTls,
+    auth_refused,
+    env_bus_options,
+    env_nats_auth,
+    nats_servers,
+    redact_url,
+    url_has_credentials,
+)
 from services.core.stream_read import read_msgs
 from services.core.streams import (
     _JS_STREAM_FULL,
@@ -154,12 +173,27 @@ def _why(exc: BaseException) -> str:
     return text or ("timed out" if isinstance(exc, TimeoutError) else type(exc).__name__)
 
 
-async def connect_plain(url: str, name: str, timeout: float, *, auth: NatsAuth | None, reconnect: bool) -> nats.NATS:
+def tls_options(url: str, tls: NatsTls | None) -> dict[str, object]:
+    """nats.connect's TLS options for `url`: a context of `tls`'s files when TLS is asked for (else nats-py
+    verifies a server that requires TLS against the system's CAs). TlsSettingError when a file cannot be used."""
+    return {"tls": client_ssl_context(tls or NatsTls())} if wants_tls(url, tls) else {}
+
+
+def spoke_tls(nc: nats.NATS) -> bool:
+    # nats-py upgrades to TLS only when the server's INFO asks for it, even with a context or a tls:// URL, and has
+    # no public word for whether it did: its INFO, as it kept it, says.
+    return bool(getattr(nc, "_server_info", {}).get("tls_required"))
+
+
+async def connect_plain(
+    url: str, name: str, timeout: float, *, auth: NatsAuth | None, reconnect: bool, tls: NatsTls | None = None
+) -> nats.NATS:
     """A bare NATS connection: no streams made (it writes nothing), nats-py's error logging kept quiet (the caller
-    says what went wrong, in one line). `reconnect`: it rides out a server restart; else one attempt. Raises what
-    nats-py raises (an authorization error: settings.auth_refused tells it), or TimeoutError past `timeout` + 1 s.
-    For a reader that must not make the streams (a credential check, the supervisor's JetStream probe); a
-    service's connection is `Bus.connect`."""
+    says what went wrong, in one line). `reconnect`: it rides out a server restart; else one attempt. `tls`: the
+    TLS files; None: the environment's (NATS_CA, NATS_CERT, NATS_KEY). Raises what nats-py raises (an authorization
+    error: settings.auth_refused tells it; a TLS one: nats_security.tls_failed), TlsSettingError for TLS files that
+    cannot be used, or TimeoutError past `timeout` + 1 s. For a reader that must not make the streams (a credential
+    check, the supervisor's JetStream probe); a service's connection is `Bus.connect`."""
 
     async def quiet(_exc: Exception) -> None:
         return None
@@ -175,6 +209,7 @@ async def connect_plain(url: str, name: str, timeout: float, *, auth: NatsAuth |
         error_cb=quiet,
         **reconnects,
         **(auth.connect_options() if auth else {}),
+        **tls_options(url, tls or env_nats_tls()),
     )
     return await asyncio.wait_for(connecting, timeout + 1.0)
 
@@ -196,25 +231,34 @@ class Bus:
         auth: NatsAuth | None = None,
         replicas: int | None = None,
         retry_s: float | None = None,
+        tls: NatsTls | None = None,
     ) -> Bus:
         """Connect and make the streams. `url`: one server, or a cluster's separated by commas. `auth`: the
         credential to present; None: the environment's for `url` (NATS_TOKEN, or NATS_USER and NATS_PASSWORD: how
         a service started by `yantra up` gets the embedded server's). `replicas`, `retry_s`: of the streams it
-        makes, and how long it retries through an election; None: the environment's (`env_bus_options`).
-        BusUnavailable when no server answers, or when it refuses the credential (the error's cause is then nats'
-        own, see settings.auth_refused)."""
+        makes, and how long it retries through an election; None: the environment's (`env_bus_options`). `tls`: the
+        CA (and client certificate) to speak TLS with; None: the environment's (NATS_CA, NATS_CERT, NATS_KEY).
+        BusUnavailable, in one line, when no server answers, when it refuses the credential (the error's cause is
+        then nats' own, see settings.auth_refused), when its certificate cannot be verified or it wants one this
+        client lacks (the cause: ssl's error), or when TLS was asked for and the server does not speak it."""
         auth = auth or env_nats_auth(url)
+        tls = tls or env_nats_tls()
+        shown = redact_url(url)  # a URL may carry a password: never in a message
+        try:
+            tls_opts = tls_options(url, tls)
+        except TlsSettingError as exc:
+            raise BusUnavailable(f"cannot speak TLS to NATS at {shown}: {exc}") from exc
         env_replicas, env_retry_s = env_bus_options()
         replicas = replicas if replicas is not None else env_replicas
         retry_s = retry_s if retry_s is not None else env_retry_s
         several = len(nats_servers(url)) > 1 or (replicas or 1) > 1
-        shown = redact_url(url)  # a URL may carry a password: never in a message
         errors: list[Exception] = []  # the last one only: the callback lives as long as the connection
         refused: asyncio.Future = asyncio.get_running_loop().create_future()
 
         async def _quiet(exc: Exception) -> None:  # the reconnect logic reports; don't spam tracebacks
             errors[:] = [exc]
-            if auth_refused(exc) and not refused.done():  # a wrong credential stays wrong: no use retrying
+            # a wrong credential, or a certificate that cannot be verified, stays wrong: no use retrying
+            if (auth_refused(exc) or tls_failed(exc)) and not refused.done():
                 refused.set_result(exc)
 
         # nats-py retries an unreachable first server forever when reconnects are allowed;
@@ -229,6 +273,7 @@ class Bus:
                 reconnect_time_wait=0.5,
                 error_cb=_quiet,
                 **(auth.connect_options() if auth else {}),
+                **tls_opts,
             )
         )
         try:
@@ -239,7 +284,8 @@ class Bus:
                 await asyncio.wait([connecting])
         if refused.done() and connecting.cancelled():
             cause = refused.result()
-            raise BusUnavailable(f"NATS refused the connection at {shown}: authorization violation") from cause
+            line = refused_line(url, auth) if auth_refused(cause) else tls_failure_line(url, tls, cause)
+            raise BusUnavailable(line) from cause
         try:
             if connecting.cancelled():
                 raise TimeoutError
@@ -250,6 +296,12 @@ class Bus:
             if isinstance(exc, TimeoutError) and not errors:
                 why = f"no answer within {timeout + 1.0:g} s"
             raise BusUnavailable(f"cannot reach NATS at {shown}: {why}") from exc
+        if tls_opts and not spoke_tls(nc):
+            # Told to speak TLS (a CA, a client certificate, a tls:// URL) to a server that does not: a server set up
+            # without it, or someone between that strips it. The credential went with CONNECT already (nats-py has
+            # no hook between the server's INFO and it); stopping here keeps every event off the clear connection.
+            await nc.close()
+            raise BusUnavailable(downgrade_line(url, bool(auth) or url_has_credentials(url)))
         if retry_s is None:  # elections happen on a cluster only: one server answers as before, at once
             retry_s = ELECTION_RETRY_S if several or _clustered(nc) else 0.0
         bus = cls(nc, replicas=replicas, retry_s=retry_s)

@@ -4,7 +4,8 @@ with JetStream, so a stream kept with N replicas outlives any one node.
 Each node has its own server_name, store dir and an explicit max_file_store: nodes sharing a disk would each assume
 75% of it, and promise replicas room that is not there. The routes between nodes need a user and password of their
 own (random per start, in configs only their owner may read), so another process on the machine cannot join the
-cluster as a node and read the log.
+cluster as a node and read the log. With a `NatsSecurity` every node has the same accounts and users, and TLS on its
+client listener and its routes (services.core.nats_security); a node listening beyond loopback must have both.
 """
 
 from __future__ import annotations
@@ -18,12 +19,22 @@ from pathlib import Path
 
 from services.core.nats_launcher import (
     LocalNats,
+    UnsafeConfig,
     client_auth_lines,
+    connect_host,
     free_port,
     launch,
-    quoted,
+    listen_addr,
     wait_listening,
     write_config,
+)
+from services.core.nats_security import (
+    NatsSecurity,
+    listener_problem,
+    quoted,
+    route_tls_lines,
+    security_problem,
+    server_security_lines,
 )
 from services.core.settings import NatsAuth
 
@@ -44,10 +55,11 @@ class NodePlan:
     route_port: int
     store_dir: Path
     monitor_port: int = 0
+    host: str = "127.0.0.1"  # where its client and route ports listen
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"nats://{listen_addr(connect_host(self.host), self.port)}"
 
 
 def node_max_file_store(free_bytes: int, stored_bytes: int, nodes: int) -> int:
@@ -56,9 +68,11 @@ def node_max_file_store(free_bytes: int, stored_bytes: int, nodes: int) -> int:
     return max(MIN_NODE_STORE, int((free_bytes + stored_bytes) * STORE_SHARE) // max(1, nodes))
 
 
-def plan_nodes(root: Path, nodes: int, avoid: Collection[int] = (), *, monitor: bool = False) -> list[NodePlan]:
-    """`nodes` nodes named yantra-1.., each with free client and route ports (outside `avoid`) and a store under
-    `root`."""
+def plan_nodes(
+    root: Path, nodes: int, avoid: Collection[int] = (), *, monitor: bool = False, host: str = "127.0.0.1"
+) -> list[NodePlan]:
+    """`nodes` nodes named yantra-1.., each with free client and route ports (outside `avoid`) on `host` and a store
+    under `root`."""
     taken = set(avoid)
     plans = []
     for i in range(1, nodes + 1):
@@ -67,7 +81,7 @@ def plan_nodes(root: Path, nodes: int, avoid: Collection[int] = (), *, monitor: 
             ports.append(free_port(taken))
             taken.add(ports[-1])
         monitor_port = ports[2] if monitor else 0
-        plans.append(NodePlan(f"{CLUSTER_NAME}-{i}", ports[0], ports[1], root / f"node-{i}", monitor_port))
+        plans.append(NodePlan(f"{CLUSTER_NAME}-{i}", ports[0], ports[1], root / f"node-{i}", monitor_port, host))
     return plans
 
 
@@ -77,28 +91,38 @@ def cluster_config_text(
     max_file_store: int,
     route_password: str,
     auth: NatsAuth | None = None,
+    security: NatsSecurity | None = None,
 ) -> str:
-    """nats-server's config for `node` of a cluster of `peers` (itself among them or not)."""
+    """nats-server's config for `node` of a cluster of `peers` (itself among them or not). UnsafeConfig when
+    `security` cannot go with `auth`, or a port of the node would listen beyond loopback without TLS."""
+    problem = (
+        security_problem(security, auth)
+        or listener_problem(f"node {node.name}", node.host, security.tls if security else None)
+        or listener_problem(f"the routes of node {node.name}", node.host, security.route_tls if security else None)
+    )
+    if problem:
+        raise UnsafeConfig(problem)
     routes = [
-        quoted(f"nats-route://{ROUTE_USER}:{route_password}@127.0.0.1:{p.route_port}")
+        quoted(f"nats-route://{ROUTE_USER}:{route_password}@{listen_addr(connect_host(p.host), p.route_port)}")
         for p in peers
         if p.name != node.name
     ]
     lines = [
         f"# written by yantra for node {node.name} of its nats-server cluster; rewritten on each start",
         f"server_name: {quoted(node.name)}",
-        f"listen: {quoted(f'127.0.0.1:{node.port}')}",
+        f"listen: {quoted(listen_addr(node.host, node.port))}",
         f"jetstream {{ store_dir: {quoted(str(node.store_dir))}, max_file_store: {int(max_file_store)} }}",
         "cluster {",
         f"  name: {quoted(CLUSTER_NAME)}",
-        f"  listen: {quoted(f'127.0.0.1:{node.route_port}')}",
+        f"  listen: {quoted(listen_addr(node.host, node.route_port))}",
         f"  authorization {{ user: {quoted(ROUTE_USER)}, password: {quoted(route_password)} }}",
         f"  routes: [{', '.join(routes)}]",
+        *route_tls_lines(security),
         "}",
     ]
-    if node.monitor_port:
+    if node.monitor_port:  # monitoring stays on loopback wherever the node listens: it has no authentication
         lines.append(f"http: {quoted(f'127.0.0.1:{node.monitor_port}')}")
-    return "\n".join(lines + client_auth_lines(auth)) + "\n"
+    return "\n".join(lines + client_auth_lines(auth) + server_security_lines(security)) + "\n"
 
 
 def _stored_bytes(store_dir: Path) -> int:
@@ -115,10 +139,12 @@ class LocalCluster:
     nodes: list[LocalNats]
     log_files: list[Path]
     auth: NatsAuth | None = field(default=None, repr=False)
+    tls: bool = False  # its nodes require TLS of clients: its URLs say tls://
 
     @property
     def url(self) -> str:
-        return ",".join(plan.url for plan in self.plans)
+        urls = [plan.url for plan in self.plans]
+        return ",".join(url.replace("nats://", "tls://", 1) if self.tls else url for url in urls)
 
     def index_of(self, server_name: str) -> int:
         return [plan.name for plan in self.plans].index(server_name)
@@ -138,8 +164,8 @@ class LocalCluster:
         node = self.nodes[index]
         node.stop()
         proc = launch(node.config_file, self.log_files[index])
-        wait_listening(proc, node.port, timeout, self.log_files[index])
-        self.nodes[index] = LocalNats(proc, node.port, node.store_dir, node.config_file, node.auth)
+        wait_listening(proc, node.port, timeout, self.log_files[index], node.host)
+        self.nodes[index] = LocalNats(proc, node.port, node.store_dir, node.config_file, node.auth, node.tls, node.host)
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -158,28 +184,34 @@ def start_cluster(
     monitor: bool = False,
     max_file_store: int | None = None,
     timeout: float = 10.0,
+    security: NatsSecurity | None = None,
+    host: str = "127.0.0.1",
 ) -> LocalCluster:
     """Start `nodes` nats-server nodes under `root` (node-I/ the store, node-I.conf, node-I.log) and wait until each
     accepts connections; JetStream elects its leader a few seconds later (clients retry meanwhile). With `auth`,
-    every client must present it. `max_file_store`: each node's; default: `node_max_file_store` of the disk.
-    OSError when a store or a config cannot be written; RuntimeError when a node does not start (the nodes started
-    are stopped)."""
+    every client must present it; with `security`, each client its own user of the APP account, and TLS on the
+    client ports and the routes (services.core.nats_security). `host`: where the nodes listen; beyond loopback only
+    with both TLS. `max_file_store`: each node's; default: `node_max_file_store` of the disk. UnsafeConfig, in one
+    line, for a config that must not run (before anything is started); OSError when a store or a config cannot be
+    written; RuntimeError when a node does not start (the nodes started are stopped)."""
     root.mkdir(parents=True, exist_ok=True)
-    plans = plan_nodes(root, nodes, avoid, monitor=monitor)
+    plans = plan_nodes(root, nodes, avoid, monitor=monitor, host=host)
     stored = sum(_stored_bytes(p.store_dir) for p in plans)
     max_store = max_file_store or node_max_file_store(shutil.disk_usage(root).free, stored, nodes)
     route_password = secrets.token_hex(16)
+    texts = [cluster_config_text(plan, plans, max_store, route_password, auth, security) for plan in plans]
+    tls = bool(security and security.tls)
     procs: list[subprocess.Popen] = []
-    cluster = LocalCluster(plans, [], [root / f"node-{i + 1}.log" for i in range(nodes)], auth)
+    cluster = LocalCluster(plans, [], [root / f"node-{i + 1}.log" for i in range(nodes)], auth, tls)
     try:
         for i, plan in enumerate(plans):
             plan.store_dir.mkdir(parents=True, exist_ok=True)
             config = root / f"node-{i + 1}.conf"
-            write_config(config, cluster_config_text(plan, plans, max_store, route_password, auth))
+            write_config(config, texts[i])
             procs.append(launch(config, cluster.log_files[i]))
-            cluster.nodes.append(LocalNats(procs[-1], plan.port, plan.store_dir, config, auth))
+            cluster.nodes.append(LocalNats(procs[-1], plan.port, plan.store_dir, config, auth, tls, host))
         for i, plan in enumerate(plans):
-            wait_listening(procs[i], plan.port, timeout, cluster.log_files[i])
+            wait_listening(procs[i], plan.port, timeout, cluster.log_files[i], host)
     except BaseException:
         cluster.stop()
         raise

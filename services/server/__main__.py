@@ -9,6 +9,7 @@ import secrets
 
 import grpc
 
+from services.core.admin_auth import exposed_without_token
 from services.core.runner import run_service
 from services.core.service_main import Setup, configure_logging, main, settings_or_exit
 from services.core.settings import Settings
@@ -92,7 +93,11 @@ def run() -> int:
     configure_logging("server", settings.log_level)
     # A taken port and a bad model name fail fast with status 2 (a configuration error: `yantra up` stops):
     # the port is looked at before the model loads, and bound for good (exclusively) before swaps are restored.
-    problem = address_problem(settings.server_addr)
+    # A port beyond loopback without the admin token is refused before anything is bound or loaded.
+    problem = exposed_without_token(settings.server_addr, settings.admin_token)
+    if not problem and settings.http_addr:
+        problem = exposed_without_token(settings.http_addr, settings.admin_token, "YANTRA_HTTP_ADDR")
+    problem = problem or address_problem(settings.server_addr)
     if not problem and settings.http_addr:
         problem = address_problem(settings.http_addr, "YANTRA_HTTP_ADDR")
     if problem:
