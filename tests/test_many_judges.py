@@ -193,5 +193,12 @@ async def test_yantra_up_starts_two_judge_processes_that_share_the_work(own_nats
         assert stack.dead() == []
         for name in ("judge-1", "judge-2"):
             assert f"judge {name} judges on cpu" in stack.log_tail(name, 400), stack.log_tail(name)
+        # the supervisor restarts a judge by its name: the same id, service and log
+        stack.procs["judge-2"].kill()
+        stack.procs["judge-2"].wait()
+        again = stack.start_service("judge-2")
+        environ = dict(v.split("=", 1) for v in Path(f"/proc/{again.pid}/environ").read_text().split("\0") if "=" in v)
+        assert environ["YANTRA_JUDGE_ID"] == "judge-2"  # and no GPU pinned on the CPU (gpus=()): the parent's own
+        assert environ.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
     finally:
         stack.stop()
