@@ -346,6 +346,9 @@ def series_of(payload: dict) -> dict[str, list[dict]]:
         return {payload.get("label") or "served": points(payload)}
     out = {f"served, {key}": points(payload[key]) for key in ("before", "after") if payload.get(key)}
     for lane, rows in ((payload.get("in_process") or {}).get("lanes") or {}).items():
+        if rows and "levels" not in rows[0] and "concurrency" in rows[0]:  # engine_same_load: the sweep's own levels
+            out[f"in-process {lane}"] = points({"levels": rows})
+            continue
         out[f"in-process {lane}"] = [
             {"x": r["streams"], "tok_s": r["tokens_per_s"], "ttft_p50": r["ttft_s"] * 1e3, "ttft_p99": None,
              "tpot_p50": r.get("tpot_p50_ms"), "tpot_p99": r.get("tpot_p99_ms")}

@@ -2,7 +2,7 @@
 # One GPU run in one go: install the carried wheels, run the GPU tests, the benchmarks and
 # the demo on the 1.5B-shaped model; results land in bench/results/ and are copied to $RESULTS_DIR.
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
-#   bash scripts/gpu_run.sh [tests|servertests|alltests|layerkinds|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
+#   bash scripts/gpu_run.sh [tests|servertests|alltests|layerkinds|memcheck|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest ...]
 #   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh; TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
@@ -47,6 +47,7 @@ for step in $steps; do
     layerkinds) timeout 400 python3 bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 16 --no-hf-eager \
             --beside gemma3-1.5b-shape jamba-1.5b-shape --prompt-tokens 512 --tokens 256 \
             --out bench/results/layer_kinds_h200.json 2>&1 | tee "$RESULTS_DIR/layer_kinds.log" | tail -30 ;;
+    memcheck) timeout 560 python3 bench/gpu_memcheck.py 2>&1 | tee "$RESULTS_DIR/gpu_memcheck.log" | tail -30 ;;
     bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/bench.log" ;;
     layernorm) python3 bench/rmsnorm.py --variant layernorm --out bench/results 2>&1 | tee "$RESULTS_DIR/layernorm.log" ;;
     addnorm) python3 bench/add_norm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/add_norm.log" ;;

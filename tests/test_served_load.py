@@ -100,6 +100,21 @@ def test_summary_counts_failures_and_reads_goodput_over_the_wall():
         stats.summarize([good], wall_s=0)
 
 
+def test_a_before_after_result_plots_every_lane_the_same_load_lane_by_its_levels():
+    """The in-process lanes come in two shapes: bench/serving.py's rows by streams, and the engine driven with the
+    sweep's own load (levels by concurrency, as a served sweep's); an H200 result holding both failed to plot."""
+    level = {"concurrency": 16, "output_tokens_per_s": 2300.0, "ttft_ms": {"p50": 17.0, "p99": 80.0},
+             "tpot_ms": {"p50": 6.0, "p99": 6.4}}  # fmt: skip
+    row = {"streams": 16, "tokens_per_s": 2878.0, "ttft_s": 0.035}
+    payload = {"before": {"levels": [level]}, "after": {"levels": [level]},
+               "in_process": {"lanes": {"engine": [row], "engine_same_load": [level]}}}  # fmt: skip
+    series = served_load.series_of(payload)
+    assert set(series) == {"served, before", "served, after", "in-process engine", "in-process engine_same_load"}
+    assert series["in-process engine_same_load"][0]["ttft_p99"] == 80.0
+    assert series["in-process engine"][0] == {"x": 16, "tok_s": 2878.0, "ttft_p50": 35.0, "ttft_p99": None,
+                                              "tpot_p50": None, "tpot_p99": None}  # fmt: skip
+
+
 def test_requests_are_seeded_and_lengths_stay_in_their_range():
     argv = ["--concurrency", "2", "--per-stream", "1", "--input-len", "20", "--input-spread", "0.5",
             "--output-len", "8", "--output-spread", "0.25"]  # fmt: skip
