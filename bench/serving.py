@@ -177,7 +177,9 @@ async def engine_streams(engine: Engine, ids: torch.Tensor, tokens: int) -> dict
         "wall_s": wall,
         "tokens": produced,
         "first_stream": results[0][2],
-        "widest_step": engine.batcher.stepped,
+        # the rows of the lane's last step (results before 2026-12-04 call it widest_step, which it never was): with
+        # joins staggered over ticks, the last joiners finish last, so it can be under the streams
+        "last_step_rows": engine.batcher.stepped,
     }
 
 
