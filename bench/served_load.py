@@ -195,6 +195,28 @@ async def health(addr: str, token: str, timeout: float) -> ipb.HealthReply:
             raise LoadError(f"no inference server answers at {addr}: {exc.details() or exc.code().name}") from exc
 
 
+async def server_latency(addr: str, token: str, window_s: float) -> dict:
+    """Where the server says the last `window_s` went (Admin.ServingLatency: each first token's queue, prefill and
+    hand-off to the event loop, each tick's hand-off and length), by part; {"unavailable": why} from a server
+    without it."""
+    async with grpc.aio.insecure_channel(addr) as channel:
+        try:
+            reply = await igrpc.AdminStub(channel).ServingLatency(
+                ipb.ServingLatencyRequest(window_s=window_s), timeout=10, metadata=metadata(token)
+            )
+        except grpc.aio.AioRpcError as exc:
+            return {"unavailable": f"{exc.code().name}: {exc.details()}"}
+    keys = ("count", "p50_ms", "p99_ms", "max_ms", "mean_ms")
+    return {p.name: {k: getattr(p, k) for k in keys} for p in reply.parts}
+
+
+def describe_latency(parts: dict) -> str:
+    if "unavailable" in parts:
+        return f"  server parts: unavailable ({parts['unavailable']})"
+    shown = ", ".join(f"{name} {p['p50_ms']:.2f}/{p['p99_ms']:.2f}" for name, p in parts.items() if p["count"])
+    return f"  server parts p50/p99 ms: {shown}"
+
+
 async def wait_ready(addr: str, token: str, wait_s: float) -> ipb.HealthReply:
     deadline = time.monotonic() + wait_s
     while True:
@@ -320,7 +342,9 @@ async def run(args: argparse.Namespace, argv: list[str]) -> dict:
     try:
         for mode, value in level_plan(args):
             level = await run_level(args, channels, vocab, mode, value)
+            level["server_latency"] = await server_latency(addr, token, level["wall_s"])  # the timed part alone
             print(describe_level(level), flush=True)
+            print(describe_latency(level["server_latency"]), flush=True)
             levels.append(level)
     finally:
         await channels.close()

@@ -11,6 +11,7 @@ canary lands there, never inside a step.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -40,6 +41,12 @@ class Request:
     produced: int = 0
     last: int = 0
     cancelled: bool = False
+    # perf_counter stamps of the first token's way (services/server/latency_parts.py): arrived on the event loop,
+    # admitted into a prefill and first token read back on the engine thread, handed over (delivered) on the loop
+    arrived: float = field(default_factory=time.perf_counter)
+    admitted: float = 0.0
+    first_ready: float = 0.0
+    delivered: bool = False
 
     def finished_by(self, token: int) -> bool:
         return self.produced >= self.max_new or token == self.eos
@@ -89,6 +96,9 @@ class Batcher:
             joining.append(request)
         if not joining:
             return
+        admitted = time.perf_counter()
+        for request in joining:
+            request.admitted = admitted
         try:
             logits = self.decoder.prefill_many([r.slot for r in joining], [r.ids for r in joining])
             tokens = []
@@ -99,7 +109,9 @@ class Batcher:
             for request in joining:
                 self._end(request, exc, deliveries)
             return
+        ready = time.perf_counter()  # the tokens are on the host: choose read them back
         for request, token in zip(joining, tokens, strict=True):
+            request.first_ready = ready
             self.running.append(request)
             self._take(request, token, deliveries)
 

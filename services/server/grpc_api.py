@@ -196,6 +196,16 @@ class AdminApi(ipb_grpc.AdminServicer):
     async def ListSwaps(self, request, context):
         return ipb.ListSwapsReply(swaps=self.swaps.records())
 
+    async def ServingLatency(self, request, context):
+        if request.window_s < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"window_s must be >= 0, got {request.window_s}")
+        parts = [
+            ipb.LatencyPart(name=p.name, count=p.count, p50_ms=p.p50_s * 1e3, p99_ms=p.p99_s * 1e3,
+                            max_ms=p.max_s * 1e3, mean_ms=p.mean_s * 1e3)
+            for p in self.engine.stats.parts.window(request.window_s)
+        ]  # fmt: skip
+        return ipb.ServingLatencyReply(window_s=request.window_s, parts=parts)
+
 
 class AdminToken(grpc.aio.ServerInterceptor):
     """Admin RPCs (Health excepted) answer UNAUTHENTICATED unless the call carries the admin token."""

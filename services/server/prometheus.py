@@ -12,6 +12,8 @@ from prometheus_client.core import GaugeMetricFamily
 
 # Seconds: a decode step on a GPU is ~1-30 ms, a first token (prefill + queue) up to seconds.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# a hand-off or a tick is well under a millisecond when the event loop keeps up: finer buckets below the first
+PART_BUCKETS = (0.0001, 0.00025, 0.0005, *LATENCY_BUCKETS)
 SWAP_HOLD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 # How a Generate request ended: bad_request and overloaded are refused before the engine takes them
 # (stats.CountRefused), the others end in the engine.
@@ -74,6 +76,12 @@ class Exporter:
             "yantra_swap_hold_seconds", "how long a swap attempt held the model (apply, parity, revert or commit)",
             buckets=SWAP_HOLD_BUCKETS, registry=self.registry,
         )  # fmt: skip
+        self.parts = Histogram(
+            "yantra_latency_part_seconds",
+            "where served time went (services/server/latency_parts.py): a first token's queue, prefill and hand-off "
+            "to the event loop, each tick's hand-off and length",
+            ["part"], buckets=PART_BUCKETS, registry=self.registry,
+        )  # fmt: skip
         self.registry.register(_Live(engine, swaps))
         engine.stats.observers.append(self)
 
@@ -91,6 +99,9 @@ class Exporter:
 
     def swap_held(self, seconds: float) -> None:
         self.swap_hold.observe(seconds)
+
+    def latency(self, part: str, seconds: float) -> None:
+        self.parts.labels(part).observe(seconds)
 
     def serve(self, addr: str):
         """Start the HTTP endpoint on "host:port" (port 0: any free one); returns (server, thread)."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import grpc
 
 from services.core.pb import inference_pb2 as ipb
+from services.server.latency_parts import LatencyParts
 
 MAX_SAMPLES = 20_000
 GENERATE = f"/{ipb.DESCRIPTOR.services_by_name['Inference'].full_name}/Generate"
@@ -31,7 +32,8 @@ class RequestStats:
 
     def __init__(self, clock=time.monotonic):
         self.clock = clock
-        self.observers: list = []  # objects with generated, first_token, next_token, finished, swap_held
+        self.observers: list = []  # objects with generated, first_token, next_token, finished, swap_held, latency
+        self.parts = LatencyParts(clock)  # where served time went (services/server/latency_parts.py)
         self.requests_served = 0
         self._tokens: deque[tuple[float, int]] = deque(maxlen=MAX_SAMPLES)
         self._requests: deque[tuple[float, float]] = deque(maxlen=MAX_SAMPLES)
@@ -63,6 +65,13 @@ class RequestStats:
         """How a request ended: ok | bad_request | overloaded | cancelled | error."""
         for observer in self.observers:
             observer.finished(outcome)
+
+    def latency(self, part: str, seconds: float) -> None:
+        """One part of served latency (latency_parts.PARTS): a first token's queue, prefill or hand-off, a tick's
+        hand-off or length."""
+        self.parts.add(part, seconds)
+        for observer in self.observers:
+            observer.latency(part, seconds)
 
     def swap_held(self, seconds: float) -> None:
         """How long a swap attempt held the model."""

@@ -66,6 +66,36 @@ class HealthReply(_message.Message):
     max_positions: int
     def __init__(self, ready: bool = ..., model: _Optional[str] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., active_swaps: _Optional[int] = ..., requests_served: _Optional[int] = ..., instance_id: _Optional[str] = ..., max_positions: _Optional[int] = ...) -> None: ...
 
+class ServingLatencyRequest(_message.Message):
+    __slots__ = ("window_s",)
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    window_s: float
+    def __init__(self, window_s: _Optional[float] = ...) -> None: ...
+
+class LatencyPart(_message.Message):
+    __slots__ = ("name", "count", "p50_ms", "p99_ms", "max_ms", "mean_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    P50_MS_FIELD_NUMBER: _ClassVar[int]
+    P99_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    count: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    mean_ms: float
+    def __init__(self, name: _Optional[str] = ..., count: _Optional[int] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., max_ms: _Optional[float] = ..., mean_ms: _Optional[float] = ...) -> None: ...
+
+class ServingLatencyReply(_message.Message):
+    __slots__ = ("window_s", "parts")
+    WINDOW_S_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    window_s: float
+    parts: _containers.RepeatedCompositeFieldContainer[LatencyPart]
+    def __init__(self, window_s: _Optional[float] = ..., parts: _Optional[_Iterable[_Union[LatencyPart, _Mapping]]] = ...) -> None: ...
+
 class CaptureProfileRequest(_message.Message):
     __slots__ = ("prompts", "max_new_tokens", "repeats")
     PROMPTS_FIELD_NUMBER: _ClassVar[int]

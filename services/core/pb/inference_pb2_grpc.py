@@ -138,6 +138,11 @@ class AdminStub(object):
                 request_serializer=yantra_dot_v1_dot_inference__pb2.ListSwapsRequest.SerializeToString,
                 response_deserializer=yantra_dot_v1_dot_inference__pb2.ListSwapsReply.FromString,
                 _registered_method=True)
+        self.ServingLatency = channel.unary_unary(
+                '/yantra.v1.Admin/ServingLatency',
+                request_serializer=yantra_dot_v1_dot_inference__pb2.ServingLatencyRequest.SerializeToString,
+                response_deserializer=yantra_dot_v1_dot_inference__pb2.ServingLatencyReply.FromString,
+                _registered_method=True)
 
 
 class AdminServicer(object):
@@ -174,6 +179,13 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ServingLatency(self, request, context):
+        """Where served time went over the last window: each part of a first token's wait and each tick's hand-off.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -201,6 +213,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListSwaps,
                     request_deserializer=yantra_dot_v1_dot_inference__pb2.ListSwapsRequest.FromString,
                     response_serializer=yantra_dot_v1_dot_inference__pb2.ListSwapsReply.SerializeToString,
+            ),
+            'ServingLatency': grpc.unary_unary_rpc_method_handler(
+                    servicer.ServingLatency,
+                    request_deserializer=yantra_dot_v1_dot_inference__pb2.ServingLatencyRequest.FromString,
+                    response_serializer=yantra_dot_v1_dot_inference__pb2.ServingLatencyReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -338,6 +355,33 @@ class Admin(object):
             '/yantra.v1.Admin/ListSwaps',
             yantra_dot_v1_dot_inference__pb2.ListSwapsRequest.SerializeToString,
             yantra_dot_v1_dot_inference__pb2.ListSwapsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ServingLatency(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/yantra.v1.Admin/ServingLatency',
+            yantra_dot_v1_dot_inference__pb2.ServingLatencyRequest.SerializeToString,
+            yantra_dot_v1_dot_inference__pb2.ServingLatencyReply.FromString,
             options,
             channel_credentials,
             insecure,
