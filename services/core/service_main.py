@@ -15,6 +15,7 @@ from nats.errors import Error as NatsError
 from pydantic import ValidationError
 
 from services.core.bus import Bus, BusClosed, BusUnavailable
+from services.core.bus_limits import BusLimits, limit_problems
 from services.core.secrets_env import SecretFileError
 from services.core.settings import Settings, redact_url, settings_problem
 
@@ -117,15 +118,22 @@ async def serve(name: str, setup: Setup, settings: Settings) -> bool:
 
 
 def settings_or_exit(name: str) -> Settings:
-    """The environment's settings; a bad value is one line on stderr and exit status 2 (a configuration error:
-    `yantra up` does not restart it), never a traceback."""
+    """The environment's settings; a bad value, or limits that do not agree (`services.core.bus_limits`: a judge
+    timeout past the dedup window, say), is one line on stderr and exit status 2 (a configuration error: `yantra up`
+    does not restart it), never a traceback. Checked before anything connects or loads."""
     try:
-        return Settings.from_env()
+        settings = Settings.from_env()
     except ValidationError as exc:
         print(f"{name}: {settings_problem(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
     except SecretFileError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
-    raise SystemExit(2)
+        raise SystemExit(2) from None
+    problems = limit_problems(BusLimits.from_env(settings, os.environ))
+    if problems:
+        print(f"{name}: the bus's limits do not agree: {'; '.join(problems)}", file=sys.stderr)
+        raise SystemExit(2)
+    return settings
 
 
 def main(name: str, setup: Setup) -> int:

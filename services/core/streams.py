@@ -12,7 +12,13 @@ from services.core.retry import ELECTION_RETRY_S, riding_out, transient
 
 log = logging.getLogger(__name__)
 
-DEDUP_WINDOW_S = 600.0
+# How long YANTRA_RUNS remembers an event id, dropping a second publish of it. A handler's answers have ids derived
+# from their trigger, so a trigger handed to a second consumer while the first still works (its in-progress marks
+# lost) is answered twice up to the longest handling (the judge's 600 s CPU sandbox, the profiler's 600 s call
+# deadline) plus an ack wait apart: 600 s, the old window, let that second copy in. Three times the longest handling
+# leaves room for the served measure beside a profile and a slow redelivery; ids are a few dozen bytes each in the
+# server's memory. `services.core.bus_limits` checks it against the settings at every service's start.
+DEDUP_WINDOW_S = 1800.0
 METRICS_MAX_AGE_S = 24 * 3600
 METRICS_MAX_MSGS = 100_000
 
