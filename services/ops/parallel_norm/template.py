@@ -12,20 +12,18 @@ from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
 from services.ops import parallel_norm
-from services.ops.row_reduction.template import RowLayerTemplate, row_launch
+from services.ops.row_reduction import template as rows
 
 TEMPLATE = "dual_norm_onepass"
 OP_FAMILY = parallel_norm.FAMILY
 ENTRYPOINT = parallel_norm.ENTRYPOINT
 ENTRY_INPUTS = parallel_norm.ENTRY_INPUTS
 VARIANTS = parallel_norm.WRITABLE  # a config always names its variant: what the layer was seen computing
-KERNELS = {v: f"_{v}_kernel" for v in VARIANTS}
 BIASED = ("dual_layernorm",)
 
-
-_ROWS = RowLayerTemplate(TEMPLATE, parallel_norm, "input norm, attention, post norm and MLP", VARIANTS)
+_ROWS = rows.RowLayerTemplate(TEMPLATE, parallel_norm, "input norm, attention, post norm and MLP", VARIANTS)
 variant_for, contract_for, valid = _ROWS.variant_for, _ROWS.contract_for, _ROWS.valid
-_checked = _ROWS.checked
+KERNELS = {v: _ROWS.kernel(v) for v in VARIANTS}
 
 
 def search_configs(
@@ -35,91 +33,48 @@ def search_configs(
     return _ROWS.search_configs(variant, width)
 
 
+def _pointers(variant: str) -> tuple[str, ...]:
+    biased = variant in BIASED
+    return ("x", "w", *(("b",) if biased else ()), "w2", *(("b2",) if biased else ()), "y", "y2")
+
+
 def render(config: pb.TemplateConfig) -> str:
     """The kernel source of the config's variant (the same for every config of it: the config lives in the plan)."""
-    variant = _checked(config).variant
-    biased = variant in BIASED
-    return (
-        _SKELETON.replace("@TEMPLATE@", TEMPLATE)
-        .replace("@VARIANT@", variant)
-        .replace("@KERNEL@", KERNELS[variant])
-        .replace("@BIAS_PARAM@", "    b_ptr,\n" if biased else "")
-        .replace("@BIAS2_PARAM@", "    b2_ptr,\n" if biased else "")
-        .replace("@LOAD@", _BIAS_LOADS if biased else "")
-        .replace("@NORM@", _NORMS[variant])
+    variant = _ROWS.checked(config).variant
+    return _ROWS.source(
+        variant,
+        "Both norms of a parallel-residual layer from one read of each row (gpuyantra template "
+        f"{TEMPLATE}, variant {variant}).\n\nEach row: loaded once, reduced once in fp32, and the normalised row "
+        "scaled by the first norm's weight (and bias)\ninto y and by the second's into y2, each cast once to its "
+        "output's dtype. The launch plan sets ROWS (rows per\nprogram) and the warps.",
+        _pointers(variant),
+        rows.loads("w", "w2") + (rows.loads("b", "b2") if variant in BIASED else ""),
+        "        offsets = row * N_COLS + cols\n"
+        "        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)\n"
+        + _NORMS[variant]
+        + "        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)\n"
+        "        tl.store(y2_ptr + offsets, y2.to(y2_ptr.dtype.element_ty), mask=mask)\n",
     )
 
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
-    _checked(config)
-    biased = config.variant in BIASED
-    args = ["x", "w", *(["b"] if biased else []), "w2", *(["b2"] if biased else []), "y", "y2", "rows", "eps"]
-    launch = row_launch(KERNELS[config.variant], args, config.num_warps, config.rows_per_program)
-    return pb.LaunchPlan(family=OP_FAMILY, launches=[launch])
+    return _ROWS.launch_plan(config, _pointers(config.variant))
 
 
-_BIAS_LOADS = """\
-    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    b2 = tl.load(b2_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-"""
 # Per variant: the lines that normalise the fp32 row `x` once and scale it into `y` and `y2` (the norm template's
 # arithmetic, line for line, with a second weight and bias).
 _NORMS = {
-    "dual_layernorm": """\
-        mean = tl.sum(x, axis=0) / N_COLS
-        # the padding past N_COLS must not count in the variance: centre only the real columns
-        centred = tl.where(mask, x - mean, 0.0)
-        variance = tl.sum(centred * centred, axis=0) / N_COLS
+    "dual_layernorm": rows.centred()
+    + """\
         normed = centred * tl.rsqrt(variance + eps)
         y = normed * w + b
         y2 = normed * w2 + b2
 """,
-    "dual_rmsnorm": """\
-        variance = tl.sum(x * x, axis=0) / N_COLS
+    "dual_rmsnorm": rows.RMS_VARIANCE
+    + """\
         # HF's RMSNorm casts the normalised row back to the input dtype before the weight multiply.
         normed = (x * tl.rsqrt(variance + eps)).to(x_ptr.dtype.element_ty).to(tl.float32)
         y = w * normed
         y2 = w2 * normed
 """,
 }
-
-_SKELETON = '''\
-"""Both norms of a parallel-residual layer from one read of each row (gpuyantra template @TEMPLATE@, variant @VARIANT@).
-
-Each row: loaded once, reduced once in fp32, and the normalised row scaled by the first norm's weight (and bias)
-into y and by the second's into y2, each cast once to its output's dtype. The launch plan sets ROWS (rows per
-program) and the warps.
-"""
-
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def @KERNEL@(
-    x_ptr,
-    w_ptr,
-@BIAS_PARAM@    w2_ptr,
-@BIAS2_PARAM@    y_ptr,
-    y2_ptr,
-    n_rows,
-    eps,
-    N_COLS: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ROWS: tl.constexpr,
-):
-    # N_COLS is also the row stride of every operand (the wrapper makes them contiguous).
-    first_row = tl.program_id(0) * ROWS
-    cols = tl.arange(0, BLOCK)
-    col_mask = cols < N_COLS
-    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    w2 = tl.load(w2_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-@LOAD@    for r in tl.static_range(ROWS):
-        row = first_row + r
-        # Rows past the end (the last program of a ragged grid) load and store nothing.
-        mask = cols < tl.where(row < n_rows, N_COLS, 0)
-        offsets = row * N_COLS + cols
-        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-@NORM@        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
-        tl.store(y2_ptr + offsets, y2.to(y2_ptr.dtype.element_ty), mask=mask)
-'''

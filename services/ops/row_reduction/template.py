@@ -5,8 +5,9 @@ A candidate is data: `render(config)` is the kernel source (only @triton.jit cod
 (services.ops.row_reduction, whose wrapper allocates, launches and returns). Both are pure
 functions of the config: same config, same bytes.
 
-Over 400 lines, one file: most of it is six complete kernel sources (data, each standing alone as a candidate's
-text); the code around them is the search table and the plan.
+Its six kernel sources (one a variant) are written in the row frame (`row_kernel`) that the row-plan layer
+templates (the residual norm's, the parallel norm's) write theirs in: the signature's tail, the program's rows and
+their masks in one place, each variant's state and arithmetic beside it.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ KERNELS = {
     "rmsnorm_fp32_weight": "_rmsnorm_fp32_weight_fwd_kernel",
     "layernorm_offset": "_layernorm_offset_fwd_kernel",
 }
-# the biased variants' arguments; the others take ["x", "w", "y", "rows", "eps"]
+# the biased variants' arguments; the others take _ARGS
 ARGS = {v: ["x", "w", "b", "y", "rows", "eps"] for v in row_reduction.BIASED}
+_ARGS = ["x", "w", "y", "rows", "eps"]
 
 
 def variant_for(computes: str) -> str | None:
@@ -132,13 +134,28 @@ def row_config_problem(config: pb.TemplateConfig, template: str, variants, dispa
 @dataclass(frozen=True)
 class RowLayerTemplate(LayerTemplate):
     """A layer family's template on this family's row plan (the residual norm's, the parallel norm's): its search
-    space and its config check are this template's, under its own name and variants."""
+    space and its config check are this template's, under its own name and variants; one kernel a variant,
+    `_<variant>_kernel`, written in the row frame (`row_kernel`, every operand a row of N_COLS) and launched once."""
 
     def search_configs(self, variant: str, width: int) -> list[pb.TemplateConfig]:
         return row_configs(self.name, variant, width)
 
     def problem(self, config: pb.TemplateConfig) -> str:
         return row_config_problem(config, self.name, self.variants)
+
+    def kernel(self, variant: str) -> str:
+        return f"_{variant}_kernel"
+
+    def source(self, variant: str, doc: str, pointers, state: str, body: str) -> str:
+        """The variant's kernel source in the row frame (see `row_kernel`)."""
+        return row_kernel(doc, self.kernel(variant), pointers, state, body, note=FRAME_NOTE, ragged=RAGGED_NOTE)
+
+    def launch_plan(self, config: pb.TemplateConfig, pointers) -> pb.LaunchPlan:
+        """The config's plan: its variant's kernel, taking the `pointers` (its `source`'s), the rows and eps,
+        launched once over the rows."""
+        args = [*pointers, "rows", "eps"]
+        launch = row_launch(self.kernel(self.checked(config).variant), args, config.num_warps, config.rows_per_program)
+        return pb.LaunchPlan(family=self.op.FAMILY, launches=[launch])
 
 
 def row_launch(
@@ -190,20 +207,12 @@ def _checked(config: pb.TemplateConfig) -> pb.TemplateConfig:
 
 def render(config: pb.TemplateConfig) -> str:
     """The kernel source: one per variant, the same for every config of it (the config lives in the plan)."""
-    sources = {
-        "": _SOURCE,
-        "rmsnorm_offset": _OFFSET_SOURCE,
-        "layernorm_no_bias": _LAYERNORM_SOURCE,
-        "layernorm": _LAYERNORM_BIAS_SOURCE,
-        "rmsnorm_fp32_weight": _FP32_WEIGHT_SOURCE,
-        "layernorm_offset": _LAYERNORM_OFFSET_SOURCE,
-    }
-    source = sources[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
+    source = _SOURCES[_checked(config).variant].replace("@TEMPLATE@", TEMPLATE)
     return _persistent(source) if config.params.get(PERSISTENT) else source
 
 
 def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
-    kernel, args = KERNELS[_checked(config).variant], ARGS.get(config.variant, ["x", "w", "y", "rows", "eps"])
+    kernel, args = KERNELS[_checked(config).variant], ARGS.get(config.variant, _ARGS)
     persistent = bool(config.params.get(PERSISTENT))
     launches = [row_launch(kernel, args, config.num_warps, config.rows_per_program, persistent=persistent)]
     if (
@@ -215,86 +224,125 @@ def plan(config: pb.TemplateConfig) -> pb.LaunchPlan:
     return pb.LaunchPlan(family=OP_FAMILY, launches=launches)
 
 
-_SOURCE = '''\
-"""RMSNorm forward as in HF Qwen2RMSNorm/LlamaRMSNorm (gpuyantra template @TEMPLATE@).
+# ---------------------------------------------------------------- the kernel frame every row template writes in
+# (this one's, the residual norm's, the parallel norm's): a program loads its per-column state once and walks ROWS
+# rows, each masked past N_COLS and past the last row; a template says the rest, line for line.
 
-Casting follows the HF module exactly: x is upcast to fp32, variance = mean(x^2),
-x * rsqrt(variance + eps) is cast back to the input dtype, then multiplied by the weight in
-the promoted dtype of (weight, input). The launch plan sets ROWS (rows per program) and the warps.
+FRAME_NOTE = "    # N_COLS is also the row stride of every operand (the wrapper makes them contiguous).\n"
+RAGGED_NOTE = "        # Rows past the end (the last program of a ragged grid) load and store nothing.\n"
+RMS_VARIANCE = "        variance = tl.sum(x * x, axis=0) / N_COLS\n"
+CENTRE_NOTE = "        # the padding past N_COLS must not count in the variance: centre only the real columns\n"
+
+
+def loads(*names: str) -> str:
+    """Per-column state loaded once per program, in fp32: `w = tl.load(w_ptr + cols, ...)` for each name."""
+    return "".join(f"    {n} = tl.load({n}_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n" for n in names)
+
+
+def centred(note: bool = True) -> str:
+    """The row `x` centred on its mean over the real columns, and its (biased) variance."""
+    return (
+        "        mean = tl.sum(x, axis=0) / N_COLS\n" + (CENTRE_NOTE if note else "") +
+        "        centred = tl.where(mask, x - mean, 0.0)\n"
+        "        variance = tl.sum(centred * centred, axis=0) / N_COLS\n"
+    )  # fmt: skip
+
+
+def row_kernel(doc: str, kernel: str, pointers, state: str, body: str, note: str = "", ragged: str = "") -> str:
+    """A row template's kernel source: docstring `doc`; `kernel` taking the `pointers` (names less `_ptr`), the
+    rows, eps and the constexprs N_COLS, BLOCK, ROWS; `note` (comment lines) before the program's first row, its
+    per-column `state` loaded (`loads`), then for each of its ROWS rows the `ragged` note, the row's mask and `body`."""
+    params = "".join(f"    {p}_ptr,\n" for p in pointers)
+    return (
+        f'"""{doc}\n"""\n\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\ndef {kernel}(\n{params}'
+        "    n_rows,\n    eps,\n    N_COLS: tl.constexpr,\n    BLOCK: tl.constexpr,\n    ROWS: tl.constexpr,\n):\n"
+        f"{note}    first_row = tl.program_id(0) * ROWS\n    cols = tl.arange(0, BLOCK)\n    col_mask = cols < N_COLS\n"
+        f"{state}    for r in tl.static_range(ROWS):\n        row = first_row + r\n{ragged}"
+        f"        mask = cols < tl.where(row < n_rows, N_COLS, 0)\n{body}"
+    )
+
+
+# This template's kernels, one a variant, each complete source a candidate's text (render() above): its docstring, up
+# to the plan's note; its per-column state; how it normalises the fp32 row `x` into `y`; its comments on the frame.
+_PLAN_NOTE = "The launch plan sets ROWS (rows per program) and the warps."
+_HF_CAST = """\
+        # HF casts the normalised row back to the input dtype before the weight multiply.
+        normed = normed.to(x_ptr.dtype.element_ty).to(tl.float32)
 """
-
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _rmsnorm_fwd_kernel(
-    x_ptr,
-    w_ptr,
-    y_ptr,
-    n_rows,
-    eps,
-    N_COLS: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ROWS: tl.constexpr,
-):
+_RMS_DOC = "Casting follows the HF module exactly: x is upcast to fp32, variance = mean(x^2)"
+_LAYERNORM_DOC = "x is upcast to fp32, centred on its mean, divided by sqrt(var + eps) (the biased variance),\n"
+_W_NOTE = "    # The weight is loaded once per program and reused for its ROWS rows.\n"
+_WB_NOTE = "    # weight and bias loaded once per program and reused for its ROWS rows\n"
+_LLAMA_NOTES = {
+    "note": """\
     # N_COLS is also the row stride of both x and y (the wrapper makes them contiguous). As a
     # constant the compiler sees that a 1000-wide bf16 row starts 16-byte aligned and loads it 8
     # elements at a time; as a runtime int it would only know divisibility by 16 (1000 is not).
-    first_row = tl.program_id(0) * ROWS
-    cols = tl.arange(0, BLOCK)
-    col_mask = cols < N_COLS
-    # The weight is loaded once per program and reused for its ROWS rows.
-    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    for r in tl.static_range(ROWS):
-        row = first_row + r
-        # Rows past the end (the last program of a ragged grid) load and store nothing.
-        mask = cols < tl.where(row < n_rows, N_COLS, 0)
-        x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
-        variance = tl.sum(x * x, axis=0) / N_COLS
-        normed = x * tl.rsqrt(variance + eps)
-        # HF casts the normalised row back to the input dtype before the weight multiply.
-        normed = normed.to(x_ptr.dtype.element_ty).to(tl.float32)
-        y = w * normed
-        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-'''
-
-_OFFSET_SOURCE = '''\
-"""RMSNorm forward as in HF GemmaRMSNorm (gpuyantra template @TEMPLATE@, variant rmsnorm_offset).
-
-Casting follows the HF module exactly: x is upcast to fp32, variance = mean(x^2), and
-x * rsqrt(variance + eps) * (1 + weight) is computed in fp32 and cast to the input dtype once.
-The launch plan sets ROWS (rows per program) and the warps.
-"""
-
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _rmsnorm_offset_fwd_kernel(
-    x_ptr,
-    w_ptr,
-    y_ptr,
-    n_rows,
-    eps,
-    N_COLS: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ROWS: tl.constexpr,
-):
-    first_row = tl.program_id(0) * ROWS
-    cols = tl.arange(0, BLOCK)
-    col_mask = cols < N_COLS
-    # (1 + weight) in fp32, loaded once per program and reused for its ROWS rows.
-    scale = 1.0 + tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    for r in tl.static_range(ROWS):
-        row = first_row + r
-        mask = cols < tl.where(row < n_rows, N_COLS, 0)
-        x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
-        variance = tl.sum(x * x, axis=0) / N_COLS
-        y = x * tl.rsqrt(variance + eps) * scale
-        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-'''
+""",
+    "ragged": RAGGED_NOTE,
+}
+_AFFINE = "        y = centred * tl.rsqrt(variance + eps) * w + b\n"
+_KERNEL_TEXT = {
+    "": (
+        "RMSNorm forward as in HF Qwen2RMSNorm/LlamaRMSNorm (gpuyantra template @TEMPLATE@).\n\n" + _RMS_DOC
+        + ",\nx * rsqrt(variance + eps) is cast back to the input dtype, then multiplied by the weight in\n"
+        "the promoted dtype of (weight, input). ",
+        _W_NOTE + loads("w"),
+        RMS_VARIANCE + "        normed = x * tl.rsqrt(variance + eps)\n" + _HF_CAST + "        y = w * normed\n",
+        _LLAMA_NOTES,
+    ),
+    "rmsnorm_offset": (
+        "RMSNorm forward as in HF GemmaRMSNorm (gpuyantra template @TEMPLATE@, variant rmsnorm_offset).\n\n"
+        + _RMS_DOC + ", and\nx * rsqrt(variance + eps) * (1 + weight) is computed in fp32 and cast to the input "
+        "dtype once.\n",
+        "    # (1 + weight) in fp32, loaded once per program and reused for its ROWS rows.\n"
+        "    scale = 1.0 + tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n",
+        RMS_VARIANCE + "        y = x * tl.rsqrt(variance + eps) * scale\n",
+        {},
+    ),
+    "layernorm_no_bias": (
+        "LayerNorm without bias as in HF CohereLayerNorm (gpuyantra template @TEMPLATE@, variant layernorm_no_bias)."
+        "\n\nCasting follows the HF module exactly: x is upcast to fp32, centred on its mean, divided by\n"
+        "sqrt(var + eps), multiplied by the fp32 weight and cast to the input dtype once.\n",
+        loads("w"),
+        centred() + "        y = centred * tl.rsqrt(variance + eps) * w\n",
+        {},
+    ),
+    "layernorm": (
+        "LayerNorm as torch.nn.LayerNorm computes it (gpuyantra template @TEMPLATE@, variant layernorm).\n\n"
+        + _LAYERNORM_DOC + "multiplied by the weight and shifted by the bias in fp32, and cast to the output dtype "
+        "once.\n",
+        _WB_NOTE + loads("w", "b"),
+        centred(note=False) + _AFFINE,
+        {},
+    ),
+    # OLMo2's RMSNorm is Llama's kernel but for where it rounds: the weight applied to the fp32 row, one cast.
+    "rmsnorm_fp32_weight": (
+        "RMSNorm forward as in HF Olmo2RMSNorm (gpuyantra template @TEMPLATE@, variant rmsnorm_fp32_weight).\n\n"
+        + _RMS_DOC + ",\nweight * (x * rsqrt(variance + eps)) is computed in fp32 and cast to the input dtype\n"
+        "once (Llama's casts the normalised row first). ",
+        _W_NOTE + loads("w"),
+        RMS_VARIANCE + "        normed = x * tl.rsqrt(variance + eps)\n        y = w * normed\n",
+        _LLAMA_NOTES,
+    ),
+    # Nemotron's LayerNorm1P: torch's LayerNorm kernel with the weight as the module forms it, 1 + weight rounded to
+    # its dtype
+    "layernorm_offset": (
+        "LayerNorm1P as Nemotron computes it (gpuyantra template @TEMPLATE@, variant layernorm_offset).\n\n"
+        + _LAYERNORM_DOC + "multiplied by 1 + weight (formed in the weight's dtype, as the module forms it) and "
+        "shifted by the\nbias in fp32, and cast to the output dtype once.\n",
+        _WB_NOTE + loads("w") + "    w = (w + 1.0).to(w_ptr.dtype.element_ty).to(tl.float32)\n" + loads("b"),
+        centred(note=False) + _AFFINE,
+        {},
+    ),
+}  # fmt: skip
+_X = "        x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)\n"
+_Y = "        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)\n"
+_SOURCES = {
+    variant: row_kernel(doc + _PLAN_NOTE, KERNELS[variant], ARGS.get(variant, _ARGS)[:-2], state, _X + norm + _Y,
+                        **notes)
+    for variant, (doc, state, norm, notes) in _KERNEL_TEXT.items()
+}  # fmt: skip
 
 
 def _rewritten(source: str, changes: dict[str, str]) -> str:
@@ -314,128 +362,10 @@ def _persistent(source: str) -> str:
     """A variant's kernel walking its rows in a loop strided by the grid (a persistent grid's): the program's row
     loop nested in one over its row blocks, the rest byte for byte."""
     head, loop = _rewritten(source, {"    first_row = tl.program_id(0) * ROWS\n": ""}).split(_ROW_LOOP)
-    head = _rewritten(head, {"The launch plan sets ROWS (rows per program) and the warps.": (
+    head = _rewritten(head, {_PLAN_NOTE: (
         "The launch plan sets ROWS (rows at a time) and the warps; each program walks row blocks strided by the\n"
         "grid (a persistent grid: at most one program per SM)."
     )})  # fmt: skip
     nested = "".join("    " + line if line.strip() else line for line in loop.splitlines(keepends=True))
     outer = "    for first_row in range(tl.program_id(0) * ROWS, n_rows, tl.num_programs(0) * ROWS):\n"
     return head + outer + "    " + _ROW_LOOP + nested
-
-
-# OLMo2's RMSNorm is Llama's kernel but for where it rounds: the weight applied to the fp32 row, one cast.
-_FP32_WEIGHT_SOURCE = _rewritten(
-    _SOURCE,
-    {
-        "as in HF Qwen2RMSNorm/LlamaRMSNorm (gpuyantra template @TEMPLATE@).": (
-            "as in HF Olmo2RMSNorm (gpuyantra template @TEMPLATE@, variant rmsnorm_fp32_weight)."
-        ),
-        "x * rsqrt(variance + eps) is cast back to the input dtype, then multiplied by the weight in\n"
-        "the promoted dtype of (weight, input).": (
-            "weight * (x * rsqrt(variance + eps)) is computed in fp32 and cast to the input dtype\n"
-            "once (Llama's casts the normalised row first)."
-        ),
-        "def _rmsnorm_fwd_kernel(": "def _rmsnorm_fp32_weight_fwd_kernel(",
-        """        # HF casts the normalised row back to the input dtype before the weight multiply.
-        normed = normed.to(x_ptr.dtype.element_ty).to(tl.float32)
-""": "",
-    },
-)
-
-_LAYERNORM_SOURCE = '''\
-"""LayerNorm without bias as in HF CohereLayerNorm (gpuyantra template @TEMPLATE@, variant layernorm_no_bias).
-
-Casting follows the HF module exactly: x is upcast to fp32, centred on its mean, divided by
-sqrt(var + eps), multiplied by the fp32 weight and cast to the input dtype once.
-The launch plan sets ROWS (rows per program) and the warps.
-"""
-
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _layernorm_fwd_kernel(
-    x_ptr,
-    w_ptr,
-    y_ptr,
-    n_rows,
-    eps,
-    N_COLS: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ROWS: tl.constexpr,
-):
-    first_row = tl.program_id(0) * ROWS
-    cols = tl.arange(0, BLOCK)
-    col_mask = cols < N_COLS
-    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    for r in tl.static_range(ROWS):
-        row = first_row + r
-        mask = cols < tl.where(row < n_rows, N_COLS, 0)
-        x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=0) / N_COLS
-        # the padding past N_COLS must not count in the variance: centre only the real columns
-        centred = tl.where(mask, x - mean, 0.0)
-        variance = tl.sum(centred * centred, axis=0) / N_COLS
-        y = centred * tl.rsqrt(variance + eps) * w
-        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-'''
-
-_LAYERNORM_BIAS_SOURCE = '''\
-"""LayerNorm as torch.nn.LayerNorm computes it (gpuyantra template @TEMPLATE@, variant layernorm).
-
-x is upcast to fp32, centred on its mean, divided by sqrt(var + eps) (the biased variance),
-multiplied by the weight and shifted by the bias in fp32, and cast to the output dtype once.
-The launch plan sets ROWS (rows per program) and the warps.
-"""
-
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _layernorm_bias_fwd_kernel(
-    x_ptr,
-    w_ptr,
-    b_ptr,
-    y_ptr,
-    n_rows,
-    eps,
-    N_COLS: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ROWS: tl.constexpr,
-):
-    first_row = tl.program_id(0) * ROWS
-    cols = tl.arange(0, BLOCK)
-    col_mask = cols < N_COLS
-    # weight and bias loaded once per program and reused for its ROWS rows
-    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
-    for r in tl.static_range(ROWS):
-        row = first_row + r
-        mask = cols < tl.where(row < n_rows, N_COLS, 0)
-        x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
-        mean = tl.sum(x, axis=0) / N_COLS
-        centred = tl.where(mask, x - mean, 0.0)
-        variance = tl.sum(centred * centred, axis=0) / N_COLS
-        y = centred * tl.rsqrt(variance + eps) * w + b
-        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
-'''
-# Nemotron's LayerNorm1P: the same kernel with the weight as the module forms it, 1 + weight rounded to its dtype
-_LAYERNORM_OFFSET_SOURCE = (
-    _LAYERNORM_BIAS_SOURCE.replace(
-        "LayerNorm as torch.nn.LayerNorm computes it (gpuyantra template @TEMPLATE@, variant layernorm).",
-        "LayerNorm1P as Nemotron computes it (gpuyantra template @TEMPLATE@, variant layernorm_offset).",
-    )
-    .replace(
-        "multiplied by the weight and shifted by the bias in fp32, and cast to the output dtype once.",
-        "multiplied by 1 + weight (formed in the weight's dtype, as the module forms it) and shifted by the\n"
-        "bias in fp32, and cast to the output dtype once.",
-    )
-    .replace("def _layernorm_bias_fwd_kernel(", "def _layernorm_offset_fwd_kernel(")
-    .replace(
-        "    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n",
-        "    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)\n"
-        "    w = (w + 1.0).to(w_ptr.dtype.element_ty).to(tl.float32)\n",
-    )
-)
