@@ -11,9 +11,11 @@ from pydantic import ValidationError
 
 from services.core import events as ev
 from services.core.bus import Bus, BusUnavailable, connect_plain
+from services.core.nats_security import TlsSettingError, tls_failed, tls_failure_line
 from services.core.secrets_env import SecretFileError
 from services.core.settings import Settings, auth_refused, redact_url, settings_problem
-from services.core.stack import StackError, check_data_dir, resolve_nats_url
+from services.core.stack import StackError, check_data_dir, resolve_nats_url, running_stack
+from services.core.stack_secure import SecureStackError, client_settings
 from services.core.streams import out_of_storage
 from services.server.models import PRESETS  # names only: torch loads when a model does
 
@@ -22,9 +24,13 @@ class CliError(RuntimeError):
     """An error the user can act on: printed as one line, exit code 2."""
 
 
-def settings_of(args: argparse.Namespace) -> Settings:
+def settings_of(args: argparse.Namespace, *, client: bool = True) -> Settings:
     """The settings a command runs with (environment, then its options); CliError when they cannot work,
-    so a data dir that is a file, say, is one line for every command rather than a traceback in each."""
+    so a data dir that is a file, say, is one line for every command rather than a traceback in each.
+
+    `client` (every command but `up` and `demo`, which start a stack): with NATS_URL unset and a `yantra up --secure`
+    running on the data dir, its URL, CA and the yantra-cli user, found through stack.json as the URL is
+    (stack_secure.client_settings); the URL is then the one it had when the command started."""
     try:
         settings = Settings.from_env(
             data_dir=getattr(args, "data_dir", None),
@@ -42,7 +48,12 @@ def settings_of(args: argparse.Namespace) -> Settings:
         check_data_dir(settings.data_dir)
     except StackError as exc:
         raise CliError(str(exc)) from None
-    return settings
+    if not client:
+        return settings
+    try:
+        return client_settings(settings, running_stack(settings.data_dir))
+    except SecureStackError as exc:  # its password file, another user's say: it names the file, never the value
+        raise CliError(f"the stack on {settings.data_dir} requires a user and TLS: {exc}") from None
 
 
 # JetStream's answers that mean it is not there to answer: off (a disk that filled disables it), or not enabled.
@@ -86,10 +97,13 @@ async def open_bus(settings: Settings) -> Bus:
     except StackError as exc:
         raise CliError(f"{exc}. Start the stack with `yantra up` or set NATS_URL.") from exc
     try:
-        return await Bus.connect(url, name="yantra-cli", timeout=3.0, auth=settings.nats_auth())
+        auth, tls = settings.nats_auth(), settings.nats_tls()
+        return await Bus.connect(url, name="yantra-cli", timeout=3.0, auth=auth, tls=tls)
     except BusUnavailable as exc:
         if auth_refused(exc.__cause__):
             raise CliError(f"{exc}; {settings.nats_auth_hint()}") from exc
+        if not str(exc).startswith("cannot reach NATS"):  # a TLS refusal says what to set; no stack to start
+            raise CliError(str(exc)) from exc
         raise CliError(f"{exc}. Start the stack with `yantra up` or set NATS_URL.") from exc
     except NatsError as exc:  # the streams could not be made or read: JetStream said no
         raise CliError(f"NATS at {redact_url(url)}: {nats_problem(exc)}") from exc
@@ -103,14 +117,21 @@ async def check_credential(settings: Settings) -> None:
         url = resolve_nats_url(settings)
     except StackError:
         return
+    tls = settings.nats_tls()
     try:
-        nc = await connect_plain(url, "yantra-credential-check", 3.0, auth=settings.nats_auth(), reconnect=False)
+        nc = await connect_plain(
+            url, "yantra-credential-check", 3.0, auth=settings.nats_auth(), reconnect=False, tls=tls
+        )
+    except TlsSettingError as exc:
+        raise CliError(f"cannot speak TLS to NATS at {redact_url(url)}: {exc}") from exc
     except Exception as exc:
         if auth_refused(exc):
             raise CliError(
                 f"NATS refused the connection at {redact_url(url)}: authorization violation; "
                 f"{settings.nats_auth_hint()}"
             ) from exc
+        if tls_failed(exc):  # its certificate cannot be verified (no NATS_CA): waiting would not change that
+            raise CliError(tls_failure_line(url, tls, exc)) from exc
         return
     await nc.close()
 

@@ -34,6 +34,7 @@ from services.core.restart_budget import RestartBudget
 from services.core.server_client import ServerUnavailable, WrongServer, generate_tokens, wait_ready
 from services.core.settings import Settings, redact_url
 from services.core.stack import NATS_LOG, Stack, StackError, start_stack
+from services.core.stack_secure import LOOPBACK
 from services.registry import SERVICES
 from services.server.models import UnknownModel, check_model_name
 
@@ -255,8 +256,9 @@ class JetStreamWatch:
                     self.stack.nats_url,
                     "yantra-up",
                     JS_PROBE_TIMEOUT_S,
-                    auth=self.stack.settings.nats_auth(),
+                    auth=self.stack.client_auth,
                     reconnect=True,
+                    tls=self.stack.client_tls,
                 )
             except Exception:
                 return ""
@@ -335,6 +337,8 @@ class JetStreamWatch:
 
 
 JUDGES_VAR = "YANTRA_JUDGES"  # how many judges `yantra up` and `yantra demo` start when --judges is not given
+SECURE_VAR = "YANTRA_SECURE"  # `--secure` when set to 1 (accounts, a user per service, TLS)
+NATS_HOST_VAR = "YANTRA_NATS_HOST"  # `--nats-host`: where the embedded nats-server listens
 
 
 def judges_of(given: int | None, env: dict[str, str] | None = None) -> int:
@@ -350,13 +354,38 @@ def judges_of(given: int | None, env: dict[str, str] | None = None) -> int:
         raise CliError(f"{JUDGES_VAR}={text!r}: {exc} (the number of judges, 1 to {MAX_JUDGES})") from None
 
 
-async def _bring_up(settings: Settings, stop: asyncio.Event | None = None, cluster: int = 0, judges: int = 1) -> Stack:
+def secure_of(given: bool, env: dict[str, str] | None = None) -> bool:
+    """--secure, else YANTRA_SECURE (1/0, true/false, yes/no, on/off); CliError, in one line, for another word."""
+    if given:
+        return True
+    text = (os.environ if env is None else env).get(SECURE_VAR, "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise CliError(f"{SECURE_VAR}={text!r}: 1 (accounts, a user per service and TLS on the embedded NATS) or 0")
+
+
+def nats_host_of(given: str | None, env: dict[str, str] | None = None) -> str:
+    """--nats-host, else YANTRA_NATS_HOST, else loopback (start_stack checks it)."""
+    return given or (os.environ if env is None else env).get(NATS_HOST_VAR, "").strip() or LOOPBACK
+
+
+async def _bring_up(
+    settings: Settings,
+    stop: asyncio.Event | None = None,
+    cluster: int = 0,
+    judges: int = 1,
+    *,
+    secure: bool = False,
+    nats_host: str = LOOPBACK,
+) -> Stack:
     try:
         check_model_name(settings.model)
     except UnknownModel as exc:
         raise CliError(f"{exc}; set it with --model or YANTRA_MODEL") from exc
     try:
-        stack = start_stack(settings, SERVICES, cluster, judges)
+        stack = start_stack(settings, SERVICES, cluster, judges, secure=secure, nats_host=nats_host)
     except (StackError, RuntimeError) as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:  # one start_stack did not name: a full or read-only disk, say
@@ -364,15 +393,7 @@ async def _bring_up(settings: Settings, stop: asyncio.Event | None = None, clust
         raise CliError(f"cannot start the stack: {exc.strerror or exc}{where}") from exc
     for notice in stack.notices:
         print(notice)
-    if settings.nats_url:
-        where = redact_url(settings.nats_url)  # a URL may carry a password
-    elif stack.cluster is not None:
-        guarded = ", clients need YANTRA_ADMIN_TOKEN" if stack.cluster.auth else ""
-        where = f"a nats-server cluster of {len(stack.cluster.nodes)} nodes at {stack.nats_url}{guarded}"
-    else:
-        guarded = ", clients need YANTRA_ADMIN_TOKEN" if stack.nats and stack.nats.auth else ""
-        where = f"embedded nats-server at {stack.nats_url}{guarded}"
-    print(f"started {', '.join(stack.procs)} on {where}; logs in {stack.log_dir}")
+    print(f"started {', '.join(stack.procs)} on {_where(stack)}; logs in {stack.log_dir}")
     try:  # only our own server counts: its Health answers with the instance id start_stack gave it
         health = await wait_ready(
             settings.server_addr,
@@ -396,16 +417,43 @@ async def _bring_up(settings: Settings, stop: asyncio.Event | None = None, clust
     return stack
 
 
+def _where(stack: Stack) -> str:
+    """Where the stack's NATS is, and what a client needs there (never a secret)."""
+    if stack.settings.nats_url:
+        return redact_url(stack.settings.nats_url)  # a URL may carry a password
+    cluster, nats = stack.cluster, stack.nats
+    what = f"a nats-server cluster of {len(cluster.nodes)} nodes" if cluster else "embedded nats-server"
+    if stack.security is None:
+        guarded = (cluster and cluster.auth) or (nats and nats.auth)
+        return f"{what} at {stack.nats_url}" + (", clients need YANTRA_ADMIN_TOKEN" if guarded else "")
+    host = nats.host if nats else cluster.plans[0].host if cluster else LOOPBACK
+    listens = "" if host == LOOPBACK else f", listening on {host}"
+    return (
+        f"{what} at {stack.nats_url}{listens}, a user per service and TLS (commands on this data dir find the CA"
+        f" and their user in it; elsewhere NATS_CA={stack.security.files.ca})"
+    )
+
+
+def _stack_options(args) -> dict:
+    """--judges, --secure and --nats-host, each else its variable; CliError, in one line, for a bad one, before
+    anything starts."""
+    return {
+        "judges": judges_of(args.judges),
+        "secure": secure_of(args.secure),
+        "nats_host": nats_host_of(args.nats_host),
+    }
+
+
 async def cmd_up(args) -> int:
-    settings = settings_of(args)
+    settings = settings_of(args, client=False)
     budget = _restart_budget()  # a bad YANTRA_RESTART_* fails before anything starts
-    judges = judges_of(args.judges)  # and so does a bad YANTRA_JUDGES
+    options = _stack_options(args)  # and so does a bad YANTRA_JUDGES or YANTRA_SECURE
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     # SIGHUP too: a closed terminal stops the stack cleanly; SIGINT also where a background job ignores it.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
-    stack = await _bring_up(settings, stop, args.cluster or 0, judges)
+    stack = await _bring_up(settings, stop, args.cluster or 0, **options)
     started = time.monotonic()
     nodes = [f"nats-server-{i + 1}" for i in range(len(stack.cluster.nodes))] if stack.cluster else []
     for name in (*stack.procs, "nats-server", *nodes):
@@ -430,12 +478,12 @@ async def cmd_demo(args) -> int:
     # One loop from the stock model: swaps of earlier demos on this data dir are not re-applied
     # (the skill library still carries over, so a second demo starts warm).
     check_run_options(args)  # before the stack is brought up for a run it would refuse
-    settings = settings_of(args).model_copy(update={"restore_swaps": False})
-    stack = await _bring_up(settings, judges=judges_of(args.judges))
+    settings = settings_of(args, client=False).model_copy(update={"restore_swaps": False})
+    stack = await _bring_up(settings, **_stack_options(args))
     try:
         addr = settings.server_addr
         before_ids, before_text, _ = await generate_tokens(addr, CANARY_PROMPT, 16)
-        bus = await Bus.connect(stack.nats_url, name="yantra-demo", auth=settings.nats_auth())
+        bus = await Bus.connect(stack.nats_url, name="yantra-demo", auth=stack.client_auth, tls=stack.client_tls)
         try:
             health = await wait_ready(addr, timeout=60, instance_id=stack.settings.instance_id)
             if args.policy == "auto" and args.min_reward is None:
@@ -584,6 +632,7 @@ def register(sub) -> None:
         " stack rides out the loss of a node; stores, configs and logs under DIR/nats-cluster",
     )
     _add_judges(sp)
+    _add_security(sp)
     sp.set_defaults(fn=cmd_up)
 
     sp = sub.add_parser("demo", help="up + optimize + summary + shut down (the main job)")
@@ -593,6 +642,7 @@ def register(sub) -> None:
     sp.add_argument("--report", metavar="FILE", help="write the run's result and event log as JSON")
     sp.add_argument("--export", metavar="FILE", help="write the run's event log for `yantra tui --replay FILE`")
     _add_judges(sp)
+    _add_security(sp)
     sp.set_defaults(fn=cmd_demo)
 
 
@@ -603,4 +653,21 @@ def _add_judges(sp) -> None:
         metavar="N",
         help="run N judge processes (judge-1 .. judge-N, default 1 or YANTRA_JUDGES) on one durable consumer, so a"
         " search step's candidates are judged at once; on a GPU box each judge gets a GPU of its own, round-robin",
+    )
+
+
+def _add_security(sp) -> None:
+    sp.add_argument(
+        "--secure",
+        action="store_true",
+        help="the embedded nats-server (or cluster) requires a user per service (the APP account; each service gets"
+        " only its own password) and TLS on its client port and routes, with a CA and certificate made in DIR/secure"
+        " the first time and reused after (or YANTRA_SECURE=1); commands on the same data dir find the CA and their"
+        " user there",
+    )
+    sp.add_argument(
+        "--nats-host",
+        metavar="HOST",
+        help="where the embedded nats-server (or each node) listens (default 127.0.0.1, or YANTRA_NATS_HOST); beyond"
+        " loopback (0.0.0.0, a network address) only with --secure",
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import secrets
@@ -16,19 +15,31 @@ from pathlib import Path
 
 from services.core.launches import JUDGE, Launch, LaunchError, judges_notice, plan_launches, visible_gpus
 from services.core.nats_cluster import LocalCluster, start_cluster
-from services.core.nats_launcher import LocalNats, die_with_parent, free_port, port_problem, start_nats
+from services.core.nats_launcher import LocalNats, UnsafeConfig, die_with_parent, start_nats
 from services.core.secrets_env import SECRETS
-from services.core.settings import Settings
+from services.core.settings import NatsAuth, NatsTls, Settings
+from services.core.stack_checks import (
+    NATS_PORT_FILE,
+    StackError,
+    check_data_dir,
+    check_writable,
+    choose_nats_port,
+    ports_of,
+    remembered_port,
+    write_problem,
+)
+from services.core.stack_secure import (
+    LOOPBACK,
+    SecureStackError,
+    StackSecurity,
+    embedded_nats_problem,
+    prepare_security,
+)
 
 STACK_FILE = "stack.json"
 NATS_LOG = "nats.log"
 NATS_CONFIG = "nats.conf"  # the embedded nats-server's config (mode 0600: it may hold the credential)
 NATS_CLUSTER_DIR = "nats-cluster"  # `yantra up --cluster N`: node-I/ (its store), node-I.conf, node-I.log
-NATS_PORT_FILE = "nats.port"  # the embedded nats-server's port, reused by the next `yantra up` on this data dir
-
-
-class StackError(RuntimeError):
-    pass
 
 
 def _alive(pid: int) -> bool:
@@ -47,60 +58,6 @@ def running_stack(data_dir: Path) -> dict | None:
     except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
         return None
     return info if _alive(int(info.get("pid", -1))) else None
-
-
-def check_data_dir(data_dir: Path) -> None:
-    """StackError, in one line, when `data_dir` cannot be a data dir: it, or the nearest of its parents
-    that exists, is not a directory. Every command that reads or writes the data dir checks this first."""
-    existing = data_dir
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    if existing.is_dir():
-        return
-    if existing == data_dir:
-        problem = "exists and is not a directory"
-    else:
-        problem = f"cannot be created: {existing} is not a directory"
-    raise StackError(f"the data dir {data_dir} {problem}; give --data-dir (or YANTRA_DATA_DIR) a directory")
-
-
-def _disk_full(exc: OSError) -> bool:
-    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def _what_to_do(exc: OSError) -> str:
-    if _disk_full(exc):
-        return "free some space there, or give --data-dir (or YANTRA_DATA_DIR) a directory on another disk"
-    return "give --data-dir (or YANTRA_DATA_DIR) a writable directory"
-
-
-def write_problem(path: Path, exc: OSError) -> str:
-    """Why `path` could not be written, in one line that says what to do."""
-    return f"cannot write {path}: {exc.strerror or exc}; {_what_to_do(exc)}"
-
-
-def check_writable(data_dir: Path) -> None:
-    """StackError, in one line, unless `data_dir` can be made and a file written in it: found before anything
-    starts, not as an OSError halfway through (a read-only or full file system, a directory we may not write).
-
-    A probe file rather than os.access: as root, access() says yes to a directory whose mode forbids writing,
-    and neither it nor the mode tells of a full disk or an immutable directory."""
-    try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StackError(f"cannot create the data dir {data_dir}: {exc.strerror or exc}") from exc
-    probe = data_dir / f".write-probe.{os.getpid()}"
-    try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, b"\0" * 4096)
-            os.fsync(fd)  # a full disk may accept the write into the page cache and fail only here
-        finally:
-            os.close(fd)
-            probe.unlink(missing_ok=True)
-    except OSError as exc:
-        state = "is full" if _disk_full(exc) else "is not writable"
-        raise StackError(f"the data dir {data_dir} {state} ({exc.strerror or exc}); {_what_to_do(exc)}") from exc
 
 
 def resolve_nats_url(settings: Settings) -> str:
@@ -127,6 +84,16 @@ class Stack:
     notices: list[str] = field(default_factory=list)  # what the user should know about how it started
     cluster: LocalCluster | None = None  # `yantra up --cluster N`: its nodes, instead of `nats`
     launches: dict[str, Launch] = field(default_factory=dict)  # by name; a name not here runs the service it names
+    security: StackSecurity | None = None  # `yantra up --secure`: accounts, a user per service, TLS
+
+    @property
+    def client_auth(self) -> NatsAuth | None:
+        """The credential `yantra up` itself (its JetStream probe, the demo's run) connects with."""
+        return self.security.client_auth if self.security else self.settings.nats_auth()
+
+    @property
+    def client_tls(self) -> NatsTls | None:
+        return self.security.client_tls if self.security else self.settings.nats_tls()
 
     @property
     def log_dir(self) -> Path:
@@ -138,7 +105,10 @@ class Stack:
         if embedded is not None:
             # The embedded server's credential, where every NATS client of ours reads one (Bus.connect);
             # a NATS_USER or NATS_TOKEN of the user's is for another server.
+            # Its TLS files likewise (a secure stack gives each service its own, start_service).
             for var in ("NATS_USER", "NATS_PASSWORD", "NATS_TOKEN", "NATS_PASSWORD_FILE", "NATS_TOKEN_FILE"):
+                env.pop(var, None)
+            for var in ("NATS_CA", "NATS_CERT", "NATS_KEY"):
                 env.pop(var, None)
             if embedded.auth is not None:
                 env["NATS_TOKEN"] = embedded.auth.token
@@ -157,9 +127,11 @@ class Stack:
             log = open(path, "ab")  # noqa: SIM115 - owned by the child
         except OSError as exc:
             raise StackError(write_problem(path, exc)) from exc
+        # a secure stack's service gets its own user and password, and no other's (StackSecurity.service_env)
+        own = self.security.service_env(launch.service) if self.security else {}
         proc = subprocess.Popen(
             [sys.executable, "-m", f"services.{launch.service}"],
-            env={**self.child_env(), **dict(launch.env)},
+            env={**self.child_env(), **own, **dict(launch.env)},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # Ctrl-C reaches `yantra up`, which stops the services in order
@@ -203,6 +175,8 @@ class Stack:
                 log_file=self.settings.data_dir / NATS_LOG,
                 auth=old.auth,
                 config_file=old.config_file,
+                security=self.security.nats if self.security else None,  # the same hashes: the config is unchanged
+                host=old.host,
             )
         except OSError as exc:
             raise StackError(write_problem(old.config_file, exc)) from exc
@@ -212,6 +186,8 @@ class Stack:
         StackError when the file cannot be written."""
         info = {"pid": os.getpid(), "nats_url": self.nats_url, "server_addr": self.settings.server_addr}
         info["instance_id"] = self.settings.instance_id
+        if self.security:  # where a command finds the CA and its password: paths, never a password
+            info["secure"] = self.security.record()
         info["pids"] = {name: proc.pid for name, proc in self.procs.items()}
         if self.nats:
             info["pids"]["nats-server"] = self.nats.process.pid
@@ -252,79 +228,45 @@ class Stack:
             (self.settings.data_dir / STACK_FILE).unlink(missing_ok=True)
 
 
-def ports_of(addr: str) -> tuple[int, ...]:
-    """The port of a "host:port" address, as a tuple to avoid; empty when it names none."""
-    port = addr.rpartition(":")[2]
-    return (int(port),) if port.isdigit() else ()
-
-
-def _remembered_port(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return int(text) if text.isdigit() and 1 <= int(text) <= 65535 else None
-
-
-def _unavailable(port: int, avoid: tuple[int, ...]) -> str | None:
-    """Why the embedded nats-server cannot have `port` now; None when it can."""
-    return "it is YANTRA_SERVER_ADDR's port" if port in avoid else port_problem(port)
-
-
-def choose_nats_port(settings: Settings) -> tuple[int, str | None]:
-    """The embedded nats-server's port, and a line for the user when it is not the one they had.
-
-    --nats-port (YANTRA_NATS_PORT) when given: StackError when it cannot be had. Else the one this data dir's
-    last `yantra up` used (NATS_PORT_FILE), so a client or a config that wrote the URL down keeps working
-    across restarts; when that one is taken, another free one, saying so. The inference server's port is
-    never taken: it is not listening yet, so the OS could offer it."""
-    avoid = ports_of(settings.server_addr)
-    asked = settings.nats_port
-    if asked is not None:
-        problem = _unavailable(asked, avoid)
-        if problem:
-            raise StackError(
-                f"cannot start the embedded nats-server on port {asked} (--nats-port or YANTRA_NATS_PORT): {problem};"
-                " free it, or choose another port"
-            )
-        return asked, None
-    path = settings.data_dir / NATS_PORT_FILE
-    remembered = _remembered_port(path)
-    if remembered is None:
-        return free_port(avoid), None
-    problem = _unavailable(remembered, avoid)
-    if problem is None:
-        return remembered, None
-    port = free_port(avoid)
-    return port, (
-        f"the embedded nats-server's port {remembered} (this data dir's last) cannot be had: {problem}; "
-        f"it listens on {port} instead (--nats-port or YANTRA_NATS_PORT pins one)"
-    )
-
-
-def _start_embedded_nats(settings: Settings) -> tuple[LocalNats, str | None]:
+def _start_embedded_nats(settings: Settings, security: StackSecurity | None, host: str) -> tuple[LocalNats, str | None]:
     data_dir = settings.data_dir
     port, notice = choose_nats_port(settings)
     port_file = data_dir / NATS_PORT_FILE
-    if _remembered_port(port_file) != port:
+    if remembered_port(port_file) != port:
         try:
             port_file.write_text(f"{port}\n")
         except OSError as exc:
             raise StackError(write_problem(port_file, exc)) from exc
     config = data_dir / NATS_CONFIG
     try:
-        auth = settings.nats_auth()  # YANTRA_ADMIN_TOKEN, when set: the bus needs what the Admin reads need
-        nats = start_nats(data_dir / "nats", port=port, log_file=data_dir / NATS_LOG, auth=auth, config_file=config)
+        # YANTRA_ADMIN_TOKEN, when set: the bus needs what the Admin reads need; a secure stack has a user per client
+        auth = None if security else settings.nats_auth()
+        nats = start_nats(
+            data_dir / "nats",
+            port=port,
+            log_file=data_dir / NATS_LOG,
+            auth=auth,
+            config_file=config,
+            security=security.nats if security else None,
+            host=host,
+        )
     except OSError as exc:  # its store, its log or its config
         failed = Path(exc.filename) if exc.filename and not Path(exc.filename).name.startswith(".") else config
         raise StackError(write_problem(failed, exc)) from exc
     return nats, notice
 
 
-def _start_embedded_cluster(settings: Settings, nodes: int) -> LocalCluster:
+def _start_embedded_cluster(settings: Settings, nodes: int, security: StackSecurity | None, host: str) -> LocalCluster:
     root = settings.data_dir / NATS_CLUSTER_DIR
     try:
-        return start_cluster(root, nodes, auth=settings.nats_auth(), avoid=ports_of(settings.server_addr))
+        return start_cluster(
+            root,
+            nodes,
+            auth=None if security else settings.nats_auth(),
+            avoid=ports_of(settings.server_addr),
+            security=security.nats if security else None,
+            host=host,
+        )
     except OSError as exc:  # a store, a log or a config
         raise StackError(write_problem(Path(exc.filename) if exc.filename else root, exc)) from exc
 
@@ -335,11 +277,16 @@ def start_stack(
     cluster: int = 0,
     judges: int = 1,
     gpus: tuple[str, ...] | None = None,
+    *,
+    secure: bool = False,
+    nats_host: str = LOOPBACK,
 ) -> Stack:
     """Start nats-server (unless NATS_URL) and `services`, each a process; the server gets a fresh instance id
     (YANTRA_INSTANCE_ID), which its Health answers with, so the caller can tell it from another on the address.
     `cluster`: that many nats-server nodes instead of one, every stream kept on each (YANTRA_NATS_REPLICAS).
     `judges`: that many judge processes (plan_launches), pinned round-robin to `gpus` (None: visible_gpus).
+    `secure`: nats-server requires a user per service and TLS (services.core.stack_secure); `nats_host`: where it
+    listens, beyond loopback only when secure.
 
     StackError, in one line, for what stops it: a data dir that cannot be written, a port that cannot be had."""
     if gpus is None:
@@ -352,6 +299,9 @@ def start_stack(
     if cluster and (settings.nats_url or settings.nats_port is not None):
         which = "NATS_URL names another server" if settings.nats_url else "--nats-port (YANTRA_NATS_PORT) is one's"
         raise StackError(f"--cluster starts its own nodes on free ports, and {which}: unset one of them")
+    problem = embedded_nats_problem(settings.nats_url, nats_host, secure)
+    if problem:
+        raise StackError(problem)
     if cluster:
         settings = settings.model_copy(update={"nats_replicas": cluster})
     data_dir = settings.data_dir
@@ -360,22 +310,33 @@ def start_stack(
     other = running_stack(data_dir)
     if other:
         raise StackError(f"`yantra up` is already running on {data_dir} (pid {other['pid']}); use it, or stop it first")
+    if settings.nats_url and settings.nats_port is not None:
+        raise StackError(
+            "--nats-port (YANTRA_NATS_PORT) is the embedded nats-server's port, and NATS_URL names another"
+            " server: unset one of them"
+        )
+    try:
+        security = prepare_security(data_dir, nats_host) if secure else None
+    except SecureStackError as exc:
+        raise StackError(str(exc)) from exc
+    except OSError as exc:
+        raise StackError(write_problem(Path(exc.filename or data_dir), exc)) from exc
     nats, notice, nodes = None, None, None
-    if cluster:
-        nodes = _start_embedded_cluster(settings, cluster)
-        url = nodes.url
-    elif settings.nats_url:
-        if settings.nats_port is not None:
-            raise StackError(
-                "--nats-port (YANTRA_NATS_PORT) is the embedded nats-server's port, and NATS_URL names another"
-                " server: unset one of them"
-            )
-        url = settings.nats_url
-    else:
-        nats, notice = _start_embedded_nats(settings)
-        url = nats.url
-    notices = [line for line in (notice, judges_notice(launches)) if line]
+    try:
+        if cluster:
+            nodes = _start_embedded_cluster(settings, cluster, security, nats_host)
+            url = nodes.url
+        elif settings.nats_url:
+            url = settings.nats_url
+        else:
+            nats, notice = _start_embedded_nats(settings, security, nats_host)
+            url = nats.url
+    except UnsafeConfig as exc:  # embedded_nats_problem said it first; this is the launchers' own word
+        raise StackError(f"the embedded nats-server cannot start: {exc}") from exc
+    made = security.made if security else None
+    notices = [line for line in (made, notice, judges_notice(launches)) if line]
     stack = Stack(settings, nats, url, notices=notices, cluster=nodes, launches={p.name: p for p in launches})
+    stack.security = security
     try:
         stack.record()
         for launch in launches:
