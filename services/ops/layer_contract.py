@@ -1,5 +1,6 @@
-"""The contract of a layer rewrite whose children are bound by role (the gated MLP's maps, the plain MLP's): one
-builder, so every layer family binds its recorded roles the same way."""
+"""The contract of a layer rewrite whose children are bound by role (the gated MLP's maps, the plain MLP's, a decoder
+layer's four children): one builder, so every layer family binds its recorded roles the same way, and the decoder
+rewrites (the residual norm's, the parallel norm's) ask the same of their norms."""
 
 from __future__ import annotations
 
@@ -46,3 +47,20 @@ def decoder_layer_contract(
         entry_inputs=entry,
         bindings=[pb.Binding(param=role, attr=roles[role], kind="module") for role in family.ROLES],
     )
+
+
+def live_decoder_contract(family, module, class_path: str) -> pb.Contract | None:
+    """The layer contract of a live decoder layer of `family` (the residual norm's, the parallel norm's): its
+    forward's inputs, its four children bound by the roles `family.roles_of` finds running it."""
+    from services.server.introspection import forward_params
+
+    return decoder_layer_contract(family, class_path, forward_params(type(module)), family.roles_of(module))
+
+
+def norms_of_one_width(shapes: Mapping[str, tuple[int, ...]]) -> str:
+    """Why a decoder-layer rewrite's children with these weight shapes ({role: shape}, () where a child has none of
+    its own) cannot be its ("" when they can): its input and post norms must be norms of one width."""
+    first, second = (tuple(shapes.get(role, ())) for role in ("input_norm", "post_norm"))
+    if len(first) != 1 or first != second:
+        return f"the input and post norms must be norms of one width (weights {list(first)} and {list(second)})"
+    return ""

@@ -30,7 +30,11 @@ from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
 from services.ops import row_reduction
+
+# its wrapper's parameters are every decoder rewrite's: the layer's input, its four children by role
+from services.ops.decoder_layer import ENTRY_INPUTS, ENTRY_PARAMS, OPTIONAL_PARAMS, PARAM_KINDS, PASSES_INPUTS, ROLES  # noqa: F401
 from services.ops.layer_children import norm_children, roled_children
+from services.ops.layer_contract import decoder_layer_contract, live_decoder_contract, norms_of_one_width
 from services.ops.parallel_norm import recognition
 from services.ops.row_reduction import RowLaunches, block_cols, check_norm_inputs
 
@@ -42,12 +46,6 @@ VARIANTS = tuple(PREFIX + v for v in row_reduction.VARIANTS)
 WRITABLE = ("dual_layernorm", "dual_rmsnorm")
 KIND = "layer"  # the target is the layer, whose forward is rewritten keeping its attention and MLP
 ENTRYPOINT = "dual_norm_layer"
-ENTRY_INPUTS = ("hidden_states",)
-ROLES = ("input_norm", "attention", "post_norm", "mlp")  # the wrapper's parameter for each child, in order
-ENTRY_PARAMS = ("hidden_states", *ROLES)
-OPTIONAL_PARAMS: tuple[str, ...] = ()
-PASSES_INPUTS = True  # the layer's other inputs go to its attention as they came (not the wrapper's parameters)
-PARAM_KINDS = {"hidden_states": "tensor", **{role: "module" for role in ROLES}}
 # Runtime arguments a kernel may take: the norm family's, with the second norm's weight and bias read beside w and b
 # and its output written beside y.
 ARGS = (*row_reduction.ARGS, "w2", "b2", "y2")
@@ -175,16 +173,9 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
         dtype = torch.promote_types(w1.dtype, x.dtype)
         first = allocate(x.shape, dtype=dtype, device=x.device)
         second = allocate(x.shape, dtype=dtype, device=x.device)
-        rows = x.numel() // n_cols
-        if rows == 0 or not launch:
-            return first, second
         contiguous = lambda t: None if t is None else t.contiguous()  # noqa: E731
-        values = {
-            "x": x, "w": w1.contiguous(), "b": contiguous(b1), "y": first, "w2": w2.contiguous(), "b2": contiguous(b2),
-            "y2": second, "rows": rows, "cols": n_cols, "eps": float(eps), "x_row_stride": n_cols,
-            "y_row_stride": n_cols,
-        }  # fmt: skip
-        launches(rows, n_cols, x.device, values)
+        state = {"w": w1.contiguous(), "b": contiguous(b1), "w2": w2.contiguous(), "b2": contiguous(b2)}
+        launches.run(x, n_cols, eps, {"x": x, **state, "y": first, "y2": second}, launch)
         return first, second
 
     dual_norm.launchers = launches.launchers
@@ -219,23 +210,16 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
 
 
 def contract_for(module, class_path: str) -> pb.Contract | None:
-    """The layer contract of a live parallel-residual layer: its forward's inputs, its four children by role."""
-    from services.server.introspection import forward_params
-
-    return layer_contract(class_path, forward_params(type(module)), roles_of(module))
+    """The layer contract of a live parallel-residual layer: its forward's inputs, its four children bound by role."""
+    return live_decoder_contract(sys.modules[__name__], module, class_path)
 
 
 def roles_problem(shapes: Mapping[str, tuple[int, ...]]) -> str:
-    """Why children with these weight shapes ({role: shape}, () where a child has none of its own) cannot be this
-    layer's ("" when they can): its two norms must be norms of one width."""
-    first, second = (tuple(shapes.get(role, ())) for role in ("input_norm", "post_norm"))
-    if len(first) != 1 or first != second:
-        return f"the input and post norms must be norms of one width (weights {list(first)} and {list(second)})"
-    return ""
+    """Why children with these weight shapes cannot be a parallel-residual layer's ("" when they can): its two norms
+    must be norms of one width."""
+    return norms_of_one_width(shapes)
 
 
 def layer_contract(class_path: str, forward_params, roles: Mapping[str, str]) -> pb.Contract | None:
     """The layer contract from what the profile recorded (pure: the coder derives it from the log)."""
-    from services.ops.layer_contract import decoder_layer_contract
-
     return decoder_layer_contract(sys.modules[__name__], class_path, forward_params, roles)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 
-from services.ops.layer_children import norm_children
+from services.ops.layer_children import norm_children, run_stood_in, same
 
 PROBE_SHAPE = (1, 3)  # batch, positions of the recognition probe
 # Each norm's output is tagged by adding its own constant (through a forward hook), so the two outputs differ even
@@ -42,28 +42,12 @@ def _standins(attention_pair: bool):
     return Recorder(0.5, 0.25, attention_pair), Recorder(-0.75, 0.125, False)
 
 
-def _required_rest(forward) -> dict:
-    """None for each required parameter of a layer's forward after its input: they go to the stood-in attention,
-    which takes anything; a layer using one itself raises and is not this op."""
-    import inspect
-
-    try:
-        params = list(inspect.signature(forward).parameters.values())[2:]  # past self and the input
-    except (TypeError, ValueError):
-        return {}
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return {p.name: None for p in params if p.kind in kinds and p.default is p.empty}
-
-
 def _traced(layer, attention: str, mlp: str, norms, probe, attention_pair: bool) -> dict | None:
     """The layer's own forward on `probe`, its `attention` and `mlp` stood in for and each norm's output tagged:
     what each part was fed and gave, or None when it does not run so."""
-    import torch
-
     att, mlp_standin = _standins(attention_pair)
-    saved = {attention: layer._modules[attention], mlp: layer._modules[mlp]}
     seen: dict[str, list] = {}
-    handles = []
+    hooks = {}
     for tag, name in zip(TAGS, sorted(norms), strict=True):
 
         def hook(module, args, output, name=name, tag=tag):
@@ -71,17 +55,10 @@ def _traced(layer, attention: str, mlp: str, norms, probe, attention_pair: bool)
             seen.setdefault(name, []).append((args[0] if args else None, tagged))
             return tagged
 
-        handles.append(layer._modules[name].register_forward_hook(hook))
-    layer._modules[attention], layer._modules[mlp] = att, mlp_standin
-    try:
-        with torch.inference_mode():  # the class's own forward: a layer serving a kernel is still what it was
-            out = type(layer).forward(layer, probe, **_required_rest(type(layer).forward))
-    except Exception:  # the stand-ins in the wrong roles (or a layer that wants more): not this assignment
+        hooks[name] = hook
+    ran, out = run_stood_in(layer, {attention: att, mlp: mlp_standin}, hooks, probe)
+    if not ran:
         return None
-    finally:
-        layer._modules.update(saved)
-        for h in handles:
-            h.remove()
     if len(att.calls) != 1 or len(mlp_standin.calls) != 1 or sorted(seen) != sorted(norms):
         return None
     if any(len(calls) != 1 for calls in seen.values()):
@@ -97,12 +74,6 @@ def _traced(layer, attention: str, mlp: str, norms, probe, attention_pair: bool)
         "mlp": mlp_standin.calls[0][:2],
         "out": out,
     }
-
-
-def _same(a, b) -> bool:
-    import torch
-
-    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
 
 
 def _one_norm(layer, norms: dict) -> bool:
@@ -135,13 +106,13 @@ def identify(layer) -> tuple[str, dict[str, str]] | None:
             continue
         (a_in, a_out), (m_in, m_out) = trace["attention"], trace["mlp"]
         fed = trace["norms"]
-        if not all(_same(given, probe) for given, _ in fed.values()):
+        if not all(same(given, probe) for given, _ in fed.values()):
             continue  # a norm fed anything but the layer's input: not two norms of one hidden state
-        pre = next((n for n, (_, o) in fed.items() if _same(a_in, o)), None)
-        post = next((n for n, (_, o) in fed.items() if n != pre and _same(m_in, o)), None)
+        pre = next((n for n, (_, o) in fed.items() if same(a_in, o)), None)
+        post = next((n for n, (_, o) in fed.items() if n != pre and same(m_in, o)), None)
         if pre is None or post is None:
             continue
-        if _same(trace["out"], m_out + a_out + probe):  # GPT-NeoX's order of adds: the rewrite keeps it
+        if same(trace["out"], m_out + a_out + probe):  # GPT-NeoX's order of adds: the rewrite keeps it
             roles = {"input_norm": pre, "attention": attention, "post_norm": post, "mlp": mlp}
             return norms[pre], roles
     return None

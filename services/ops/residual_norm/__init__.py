@@ -30,7 +30,11 @@ from collections.abc import Callable, Mapping
 
 from services.core.pb import events_pb2 as pb
 from services.ops import row_reduction
-from services.ops.layer_children import norm_children, roled_children
+
+# its wrapper's parameters are every decoder rewrite's: the layer's input, its four children by role
+from services.ops.decoder_layer import ENTRY_INPUTS, ENTRY_PARAMS, OPTIONAL_PARAMS, PARAM_KINDS, PASSES_INPUTS, ROLES  # noqa: F401
+from services.ops.layer_children import norm_children, roled_children, run_stood_in, same
+from services.ops.layer_contract import decoder_layer_contract, live_decoder_contract, norms_of_one_width
 from services.ops.row_reduction import RowLaunches, block_cols, check_norm_inputs
 
 FAMILY = "residual_norm"
@@ -40,12 +44,6 @@ VARIANTS = tuple(PREFIX + v for v in row_reduction.VARIANTS)
 WRITABLE = VARIANTS
 KIND = "layer"  # the target is the decoder layer, whose forward is rewritten keeping its children
 ENTRYPOINT = "add_norm_layer"
-ENTRY_INPUTS = ("hidden_states",)
-ROLES = ("input_norm", "attention", "post_norm", "mlp")  # the wrapper's parameter for each child, in order
-ENTRY_PARAMS = ("hidden_states", *ROLES)
-OPTIONAL_PARAMS: tuple[str, ...] = ()
-PASSES_INPUTS = True  # the layer's other inputs go to its attention as they came (not the wrapper's parameters)
-PARAM_KINDS = {"hidden_states": "tensor", **{role: "module" for role in ROLES}}
 # Runtime arguments a kernel may take: the norm family's, with the residual `r` read beside x and the sum `s`
 # written beside y (both rows of cols, contiguous like x and y).
 ARGS = (*row_reduction.ARGS, "r", "s")
@@ -95,26 +93,16 @@ def _standins(attention_pair: bool = True, mlp_pair: bool = False):
 def _traced(layer, attention: str, mlp: str, norms, probe, pairs: tuple[bool, bool] = (True, False)) -> dict | None:
     """The layer run on `probe` with its `attention` and `mlp` children stood in for: what each part was fed and
     gave ({"norms": {name: (input, output)}, "attention"/"mlp": (input, output), "out": the layer's output})."""
-    import torch
-
     att, mlp_standin = _standins(*pairs)
-    saved = {attention: layer._modules[attention], mlp: layer._modules[mlp]}
     seen: dict[str, list] = {}
-    handles = []
-    for name, child in layer.named_children():
-        if name in norms:
-            hook = lambda m, a, o, name=name: seen.setdefault(name, []).append((a[0] if a else None, o))  # noqa: E731
-            handles.append(child.register_forward_hook(hook))
-    layer._modules[attention], layer._modules[mlp] = att, mlp_standin
-    try:
-        with torch.inference_mode():  # the class's own forward: a layer serving a kernel is still what it was
-            out = type(layer).forward(layer, probe, **_required_rest(type(layer).forward))
-    except Exception:  # the stand-ins in the wrong roles (or a layer that wants more): not this assignment
+    hooks = {
+        name: lambda m, a, o, name=name: seen.setdefault(name, []).append((a[0] if a else None, o))
+        for name, _ in layer.named_children()
+        if name in norms
+    }
+    ran, out = run_stood_in(layer, {attention: att, mlp: mlp_standin}, hooks, probe)
+    if not ran:
         return None
-    finally:
-        layer._modules.update(saved)
-        for h in handles:
-            h.remove()
     if len(att.inputs) != 1 or len(mlp_standin.inputs) != 1 or any(len(v) != 1 for v in seen.values()):
         return None
     if att.positional > 1:  # an attention given more than its input by position is called otherwise than ours
@@ -127,29 +115,9 @@ def _traced(layer, attention: str, mlp: str, norms, probe, pairs: tuple[bool, bo
     }
 
 
-def _required_rest(forward) -> dict:
-    """None for each required parameter of a layer's forward after its input (Qwen3-Next's requires its
-    position_embeddings): they go to the stood-in attention, which takes anything; a layer using one itself raises
-    and is not this op."""
-    import inspect
-
-    try:
-        params = list(inspect.signature(forward).parameters.values())[2:]  # past self and the input
-    except (TypeError, ValueError):
-        return {}
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return {p.name: None for p in params if p.kind in kinds and p.default is p.empty}
-
-
 def decoder_shaped(module) -> bool:
     """Two norm children and two others with parameters: what `identify` tries (its probe of the norms only)."""
     return len(roled_children(module)) == 4 and norm_children(module) is not None
-
-
-def _same(a, b) -> bool:
-    import torch
-
-    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
 
 
 def identify(layer) -> tuple[str, dict[str, str]] | None:
@@ -177,12 +145,12 @@ def identify(layer) -> tuple[str, dict[str, str]] | None:
         a_in, a_out = trace["attention"]
         m_in, m_out = trace["mlp"]
         by_input = {name: io for name, io in trace["norms"].items()}
-        pre = next((n for n, (i, _) in by_input.items() if _same(i, probe)), None)
+        pre = next((n for n, (i, _) in by_input.items() if same(i, probe)), None)
         post = next((n for n in by_input if n != pre), None)
-        if pre is None or post is None or not _same(a_in, by_input[pre][1]):
+        if pre is None or post is None or not same(a_in, by_input[pre][1]):
             continue
         summed = probe + a_out
-        if _same(by_input[post][0], summed) and _same(m_in, by_input[post][1]) and _same(trace["out"], summed + m_out):
+        if same(by_input[post][0], summed) and same(m_in, by_input[post][1]) and same(trace["out"], summed + m_out):
             roles = {"input_norm": pre, "attention": attention, "post_norm": post, "mlp": mlp}
             return PREFIX + norms[post], roles
     return None
@@ -286,14 +254,8 @@ def make_op(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=None,
         x = x if x.is_contiguous() else x.contiguous()
         y = allocate(a.shape, dtype=torch.promote_types(weight.dtype, a.dtype), device=a.device)
         s = allocate(a.shape, dtype=a.dtype, device=a.device)
-        rows = a.numel() // n_cols
-        if rows == 0 or not launch:
-            return y, s
-        values = {
-            "x": a, "r": x, "w": weight.contiguous(), "b": None if bias is None else bias.contiguous(), "y": y,
-            "s": s, "rows": rows, "cols": n_cols, "eps": float(eps), "x_row_stride": n_cols, "y_row_stride": n_cols,
-        }  # fmt: skip
-        launches(rows, n_cols, a.device, values)
+        state = {"w": weight.contiguous(), "b": None if bias is None else bias.contiguous()}
+        launches.run(a, n_cols, eps, {"x": a, "r": x, **state, "y": y, "s": s}, launch)
         return y, s
 
     add_norm.launchers = launches.launchers
@@ -333,24 +295,17 @@ def _output(answer):
 
 def contract_for(module, class_path: str) -> pb.Contract | None:
     """The layer contract of a live decoder layer: its forward's inputs, its four children bound by role."""
-    from services.server.introspection import forward_params
-
-    return layer_contract(class_path, forward_params(type(module)), roles_of(module))
+    return live_decoder_contract(sys.modules[__name__], module, class_path)
 
 
 def roles_problem(shapes: Mapping[str, tuple[int, ...]]) -> str:
-    """Why children with these weight shapes ({role: shape}, () where a child has none of its own) cannot be a
-    decoder layer's ("" when they can): its two norms must be of one width."""
-    pre, post = (tuple(shapes.get(role, ())) for role in ("input_norm", "post_norm"))
-    if len(pre) != 1 or pre != post:
-        return f"the input and post norms must be norms of one width (weights {list(pre)} and {list(post)})"
-    return ""
+    """Why children with these weight shapes cannot be a decoder layer's ("" when they can): its two norms must be
+    of one width."""
+    return norms_of_one_width(shapes)
 
 
 def layer_contract(class_path: str, forward_params, roles: Mapping[str, str]) -> pb.Contract | None:
     """The layer contract from what the profile recorded (pure: the coder derives it from the log)."""
-    from services.ops.layer_contract import decoder_layer_contract
-
     return decoder_layer_contract(sys.modules[__name__], class_path, forward_params, roles)
 
 

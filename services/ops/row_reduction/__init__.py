@@ -234,7 +234,7 @@ def check_norm_inputs(hidden_states, weight, bias) -> None:
 
 class RowLaunches:
     """A checked plan's launches, compiled once: picks the launch for a row count and launches it (every row
-    family's wrapper: the norm's, and the residual norm's)."""
+    family's wrapper: the norm's, the residual norm's, the parallel norm's)."""
 
     def __init__(self, plan: pb.LaunchPlan, kernels: Mapping[str, Callable]):
         self.items = _compile(plan, kernels)
@@ -247,6 +247,17 @@ class RowLaunches:
             raise ValueError(
                 f"the plan's kernels {'take' if self.takes_bias else 'take no'} bias but the module has {have}"
             )
+
+    def run(self, x, n_cols: int, eps, operands: Mapping[str, object], launch: bool = True) -> None:
+        """Launch for the rows of `x` (contiguous, `n_cols` wide) with the `operands` by argument name and the row
+        facts a row kernel may take besides (rows, cols, eps, the row strides); nothing when `x` has no rows or
+        `launch` is False (the judge's ghost replay: the outputs left unwritten)."""
+        rows = x.numel() // n_cols
+        if rows == 0 or not launch:
+            return
+        values = {**operands, "rows": rows, "cols": n_cols, "eps": float(eps), "x_row_stride": n_cols,
+                  "y_row_stride": n_cols}  # fmt: skip
+        self(rows, n_cols, x.device, values)
 
     def __call__(self, rows: int, n_cols: int, device, values: Mapping[str, object]) -> None:
         """Launch the plan's launch for `rows` rows of `n_cols` with the runtime `values` by argument name."""
@@ -286,14 +297,8 @@ def make_forward(plan: pb.LaunchPlan, kernels: Mapping[str, Callable], *, empty=
         # decode), a copy of it when not. The output is allocated in the input's shape.
         x = hidden_states if hidden_states.is_contiguous() else hidden_states.contiguous()
         y = allocate(x.shape, dtype=torch.promote_types(weight.dtype, x.dtype), device=x.device)
-        rows = x.numel() // n_cols
-        if rows == 0 or not launch:
-            return y
-        values = {
-            "x": x, "w": weight.contiguous(), "b": None if bias is None else bias.contiguous(),
-            "y": y, "rows": rows, "cols": n_cols, "eps": float(eps), "x_row_stride": n_cols, "y_row_stride": n_cols,
-        }  # fmt: skip
-        launches(rows, n_cols, x.device, values)
+        state = {"w": weight.contiguous(), "b": None if bias is None else bias.contiguous()}
+        launches.run(x, n_cols, eps, {"x": x, **state, "y": y}, launch)
         return y
 
     rmsnorm.launchers = launches.launchers
