@@ -17,6 +17,7 @@ import pytest
 from services.core import events as ev
 from services.core.bus import Bus, BusUnavailable
 from services.core.nats_launcher import find_nats_server, free_port
+from services.core.nats_security import bcrypt_hash
 from services.core.settings import NatsAuth, NatsTls
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,7 +147,8 @@ async def test_nats_with_the_secure_files_takes_each_services_user_over_tls_only
             await Bus.connect(url, auth=wrong, tls=ca, timeout=5.0)
         config = (tmp_path / "nats-server.conf").read_text()
         assert "system_account: SYS" in config and "cert_file" in config and "authorization {" not in config
-        assert not any(value in config for key, value in env.items() if "PASSWORD" in key)  # hashes only
+        if bcrypt_hash("x", 4) is not None:  # else accounts.conf holds them as given, 0600 (nats_security)
+            assert not any(value in config for key, value in env.items() if "PASSWORD" in key)  # hashes only
     finally:
         proc.terminate()
         proc.wait(10)
