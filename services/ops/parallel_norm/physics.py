@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from services.core.pb import events_pb2 as pb
 from services.ops import parallel_norm
 from services.ops.protocol import LayerCost
+from services.ops.row_reduction.physics import row_layer_cost
 
 ROOFLINE = "row_reduction"
 KEPT = "the attention and MLP"
@@ -29,10 +30,7 @@ def shape_roles(roles: Mapping[str, str]) -> tuple[str, ...]:
 
 def layer_cost(profile: pb.ModuleClassProfile, shapes: Mapping[str, tuple[int, ...]], elem: int) -> LayerCost:
     hidden = int(shapes["input_norm"][0])
-    rows_mean = profile.input_bytes / elem / hidden
-    rows = math.prod(int(d) for d in profile.input_shape) // hidden if profile.input_shape else 0
-    moved = float(parallel_norm.bytes_moved(rows_mean, hidden, elem, elem))
-    return LayerCost(ROOFLINE, FLOP_PER_ELEMENT * rows_mean * hidden, moved, hidden, rows)
+    return row_layer_cost(profile, hidden, elem, parallel_norm.bytes_moved, FLOP_PER_ELEMENT)
 
 
 def timed_rows(dims: tuple[int, ...]) -> int:
