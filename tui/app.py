@@ -152,6 +152,7 @@ class YantraApp(App[int]):
             on_link=lambda link: self.post_message(LinkChanged(link)),
             on_dlq=lambda count: self.post_message(DlqChanged(count)),
             auth=config.settings.nats_auth(),
+            tls=config.settings.nats_tls(),
         )
         await tail.run(self._stop)
 
@@ -253,7 +254,9 @@ def main(replay: str | None, settings: Settings) -> int:
         level = nats_log.level
         nats_log.setLevel(logging.CRITICAL)
         try:
-            log, label = resolve_replay(replay, lambda: resolve_nats_url(settings), settings.nats_auth())
+            log, label = resolve_replay(
+                replay, lambda: resolve_nats_url(settings), settings.nats_auth(), settings.nats_tls()
+            )
         except ReplayError as exc:
             print(f"yantra tui: {_one_line(exc)}", file=sys.stderr)
             return 2

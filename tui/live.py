@@ -19,8 +19,9 @@ from nats.errors import NoServersError
 from nats.js.errors import NotFoundError
 
 from services.core import events as ev
+from services.core.bus import tls_options
 from services.core.events import Recorded
-from services.core.settings import NatsAuth, nats_servers, redact_url
+from services.core.settings import NatsAuth, NatsTls, nats_servers, redact_url
 from tui import jetstream
 from tui.model import MAX_METRIC_POINTS
 
@@ -56,9 +57,11 @@ class LiveTail:
         keep_metrics: int = MAX_METRIC_POINTS,
         on_dlq: Callable[[int], None] | None = None,
         auth: NatsAuth | None = None,
+        tls: NatsTls | None = None,
     ):
         self.resolve_url = resolve_url
         self.auth = auth  # the credential the server requires (YANTRA_ADMIN_TOKEN for `yantra up`'s), if any
+        self.tls = tls  # the CA (and client pair) of a TLS server: `yantra up --secure`'s, found on its data dir
         self.on_events = on_events
         self.on_link = on_link
         self.on_dlq = on_dlq
@@ -103,6 +106,7 @@ class LiveTail:
             reconnect_time_wait=0.1,
             error_cb=quiet,
             **(self.auth.connect_options() if self.auth else {}),
+            **tls_options(url, self.tls),
         )
         try:
             return await asyncio.wait_for(connecting, CONNECT_TIMEOUT_S + 1.0)

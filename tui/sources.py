@@ -16,9 +16,10 @@ from pathlib import Path
 import nats
 
 from services.core import events as ev
+from services.core.bus import tls_options
 from services.core.events import Recorded
 from services.core.logfile import read_log
-from services.core.settings import NatsAuth, nats_servers, redact_url
+from services.core.settings import NatsAuth, NatsTls, nats_servers, redact_url
 from tui import jetstream
 
 METRICS_MARGIN_NS = 30 * 10**9  # metrics this long before and after the run frame its timeline
@@ -43,7 +44,7 @@ def load_file(path: Path) -> list[Recorded]:
         raise ReplayError(str(exc)) from exc
 
 
-async def load_run(url: str, run_id: str, auth: NatsAuth | None = None) -> list[Recorded]:
+async def load_run(url: str, run_id: str, auth: NatsAuth | None = None, tls: NatsTls | None = None) -> list[Recorded]:
     """A run's events and the metrics around it, read once from the stream (the TUI writes nothing)."""
     credential = auth.connect_options() if auth else {}
     shown = redact_url(url)  # a URL may carry a password
@@ -55,6 +56,7 @@ async def load_run(url: str, run_id: str, auth: NatsAuth | None = None) -> list[
                 connect_timeout=CONNECT_TIMEOUT_S,
                 allow_reconnect=False,
                 **credential,
+                **tls_options(url, tls),
             ),
             CONNECT_TIMEOUT_S + 1.0,
         )
@@ -81,7 +83,7 @@ async def load_run(url: str, run_id: str, auth: NatsAuth | None = None) -> list[
 
 
 def resolve_replay(
-    target: str, resolve_url: Callable[[], str], auth: NatsAuth | None = None
+    target: str, resolve_url: Callable[[], str], auth: NatsAuth | None = None, tls: NatsTls | None = None
 ) -> tuple[list[Recorded], str]:
     """(the log, a label for the status bar) for `--replay target`; ReplayError says what is wrong."""
     path = Path(target)
@@ -95,4 +97,4 @@ def resolve_replay(
         url = resolve_url()
     except Exception as exc:  # StackError: neither NATS_URL nor a running `yantra up`
         raise ReplayError(f"--replay {target!r}: no such file, and no stream to read run {target} from: {exc}") from exc
-    return asyncio.run(load_run(url, run_id, auth)), run_id
+    return asyncio.run(load_run(url, run_id, auth, tls)), run_id
