@@ -165,3 +165,22 @@ async def test_with_no_quorum_a_publish_gives_up_once_its_retry_budget_is_spent(
         assert time.monotonic() - start < 2.0 + 10.0 + 3.0  # the budget, one last try's timeout, slack
     finally:
         await bus.close()
+
+
+def test_a_command_on_a_cluster_stacks_data_dir_makes_streams_with_its_replicas(tmp_path, monkeypatch):
+    """`yantra up --cluster 3` records its replicas in stack.json: a command that connects first (and so makes the
+    streams) makes them with three copies, not the server's default of one; NATS_URL (someone else's) overrides."""
+    import argparse
+    import os
+
+    from services.cli.common import settings_of
+
+    for var in ("NATS_URL", "YANTRA_NATS_REPLICAS", "YANTRA_DATA_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    info = {"pid": os.getpid(), "nats_url": "nats://127.0.0.1:1,nats://127.0.0.1:2", "nats_replicas": 3}
+    (tmp_path / "stack.json").write_text(json.dumps(info))
+    args = argparse.Namespace(data_dir=str(tmp_path))
+    assert settings_of(args).nats_replicas == 3
+    assert settings_of(args, client=False).nats_replicas is None  # `up` itself decides its own
+    monkeypatch.setenv("NATS_URL", "nats://elsewhere:4222")
+    assert settings_of(args).nats_replicas is None

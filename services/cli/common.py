@@ -50,8 +50,12 @@ def settings_of(args: argparse.Namespace, *, client: bool = True) -> Settings:
         raise CliError(str(exc)) from None
     if not client:
         return settings
+    stack_info = running_stack(settings.data_dir)
+    replicas = (stack_info or {}).get("nats_replicas")
+    if settings.nats_replicas is None and not settings.nats_url and isinstance(replicas, int) and replicas > 0:
+        settings = settings.model_copy(update={"nats_replicas": replicas})  # `yantra up --cluster N`'s streams
     try:
-        return client_settings(settings, running_stack(settings.data_dir))
+        return client_settings(settings, stack_info)
     except SecureStackError as exc:  # its password file, another user's say: it names the file, never the value
         raise CliError(f"the stack on {settings.data_dir} requires a user and TLS: {exc}") from None
 
@@ -98,7 +102,9 @@ async def open_bus(settings: Settings) -> Bus:
         raise CliError(f"{exc}. Start the stack with `yantra up` or set NATS_URL.") from exc
     try:
         auth, tls = settings.nats_auth(), settings.nats_tls()
-        return await Bus.connect(url, name="yantra-cli", timeout=3.0, auth=auth, tls=tls)
+        return await Bus.connect(
+            url, name="yantra-cli", timeout=3.0, auth=auth, tls=tls, replicas=settings.nats_replicas
+        )
     except BusUnavailable as exc:
         if auth_refused(exc.__cause__):
             raise CliError(f"{exc}; {settings.nats_auth_hint()}") from exc

@@ -186,6 +186,8 @@ class Stack:
         StackError when the file cannot be written."""
         info = {"pid": os.getpid(), "nats_url": self.nats_url, "server_addr": self.settings.server_addr}
         info["instance_id"] = self.settings.instance_id
+        if self.settings.nats_replicas:  # a command that makes the streams first makes them with the cluster's copies
+            info["nats_replicas"] = self.settings.nats_replicas
         if self.security:  # where a command finds the CA and its password: paths, never a password
             info["secure"] = self.security.record()
         info["pids"] = {name: proc.pid for name, proc in self.procs.items()}
