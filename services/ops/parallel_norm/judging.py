@@ -20,14 +20,14 @@ from services.judge.cases import (
     _weight,
     apply_layout,
     draw_cases,
-    row_blocks,
 )
-from services.judge.module_factory import ModuleBuildError, torch_dtype
+from services.judge.module_factory import torch_dtype
 from services.judge.rounding import centred_row_error, honest_bound
 from services.judge.subjects import OpSubject, timing_shapes
 from services.judge.verdict import Reference, checked_reference
 from services.ops import parallel_norm, row_reduction
 from services.ops.protocol import CaseSet, ChildContext, JudgeAsk
+from services.ops.row_judging import live_rows, plan_draws
 
 CPU_BOUNDARY = CPU_BOUNDARY_ROWS  # its plan is the norm family's row plan
 EPSILONS = (1e-5, 1e-6)  # the op takes its epsilon as an argument: a kernel must use the one it is given
@@ -126,21 +126,14 @@ def references(cases: list[DualCase], variant: str) -> list[Reference]:
 def prepare(ask: JudgeAsk) -> CaseSet:
     """Its plan is the norm family's row plan: both sides of each row dispatch limit and every residue of its rows
     per program are drawn, as are the class's other hidden widths and, on a GPU, the served row range."""
-    target, proposal = ask.target, ask.proposal
-    intro = target.introspection
-    if target.computes not in parallel_norm.VARIANTS:
-        raise ModuleBuildError(f"the profile does not say which two norms {intro.class_path} computes")
-    live = tuple(target.input_shape)
-    width = int(live[-1]) if live else 0
-    if not width:
-        raise ModuleBuildError(f"the profile recorded no input shape of {intro.class_path}")
+    target = ask.target
+    live, width = live_rows(ask, parallel_norm.VARIANTS, "the profile does not say which two norms {} computes")
     dtype = torch_dtype(ask.dtype)
     biased = parallel_norm.norm_variant(target.computes) in row_reduction.BIASED
     spec = CaseSpec(
         width=width, live_shape=live, input_dtype=dtype, param_dtype=dtype, gpu=ask.gpu,
-        max_rows=0 if ask.gpu else ask.cpu_max_rows, row_blocks=row_blocks(proposal.plan), examples=ask.examples,
-        boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows), bias=biased,
-        widths=target.widths, domain_rows=target.max_rows,
+        max_rows=0 if ask.gpu else ask.cpu_max_rows, examples=ask.examples, bias=biased, widths=target.widths,
+        domain_rows=target.max_rows, **plan_draws(ask.proposal.plan),
     )  # fmt: skip
     cases = draw_dual_cases(spec, ask.seed_base)
     operands = Operands(

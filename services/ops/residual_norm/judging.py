@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from services.judge.cases import CPU_BOUNDARY_ROWS, PAD, apply_layout, row_blocks
-from services.judge.module_factory import ModuleBuildError, torch_dtype
+from services.judge.cases import CPU_BOUNDARY_ROWS, PAD, apply_layout
+from services.judge.module_factory import torch_dtype
 from services.judge.pair_cases import PairSpec
 from services.judge.rounding import centred_row_error, honest_bound
 from services.judge.subjects import OpSubject, timing_shapes
@@ -19,6 +19,7 @@ from services.judge.verdict import Reference, checked_reference, exact_as_served
 from services.ops import residual_norm, row_reduction
 from services.ops.protocol import CaseSet, ChildContext, JudgeAsk
 from services.ops.residual_norm.cases import draw_add_norm_cases, flat
+from services.ops.row_judging import live_rows, plan_draws
 
 CPU_BOUNDARY = CPU_BOUNDARY_ROWS  # its plan is the norm family's row plan
 
@@ -69,18 +70,13 @@ def references(cases: list, variant: str) -> list[Reference]:
 def prepare(ask: JudgeAsk) -> CaseSet:
     """Its plan is the norm family's row plan: both sides of each row dispatch limit and every residue of its rows
     per program are drawn, as are the class's other hidden widths and, on a GPU, the served row range."""
-    target, proposal = ask.target, ask.proposal
-    intro = target.introspection
-    if target.computes not in residual_norm.VARIANTS:
-        raise ModuleBuildError(f"the profile does not say which norm {intro.class_path} computes after its add")
-    live = tuple(target.input_shape)
-    width = int(live[-1]) if live else 0
-    if not width:
-        raise ModuleBuildError(f"the profile recorded no input shape of {intro.class_path}")
+    target = ask.target
+    live, width = live_rows(
+        ask, residual_norm.VARIANTS, "the profile does not say which norm {} computes after its add"
+    )
     spec = PairSpec(
-        width, live, torch_dtype(ask.dtype), ask.gpu, (), examples=ask.examples // 2,
-        boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
-        row_blocks=row_blocks(proposal.plan), widths=target.widths, domain_rows=target.max_rows,
+        width, live, torch_dtype(ask.dtype), ask.gpu, (), examples=ask.examples // 2, widths=target.widths,
+        domain_rows=target.max_rows, **plan_draws(ask.proposal.plan),
     )  # fmt: skip
     bias = residual_norm.norm_variant(target.computes) in row_reduction.BIASED
     cases = draw_add_norm_cases(spec, ask.seed_base, bias)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from services.judge.cases import CPU_BOUNDARY_ROWS, CaseSpec, apply_layout, draw_cases, row_blocks
+from services.judge.cases import CPU_BOUNDARY_ROWS, CaseSpec, apply_layout, draw_cases
 from services.judge.module_factory import (
     build,
     float_binding,
@@ -25,6 +25,7 @@ from services.judge.verdict import Reference, checked_reference
 from services.ops import row_reduction
 from services.ops.protocol import CaseSet, ChildContext, JudgeAsk
 from services.ops.recognise_norm import epsilon_of, recognise
+from services.ops.row_judging import plan_draws
 
 CPU_BOUNDARY = CPU_BOUNDARY_ROWS
 
@@ -90,12 +91,11 @@ def prepare(ask: JudgeAsk) -> CaseSet:
         param_dtype=torch_dtype(param_dtype),
         gpu=ask.gpu,
         max_rows=0 if ask.gpu else ask.cpu_max_rows,
-        row_blocks=row_blocks(proposal.plan),
         examples=ask.examples,
-        boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
         bias=bias_attr is not None,  # the module's, bound or not: a contract dropping it reads no bias
         widths=target.widths,
         domain_rows=target.max_rows,
+        **plan_draws(proposal.plan),
     )
     cases = draw_cases(spec, ask.seed_base)
     cls = import_class(intro.class_path)
