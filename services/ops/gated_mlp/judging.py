@@ -14,7 +14,7 @@ from services.judge.pair_cases import PairSpec, draw_pair_cases
 from services.judge.rounding import FP32_U, honest_bound
 from services.judge.subjects import OpSubject, laid_out, timing_shapes
 from services.judge.verdict import ACT_ULPS, ACT_UNDERFLOW, Reference, checked_reference, exact_as_served
-from services.ops import gated_mlp
+from services.ops import elementwise, gated_mlp
 from services.ops.protocol import CaseSet, ChildContext, JudgeAsk
 
 CPU_BOUNDARY = CPU_BOUNDARY_ROWS  # its plan's dispatch limits are row counts, as a norm's
@@ -52,6 +52,17 @@ def references(cases: list, variant: str) -> list[Reference]:
     return out
 
 
+def pair_spec(ask: JudgeAsk, width: int, live: tuple[int, ...]) -> PairSpec:
+    """What (gate, up) pairs an elementwise op's judging draws (services.judge.pair_cases): its intermediate `width`
+    at its `live` shape, every residue of the plan's elements per program; on a GPU the served row range too (the
+    operands carry the hidden rows). The plain MLP's single operands are the gates of the same pairs."""
+    blocks = tuple(elementwise.parse_grid(launch.grid) for launch in ask.proposal.plan.launches)
+    return PairSpec(
+        width, live, torch_dtype(ask.dtype), ask.gpu, blocks, examples=ask.examples // 2,
+        domain_rows=ask.target.max_rows,  # the operands' rows are the hidden rows: the served range of them
+    )  # fmt: skip
+
+
 def prepare(ask: JudgeAsk) -> CaseSet:
     """(gate, up) pairs of the live intermediate width; on a GPU the served row range too (the operands carry the
     hidden rows); no other widths: the profile's are hidden widths, not intermediate ones."""
@@ -63,12 +74,7 @@ def prepare(ask: JudgeAsk) -> CaseSet:
     if target.computes not in gated_mlp.VARIANTS:
         raise ModuleBuildError(f"the profile does not say which activation {intro.class_path} computes")
     live = tuple(target.input_shape)[:-1] + (width,) if target.input_shape else (1, width)
-    blocks = tuple(gated_mlp.parse_grid(launch.grid) for launch in proposal.plan.launches)
-    spec = PairSpec(
-        width, live, torch_dtype(ask.dtype), ask.gpu, blocks, examples=ask.examples // 2,
-        domain_rows=target.max_rows,  # the operands' rows are the hidden rows: the served range of them
-    )  # fmt: skip
-    cases = draw_pair_cases(spec, ask.seed_base)
+    cases = draw_pair_cases(pair_spec(ask, width, live), ask.seed_base)
     operands = Operands([c.gate for c in cases], [c.up for c in cases], [c.layout for c in cases])
     size = torch_dtype(ask.dtype).itemsize
     return CaseSet(cases, references(cases, target.computes), operands, width, live, ask.dtype, ask.dtype,

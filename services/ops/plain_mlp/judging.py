@@ -10,11 +10,12 @@ import torch
 
 from services.judge.cases import CPU_BOUNDARY_ROWS, PAD, apply_layout
 from services.judge.module_factory import ModuleBuildError, torch_dtype
-from services.judge.pair_cases import PairSpec, draw_pair_cases
+from services.judge.pair_cases import draw_pair_cases
 from services.judge.rounding import FP32_U, honest_bound, unit_roundoff
 from services.judge.subjects import OpSubject, laid_out, timing_shapes
 from services.judge.verdict import ACT_ULPS, ACT_UNDERFLOW, Reference, checked_reference, exact_as_served
 from services.ops import plain_mlp
+from services.ops.gated_mlp.judging import pair_spec
 from services.ops.protocol import CaseSet, ChildContext, JudgeAsk
 
 CPU_BOUNDARY = CPU_BOUNDARY_ROWS  # its plan's dispatch limits are row counts, as a norm's
@@ -66,12 +67,7 @@ def prepare(ask: JudgeAsk) -> CaseSet:
         raise ModuleBuildError(f"the profile records no input shape or no fc and proj maps of {intro.class_path}")
     width = plain_mlp.intermediate_width(shapes, hidden)
     live = tuple(target.input_shape)[:-1] + (width,)
-    blocks = tuple(plain_mlp.parse_grid(launch.grid) for launch in proposal.plan.launches)
-    spec = PairSpec(
-        width, live, torch_dtype(ask.dtype), ask.gpu, blocks, examples=ask.examples // 2,
-        domain_rows=target.max_rows,  # the operands' rows are the hidden rows: the served range of them
-    )  # fmt: skip
-    cases = draw_pair_cases(spec, ask.seed_base)
+    cases = draw_pair_cases(pair_spec(ask, width, live), ask.seed_base)  # the gated pair's: the op reads the gates
     operands = Operands([c.gate for c in cases], [c.layout for c in cases])
     size = torch_dtype(ask.dtype).itemsize
     return CaseSet(cases, references(cases, target.computes), operands, width, live, ask.dtype, ask.dtype,
