@@ -60,7 +60,7 @@ def ucb1(candidates: list[pb.SkillCandidate], c: float = math.sqrt(2)) -> list[f
     """UCB1 score per candidate, same order: mean reward (scaled to [0, 1]) + c·√(ln N / n).
 
     An arm never pulled scores +inf, so every neighbour is tried once before any is exploited;
-    the caller breaks ties (several +inf) by skill id.
+    the caller breaks ties (several +inf) by distance, then skill id.
     """
     total = sum(k.pulls for k in candidates)
     log_total = math.log(total) if total > 1 else 0.0
@@ -92,7 +92,7 @@ def target_starting(prior: list[Recorded], trigger: Recorded) -> str:
 def derive_skills_retrieved(
     prior: list[Recorded], trigger: Recorded, observed: pb.SkillsObservation
 ) -> pb.SkillsRetrieved:
-    """Pick a skill among the near neighbours by UCB1; none near means a cold start (empty config)."""
+    """Pick a skill among the near neighbours by UCB1 (ties: nearer physics, then id); none near: a cold start."""
     profile = pb.ProfileCaptured(target_class=target_starting(prior, trigger))
     near = [i for i, k in enumerate(observed.neighbours) if k.distance <= DISTANCE_THRESHOLD]
     near_scores = ucb1([observed.neighbours[i] for i in near])
@@ -110,7 +110,9 @@ def derive_skills_retrieved(
                 f"{observed.neighbours[0].distance:.2f}, beyond {DISTANCE_THRESHOLD}; the coder uses its default"
             )
         return out
-    best = min(near, key=lambda i: (-scores[i], observed.neighbours[i].skill_id))
+    # Equal scores go to the nearest physics, then the id (by id alone, a hash, bench/transfer.py saw a farther recipe
+    # chosen over a nearer one the target could use: services/skillstore/README.md, "Transfer").
+    best = min(near, key=lambda i: (-scores[i], observed.neighbours[i].distance, observed.neighbours[i].skill_id))
     chosen = observed.neighbours[best]
     out.chosen_skill_id = chosen.skill_id
     out.config.CopyFrom(chosen.config)
