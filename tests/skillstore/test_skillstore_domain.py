@@ -84,7 +84,9 @@ def test_warm_retrieval_picks_by_ucb_among_near_neighbours(new_run, profiled):
     assert warm.chosen_skill_id == "sk-a" and warm.config.num_warps == 8  # fewer pulls, higher mean: wins
     assert "chose sk-a" in warm.reason and "mean reward +3.00 over 2 pulls" in warm.reason
     tie = _retrieve(trigger, run.log, [_arm("sk-z", 0, 0.0), _arm("sk-y", 0, 0.0)])
-    assert tie.chosen_skill_id == "sk-y" and "never tried" in tie.reason  # tie broken by skill id
+    assert tie.chosen_skill_id == "sk-y" and "never tried" in tie.reason  # same distance: tie broken by skill id
+    nearer = _retrieve(trigger, run.log, [_arm("sk-a", 0, 0.0, 0.013), _arm("sk-b", 0, 0.0, 0.006)])
+    assert nearer.chosen_skill_id == "sk-b"  # equal scores: the nearer physics first, whatever the ids' order
 
 
 def _candidate(run, cause, config, skill_id="", candidate_id="c1") -> ev.Recorded:
