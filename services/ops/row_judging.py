@@ -32,3 +32,31 @@ def plan_draws(plan: pb.LaunchPlan) -> dict:
     each of its row dispatch limits, every residue of its rows per program."""
     limits = tuple(launch.max_rows for launch in plan.launches if launch.max_rows)
     return {"boundaries": limits, "row_blocks": row_blocks(plan)}
+
+
+class EpsilonCase:
+    """A drawn case (`drawn`: the norm's row case, the gated pair's case) with the state a layer family adds to it and
+    the epsilon its op takes as an argument: named by both, and otherwise what the verdict reports of it
+    (services.ops.protocol.DrawnCase) is the drawn case's."""
+
+    eps: float
+
+    @property
+    def drawn(self):
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        return f"{self.drawn.name} eps={self.eps:g}"
+
+    @property
+    def width(self) -> int:
+        return self.drawn.width
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.drawn.shape
+
+    @property
+    def regime(self) -> str:
+        return self.drawn.regime

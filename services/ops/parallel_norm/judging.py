@@ -27,7 +27,7 @@ from services.judge.subjects import OpSubject, timing_shapes
 from services.judge.verdict import Reference, checked_reference
 from services.ops import parallel_norm, row_reduction
 from services.ops.protocol import CaseSet, ChildContext, JudgeAsk
-from services.ops.row_judging import live_rows, plan_draws
+from services.ops.row_judging import EpsilonCase, live_rows, plan_draws
 
 CPU_BOUNDARY = CPU_BOUNDARY_ROWS  # its plan is the norm family's row plan
 EPSILONS = (1e-5, 1e-6)  # the op takes its epsilon as an argument: a kernel must use the one it is given
@@ -45,7 +45,7 @@ class Operands:
 
 
 @dataclass(frozen=True)
-class DualCase:
+class DualCase(EpsilonCase):
     """A norm family's row case (its input, first weight and bias) with the second norm's weight and bias."""
 
     row: object  # services.judge.cases.Case
@@ -54,21 +54,8 @@ class DualCase:
     eps: float
 
     @property
-    def name(self) -> str:
-        return f"{self.row.name} eps={self.eps:g}"
-
-    @property
-    def width(self) -> int:
-        return self.row.width
-
-    # what the verdict reports of every family's cases (services.judge.verdict): the row case's
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.row.shape
-
-    @property
-    def regime(self) -> str:
-        return self.row.regime
+    def drawn(self):
+        return self.row
 
 
 def draw_dual_cases(spec: CaseSpec, seed: int) -> list[DualCase]:

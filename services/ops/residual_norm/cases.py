@@ -18,36 +18,25 @@ import torch
 
 from services.judge.cases import WEIGHTS, _bias, _generator, _weight
 from services.judge.pair_cases import PairCase, PairSpec, draw_pair_cases
+from services.ops.row_judging import EpsilonCase
 
 EPSILONS = (1e-6, 1e-5)
 
 
 @dataclass(frozen=True)
-class AddNormCase:
+class AddNormCase(EpsilonCase):
     pair: PairCase  # pair.gate is the attention output a, pair.up the residual x
     weight: torch.Tensor
     bias: torch.Tensor | None
     eps: float
 
     @property
-    def name(self) -> str:
-        return f"{self.pair.name} eps={self.eps:g}"
-
-    @property
-    def width(self) -> int:
-        return self.pair.width
+    def drawn(self) -> PairCase:
+        return self.pair
 
     @property
     def layout(self) -> str:
         return self.pair.layout
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.pair.shape
-
-    @property
-    def regime(self) -> str:
-        return self.pair.regime
 
 
 def draw_add_norm_cases(spec: PairSpec, seed: int, bias: bool) -> list[AddNormCase]:
