@@ -11,3 +11,4 @@ ENTRY_PARAMS = ("hidden_states", *ROLES)
 OPTIONAL_PARAMS: tuple[str, ...] = ()
 PASSES_INPUTS = True
 PARAM_KINDS = {"hidden_states": "tensor", **{role: "module" for role in ROLES}}
+ROLES_SAID = "input norm, attention, post norm and MLP"  # the roles as a refusal says them (LayerTemplate.roles_said)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
 from services.ops import parallel_norm
+from services.ops.decoder_layer import ROLES_SAID
 from services.ops.row_reduction import template as rows
 
 TEMPLATE = "dual_norm_onepass"
@@ -21,7 +22,7 @@ ENTRY_INPUTS = parallel_norm.ENTRY_INPUTS
 VARIANTS = parallel_norm.WRITABLE  # a config always names its variant: what the layer was seen computing
 BIASED = ("dual_layernorm",)
 
-_ROWS = rows.RowLayerTemplate(TEMPLATE, parallel_norm, "input norm, attention, post norm and MLP", VARIANTS)
+_ROWS = rows.RowLayerTemplate(TEMPLATE, parallel_norm, ROLES_SAID, VARIANTS)
 variant_for, contract_for, valid = _ROWS.variant_for, _ROWS.contract_for, _ROWS.valid
 KERNELS = {v: _ROWS.kernel(v) for v in VARIANTS}
 

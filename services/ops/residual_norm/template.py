@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
 from services.ops import residual_norm, row_reduction
+from services.ops.decoder_layer import ROLES_SAID
 from services.ops.row_reduction import template as rows
 
 TEMPLATE = "add_norm_onepass"
@@ -20,7 +21,7 @@ ENTRYPOINT = residual_norm.ENTRYPOINT
 ENTRY_INPUTS = residual_norm.ENTRY_INPUTS
 VARIANTS = residual_norm.WRITABLE  # a config always names its variant: what the layer was seen computing
 
-_ROWS = rows.RowLayerTemplate(TEMPLATE, residual_norm, "input norm, attention, post norm and MLP", VARIANTS)
+_ROWS = rows.RowLayerTemplate(TEMPLATE, residual_norm, ROLES_SAID, VARIANTS)
 variant_for, contract_for, valid = _ROWS.variant_for, _ROWS.contract_for, _ROWS.valid
 KERNELS = {v: _ROWS.kernel(v) for v in VARIANTS}
 
