@@ -432,6 +432,7 @@ class Bus:
         """
         subjects = [subject] if isinstance(subject, str) else list(subject)
         last = max(1, start_seq) - 1
+        task = asyncio.current_task()
         while True:
             psub = None
             try:
@@ -446,6 +447,11 @@ class Bus:
                 psub = await self.js.pull_subscribe(subjects[0], stream=ev.RUNS_STREAM, config=cfg)
                 rewound = False
                 while not rewound:
+                    # A cancel nats-py's fetch swallowed (its asyncio.wait_for on Python 3.11 returns a reply that
+                    # came at the same moment instead): honoured here, or the tail polls on forever and whoever
+                    # cancelled it waits for good (bench/load_runs.py: the profiler stuck, 97 of 100 runs lost).
+                    if task is not None and task.cancelling():
+                        raise asyncio.CancelledError
                     try:
                         msgs = await psub.fetch(256, timeout=poll_s)
                     except TimeoutError:  # nothing new yet (see "Fetch timeouts" above)

@@ -22,6 +22,8 @@ from services.profiler.served_load import ServedLoadClient
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# How long a cancelled stop watch may take to end before the run's answer goes without it.
+WATCH_CANCEL_S = 10.0
 
 
 class ProfilerService:
@@ -135,7 +137,11 @@ class ProfilerService:
             log.warning("cannot watch run %s for a stop: %r", trigger.env.run_id, watch.exception())
         else:
             watch.cancel()
-            await asyncio.wait([watch])
+            # bounded: a watch that ignores its cancel (see Bus.tail) must not hold the run's answer, and with it
+            # every event queued behind it, for good
+            _, still = await asyncio.wait([watch], timeout=WATCH_CANCEL_S)
+            if still:
+                log.warning("the stop watch of run %s did not end on cancel; answering without it", trigger.env.run_id)
         return await work
 
     async def _stopping(self, run_id: str) -> Recorded:
