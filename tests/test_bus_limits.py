@@ -170,3 +170,13 @@ def test_a_service_with_agreeing_limits_goes_past_the_check(tmp_path):
     done = _start("skillstore", tmp_path, YANTRA_JUDGE_TIMEOUT_S="900")  # 900 + 5 s: inside the window
     assert "limits do not agree" not in done.stderr
     assert "NATS_URL is not set" in done.stderr, done.stderr  # the next thing it needs
+
+
+def test_yantra_up_with_limits_that_disagree_starts_nothing_and_says_so_once(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_", "YANTRA_"))}
+    env |= {"YANTRA_DATA_DIR": str(tmp_path / "data"), "YANTRA_JUDGE_TIMEOUT_S": "2000"}
+    cmd = [sys.executable, "-m", "services.cli", "up", "--model", "tiny-qwen2"]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert "the bus's limits do not agree: the dedup window" in done.stderr, done.stderr
+    assert "started" not in done.stdout and not (tmp_path / "data" / "logs").exists()  # no service was started

@@ -27,6 +27,7 @@ from services.cli.run_cmds import CANARY_PROMPT, add_run_options, check_run_opti
 from services.core import events as ev
 from services.core import run_end, served_text
 from services.core.bus import Bus, connect_plain
+from services.core.bus_limits import BusLimits, limit_problems
 from services.core.describe import decode_ratio, outside_noise
 from services.core.launches import MAX_JUDGES
 from services.core.logfile import write_log
@@ -384,6 +385,10 @@ async def _bring_up(
         check_model_name(settings.model)
     except UnknownModel as exc:
         raise CliError(f"{exc}; set it with --model or YANTRA_MODEL") from exc
+    # what every service would refuse at its start, said once before any starts
+    problems = limit_problems(BusLimits.from_env(settings, os.environ))
+    if problems:
+        raise CliError(f"the bus's limits do not agree: {'; '.join(problems)}")
     try:
         stack = start_stack(settings, SERVICES, cluster, judges, secure=secure, nats_host=nats_host)
     except (StackError, RuntimeError) as exc:
