@@ -23,11 +23,11 @@ from services.server.introspection import introspect_module
 HIDDEN = 32
 
 
-def _layer(norm: str = "layernorm", dtype=torch.bfloat16) -> torch.nn.Module:
-    config = GPTNeoXConfig(hidden_size=HIDDEN, intermediate_size=64, num_attention_heads=4, num_hidden_layers=1)
+def _layer(norm: str = "layernorm", dtype=torch.bfloat16, hidden: int = HIDDEN, heads: int = 4) -> torch.nn.Module:
+    config = GPTNeoXConfig(hidden_size=hidden, intermediate_size=64, num_attention_heads=heads, num_hidden_layers=1)
     layer = GPTNeoXLayer(config, layer_idx=0)
     if norm == "rmsnorm":  # a parallel layer of two Llama RMSNorms: one class, another op
-        layer.input_layernorm, layer.post_attention_layernorm = LlamaRMSNorm(HIDDEN), LlamaRMSNorm(HIDDEN)
+        layer.input_layernorm, layer.post_attention_layernorm = LlamaRMSNorm(hidden), LlamaRMSNorm(hidden)
     with torch.no_grad():  # norm weights away from their init (and from each other), as a trained model's are
         for p in layer.parameters():
             if p.dim() == 1:
@@ -35,17 +35,17 @@ def _layer(norm: str = "layernorm", dtype=torch.bfloat16) -> torch.nn.Module:
     return layer.to(dtype).eval()
 
 
-def _captured(layer: torch.nn.Module, dtype: str) -> pb.ProfileCaptured:
+def _captured(layer: torch.nn.Module, dtype: str, shape=(1, 5, HIDDEN), device: str = "cpu") -> pb.ProfileCaptured:
     """What the server records of a live layer: its introspection with its children, what it computes and the roles
     its children play (found by running it), its live input shape."""
     intro = introspect_module(layer)
     variant, roles = parallel_norm.identify(layer)
     profile = pb.ModuleClassProfile(
-        introspection=intro, instances=2, calls=8, input_shape=[1, 5, HIDDEN], dtype=dtype, computes=variant,
+        introspection=intro, instances=2, calls=8, input_shape=list(shape), dtype=dtype, computes=variant,
         probed=True, roles=roles,
     )  # fmt: skip
     observed = pb.ProfileObservation(
-        model="t", dtype=dtype, hardware=pb.HardwareFigures(device="cpu"), modules=[profile]
+        model="t", dtype=dtype, hardware=pb.HardwareFigures(device=device), modules=[profile]
     )
     ranked = pb.RankedTarget(class_path=intro.class_path, supported=True)
     return pb.ProfileCaptured(observed=observed, ranking=[ranked], target_class=intro.class_path)

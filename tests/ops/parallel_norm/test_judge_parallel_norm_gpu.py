@@ -8,50 +8,25 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
 from judge_testkit import log_of, print_verdict
+from test_judge_parallel_norm import _captured, _layer
 
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
 from services.ops import parallel_norm
 from services.ops.parallel_norm import template as dual_norm
-from services.server.introspection import introspect_module
 
 pytestmark = pytest.mark.gpu
 
 HIDDEN = 2048
 
 
-def _captured(dtype: str = "torch.bfloat16") -> pb.ProfileCaptured:
-    """What the server records of a live Pythia-1.4B-shaped layer (its norms away from their init, as a trained
-    model's are) at a decode step."""
-    import torch
-    from transformers import GPTNeoXConfig
-    from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXLayer
-
-    config = GPTNeoXConfig(hidden_size=HIDDEN, intermediate_size=256, num_attention_heads=16, num_hidden_layers=1)
-    layer = GPTNeoXLayer(config, layer_idx=0)
-    with torch.no_grad():
-        for p in layer.parameters():
-            if p.dim() == 1:
-                p.add_(0.1 * torch.randn_like(p))
-    layer = layer.to(torch.bfloat16).eval()
-    intro = introspect_module(layer)
-    variant, roles = parallel_norm.identify(layer)
-    profile = pb.ModuleClassProfile(
-        introspection=intro, instances=24, calls=96, input_shape=[1, 1, HIDDEN], dtype=dtype, computes=variant,
-        probed=True, roles=roles,
-    )  # fmt: skip
-    observed = pb.ProfileObservation(
-        model="pythia-1.4b-shape", dtype=dtype, hardware=pb.HardwareFigures(device="cuda"), modules=[profile]
-    )
-    ranked = pb.RankedTarget(class_path=intro.class_path, supported=True)
-    return pb.ProfileCaptured(observed=observed, ranking=[ranked], target_class=intro.class_path)
-
-
 @pytest.mark.parametrize("index", [0, 1])
 def test_the_dual_norm_kernel_is_correct_and_timed_on_the_gpu(tmp_path, index):
-    captured = _captured()
+    layer = _layer("layernorm", torch.bfloat16, hidden=HIDDEN, heads=16)  # Pythia-1.4B's layer (its norms trained)
+    captured = _captured(layer, "torch.bfloat16", shape=(1, 1, HIDDEN), device="cuda")  # a decode step
     profile = captured.observed.modules[0]
     intro = profile.introspection
     config = dual_norm.search_configs(profile.computes, HIDDEN)[index]
