@@ -346,3 +346,15 @@ def test_the_server_will_not_listen_beyond_loopback_without_the_admin_token(tmp_
     assert result.returncode == 2, result.stderr
     assert f"server: {setting}={env[setting]} listens beyond loopback, and no YANTRA_ADMIN_TOKEN" in result.stderr
     assert "loaded" not in result.stderr and "Traceback" not in result.stderr  # refused before the model loads
+
+
+def test_asyncios_tls_close_notice_is_dropped_and_its_other_warnings_kept(caplog):
+    import logging
+
+    from services.core.nats_security import quiet_tls_eof_warning
+
+    quiet_tls_eof_warning()
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        logging.getLogger("asyncio").warning("returning true from eof_received() has no effect when using ssl")
+        logging.getLogger("asyncio").warning("Task was destroyed but it is pending!")
+    assert [r.getMessage() for r in caplog.records] == ["Task was destroyed but it is pending!"]

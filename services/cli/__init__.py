@@ -18,6 +18,7 @@ from nats.errors import Error as NatsError
 from services.cli import dlq_cmds, log_cmds, output, run_cmds, stack_cmds, swap_cmds
 from services.cli.common import CliError, add_common, check_credential, nats_problem, settings_of
 from services.core.bus import BusUnavailable, EventRefused
+from services.core.nats_security import quiet_tls_eof_warning
 from services.registry import SERVICES
 
 PACKAGE = "gpuyantra"
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    quiet_tls_eof_warning()
     if args.command == "serve":
         import runpy
 

@@ -289,3 +289,16 @@ def downgrade_line(url: str, sent_credential: bool) -> str:
     )
     # nats-py sends the credential with CONNECT, right after the server's INFO, before anyone can look
     return line + ("; the credential already went in clear: change it" if sent_credential else "")
+
+
+def _not_tls_eof_noise(record) -> bool:
+    return "eof_received() has no effect when using ssl" not in record.getMessage()
+
+
+def quiet_tls_eof_warning() -> None:
+    """Drop asyncio's "returning true from eof_received() has no effect when using ssl": nats-py's protocol returns
+    true at every close of a TLS connection, so every command on a secure stack ended with that line, which says
+    nothing to a user."""
+    import logging
+
+    logging.getLogger("asyncio").addFilter(_not_tls_eof_noise)

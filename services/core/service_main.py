@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from services.core.bus import Bus, BusClosed, BusUnavailable
 from services.core.bus_limits import BusLimits, limit_problems
+from services.core.nats_security import quiet_tls_eof_warning
 from services.core.secrets_env import SecretFileError
 from services.core.settings import Settings, redact_url, settings_problem
 
@@ -52,6 +53,7 @@ def configure_logging(name: str, level: str) -> None:
         stream=sys.stderr,
     )
     logging.getLogger("nats").setLevel(logging.WARNING)
+    quiet_tls_eof_warning()
 
 
 # While NATS answers but its JetStream does not (turned off by a full disk until `yantra up` restarts it, or a
