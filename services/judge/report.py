@@ -7,6 +7,7 @@ the rules that fired there; `describe` prints every layer's evidence, one block 
 from __future__ import annotations
 
 from services.core.pb import events_pb2 as pb
+from services.judge import fenced_pass
 
 
 def verdict_layer(obs: pb.JudgeObservation) -> tuple[str, list[str]]:
@@ -21,6 +22,9 @@ def verdict_layer(obs: pb.JudgeObservation) -> tuple[str, list[str]]:
         return "sandbox", ["gpu-unhealthy"]
     if not obs.correctness.passed:
         return "correctness", [obs.correctness.rule_id or "unknown"]
+    fenced = fenced_pass.failure(obs)
+    if fenced:
+        return fenced[0], [fenced[1]]
     return "passes", []
 
 
@@ -113,6 +117,8 @@ def describe(judged: pb.CandidateJudged) -> str:
         lines += _contract(obs.contract)
     if obs.HasField("sandbox"):
         lines += _sandbox(obs.sandbox)
+    if obs.HasField("fenced"):
+        lines += fenced_pass.describe(obs.fenced)
     if obs.HasField("correctness"):
         lines += _correctness(obs.correctness)
     if obs.HasField("timing"):

@@ -19,6 +19,7 @@ import math
 
 from services.core.candidate_check import finding_summary
 from services.core.pb import events_pb2 as pb
+from services.judge import fenced_pass
 
 FASTER = 1.05  # "faster" means more than 5% faster: below that is measurement noise
 SUSPICIOUS = 10.0  # a speedup this large on a memory-bound op deserves a second look
@@ -57,6 +58,11 @@ def _rejected(obs: pb.JudgeObservation) -> str:
     if not obs.HasField("correctness") or not cor.passed:
         rule = f"{cor.rule_id}: " if cor.rule_id else ""
         return f"correctness failed: {rule}{cor.error or 'not run'}"
+    # Last: a GPU judging whose own pass was right, run again under the interpreter with every tensor fenced.
+    fenced = fenced_pass.failure(obs)
+    if fenced:
+        layer, rule, why = fenced
+        return f"sandbox: {rule}: {why}" if layer == "sandbox" else f"correctness failed: {rule}: {why}"
     return ""
 
 

@@ -149,6 +149,7 @@ def child_env(scratch: Path, use_gpu: bool, parent: dict[str, str] | None = None
     )
     if not use_gpu:
         env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU child never touches a GPU (the fenced pass runs one on a GPU box)
         env["OMP_NUM_THREADS"] = "1"  # tiny CPU tensors; several children may run side by side
     return env
 

@@ -26,7 +26,7 @@ from services.core.candidate_check import check_candidate
 from services.core.events import Recorded
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
-from services.judge import gpu_health, identity, timing_check, verdict
+from services.judge import fenced_pass, gpu_health, identity, timing_check, verdict
 from services.judge.cases import undrawn_boundaries
 from services.judge.contract_check import check_contract, check_function_contract, check_layer_contract
 from services.judge.domain import LiveTarget, derive_judged, live_target
@@ -69,8 +69,12 @@ class JudgeService:
         examples: int | None = None,
         limits: SandboxLimits | None = None,
         judge_id: str = "",
+        fenced: bool | None = None,
     ):
         self.use_gpu = resolve_gpu(device)
+        # A GPU judging also runs its cases fenced under the interpreter (services.judge.fenced_pass); a CPU judging
+        # is fenced itself. `fenced=True` on a CPU adds the pass all the same (tests of the pass).
+        self.fenced = self.use_gpu if fenced is None else fenced
         self.judge_id = judge_id  # which of many judges (services.judge.identity): recorded in every verdict
         self.device = identity.device_label(
             self.use_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.get_device_name(0) if self.use_gpu else ""
@@ -126,28 +130,18 @@ class JudgeService:
             obs.correctness.CopyFrom(pb.CorrectnessEvidence(passed=False, error=str(exc), rule_id=rule))
             return obs
 
-        async def go_ahead(outputs: bytes, facts: dict) -> bool:  # the first pass right? then time it
-            first = await asyncio.to_thread(
-                verdict.judge_outputs, prepared.cases, prepared.refs, facts, outputs, first_pass=True
-            )
-            return not first.error
+        fencing = asyncio.create_task(self.fenced_pass(proposal, target)) if self.fenced else None
 
-        outcome = await run_job(
-            prepared.job, self.limits, use_gpu=self.use_gpu, cases=prepared.blob, scratch_parent=self.scratch_dir,
-            go_ahead=go_ahead,
-        )  # fmt: skip
-        tally = await asyncio.to_thread(verdict.judge_outputs, prepared.cases, prepared.refs, outcome.facts,
-                                        outcome.outputs)  # fmt: skip
-        obs.correctness.CopyFrom(
-            verdict.evidence(
-                tally,
-                prepared.cases,
-                seed_base=prepared.job.seed_base,
-                dtype=prepared.job.input_dtype,
-                facts=outcome.facts,
-                interpreted=not self.use_gpu,
-            )  # fmt: skip
-        )
+        async def fence_holds() -> bool:  # timing waits for the fenced pass: nothing is timed that it rejects
+            return fencing is None or fenced_pass.passed(await asyncio.shield(fencing))
+
+        try:
+            outcome, correctness = await self.run(prepared, self.use_gpu, self.limits, fence_holds)
+        finally:
+            fenced = await fencing if fencing is not None else None  # recorded even when the main pass failed
+        if fenced is not None:
+            obs.fenced.CopyFrom(fenced)
+        obs.correctness.CopyFrom(correctness)
         obs.timing.CopyFrom(outcome.timing)
         obs.sandbox.CopyFrom(outcome.sandbox)
         # The GPU must still be sane after the child, or nothing it measured is believed.
@@ -159,10 +153,64 @@ class JudgeService:
             obs.timing_check.CopyFrom(checked)
         return obs
 
-    def prepare(self, proposal: pb.CandidateProposed, target: LiveTarget) -> Prepared:
+    async def run(self, prepared: Prepared, gpu: bool, limits: SandboxLimits, also=None):
+        """(the sandbox's outcome, the correctness evidence) of one child over `prepared`'s cases. The child goes on
+        to timing (a GPU) or to its re-check (a CPU) once its first pass is right and `also()`, when given, agrees."""
+
+        held = False  # stopped after a right first pass because `also()` said no: judged on that pass alone
+
+        async def go_ahead(outputs: bytes, facts: dict) -> bool:
+            nonlocal held
+            first = await asyncio.to_thread(
+                verdict.judge_outputs, prepared.cases, prepared.refs, facts, outputs, first_pass=True
+            )
+            if first.error:
+                return False
+            held = also is not None and not await also()
+            return not held
+
+        outcome = await run_job(
+            prepared.job, limits, use_gpu=gpu, cases=prepared.blob, scratch_parent=self.scratch_dir, go_ahead=go_ahead
+        )
+        tally = await asyncio.to_thread(verdict.judge_outputs, prepared.cases, prepared.refs, outcome.facts,
+                                        outcome.outputs, first_pass=held)  # fmt: skip
+        evidence = verdict.evidence(
+            tally,
+            prepared.cases,
+            seed_base=prepared.job.seed_base,
+            dtype=prepared.job.input_dtype,
+            facts=outcome.facts,
+            interpreted=not gpu,
+        )
+        return outcome, evidence
+
+    async def fenced_pass(self, proposal: pb.CandidateProposed, target: LiveTarget) -> pb.FencedPass:
+        """The candidate's cases as the CPU judge draws them, run under the interpreter with every tensor ending at
+        an inaccessible page (services.judge.fenced_pass): a read past a tensor faults (`memory-fault`)."""
+        started = time.monotonic()
+        launches = proposal.plan.launches
+        out = pb.FencedPass(
+            not_fenced=fenced_pass.undrawn([launch.max_rows for launch in launches], judging(proposal.plan.family))
+        )
+        try:
+            prepared = await asyncio.to_thread(self.prepare, proposal, target, gpu=False)
+        except (ModuleBuildError, BoundError) as exc:
+            rule = "judge-bound" if isinstance(exc, BoundError) else "raised"
+            out.correctness.CopyFrom(pb.CorrectnessEvidence(passed=False, error=str(exc), rule_id=rule))
+        else:
+            outcome, correctness = await self.run(prepared, False, self.limits)
+            out.correctness.CopyFrom(correctness)
+            out.sandbox.CopyFrom(outcome.sandbox)
+        out.wall_s = time.monotonic() - started
+        return out
+
+    def prepare(self, proposal: pb.CandidateProposed, target: LiveTarget, *, gpu: bool | None = None) -> Prepared:
         """The job, the cases drawn fresh, and their references: computed here, before the child exists, by the
-        candidate's op family (services.ops.<family>.judging) from the live target."""
-        ask = JudgeAsk(proposal, target, self.use_gpu, self.examples, secrets.randbelow(1 << 30) + 1, CPU_MAX_ROWS)
+        candidate's op family (services.ops.<family>.judging) from the live target. `gpu`: draw for that device
+        (the judge's own by default; the fenced pass draws a CPU judging's cases on a GPU judge)."""
+        gpu = self.use_gpu if gpu is None else gpu
+        examples = self.examples if gpu == self.use_gpu else CPU_EXAMPLES
+        ask = JudgeAsk(proposal, target, gpu, examples, secrets.randbelow(1 << 30) + 1, CPU_MAX_ROWS)
         drawn = judging(proposal.plan.family).prepare(ask)
         job = SandboxJob(
             source=proposal.source,
@@ -175,7 +223,7 @@ class JudgeService:
             param_dtype=drawn.param_dtype,
             input_dtype=drawn.input_dtype,
             live_shape=list(drawn.live_shape),
-            device="cuda" if self.use_gpu else "cpu",
+            device="cuda" if gpu else "cpu",
             seed_base=ask.seed_base,
             family=proposal.plan.family,
             variant=target.computes,

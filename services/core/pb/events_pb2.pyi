@@ -606,7 +606,7 @@ class TimingEvidence(_message.Message):
     def __init__(self, measured: bool = ..., reason: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[TimingRow, _Mapping]]] = ..., device_name: _Optional[str] = ..., copy_bytes_per_s: _Optional[float] = ..., settings: _Optional[_Iterable[str]] = ..., missing: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JudgeObservation(_message.Message):
-    __slots__ = ("static_check", "contract", "correctness", "timing", "wall_s", "sandbox", "timing_check", "judge_id", "device")
+    __slots__ = ("static_check", "contract", "correctness", "timing", "wall_s", "sandbox", "timing_check", "judge_id", "device", "fenced")
     STATIC_CHECK_FIELD_NUMBER: _ClassVar[int]
     CONTRACT_FIELD_NUMBER: _ClassVar[int]
     CORRECTNESS_FIELD_NUMBER: _ClassVar[int]
@@ -616,6 +616,7 @@ class JudgeObservation(_message.Message):
     TIMING_CHECK_FIELD_NUMBER: _ClassVar[int]
     JUDGE_ID_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
     static_check: StaticEvidence
     contract: ContractEvidence
     correctness: CorrectnessEvidence
@@ -625,7 +626,20 @@ class JudgeObservation(_message.Message):
     timing_check: TimingCheck
     judge_id: str
     device: str
-    def __init__(self, static_check: _Optional[_Union[StaticEvidence, _Mapping]] = ..., contract: _Optional[_Union[ContractEvidence, _Mapping]] = ..., correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., timing: _Optional[_Union[TimingEvidence, _Mapping]] = ..., wall_s: _Optional[float] = ..., sandbox: _Optional[_Union[SandboxEvidence, _Mapping]] = ..., timing_check: _Optional[_Union[TimingCheck, _Mapping]] = ..., judge_id: _Optional[str] = ..., device: _Optional[str] = ...) -> None: ...
+    fenced: FencedPass
+    def __init__(self, static_check: _Optional[_Union[StaticEvidence, _Mapping]] = ..., contract: _Optional[_Union[ContractEvidence, _Mapping]] = ..., correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., timing: _Optional[_Union[TimingEvidence, _Mapping]] = ..., wall_s: _Optional[float] = ..., sandbox: _Optional[_Union[SandboxEvidence, _Mapping]] = ..., timing_check: _Optional[_Union[TimingCheck, _Mapping]] = ..., judge_id: _Optional[str] = ..., device: _Optional[str] = ..., fenced: _Optional[_Union[FencedPass, _Mapping]] = ...) -> None: ...
+
+class FencedPass(_message.Message):
+    __slots__ = ("correctness", "sandbox", "not_fenced", "wall_s")
+    CORRECTNESS_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    NOT_FENCED_FIELD_NUMBER: _ClassVar[int]
+    WALL_S_FIELD_NUMBER: _ClassVar[int]
+    correctness: CorrectnessEvidence
+    sandbox: SandboxEvidence
+    not_fenced: str
+    wall_s: float
+    def __init__(self, correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxEvidence, _Mapping]] = ..., not_fenced: _Optional[str] = ..., wall_s: _Optional[float] = ...) -> None: ...
 
 class TimingCheck(_message.Message):
     __slots__ = ("believed", "reason", "copy_bytes_per_s", "child_wall_s", "timed_us")

@@ -1,0 +1,96 @@
+"""The fenced pass: a GPU judging's cases again under the interpreter, every tensor ending at an inaccessible page.
+
+A GPU has no such fence, so a kernel reading past a tensor with its lanes discarded is right there (the H200 run of
+the corpus accepted `memory_overread_unmasked` at +2). These run the pass on this CPU through the real judge: the
+honest kernel passes it with the main pass beside it; the over-read faults in it; and a verdict whose main pass was
+right but whose fenced pass faulted is a rejection by the sandbox layer, with the rule the corpus names.
+"""
+
+from __future__ import annotations
+
+import pytest
+from adversarial_corpus import TABLE, log_of, profile_captured, proposal
+
+from services.judge.domain import REDERIVE, live_target
+from services.judge.report import describe, verdict_layer
+from services.judge.reward import judge_reward
+from services.judge.service import JudgeService
+
+pytestmark = pytest.mark.slow
+
+BY_NAME = {e.name: e for e in TABLE}
+
+
+def _prior(name: str):
+    entry = BY_NAME[name]
+    captured = profile_captured(entry, "cpu")
+    return log_of(captured, proposal(entry, captured))
+
+
+@pytest.fixture(scope="module")
+def honest_with_fence(tmp_path_factory):
+    """The honest one-row kernel judged with the fenced pass beside its own (as a GPU judge runs it)."""
+    import asyncio
+
+    prior = _prior("base_one_row_fp32")
+    service = JudgeService(device="cpu", fenced=True, scratch_dir=tmp_path_factory.mktemp("fenced"))
+    [judged] = asyncio.run(service.handle(prior[-1], prior))
+    return judged, prior
+
+
+def test_an_honest_kernel_passes_the_fenced_pass(honest_with_fence):
+    judged, prior = honest_with_fence
+    obs = judged.observed
+    assert judged.reward == 1, describe(judged)
+    assert obs.HasField("fenced") and not obs.fenced.sandbox.rule_id and obs.fenced.correctness.passed
+    fenced = obs.fenced.correctness
+    assert fenced.interpreted and fenced.checks_run == fenced.checks_passed >= 25 and "3x97" in fenced.shapes
+    assert obs.fenced.sandbox.exit == "code 0" and obs.fenced.not_fenced == "" and obs.fenced.wall_s > 0
+    assert "fenced pass (interpreter" in describe(judged)
+    assert REDERIVE["CandidateJudged"](prior, prior[-1], judged) == judged
+
+
+async def test_a_read_past_a_tensor_faults_in_the_fenced_pass_and_rejects(honest_with_fence, tmp_path):
+    prior = _prior("memory_overread_unmasked")
+    service = JudgeService(device="cpu", scratch_dir=tmp_path)
+    fenced = await service.fenced_pass(prior[-1].msg, live_target(prior, prior[-1].msg.target_class))
+    assert fenced.sandbox.rule_id == "memory-fault", fenced
+    assert fenced.sandbox.exit.startswith("signal SIG"), fenced.sandbox.exit
+
+    # A GPU judging of it: the main pass right (what the H200 saw), the fenced pass faulted.
+    judged, _ = honest_with_fence
+    obs = type(judged.observed)()
+    obs.CopyFrom(judged.observed)
+    obs.fenced.CopyFrom(fenced)
+    reward, reason, _, _ = judge_reward(obs)
+    assert reward == -1 and reason.startswith("sandbox: memory-fault: ") and "the fenced pass" in reason, reason
+    assert verdict_layer(obs) == ("sandbox", ["memory-fault"])
+
+
+def test_the_pass_names_what_it_cannot_fence():
+    from services.judge.fenced_pass import undrawn
+    from services.ops import judging
+
+    rows = judging("row_reduction")
+    assert undrawn([0], rows) == "" and undrawn([rows.CPU_BOUNDARY - 1, 0], rows) == ""
+    text = undrawn([4096, 0], rows)
+    assert "4096" in text and str(rows.CPU_BOUNDARY) in text
+
+
+async def test_a_child_held_after_a_right_first_pass_is_judged_on_that_pass(tmp_path):
+    """On a GPU the timing waits for the fenced pass; when it says no, the main child stops after its first pass,
+    and that pass (right) is its evidence: the verdict names the fenced pass, not outputs it never asked for."""
+    prior = _prior("base_one_row_fp32")
+    service = JudgeService(device="cpu", scratch_dir=tmp_path)
+    prepared = service.prepare(prior[-1].msg, live_target(prior, prior[-1].msg.target_class))
+    asked = []
+
+    async def fence_says_no() -> bool:
+        asked.append(True)
+        return False
+
+    outcome, held = await service.run(prepared, False, service.limits, fence_says_no)
+    assert asked and held.passed and held.checks_run == held.checks_passed >= 25, held
+    assert held.stress_calls == 0 and outcome.sandbox.exit == "code 0"  # stopped before the calls after the pass
+    _, full = await service.run(prepared, False, service.limits)
+    assert full.passed and full.stress_calls > 0
