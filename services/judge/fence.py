@@ -1,11 +1,12 @@
-"""CPU memory whose end touches an unmapped page: a read or write past a tensor's end faults at once.
+"""CPU memory against an unmapped page: a read or write past a tensor's end (or before its start) faults at once.
 
 Guard bytes (services.judge.run_cases.Guard) see writes around a tensor, never reads. A kernel that loads past
 a row without a mask reads whatever follows the tensor: on the judge's CPU that is the allocator's slack, and it
 passes; in production a tensor can end where a page does, and the same kernel crashes the server. On a CPU the
 judge places each tensor so its last byte is the last byte before a page it made inaccessible (PROT_NONE): an
-over-read or over-write there is a SIGSEGV of the child, a `crashed` verdict. Triton's interpreter reads masked
-lanes only where the mask is set, so an honest kernel never touches the fence.
+over-read or over-write there is a SIGSEGV of the child, a `memory-fault` verdict. Placed the other way
+(`at_start`: the tensor's first byte right after the page), a read before its start faults the same way. Triton's
+interpreter reads masked lanes only where the mask is set, so an honest kernel never touches the fence.
 
 Stdlib only (mmap, ctypes), used by the sandbox child before and after its walls are up (mprotect is a
 system call the walls allow: it maps nothing new).
@@ -29,15 +30,18 @@ def _mprotect():
 
 
 class Fenced:
-    """`size` writable bytes whose end is followed by an inaccessible page. `buffer` is the writable part (a
-    memoryview of exactly `size` bytes, ending at the fence); keep the Fenced alive as long as it is used."""
+    """`size` writable bytes with an inaccessible page on one side. `buffer` is the writable part (a memoryview of
+    exactly `size` bytes): it ends at the fence, or with `at_start` it begins right after one (a read or write
+    before the start faults). Keep the Fenced alive as long as it is used."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, *, at_start: bool = False):
         page = mmap.PAGESIZE
         usable = max(1, -(-size // page)) * page
         self._map = mmap.mmap(-1, usable + page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         anchor = ctypes.c_char.from_buffer(self._map)  # the mapping's address (the export pins the map open)
         self._anchor = anchor
-        if _mprotect()(ctypes.addressof(anchor) + usable, page, PROT_NONE) != 0:
+        fence = ctypes.addressof(anchor) + (0 if at_start else usable)
+        if _mprotect()(fence, page, PROT_NONE) != 0:
             raise OSError(ctypes.get_errno(), "mprotect of the fence page failed")
-        self.buffer = memoryview(self._map)[usable - size : usable]
+        view = memoryview(self._map)
+        self.buffer = view[page : page + size] if at_start else view[usable - size : usable]

@@ -39,30 +39,41 @@ def random_bytes(count: int, seed: int) -> torch.Tensor:
 
 
 class Guard:
-    """Allocations surrounded by canary bytes (random per judging), checked after every call. On a CPU each one
-    ends at an inaccessible page instead of a trailing canary (services.judge.fence): a read past a tensor's end,
-    which no canary sees, faults there."""
+    """Allocations surrounded by canary bytes (random per judging), checked after every call. On a CPU one side of
+    each is an inaccessible page instead of a canary (services.judge.fence), drawn per allocation from the judging's
+    seed: past the end for some, before the start for the others. A read there, which no canary sees, faults."""
 
-    def __init__(self, device: torch.device, canary_seed: int):
+    def __init__(self, device: torch.device, canary_seed: int, sides: random.Random | None = None):
         self.device = device
         self.canary = random_bytes(2 * GUARD_BYTES, canary_seed)
         self._canary_on_device = self.canary.to(device)
-        self.raw: list[torch.Tensor] = []
+        # which side each CPU allocation's fence is on: one generator across a judging's cases (a Guard a case), so
+        # that each tensor meets both sides over the cases
+        self._sides = sides or random.Random(canary_seed)
+        self.raw: list[tuple[torch.Tensor, str]] = []  # each allocation and where its canaries are: both, front, end
         self._fences: list[Fenced] = []  # the CPU's mappings, kept alive with the tensors placed in them
 
     def empty(self, shape, *, dtype: torch.dtype, device=None, fill: int = NAN_BYTE) -> torch.Tensor:
         nbytes = math.prod(shape) * dtype.itemsize
-        if self.device.type == "cpu":  # [canary][tensor]|fence
-            fence = Fenced(GUARD_BYTES + nbytes)
-            self._fences.append(fence)
-            raw = torch.frombuffer(fence.buffer, dtype=torch.uint8)
-        else:  # [canary][tensor][canary]
+        if self.device.type != "cpu":  # [canary][tensor][canary]
             raw = torch.empty((GUARD_BYTES + nbytes + GUARD_BYTES,), dtype=torch.uint8, device=self.device)
+            raw[:GUARD_BYTES] = self._canary_on_device[:GUARD_BYTES]
             raw[GUARD_BYTES + nbytes :] = self._canary_on_device[GUARD_BYTES:]
-        raw[:GUARD_BYTES] = self._canary_on_device[:GUARD_BYTES]
-        inner = raw[GUARD_BYTES : GUARD_BYTES + nbytes]
+            inner, side = raw[GUARD_BYTES : GUARD_BYTES + nbytes], "both"
+        elif self._sides.random() < 0.5:  # [canary][tensor]|fence: a read past the end faults
+            fence = Fenced(GUARD_BYTES + nbytes)
+            raw = torch.frombuffer(fence.buffer, dtype=torch.uint8)
+            raw[:GUARD_BYTES] = self.canary[:GUARD_BYTES]
+            inner, side = raw[GUARD_BYTES:], "front"
+        else:  # fence|[tensor][canary]: a read before the start faults
+            fence = Fenced(nbytes + GUARD_BYTES, at_start=True)
+            raw = torch.frombuffer(fence.buffer, dtype=torch.uint8)
+            raw[nbytes:] = self.canary[GUARD_BYTES:]
+            inner, side = raw[:nbytes], "end"
+        if self.device.type == "cpu":
+            self._fences.append(fence)
         inner.fill_(fill)
-        self.raw.append(raw)
+        self.raw.append((raw, side))
         return inner.view(dtype).view(tuple(shape))
 
     def place(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -71,14 +82,16 @@ class Guard:
         return out
 
     def broken(self) -> int:
-        """How many guarded allocations had a canary overwritten."""
+        """How many guarded allocations had a canary overwritten (a write on a fence's side faulted already)."""
         count = 0
-        for raw in self.raw:
-            if self.device.type == "cpu":  # the trailing side is the fence: a write there faulted already
+        for raw, side in self.raw:
+            if side == "front":
                 count += int(not torch.equal(raw[:GUARD_BYTES], self.canary[:GUARD_BYTES]))
-                continue
-            ends = torch.cat([raw[:GUARD_BYTES], raw[-GUARD_BYTES:]]).cpu()
-            count += int(not torch.equal(ends, self.canary))
+            elif side == "end":
+                count += int(not torch.equal(raw[-GUARD_BYTES:], self.canary[GUARD_BYTES:]))
+            else:
+                ends = torch.cat([raw[:GUARD_BYTES], raw[-GUARD_BYTES:]]).cpu()
+                count += int(not torch.equal(ends, self.canary))
         return count
 
 

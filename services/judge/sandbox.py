@@ -50,7 +50,8 @@ SANDBOX_RULES: dict[str, str] = {
     "timeout": "the child is SIGKILLed, with everything it started, when its time runs out",
     "memory-limit": "an allocation beyond the sandbox's memory limit (address space on CPU, the GPU's memory)",
     "crashed": "the child died without an answer (a signal, an early exit) or could not raise its walls",
-    "memory-fault": "on a CPU every tensor ends at an inaccessible page: a read or write past its end faults the child",
+    "memory-fault": "on a CPU every tensor has an inaccessible page after its end or before its start: a read or "
+    "write there faults the child",
     "sandbox-wall": "the walls refused an action (network, a write outside scratch, a process, another's /proc)",
     "untrusted-result": "the child's answer must carry the judge's nonce and parse",
     "gpu-unhealthy": "the GPU must pass a health probe in the judge's own process after the child",

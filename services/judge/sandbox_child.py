@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -191,10 +192,11 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         return clock.call(what, tuple(tensors[0].shape), 2 * sum(t.nbytes for t in tensors))
 
     answers: dict[int, list] = {}  # case -> its outputs as the wrapper allocated them (CPU), for the pre-fills
+    sides = random.Random(canary_seed)  # the fences' sides, drawn on across the cases (services.judge.run_cases)
 
     def run(index: int, fill=None, what: str = ""):
         """Case `index` in guarded memory; `fill` the answers its outputs' memory holds (another case's)."""
-        guard = Guard(device, canary_seed)
+        guard = Guard(device, canary_seed, sides)
         allocated: list = []
         allocate["fn"] = recording(under_answers(guard.empty, fill) if fill else guard.empty, allocated)
         try:

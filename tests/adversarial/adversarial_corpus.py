@@ -305,6 +305,7 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("regime_weight_as_one", "correctness", "outside-tolerance"),
     _dynamic("regime_grid_under_covers", "correctness", "nan-output"),
     _dynamic("memory_overread_unmasked", "sandbox", "memory-fault"),  # a read past a tensor: the CPU fence
+    _dynamic("memory_underread_before_start", "sandbox", "memory-fault"),  # a read before one: the fence at its start
     _dynamic("precision_bias_one_percent_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),
     _dynamic("precision_bias_2e5_fp32", "correctness", "outside-tolerance"),
     _dynamic("precision_bias_4e6_fp32", "correctness", "biased-output"),

@@ -1,0 +1,66 @@
+"""The CPU fences: a tensor against an inaccessible page on one side, and the judge's draw of which side.
+
+A read one byte past the fenced side must kill the process (SIGSEGV), run in a child here; the other side is plain
+memory guarded by a canary, which the Guard checks after every call.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from services.judge.fence import Fenced
+from services.judge.run_cases import GUARD_BYTES, Guard
+
+_READ = textwrap.dedent(
+    """
+    import ctypes
+    from services.judge.fence import Fenced
+    f = Fenced(100, at_start={at_start})
+    start = ctypes.addressof(ctypes.c_char.from_buffer(f.buffer))
+    ctypes.string_at(start + {offset}, 1)
+    print("read")
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "at_start,offset,faults",
+    [(False, 99, False), (False, 100, True), (True, 0, False), (True, -1, True), (False, -1, False)],
+)
+def test_a_read_on_the_fenced_side_faults(at_start, offset, faults):
+    code = _READ.format(at_start=at_start, offset=offset)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    if faults:
+        assert done.returncode == -signal.SIGSEGV, (done.returncode, done.stderr)
+    else:
+        assert done.returncode == 0 and done.stdout.strip() == "read", done.stderr
+
+
+def test_fenced_buffers_are_exactly_the_size_asked_and_writable():
+    for at_start in (False, True):
+        f = Fenced(4097, at_start=at_start)
+        assert len(f.buffer) == 4097
+        f.buffer[0], f.buffer[-1] = 7, 9
+        assert (f.buffer[0], f.buffer[-1]) == (7, 9)
+
+
+def test_the_guard_draws_both_sides_across_a_judgings_cases_and_checks_the_canary_of_the_other():
+    sides = random.Random(11)
+    seen = set()
+    for _ in range(8):  # a Guard a case, one generator across them (as the sandbox child does)
+        guard = Guard(torch.device("cpu"), 5, sides)
+        t = guard.empty((3, 7), dtype=torch.float32)
+        seen.add(guard.raw[-1][1])
+        assert guard.broken() == 0
+        raw, side = guard.raw[-1]
+        canary_side = slice(0, GUARD_BYTES) if side == "front" else slice(raw.numel() - GUARD_BYTES, raw.numel())
+        raw[canary_side] ^= 1  # a write on the canary's side
+        assert guard.broken() == 1 and t.shape == (3, 7)
+    assert seen == {"front", "end"}
