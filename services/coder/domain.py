@@ -232,7 +232,7 @@ def _setup(prior: list[Recorded], target: str, state: run_state.TargetView, run:
     return family, contract, template, variant
 
 
-def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list:
+def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved, *, siblings: bool = True) -> list:
     target = skills.target_class
     if not target:
         return []  # the profiler found nothing worth optimising; there is nothing to conclude
@@ -247,13 +247,7 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list:
     if authors.is_llm(run.author):  # one question a step; a retrieved skill's launch shape is the template's
         return [authors.ask(prior, run.author, target, family, variant, contract, attempt=1)]
     table = _table(template, variant, prior, target)
-    if template.valid(skills.config):
-        config = pb.TemplateConfig()
-        config.CopyFrom(skills.config)
-        config.variant = variant  # a skill learned on another norm keeps its launch shape, not its arithmetic
-        origin, skill_id = ("skill", skills.chosen_skill_id) if skills.chosen_skill_id else ("template", "")
-    else:  # cold start (or a config this coder cannot render): the search table's first entry
-        config, origin, skill_id = table[0], "template", ""
+    config, origin, skill_id = _seed(template, table, skills, variant, siblings)
     # The first search step: the skill's (or the table's first) config and the next of the table beside it.
     budget = run.max_candidates or DEFAULT_MAX_CANDIDATES
     others = [c for c in table if _config_key(c) != _config_key(config)]
@@ -261,6 +255,29 @@ def _on_skills(prior: list[Recorded], skills: pb.SkillsRetrieved) -> list:
     for attempt, more in enumerate(others[: min(FAN_OUT, budget) - 1], start=2):
         out.append(propose(template, target, contract, more, attempt=attempt, origin="template"))
     return out
+
+
+def _seed(template, table: list, skills: pb.SkillsRetrieved, variant: str, siblings: bool) -> tuple:
+    """(config, origin, skill id) the search starts from: the retrieved recipe when this template renders it (a
+    skill learned on another norm keeps its launch shape, not its arithmetic); with `siblings`, a recipe of another
+    template of the same physics (a residual norm's for a norm, a gated MLP's for a plain one) by its launch shape —
+    warps, rows per program, parameters — where this template's own table holds that shape; else the table's first
+    entry, a cold start."""
+    if template.valid(skills.config):
+        config = pb.TemplateConfig()
+        config.CopyFrom(skills.config)
+        config.variant = variant
+        return (config, "skill", skills.chosen_skill_id) if skills.chosen_skill_id else (config, "template", "")
+    if siblings and skills.chosen_skill_id:
+        shape = _launch_shape(skills.config)
+        for config in table:
+            if _launch_shape(config) == shape:
+                return config, "skill", skills.chosen_skill_id
+    return table[0], "template", ""
+
+
+def _launch_shape(config: pb.TemplateConfig) -> tuple:
+    return (config.num_warps, config.rows_per_program, tuple(sorted(config.params.items())))
 
 
 def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged, dispatch: bool = True) -> list[Message]:
@@ -315,7 +332,8 @@ def decide(prior: list[Recorded], trigger: Recorded) -> list:
     """The coder's answer to `trigger` given the run's log up to and including it: events, and for an LLM author
     `authors.Ask`s, each of which becomes an event once the model's answer is observed (`answered`)."""
     if trigger.type == "SkillsRetrieved":
-        return _on_skills(prior, trigger.msg)
+        # a sibling template's recipe seeds the search since schema 12; a run recorded before re-derives a cold start
+        return _on_skills(prior, trigger.msg, siblings=trigger.env.schema_version >= 12)
     if trigger.type == "CandidateJudged":
         # a dispatch by row count is proposed since schema 7; a run recorded before re-derives its own search
         return _on_judged(prior, trigger.msg, dispatch=trigger.env.schema_version >= 7)

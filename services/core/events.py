@@ -44,7 +44,10 @@ Envelope = envelope_pb2.Envelope
 # interval over repeats (RunCompleted.served); a figure worse beyond it rolls the run's live swaps back (the
 # profiler's RollbackRequested, an answer to the RunCompleted, re-derived on replay). A run whose profile holds no
 # served figures (written at 10 or before) keeps its batch-1 decode figures read against the noise band.
-SCHEMA_VERSION = 11
+# 12: the coder seeds a search from a recipe the skill store chose of a sibling template (a residual norm's for a
+# norm, a gated MLP's for a plain one) by its launch shape, where the target's own search table holds that shape,
+# origin "skill"; a run recorded before started those searches cold (origin "template").
+SCHEMA_VERSION = 12
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).
 RUN_EVENT_NAMES = (

@@ -93,6 +93,35 @@ def test_a_chosen_skill_is_tried_first_beside_the_tables_first():
     assert table.msg.config == TABLE[0] and table.msg.attempt == 2 and table.msg.origin == "template"
 
 
+def test_a_sibling_templates_recipe_seeds_the_search_by_its_launch_shape_since_schema_12():
+    """The store may choose a residual norm's recipe for a plain norm (one physics): its launch shape comes first,
+    rendered by the norm's own template, where the norm's table holds that shape; a run recorded before schema 12
+    re-derives the cold start it made."""
+    sibling = pb.TemplateConfig(template="add_norm_onepass", num_warps=TABLE[3].num_warps,
+                                rows_per_program=TABLE[3].rows_per_program, variant="add_rmsnorm")  # fmt: skip
+    captured = profile_captured()
+    skills = pb.SkillsRetrieved(target_class=captured.target_class, chosen_skill_id="sk-7", config=sibling)
+    log, trigger = _start(skills=skills)
+    seeded, beside = _answers(log, trigger)
+    assert seeded.msg.origin == "skill" and seeded.msg.skill_id == "sk-7" and seeded.msg.config == TABLE[3]
+    assert seeded.msg.source == rmsnorm.render(TABLE[3]) and beside.msg.config == TABLE[0]
+    assert [m for m in verify(log.records, domain.REDERIVE) if m.type in domain.REDERIVE] == []  # it replays
+
+    old = ev.SCHEMA_VERSION
+    trigger.env.schema_version = 11
+    try:
+        cold, _ = domain.decide(log.records[:3], trigger)
+    finally:
+        trigger.env.schema_version = old
+    assert cold.origin == "template" and cold.skill_id == "" and cold.config == TABLE[0]
+
+    unknown = pb.TemplateConfig(template="rotary_positions", num_warps=4, params={"heads": 16, "together": 0})
+    skills = pb.SkillsRetrieved(target_class=captured.target_class, chosen_skill_id="sk-8", config=unknown)
+    log, trigger = _start(skills=skills)
+    first, _ = domain.decide(log.records, trigger)
+    assert first.origin == "template" and first.config == TABLE[0]  # a shape the norm's table does not hold
+
+
 def test_a_search_step_waits_for_all_its_verdicts_then_refines_around_the_best():
     log, trigger = _start()
     c1, c2 = _answers(log, trigger)
