@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from nats.js import JetStreamContext, api
-from nats.js.errors import APIError, BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
 
 from services.core import events as ev
 from services.core.retry import ELECTION_RETRY_S, riding_out, transient
@@ -56,8 +56,9 @@ MIN_RESERVED_BYTES = 64 << 20
 # stream is full" and for "the server is out of storage".
 _JS_INSUFFICIENT_RESOURCES = 10047
 # On a cluster the same comes as "no suitable peers for placement" (insufficient resources): no node has room for
-# a replica of that size. (With a node down it can also mean too few nodes; halving then fails to the end, and the
-# error is raised as it came.)
+# a replica of that size. With a node down, or a cluster still forming, it also means too few nodes: halving then
+# fails to the end, even with no byte limit, and `ensure_stream` says so as a 503, which set-up rides out (the node
+# may join in a moment: a cluster's nodes find each other over their routes a few seconds after they start).
 _JS_NO_SUITABLE_PEERS = 10005
 _JS_CANNOT_RESERVE = (_JS_INSUFFICIENT_RESOURCES, _JS_NO_SUITABLE_PEERS)
 # message size exceeds maximum allowed; storing failed (its text says why: maximum bytes or messages exceeded)
@@ -135,8 +136,13 @@ async def ensure_stream(js: JetStreamContext, want: api.StreamConfig) -> None:
         try:
             await _reserving(js.add_stream, want, used=0)
             return
-        except BadRequestError:  # made meanwhile by another process starting at the same time
-            info = await js.stream_info(want.name)
+        except BadRequestError as exc:
+            if exc.err_code == _JS_NO_SUITABLE_PEERS:  # not the disk (no byte limit was left): too few nodes are up
+                raise ServiceUnavailableError(
+                    code=503, err_code=exc.err_code, description=f"{exc.description}: fewer nodes are up than "
+                    f"stream {want.name} has replicas ({want.num_replicas})",
+                ) from exc  # fmt: skip
+            info = await js.stream_info(want.name)  # made meanwhile by another process starting at the same time
     have = info.config
     changed = {
         f: getattr(want, f)
