@@ -95,6 +95,7 @@ def summary(results: dict) -> dict:
     return {
         "hostile_rejected_by_the_right_layer": f"{sum(r['ok'] for r in hostile)}/{len(hostile)}",
         "hostile_rejected_per_layer": by_layer,
+        # on this device: the honest kernels, and a hostile one harmless here (memory_overread_gpu_grid_only on a CPU)
         "honest_passed": f"{sum(r['ok'] for r in honest)}/{len(honest)}",
         "honest_rewards": {Path(r["file"]).stem: r["reward"] for r in honest},
         "failures": sorted(name for name, r in results.items() if not r["ok"]),
@@ -162,7 +163,7 @@ async def run(args) -> int:
     s = summary(results)
     print(f"\n{len(chosen)} judged in {time.monotonic() - started:.0f} s on {meta['device']}: "
           f"hostile rejected by the right layer {s['hostile_rejected_by_the_right_layer']}, "
-          f"honest passed {s['honest_passed']}; wrote {out}")  # fmt: skip
+          f"expected to pass here and passed {s['honest_passed']}; wrote {out}")  # fmt: skip
     if s["failures"]:
         print(f"not as expected: {', '.join(s['failures'])}")
     return 0 if not s["failures"] else 1

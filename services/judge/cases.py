@@ -45,7 +45,7 @@ REGIMES = (
 )
 WEIGHTS = ("around-one", "signed-normal", "near-zero", "large", "with-zeros")
 
-CPU_ROW_BUDGET = 200  # rows over all cases on CPU: the interpreter runs ~10 ms per row program
+CPU_ROW_BUDGET = 210  # rows over all cases on CPU: the interpreter runs ~10 ms per row program
 GPU_ELEMENT_BUDGET = 32 * 2**20  # elements over all cases' bases on a GPU (and their CPU references)
 SMALL_ROWS = 3  # the regime and odd-width cases
 PAD = 3  # row-strided: extra columns per row, odd so rows start misaligned
@@ -309,6 +309,9 @@ def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
         if spec.gpu or limit < CPU_BOUNDARY_ROWS:
             plan += [("dispatch-edge", (rows, w), "normal", "contiguous") for rows in (limit, limit + 1)]
     plan.append(("odd-width", (SMALL_ROWS, spec.odd_width), "normal", "contiguous"))
+    # the odd width past the live rows too: a ragged last block in both dimensions, at program counts (a persistent
+    # grid's one program a row, several rows a program) the few rows above never reach
+    plan.append(("odd-width-rows", (beyond, spec.odd_width), "normal", "contiguous"))
     plan += [("width", (SMALL_ROWS, other), "normal", "contiguous") for other in other_widths(spec)]
     if spec.gpu:  # the served model's whole row range: its maximum, and a spread from the live rows up to it
         plan += [("domain", (rows, w), "normal", "contiguous") for rows in domain_rows(live_rows, spec.domain_rows, w)]

@@ -139,6 +139,7 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES) -> list[tuple[str, tuple[int, .
     beyond = min(max(2 * rows + 1, 3), max(rows + 1, budget // 4 // w))
     plan.append(("rows-beyond", (beyond, w), "normal", "contiguous"))
     plan.append(("odd-width", (SMALL_ROWS, ODD_WIDTH), "normal", "contiguous"))
+    plan.append(("odd-width-rows", (beyond, ODD_WIDTH), "normal", "contiguous"))  # ragged in both (cases.py)
     plan += [("layout", (2, 2, w), "normal", layout) for layout in LAYOUTS]
     # The served domain after the cases above (a spec without it draws them as before). Every residue of each
     # block of rows per program; both sides of each row dispatch limit, the row past it also in log-scale rows

@@ -40,16 +40,16 @@ def random_bytes(count: int, seed: int) -> torch.Tensor:
 
 class Guard:
     """Allocations surrounded by canary bytes (random per judging), checked after every call. On a CPU one side of
-    each is an inaccessible page instead of a canary (services.judge.fence), drawn per allocation from the judging's
-    seed: past the end for some, before the start for the others. A read there, which no canary sees, faults."""
+    each is an inaccessible page instead of a canary (services.judge.fence): past its end, or with `front` before
+    its start. A read there, which no canary sees, faults. The sandbox child fences every case's first run at the
+    end (a ragged block read with no mask, the common slip, meets it at every shape drawn) and the cases it runs
+    again at the start."""
 
-    def __init__(self, device: torch.device, canary_seed: int, sides: random.Random | None = None):
+    def __init__(self, device: torch.device, canary_seed: int, *, front: bool = False):
         self.device = device
         self.canary = random_bytes(2 * GUARD_BYTES, canary_seed)
         self._canary_on_device = self.canary.to(device)
-        # which side each CPU allocation's fence is on: one generator across a judging's cases (a Guard a case), so
-        # that each tensor meets both sides over the cases
-        self._sides = sides or random.Random(canary_seed)
+        self.front = front
         self.raw: list[tuple[torch.Tensor, str]] = []  # each allocation and where its canaries are: both, front, end
         self._fences: list[Fenced] = []  # the CPU's mappings, kept alive with the tensors placed in them
 
@@ -60,7 +60,7 @@ class Guard:
             raw[:GUARD_BYTES] = self._canary_on_device[:GUARD_BYTES]
             raw[GUARD_BYTES + nbytes :] = self._canary_on_device[GUARD_BYTES:]
             inner, side = raw[GUARD_BYTES : GUARD_BYTES + nbytes], "both"
-        elif self._sides.random() < 0.5:  # [canary][tensor]|fence: a read past the end faults
+        elif not self.front:  # [canary][tensor]|fence: a read past the end faults
             fence = Fenced(GUARD_BYTES + nbytes)
             raw = torch.frombuffer(fence.buffer, dtype=torch.uint8)
             raw[:GUARD_BYTES] = self.canary[:GUARD_BYTES]

@@ -82,6 +82,9 @@ class SandboxJob:
     variant: str = ""  # what the live module computes, where the family's oracle needs it (a gated MLP's act)
     second_shape: list[int] = field(default_factory=list)  # a function's second operand's live shape (RoPE's k)
     third_shape: list[int] = field(default_factory=list)  # its third's (RoPE's cos: the rotary width last)
+    # Under the interpreter, the program count a persistent grid's "sms" stands for (0: the interpreter's default):
+    # a GPU judge's fenced pass passes its GPU's own, so that the interpreted launch is the GPU's
+    sms: int = 0
 
     def to_json(self, nonce: str, result_fd: int, walls: dict, ready_fd: int = -1) -> str:
         data = asdict(self)

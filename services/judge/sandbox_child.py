@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import random
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -143,6 +142,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         under_random_fill,
     )
     from services.ops import judging
+    from services.ops.launch import INTERPRETER_SMS_ENV
     from services.ops.protocol import ChildContext, operands_from_data
 
     contract, plan = pb.Contract(), pb.LaunchPlan()
@@ -150,6 +150,8 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
     plan.ParseFromString(base64.b64decode(job["plan"]))
     device = torch.device(job["device"])
     gpu = device.type == "cuda"
+    if not gpu and job.get("sms"):  # the fenced pass of a GPU judging: its GPU's program count (services.ops.launch)
+        os.environ[INTERPRETER_SMS_ENV] = str(int(job["sms"]))
     dtype = torch_dtype(job["input_dtype"])
     facts: dict = {"loaded": False, "problems": []}
     cases = torch.load(Path.cwd() / "cases.pt", weights_only=True)  # the parent's cases: data only
@@ -192,11 +194,11 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         return clock.call(what, tuple(tensors[0].shape), 2 * sum(t.nbytes for t in tensors))
 
     answers: dict[int, list] = {}  # case -> its outputs as the wrapper allocated them (CPU), for the pre-fills
-    sides = random.Random(canary_seed)  # the fences' sides, drawn on across the cases (services.judge.run_cases)
 
-    def run(index: int, fill=None, what: str = ""):
-        """Case `index` in guarded memory; `fill` the answers its outputs' memory holds (another case's)."""
-        guard = Guard(device, canary_seed, sides)
+    def run(index: int, fill=None, what: str = "", front: bool = False):
+        """Case `index` in guarded memory; `fill` the answers its outputs' memory holds (another case's). `front`: on a
+        CPU, the fences before the tensors' starts (a case run again), not after their ends (its first run)."""
+        guard = Guard(device, canary_seed, front=front)
         allocated: list = []
         allocate["fn"] = recording(under_answers(guard.empty, fill) if fill else guard.empty, allocated)
         try:
@@ -244,7 +246,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         pairs = prefill_pairs(canary_seed + 2, signatures)
         saved["prefilled_cases"], saved["prefilled"] = [], []
         for case, donor in pairs:
-            done = run(case, fill=answers[donor], what=f"case {case} pre-filled with case {donor}'s answer")
+            done = run(case, fill=answers[donor], what=f"case {case} pre-filled with case {donor}'s answer", front=True)
             if done.problem:
                 detail = f"its output pre-filled with case {donor}'s answer: {done.problem[1]}"
                 facts["problems"].append({"case": case, "rule": done.problem[0], "detail": detail})
@@ -270,7 +272,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
             facts["call_problems"].append(problem)
         tampered("during the further calls")
     # Run again after the timing calls: a kernel that is only right the first few times is wrong.
-    after = Runs([run(i) for i in range(min(AFTER_CASES, subject.count))])
+    after = Runs([run(i, front=True) for i in range(min(AFTER_CASES, subject.count))])
     saved["after"] = [r.output for r in after.outputs]
     facts["after_problems"] = after.problems()
     facts["slowest_call"] = clock.slowest

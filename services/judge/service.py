@@ -44,6 +44,10 @@ CPU_MAX_ROWS = 8  # the Triton interpreter is slow: the live shape's rows are ca
 GPU_EXAMPLES, CPU_EXAMPLES = 48, 12  # hypothesis draws beyond the fixed cases (the interpreter runs ~10 ms a row)
 
 
+def _sms() -> int:
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
 def resolve_gpu(device: str) -> bool:
     """Whether to judge on a GPU: settings.device "auto" | "cuda" | "cpu"."""
     if device == "cpu":
@@ -70,11 +74,14 @@ class JudgeService:
         limits: SandboxLimits | None = None,
         judge_id: str = "",
         fenced: bool | None = None,
+        fenced_sms: int | None = None,
     ):
         self.use_gpu = resolve_gpu(device)
         # A GPU judging also runs its cases fenced under the interpreter (services.judge.fenced_pass); a CPU judging
         # is fenced itself. `fenced=True` on a CPU adds the pass all the same (tests of the pass).
         self.fenced = self.use_gpu if fenced is None else fenced
+        # the program count of a persistent grid in the fenced pass: the GPU's own, so the interpreted launch is its
+        self.fenced_sms = fenced_sms if fenced_sms is not None else (_sms() if self.use_gpu else 0)
         self.judge_id = judge_id  # which of many judges (services.judge.identity): recorded in every verdict
         self.device = identity.device_label(
             self.use_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.get_device_name(0) if self.use_gpu else ""
@@ -229,6 +236,7 @@ class JudgeService:
             variant=target.computes,
             second_shape=list(target.second_shape),
             third_shape=list(target.third_shape),
+            sms=self.fenced_sms if not gpu else 0,
         )
         blob = io.BytesIO()
         torch.save(operands_to_data(drawn.operands), blob)

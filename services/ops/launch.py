@@ -17,11 +17,33 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 
 log = logging.getLogger(__name__)
 
 ALIGN = 16  # Triton specialises pointers and ints on divisibility by 16
+
+
+# What a persistent grid's "sms" (the program count of one wave) is where no GPU runs it: the interpreter. A GPU
+# judge's fenced pass sets it to its GPU's own count (services.judge.fenced_pass), so that the interpreted launch
+# has the GPU's program count, and a kernel whose addresses depend on that count meets its fence the same way.
+INTERPRETER_SMS_ENV = "YANTRA_INTERPRETER_SMS"
+INTERPRETER_SMS = 4  # a persistent grid still walks several rows per program
+
+
+def stream_processors(device) -> int:
+    """The streaming multiprocessors a launch on `device` fills: the GPU's own, or the interpreter's stand-in."""
+    if device.type != "cuda":
+        return int(os.environ.get(INTERPRETER_SMS_ENV) or INTERPRETER_SMS)
+    return _cuda_sms(device)
+
+
+@functools.lru_cache(maxsize=16)
+def _cuda_sms(device) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def next_pow2(n: int) -> int:

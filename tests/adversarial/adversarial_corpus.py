@@ -306,6 +306,9 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("regime_grid_under_covers", "correctness", "nan-output"),
     _dynamic("memory_overread_unmasked", "sandbox", "memory-fault"),  # a read past a tensor: the CPU fence
     _dynamic("memory_underread_before_start", "sandbox", "memory-fault"),  # a read before one: the fence at its start
+    # a read past a tensor at a GPU's program counts only: a CPU judge (and server) never takes it; a GPU judge's fenced
+    # pass runs the interpreter with the GPU's count
+    _dynamic("memory_overread_gpu_grid_only", "sandbox", "memory-fault", cpu_verdict=("passes", "-"), width=80),
     _dynamic("precision_bias_one_percent_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),
     _dynamic("precision_bias_2e5_fp32", "correctness", "outside-tolerance"),
     _dynamic("precision_bias_4e6_fp32", "correctness", "biased-output"),

@@ -94,3 +94,15 @@ async def test_a_child_held_after_a_right_first_pass_is_judged_on_that_pass(tmp_
     assert held.stress_calls == 0 and outcome.sandbox.exit == "code 0"  # stopped before the calls after the pass
     _, full = await service.run(prepared, False, service.limits)
     assert full.passed and full.stress_calls > 0
+
+
+async def test_the_fenced_pass_launches_the_gpus_program_count(tmp_path):
+    """A kernel that over-reads only where a persistent grid has one program a row past four rows: never under the
+    interpreter's own count (a CPU judge accepts it, and a CPU server never takes that branch), always on a GPU from
+    five rows. The fenced pass runs the GPU's count (an H200's 132 here), so the branch is taken and faults."""
+    prior = _prior("memory_overread_gpu_grid_only")
+    target = live_target(prior, prior[-1].msg.target_class)
+    own = await JudgeService(device="cpu", scratch_dir=tmp_path).fenced_pass(prior[-1].msg, target)
+    assert not own.sandbox.rule_id and own.correctness.passed, own  # the interpreter's 4 programs: never taken
+    gpus = await JudgeService(device="cpu", scratch_dir=tmp_path, fenced_sms=132).fenced_pass(prior[-1].msg, target)
+    assert gpus.sandbox.rule_id == "memory-fault", gpus

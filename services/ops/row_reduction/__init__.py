@@ -13,10 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
 from services.core.pb import events_pb2 as pb
-from services.ops.launch import Launcher, launch_options, next_pow2
+from services.ops.launch import Launcher, launch_options, next_pow2, stream_processors
 
 FAMILY = "row_reduction"
 # What this family's modules may compute (services.ops.recognise_norm), and which of those its template
@@ -51,7 +50,6 @@ MAX_DISPATCH_ROWS = 32768
 MAX_CONSTEXPR = 1 << 31
 NUM_WARPS = (1, 2, 4, 8, 16, 32)
 MAX_STAGES = 8
-CPU_SMS = 4  # what "sms" means under the interpreter: a persistent grid still walks several rows per program
 
 # Grids, as text a plan holds: every program count a row kernel needs, none that computes anything else.
 GRIDS = ("rows", "sms", "cdiv(rows, N)", "min(sms, cdiv(rows, N))")
@@ -198,15 +196,6 @@ def _compile(plan: pb.LaunchPlan, kernels: Mapping[str, Callable]) -> list[_Laun
     return out
 
 
-@lru_cache(maxsize=16)
-def _sms(device) -> int:
-    import torch
-
-    if device.type != "cuda":
-        return CPU_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def scale_of(variant: str, weight):
     """The weight a norm of `variant` scales by, in the weight's dtype: 1 + weight for the offset norms (torch's
     add: in fp32, rounded once to the weight's dtype, as LayerNorm1P forms it), the weight itself otherwise. What
@@ -264,7 +253,8 @@ class RowLaunches:
         chosen = next(item for item in self.items if item.max_rows == 0 or rows <= item.max_rows)
         exprs = {"cols": n_cols, "block_cols": block_cols(n_cols)}
         constexprs = {k: exprs[v] if isinstance(v, str) else v for k, v in chosen.constexprs}
-        chosen.launcher(chosen.grid.programs(rows, _sms(device)), [values[a] for a in chosen.args], constexprs)
+        programs = chosen.grid.programs(rows, stream_processors(device))
+        chosen.launcher(programs, [values[a] for a in chosen.args], constexprs)
 
 
 def block_cols(n_cols: int) -> int:

@@ -14,6 +14,7 @@ from services.core.kernel_schema import check_kernel_source
 from services.core.kernels import candidate_wrapper
 from services.core.pb import events_pb2 as pb
 from services.ops import FAMILIES, UnknownFamily, family, row_reduction
+from services.ops.launch import INTERPRETER_SMS
 
 SERVER_TESTS = Path(__file__).resolve().parents[2] / "server"  # the server tests' hand-written RMSNorm kernels
 
@@ -160,9 +161,10 @@ def test_the_residual_norms_kernel_rounds_as_its_reference(tmp_path, variant):
 
 @pytest.mark.parametrize("variant", ["", "rmsnorm_offset", "layernorm_no_bias", "layernorm", "rmsnorm_fp32_weight"])
 def test_a_persistent_grid_walks_every_row_as_the_plain_grid_computes_it(tmp_path, variant):
-    # At most one program per SM (the interpreter's CPU_SMS = 4): 19 rows two at a time make 10 row blocks, so each
-    # program walks two or three, the last block ragged. Same kernel arithmetic, so the same bits as one program a
-    # row block; the source is the plain one with its row loop nested in the strided one and nothing else changed.
+    # At most one program per SM (the interpreter's INTERPRETER_SMS = 4): 19 rows two at a time make 10 row blocks,
+    # so each program walks two or three, the last block ragged. Same kernel arithmetic, so the same bits as one
+    # program a row block; the source is the plain one with its row loop nested in the strided one and nothing else
+    # changed.
     from services.ops.row_reduction import template
 
     plain = pb.TemplateConfig(template=template.TEMPLATE, num_warps=4, rows_per_program=2, variant=variant)
@@ -183,7 +185,7 @@ def test_a_persistent_grid_walks_every_row_as_the_plain_grid_computes_it(tmp_pat
         where.mkdir()
         outs.append(candidate_wrapper(where, template.render(config), template.plan(config))(hidden_states=x, **bound))
     assert torch.equal(outs[0], outs[1])
-    assert row_reduction.parse_grid("min(sms, cdiv(rows, 2))").programs(19, row_reduction.CPU_SMS) == 4
+    assert row_reduction.parse_grid("min(sms, cdiv(rows, 2))").programs(19, INTERPRETER_SMS) == 4
 
 
 def test_persistent_configs_come_last_and_take_no_other_params():
