@@ -82,9 +82,7 @@ class SandboxJob:
     variant: str = ""  # what the live module computes, where the family's oracle needs it (a gated MLP's act)
     second_shape: list[int] = field(default_factory=list)  # a function's second operand's live shape (RoPE's k)
     third_shape: list[int] = field(default_factory=list)  # its third's (RoPE's cos: the rotary width last)
-    # Under the interpreter, the program count a persistent grid's "sms" stands for (0: the interpreter's default):
-    # a GPU judge's fenced pass passes its GPU's own, so that the interpreted launch is the GPU's
-    sms: int = 0
+    sms: int = 0  # under the interpreter, a persistent grid's "sms" (0: its stand-in); the fenced pass: the GPU's
 
     def to_json(self, nonce: str, result_fd: int, walls: dict, ready_fd: int = -1) -> str:
         data = asdict(self)
@@ -152,9 +150,8 @@ def child_env(scratch: Path, use_gpu: bool, parent: dict[str, str] | None = None
         CUDA_CACHE_PATH=str(scratch / "cuda-cache"),
     )
     if not use_gpu:
-        env["TRITON_INTERPRET"] = "1"
-        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU child never touches a GPU (the fenced pass runs one on a GPU box)
-        env["OMP_NUM_THREADS"] = "1"  # tiny CPU tensors; several children may run side by side
+        # no GPU for a CPU child (the fenced pass runs one on a GPU box); tiny tensors, several children side by side
+        env.update(TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     return env
 
 
