@@ -163,3 +163,14 @@ def test_a_secret_file_that_gives_nothing_is_one_line_for_every_command(tmp_path
     assert result.returncode == 2 and result.stderr.strip() == (
         f"yantra runs: invalid settings: YANTRA_ADMIN_TOKEN_FILE={missing}: cannot read it (No such file or directory)"
     ), result.stderr
+
+
+def test_the_servers_switch_interval_reaches_it_and_a_bad_one_is_one_line(monkeypatch):
+    monkeypatch.delenv("YANTRA_SWITCH_INTERVAL_MS", raising=False)
+    assert Settings.from_env().switch_interval_ms == 5.0  # Python's own until measured otherwise
+    monkeypatch.setenv("YANTRA_SWITCH_INTERVAL_MS", "0.5")
+    assert Settings.from_env().env()["YANTRA_SWITCH_INTERVAL_MS"] == "0.5"
+    monkeypatch.delenv("YANTRA_SWITCH_INTERVAL_MS")
+    for bad in ("0", "-1", "fast"):
+        problem = _problem(monkeypatch, YANTRA_SWITCH_INTERVAL_MS=bad)
+        assert problem.startswith("YANTRA_SWITCH_INTERVAL_MS") and "\n" not in problem, problem

@@ -1,4 +1,8 @@
-"""Settings shared by every process, read from the environment (YANTRA_*, NATS_URL, NATS_USER, ...)."""
+"""Settings shared by every process, read from the environment (YANTRA_*, NATS_URL, NATS_USER, ...).
+
+Over 400 lines, one file: one table of every setting (its variable, default, bounds and description) and the
+checks across them; split, a user's one place to read would be several.
+"""
 
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ ENV_NAMES = {
     "max_requests": "YANTRA_MAX_REQUESTS",
     "graphs": "YANTRA_GRAPHS",
     "batch": "YANTRA_BATCH",
+    "switch_interval_ms": "YANTRA_SWITCH_INTERVAL_MS",
     "shadow_calls": "YANTRA_SHADOW_CALLS",
     "llm_model": "YANTRA_LLM_MODEL",
     "llm_base_url": "YANTRA_LLM_BASE_URL",
@@ -183,6 +188,12 @@ class Settings(BaseModel):
     batch: int | None = Field(
         None, ge=0, description="requests decoded together (slots); unset: 64 on a GPU, 8 on a CPU; 0: one at a time"
     )
+    # The server's engine thread (a decode step) and event loop (gRPC, HTTP, each tick's tokens handed to the streams)
+    # share the interpreter lock: a thread that dropped it (a GPU wait, any torch op) waits for it until the other
+    # drops it or this interval passes. Python's default, 5 ms, until a served run on a GPU measures another.
+    switch_interval_ms: float = Field(
+        5.0, gt=0, le=100, description="the server's thread switch interval (sys.setswitchinterval), in ms"
+    )
     shadow_calls: int = Field(
         256,
         ge=0,
@@ -313,6 +324,7 @@ class Settings(BaseModel):
         if self.batch is not None:
             out["YANTRA_BATCH"] = str(self.batch)
         out["YANTRA_SHADOW_CALLS"] = str(self.shadow_calls)
+        out["YANTRA_SWITCH_INTERVAL_MS"] = str(self.switch_interval_ms)
         for name in ("llm_model", "llm_base_url", "llm_max_calls", "llm_max_tokens", "llm_answer_tokens"):
             out[ENV_NAMES[name]] = str(getattr(self, name))
         out["YANTRA_LLM_TIMEOUT_S"], out["YANTRA_LLM_RETRIES"] = str(self.llm_timeout_s), str(self.llm_retries)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import sys
 
 import grpc
 
@@ -109,6 +110,7 @@ def run() -> int:
         log.error("server: %s", exc)
         return 2
     log.info("loaded %s on %s (%s)", loaded.name, loaded.device, loaded.dtype)
+    sys.setswitchinterval(settings.switch_interval_ms / 1000)  # the engine thread and the event loop share the lock
     try:
         engine = Engine(loaded, max_active=settings.max_requests, graphs=settings.graphs, slots=settings.batch)
     except ModelNotServable as exc:
