@@ -306,6 +306,7 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("regime_grid_under_covers", "correctness", "nan-output"),
     _dynamic("memory_overread_unmasked", "sandbox", "memory-fault"),  # a read past a tensor: the CPU fence
     _dynamic("memory_underread_before_start", "sandbox", "memory-fault"),  # a read before one: the fence at its start
+    _dynamic("memory_wild_read_far", "sandbox", "memory-fault"),  # a read far past one: the 8 MiB zones
     # a read past a tensor at a GPU's program counts only: a CPU judge (and server) never takes it; a GPU judge's fenced
     # pass runs the interpreter with the GPU's count
     _dynamic("memory_overread_gpu_grid_only", "sandbox", "memory-fault", cpu_verdict=("passes", "-"), width=80),

@@ -1,7 +1,8 @@
 """The CPU fences: a tensor against an inaccessible page on one side, a canary on the other.
 
-A read one byte past the fenced side must kill the process (SIGSEGV), run in a child here; the other side is plain
-memory guarded by a canary, which the Guard checks after every call.
+A read one byte past the fenced side must kill the process (SIGSEGV), run in a child here, and so must one megabytes
+out on either side; the bytes just beside the other side are plain memory guarded by a canary, which the Guard checks
+after every call.
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ _READ = textwrap.dedent(
 
 @pytest.mark.parametrize(
     "at_start,offset,faults",
-    [(False, 99, False), (False, 100, True), (True, 0, False), (True, -1, True), (False, -1, False)],
-)
+    [
+        (False, 99, False), (False, 100, True), (True, 0, False), (True, -1, True), (False, -1, False),
+        (False, 100 + (4 << 20), True), (True, -(4 << 20), True),  # far out on the fenced side: the zone
+        (False, -8192, True), (True, 100 + 8192, True),  # past the page on the other side: the other zone
+    ],
+)  # fmt: skip
 def test_a_read_on_the_fenced_side_faults(at_start, offset, faults):
     code = _READ.format(at_start=at_start, offset=offset)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
