@@ -46,7 +46,8 @@ Envelope = envelope_pb2.Envelope
 # served figures (written at 10 or before) keeps its batch-1 decode figures read against the noise band.
 # 12: the coder seeds a search from a recipe the skill store chose of a sibling template (a residual norm's for a
 # norm, a gated MLP's for a plain one) by its launch shape, where the target's own search table holds that shape,
-# origin "skill"; a run recorded before started those searches cold (origin "template").
+# origin "skill"; a run recorded before started those searches cold (origin "template"). A correct verdict's reason
+# says its worst error as a share of the bound, not as an absolute error.
 SCHEMA_VERSION = 12
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).

@@ -48,9 +48,11 @@ def derive_judged(prior: list[Recorded], trigger: Recorded, observed: pb.JudgeOb
         raise ValueError(f"the judge answers CandidateProposed, not {trigger.type}")
     # Since schema 3 the parent checks the child's timing itself; a verdict of an earlier schema keeps its rules.
     parent_checks_timing = trigger.env.schema_version >= 3
+    version = trigger.env.schema_version
     reward, reason, vs_eager, vs_best = judge_reward(
-        observed, parent_checks_timing=parent_checks_timing, graphs_hide_the_host=trigger.env.schema_version >= 5
-    )
+        observed, parent_checks_timing=parent_checks_timing, graphs_hide_the_host=version >= 5,
+        error_of_bound=version >= 12,
+    )  # fmt: skip
     able = capabilities(observed) if trigger.env.schema_version >= 4 and reward >= 1 else []
     return pb.CandidateJudged(
         capabilities=able,

@@ -67,7 +67,11 @@ def _rejected(obs: pb.JudgeObservation) -> str:
 
 
 def judge_reward(
-    obs: pb.JudgeObservation, *, parent_checks_timing: bool = True, graphs_hide_the_host: bool = True
+    obs: pb.JudgeObservation,
+    *,
+    parent_checks_timing: bool = True,
+    graphs_hide_the_host: bool = True,
+    error_of_bound: bool = True,
 ) -> tuple[int, str, float, float]:
     """(reward, reason, speedup_vs_eager, speedup_vs_best) for what the judge observed.
 
@@ -75,12 +79,17 @@ def judge_reward(
     `graphs_hide_the_host` (schema 5 on): a kernel captured in CUDA graphs at every timed shape (the
     "cuda-graph" capability) is not capped for its host-inclusive time: a server that decodes through graphs
     never pays it, and one that serves eagerly refuses it itself (services.server.domain.host_problem).
+    `error_of_bound` (schema 12 on): a correct kernel's worst error is said as its share of the bound the dtype's
+    rounding allows (an absolute error of 4e+06 on rows of 1e+09 read as a wrong kernel); before, the absolute one.
     """
     rejected = _rejected(obs)
     if rejected:
         return -1, rejected, 0.0, 0.0
     cor = obs.correctness
-    checked = f"correct on {cor.checks_passed}/{cor.checks_run} checks ({cor.dtype}, max abs err {cor.max_abs_err:.2g})"
+    error = f"max abs err {cor.max_abs_err:.2g}"
+    if error_of_bound:
+        error = f"worst error {cor.max_ulp_err:.2f} of its bound"
+    checked = f"correct on {cor.checks_passed}/{cor.checks_run} checks ({cor.dtype}, {error})"
     timing = obs.timing
     vs_eager, vs_best = speedups(timing) if timing.measured else (0.0, 0.0)
     if vs_eager <= 0:

@@ -182,3 +182,13 @@ def test_a_kernel_captured_in_graphs_is_judged_by_gpu_time_whatever_its_host_tim
     assert judge_reward(obs, graphs_hide_the_host=False)[0] == 1  # a verdict recorded at schema 4 keeps its rule
     obs.timing.missing.append("candidate graph at 8x64: RuntimeError: capture failed")  # not graph-capable
     assert judge_reward(obs)[0] == 1
+
+
+def test_a_correct_kernels_error_is_said_as_its_share_of_the_bound_since_schema_12():
+    """Rows of 1e+09 give a correct bf16 kernel an absolute error of millions: said so, it reads as a wrong one."""
+    obs = _obs(interpreted=True, measured=False)
+    obs.correctness.max_abs_err, obs.correctness.max_ulp_err = 4.2e6, 0.42
+    reward, reason, *_ = judge_reward(obs)
+    assert reward == 1 and "(bfloat16, worst error 0.42 of its bound)" in reason and "e+06" not in reason, reason
+    reward, reason, *_ = judge_reward(obs, error_of_bound=False)  # a verdict recorded at 11 or before keeps its words
+    assert reward == 1 and "(bfloat16, max abs err 4.2e+06)" in reason, reason
