@@ -16,6 +16,7 @@ from services.core.secrets_env import SecretFileError
 from services.core.settings import Settings, auth_refused, redact_url, settings_problem
 from services.core.stack import StackError, check_data_dir, resolve_nats_url, running_stack
 from services.core.stack_secure import SecureStackError, client_settings
+from services.core.stream_read import ShortRead
 from services.core.streams import out_of_storage
 from services.server.models import PRESETS  # names only: torch loads when a model does
 
@@ -73,6 +74,8 @@ _JS_UNAVAILABLE_HINT = (
 
 def nats_problem(exc: BaseException) -> str | None:
     """A NATS or JetStream error in one line, with what it most likely means; None when `exc` is not one."""
+    if isinstance(exc, ShortRead):
+        return f"{exc} (the log was not read whole: try again)"
     if isinstance(exc, ServiceUnavailableError) and not exc.description:
         # nats-py's word for "no responders" on a JetStream request: nothing serves JetStream's API there
         return f"JetStream did not answer (no responders); {_JS_UNAVAILABLE_HINT}"
