@@ -144,10 +144,13 @@ class JudgeService:
 
         try:
             outcome, correctness = await self.run(prepared, self.use_gpu, self.limits, fence_holds)
-        finally:
-            fenced = await fencing if fencing is not None else None  # recorded even when the main pass failed
-        if fenced is not None:
-            obs.fenced.CopyFrom(fenced)
+        except BaseException:  # cancelled, or the judge's own failure: the fenced child goes with it
+            if fencing is not None:
+                fencing.cancel()
+                await asyncio.gather(fencing, return_exceptions=True)
+            raise
+        if fencing is not None:  # recorded even when the main pass failed
+            obs.fenced.CopyFrom(await fencing)
         obs.correctness.CopyFrom(correctness)
         obs.timing.CopyFrom(outcome.timing)
         obs.sandbox.CopyFrom(outcome.sandbox)
