@@ -308,6 +308,8 @@ def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
     for limit in sorted(set(spec.boundaries)):
         if spec.gpu or limit < CPU_BOUNDARY_ROWS:
             plan += [("dispatch-edge", (rows, w), "normal", "contiguous") for rows in (limit, limit + 1)]
+            # past it at the odd width too: the launch beyond meets a ragged block where the live width is a power of 2
+            plan.append(("dispatch-edge", (limit + 1, spec.odd_width), "normal", "contiguous"))
     plan.append(("odd-width", (SMALL_ROWS, spec.odd_width), "normal", "contiguous"))
     # the odd width past the live rows too: a ragged last block in both dimensions, at program counts (a persistent
     # grid's one program a row, several rows a program) the few rows above never reach

@@ -35,15 +35,27 @@ def failure(obs: pb.JudgeObservation) -> tuple[str, str, str] | None:
     return None
 
 
-def undrawn(limits, judging) -> str:
-    """What the pass cannot fence of a plan whose launches serve calls up to `limits` rows or positions (0: no
-    limit), for the family's `judging` module: the launches past the interpreter's boundary. "" when none."""
-    past = sorted({int(n) for n in limits if n and n >= judging.CPU_BOUNDARY})
-    if not past:
-        return ""
-    return (
-        f"the launches serving calls past {', '.join(map(str, past))} rows or positions: the interpreter draws "
-        f"dispatch edges below {judging.CPU_BOUNDARY} only"
+def lowered(plan: pb.LaunchPlan, boundary: int) -> tuple[pb.LaunchPlan, str]:
+    """The plan the pass runs, and what it changed ("" when nothing): every dispatch limit at or above `boundary`
+    (the most rows or positions the interpreter draws both sides of, the family's CPU_BOUNDARY) moved below it, in
+    order, so that every launch of the plan runs fenced — a launch's addresses depend on the shapes it is called at,
+    not on which limit routed the call there. What it cannot show: an address that steps outside a tensor only at
+    counts the interpreter never reaches (a shape divided by a fixed number, say)."""
+    moved, out = [], pb.LaunchPlan()
+    out.CopyFrom(plan)
+    floor = 0  # the limits stay strictly rising
+    for launch in out.launches:
+        limit = int(launch.max_rows)
+        if limit and limit >= boundary:
+            new = max(floor + 1, boundary // 2 + len(moved))
+            moved.append(f"{limit} -> {new}")
+            launch.max_rows = new
+        floor = int(launch.max_rows) or floor
+    if not moved:
+        return out, ""
+    return out, (
+        f"dispatch limits above the interpreter's {boundary} were run lowered ({', '.join(moved)}): every launch ran "
+        "fenced, at the counts the interpreter draws, not at the ones past the plan's own limits"
     )
 
 

@@ -151,6 +151,9 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES) -> list[tuple[str, tuple[int, .
     edges = sorted({n for limit in limits for n in (limit, limit + 1)})
     plan += [("dispatch-edge", (n, w), "normal", "contiguous") for n in edges]
     plan += [("dispatch-edge", (limit + 1, w), "log-scale", "contiguous") for limit in limits]
+    # past each limit at the odd width too: the launch beyond it meets a ragged block even where the live width is a
+    # power of two (its unmasked loads would read past a tensor only there)
+    plan += [("dispatch-edge", (limit + 1, ODD_WIDTH), "normal", "contiguous") for limit in limits]
     others = sorted({int(x) for x in spec.widths if x > 0} - {w, ODD_WIDTH})
     plan += [("width", (SMALL_ROWS, other), "normal", "contiguous") for other in others]
     if spec.gpu:  # from past the live rows to the most one call carries, each case within DOMAIN_ELEMENTS

@@ -198,12 +198,13 @@ class JudgeService:
         """The candidate's cases as the CPU judge draws them, run under the interpreter with every tensor ending at
         an inaccessible page (services.judge.fenced_pass): a read past a tensor faults (`memory-fault`)."""
         started = time.monotonic()
-        launches = proposal.plan.launches
-        out = pb.FencedPass(
-            not_fenced=fenced_pass.undrawn([launch.max_rows for launch in launches], judging(proposal.plan.family))
-        )
+        plan, note = fenced_pass.lowered(proposal.plan, judging(proposal.plan.family).CPU_BOUNDARY)
+        fenced = pb.CandidateProposed()
+        fenced.CopyFrom(proposal)
+        fenced.plan.CopyFrom(plan)
+        out = pb.FencedPass(not_fenced=note)
         try:
-            prepared = await asyncio.to_thread(self.prepare, proposal, target, gpu=False)
+            prepared = await asyncio.to_thread(self.prepare, fenced, target, gpu=False)
         except (ModuleBuildError, BoundError) as exc:
             rule = "judge-bound" if isinstance(exc, BoundError) else "raised"
             out.correctness.CopyFrom(pb.CorrectnessEvidence(passed=False, error=str(exc), rule_id=rule))

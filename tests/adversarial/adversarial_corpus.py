@@ -307,6 +307,10 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("memory_overread_unmasked", "sandbox", "memory-fault"),  # a read past a tensor: the CPU fence
     _dynamic("memory_underread_before_start", "sandbox", "memory-fault"),  # a read before one: the fence at its start
     _dynamic("memory_wild_read_far", "sandbox", "memory-fault"),  # a read far past one: the 8 MiB zones
+    # a read past a tensor in the launch past a 4,096-row dispatch: the fenced pass lowers the limit (a CPU refuses it)
+    _dynamic(
+        "memory_overread_past_dispatch", "sandbox", "memory-fault", cpu_verdict=("correctness", "boundary-undrawn")
+    ),
     # a read past a tensor at a GPU's program counts only: a CPU judge (and server) never takes it; a GPU judge's fenced
     # pass runs the interpreter with the GPU's count
     _dynamic("memory_overread_gpu_grid_only", "sandbox", "memory-fault", cpu_verdict=("passes", "-"), width=80),

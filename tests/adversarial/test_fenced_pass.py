@@ -67,14 +67,17 @@ async def test_a_read_past_a_tensor_faults_in_the_fenced_pass_and_rejects(honest
     assert verdict_layer(obs) == ("sandbox", ["memory-fault"])
 
 
-def test_the_pass_names_what_it_cannot_fence():
-    from services.judge.fenced_pass import undrawn
-    from services.ops import judging
+def test_the_pass_lowers_dispatch_limits_it_cannot_draw_so_every_launch_runs_fenced():
+    from services.core.pb import events_pb2 as pb
+    from services.judge.fenced_pass import lowered
 
-    rows = judging("row_reduction")
-    assert undrawn([0], rows) == "" and undrawn([rows.CPU_BOUNDARY - 1, 0], rows) == ""
-    text = undrawn([4096, 0], rows)
-    assert "4096" in text and str(rows.CPU_BOUNDARY) in text
+    plan = pb.LaunchPlan(family="row_reduction")
+    for limit in (2, 4096, 32768, 0):
+        plan.launches.add(kernel="k", max_rows=limit)
+    out, note = lowered(plan, 256)
+    assert [launch.max_rows for launch in out.launches] == [2, 128, 129, 0] and plan.launches[1].max_rows == 4096
+    assert "4096 -> 128" in note and "32768 -> 129" in note
+    assert lowered(out, 256) == (out, "")  # nothing above the interpreter's: as it is
 
 
 async def test_a_child_held_after_a_right_first_pass_is_judged_on_that_pass(tmp_path):
@@ -106,3 +109,12 @@ async def test_the_fenced_pass_launches_the_gpus_program_count(tmp_path):
     assert not own.sandbox.rule_id and own.correctness.passed, own  # the interpreter's 4 programs: never taken
     gpus = await JudgeService(device="cpu", scratch_dir=tmp_path, fenced_sms=132).fenced_pass(prior[-1].msg, target)
     assert gpus.sandbox.rule_id == "memory-fault", gpus
+
+
+async def test_a_launch_past_a_limit_the_interpreter_cannot_draw_runs_fenced_at_a_lowered_one(tmp_path):
+    """The plan dispatches at 4,096 rows to a kernel that reads past the weight: a CPU judge refuses the plan, a GPU
+    judge draws both sides of 4,096 without a fence. The fenced pass runs it with the limit lowered: it faults."""
+    prior = _prior("memory_overread_past_dispatch")
+    service = JudgeService(device="cpu", scratch_dir=tmp_path)
+    fenced = await service.fenced_pass(prior[-1].msg, live_target(prior, prior[-1].msg.target_class))
+    assert fenced.sandbox.rule_id == "memory-fault" and "4096 -> 128" in fenced.not_fenced, fenced
