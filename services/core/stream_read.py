@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from contextlib import suppress
 
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext, api
+from nats.js.errors import ServiceUnavailableError
 
 FETCH_S = 5.0  # one fetch's patience
 FETCH_TRIES = 3  # fetches in a row that may time out before a read with messages still pending fails
@@ -47,16 +50,17 @@ async def read_msgs(js: JetStreamContext, stream: str, subject: str) -> list:
 async def drain(psub, subject: str, pending: int, *, fetch_s: float = FETCH_S, tries: int = FETCH_TRIES) -> list:
     """The `pending` messages of a pull subscription, in stream order, each once."""
     out: list = []
-    remaining, stalled = pending, 0
+    remaining, stalled, since = pending, 0, time.monotonic()
     while remaining > 0:
         try:
             msgs = await psub.fetch(min(remaining, 256), timeout=fetch_s)
-        except TimeoutError:  # see "Fetch timeouts" in services/core/bus.py
-            stalled += 1
+        except (TimeoutError, ServiceUnavailableError):  # see "Fetch timeouts" in services/core/bus.py; a 503: the
+            stalled += 1  # consumer of a cluster has no leader yet (it was just made), which answers at once
             if stalled >= tries:
-                raise ShortRead(subject, len(out), remaining, stalled * fetch_s) from None
+                raise ShortRead(subject, len(out), remaining, round(time.monotonic() - since, 1)) from None
+            await asyncio.sleep(0.5 * stalled)
             continue
-        stalled = 0
+        stalled, since = 0, time.monotonic()
         for m in msgs:
             if not out or m.metadata.sequence.stream > out[-1].metadata.sequence.stream:
                 out.append(m)
