@@ -34,6 +34,7 @@ from services.judge.module_factory import ModuleBuildError
 from services.judge.sandbox import SandboxJob, SandboxLimits, run_job
 from services.judge.verdict import BoundError
 from services.ops import FAMILIES, family, judging
+from services.ops.launch import stream_processors
 from services.ops.protocol import JudgeAsk, operands_to_data
 
 log = logging.getLogger(__name__)
@@ -42,10 +43,6 @@ GPU_TIMEOUT_S = 300.0
 CPU_TIMEOUT_S = 600.0
 CPU_MAX_ROWS = 8  # the Triton interpreter is slow: the live shape's rows are capped on CPU
 GPU_EXAMPLES, CPU_EXAMPLES = 48, 12  # hypothesis draws beyond the fixed cases (the interpreter runs ~10 ms a row)
-
-
-def _sms() -> int:
-    return torch.cuda.get_device_properties(0).multi_processor_count
 
 
 def resolve_gpu(device: str) -> bool:
@@ -81,7 +78,9 @@ class JudgeService:
         # is fenced itself. `fenced=True` on a CPU adds the pass all the same (tests of the pass).
         self.fenced = self.use_gpu if fenced is None else fenced
         # the program count of a persistent grid in the fenced pass: the GPU's own, so the interpreted launch is its
-        self.fenced_sms = fenced_sms if fenced_sms is not None else (_sms() if self.use_gpu else 0)
+        if fenced_sms is None:
+            fenced_sms = stream_processors(torch.device("cuda", 0)) if self.use_gpu else 0
+        self.fenced_sms = fenced_sms
         self.judge_id = judge_id  # which of many judges (services.judge.identity): recorded in every verdict
         self.device = identity.device_label(
             self.use_gpu, os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.get_device_name(0) if self.use_gpu else ""
