@@ -50,30 +50,29 @@ class Guard:
         self.canary = random_bytes(2 * GUARD_BYTES, canary_seed)
         self._canary_on_device = self.canary.to(device)
         self.front = front
-        self.raw: list[tuple[torch.Tensor, str]] = []  # each allocation and where its canaries are: both, front, end
+        head = (slice(0, GUARD_BYTES), slice(0, GUARD_BYTES))  # (where in an allocation, which canary bytes)
+        tail = (slice(-GUARD_BYTES, None), slice(GUARD_BYTES, None))
+        # the sides that hold a canary: both on a GPU; on a CPU the one away from the fence
+        self._spans = [head, tail] if device.type != "cpu" else [tail] if front else [head]
+        self._expected = torch.cat([self.canary[which] for _, which in self._spans])
+        self.raw: list[torch.Tensor] = []
         self._fences: list[Fenced] = []  # the CPU's mappings, kept alive with the tensors placed in them
 
     def empty(self, shape, *, dtype: torch.dtype, device=None, fill: int = NAN_BYTE) -> torch.Tensor:
         nbytes = math.prod(shape) * dtype.itemsize
-        if self.device.type != "cpu":  # [canary][tensor][canary]
-            raw = torch.empty((GUARD_BYTES + nbytes + GUARD_BYTES,), dtype=torch.uint8, device=self.device)
-            raw[:GUARD_BYTES] = self._canary_on_device[:GUARD_BYTES]
-            raw[GUARD_BYTES + nbytes :] = self._canary_on_device[GUARD_BYTES:]
-            inner, side = raw[GUARD_BYTES : GUARD_BYTES + nbytes], "both"
-        elif not self.front:  # [canary][tensor]|fence: a read past the end faults
-            fence = Fenced(GUARD_BYTES + nbytes)
-            raw = torch.frombuffer(fence.buffer, dtype=torch.uint8)
-            raw[:GUARD_BYTES] = self.canary[:GUARD_BYTES]
-            inner, side = raw[GUARD_BYTES:], "front"
-        else:  # fence|[tensor][canary]: a read before the start faults
-            fence = Fenced(nbytes + GUARD_BYTES, at_start=True)
-            raw = torch.frombuffer(fence.buffer, dtype=torch.uint8)
-            raw[nbytes:] = self.canary[GUARD_BYTES:]
-            inner, side = raw[:nbytes], "end"
-        if self.device.type == "cpu":
+        size = nbytes + GUARD_BYTES * len(self._spans)
+        if self.device.type == "cpu":  # [canary][tensor]|fence, or with `front` fence|[tensor][canary]
+            fence = Fenced(size, at_start=self.front)
             self._fences.append(fence)
+            raw = torch.frombuffer(fence.buffer, dtype=torch.uint8)
+        else:  # [canary][tensor][canary]
+            raw = torch.empty((size,), dtype=torch.uint8, device=self.device)
+        for where, which in self._spans:
+            raw[where] = self._canary_on_device[which]
+        start = 0 if self.device.type == "cpu" and self.front else GUARD_BYTES
+        inner = raw[start : start + nbytes]
         inner.fill_(fill)
-        self.raw.append((raw, side))
+        self.raw.append(raw)
         return inner.view(dtype).view(tuple(shape))
 
     def place(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -84,14 +83,9 @@ class Guard:
     def broken(self) -> int:
         """How many guarded allocations had a canary overwritten (a write on a fence's side faulted already)."""
         count = 0
-        for raw, side in self.raw:
-            if side == "front":
-                count += int(not torch.equal(raw[:GUARD_BYTES], self.canary[:GUARD_BYTES]))
-            elif side == "end":
-                count += int(not torch.equal(raw[-GUARD_BYTES:], self.canary[GUARD_BYTES:]))
-            else:
-                ends = torch.cat([raw[:GUARD_BYTES], raw[-GUARD_BYTES:]]).cpu()
-                count += int(not torch.equal(ends, self.canary))
+        for raw in self.raw:
+            got = torch.cat([raw[where] for where, _ in self._spans]).cpu()
+            count += int(not torch.equal(got, self._expected))
         return count
 
 

@@ -59,8 +59,9 @@ def test_fenced_buffers_are_exactly_the_size_asked_and_writable():
 def test_the_guard_fences_one_side_and_checks_the_canary_of_the_other(front):
     guard = Guard(torch.device("cpu"), 5, front=front)
     t = guard.empty((3, 7), dtype=torch.float32)
-    raw, side = guard.raw[-1]
-    assert side == ("end" if front else "front") and t.shape == (3, 7) and guard.broken() == 0
+    raw = guard.raw[-1]
     canary = slice(raw.numel() - GUARD_BYTES, raw.numel()) if front else slice(0, GUARD_BYTES)
+    assert torch.equal(raw[canary], guard.canary[GUARD_BYTES:] if front else guard.canary[:GUARD_BYTES])
+    assert raw.numel() == 3 * 7 * 4 + GUARD_BYTES and t.shape == (3, 7) and guard.broken() == 0
     raw[canary] ^= 1  # a write on the canary's side
     assert guard.broken() == 1
