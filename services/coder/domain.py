@@ -70,7 +70,12 @@ def _run_request(prior: list[Recorded]) -> pb.RunRequested:
 
 
 def _config_key(config: pb.TemplateConfig) -> tuple:
-    return (config.template, config.num_warps, config.rows_per_program, tuple(sorted(config.params.items())))
+    return (config.template, *_launch_shape(config))
+
+
+def _launch_shape(config: pb.TemplateConfig) -> tuple:
+    """What a config launches, whichever template renders it: warps, rows per program, parameters."""
+    return (config.num_warps, config.rows_per_program, tuple(sorted(config.params.items())))
 
 
 def copy_fraction(judged: pb.CandidateJudged) -> float:
@@ -274,10 +279,6 @@ def _seed(template, table: list, skills: pb.SkillsRetrieved, variant: str, sibli
             if _launch_shape(config) == shape:
                 return config, "skill", skills.chosen_skill_id
     return table[0], "template", ""
-
-
-def _launch_shape(config: pb.TemplateConfig) -> tuple:
-    return (config.num_warps, config.rows_per_program, tuple(sorted(config.params.items())))
 
 
 def _on_judged(prior: list[Recorded], judged: pb.CandidateJudged, dispatch: bool = True) -> list[Message]:
