@@ -1,4 +1,4 @@
-"""The fenced pass: a GPU judging's cases run again under the interpreter, every tensor ending at a fence.
+"""The fenced pass: a GPU judging's cases run again under the interpreter, every tensor against a fence.
 
 A GPU has no fence after a tensor. A kernel that loads past a row's end with no mask reads what follows the tensor
 in the same allocation and discards it: its answers are right, and in production, where a tensor can end where a
@@ -10,7 +10,7 @@ reaches an address, a mask, a branch or a loop bound, so a launch's addresses ar
 program ids and constexprs only — the same at the same shape on every device. A GPU judge therefore also runs the
 candidate's cases under the interpreter in a CPU child (the CPU judge's own draw: every width of the profile, odd
 widths, ragged tails, dispatch edges up to what the interpreter can draw), beside its GPU child; timing waits for
-it. What it cannot draw (a dispatch above the interpreter's rows) is recorded in `not_fenced`.
+it. A plan dispatching past the rows the interpreter draws runs with those limits lowered (`lowered` says how).
 
 Pure: what a recorded pass says about the verdict. The service runs it (services.judge.service).
 """
@@ -69,7 +69,7 @@ def describe(fenced: pb.FencedPass) -> list[str]:
     state = "passed" if passed(fenced) else "FAILED"
     cor = fenced.correctness
     out = [
-        f"fenced pass (interpreter, tensors ending at an inaccessible page): {state}, {fenced.wall_s:.1f} s, "
+        f"fenced pass (interpreter, tensors against inaccessible memory): {state}, {fenced.wall_s:.1f} s, "
         f"exit {fenced.sandbox.exit or '-'}, {cor.checks_passed}/{cor.checks_run} checks, "
         f"shapes {', '.join(cor.shapes)}"
     ]
@@ -77,6 +77,6 @@ def describe(fenced: pb.FencedPass) -> list[str]:
         out.append(f"  {fenced.sandbox.rule_id}: {fenced.sandbox.error}")
     elif cor.error:
         out.append(f"  {cor.rule_id}: {cor.error}")
-    if fenced.not_fenced:
-        out.append(f"  not fenced: {fenced.not_fenced}")
+    if fenced.lowered:
+        out.append(f"  lowered: {fenced.lowered}")
     return out

@@ -201,7 +201,7 @@ class JudgeService:
         fenced = pb.CandidateProposed()
         fenced.CopyFrom(proposal)
         fenced.plan.CopyFrom(plan)
-        out = pb.FencedPass(not_fenced=note)
+        out = pb.FencedPass(lowered=note)
         try:
             prepared = await asyncio.to_thread(self.prepare, fenced, target, gpu=False)
         except (ModuleBuildError, BoundError) as exc:

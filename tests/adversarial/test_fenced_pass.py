@@ -45,7 +45,7 @@ def test_an_honest_kernel_passes_the_fenced_pass(honest_with_fence):
     assert obs.HasField("fenced") and not obs.fenced.sandbox.rule_id and obs.fenced.correctness.passed
     fenced = obs.fenced.correctness
     assert fenced.interpreted and fenced.checks_run == fenced.checks_passed >= 25 and "3x97" in fenced.shapes
-    assert obs.fenced.sandbox.exit == "code 0" and obs.fenced.not_fenced == "" and obs.fenced.wall_s > 0
+    assert obs.fenced.sandbox.exit == "code 0" and obs.fenced.lowered == "" and obs.fenced.wall_s > 0
     assert "fenced pass (interpreter" in describe(judged)
     assert REDERIVE["CandidateJudged"](prior, prior[-1], judged) == judged
 
@@ -117,4 +117,4 @@ async def test_a_launch_past_a_limit_the_interpreter_cannot_draw_runs_fenced_at_
     prior = _prior("memory_overread_past_dispatch")
     service = JudgeService(device="cpu", scratch_dir=tmp_path)
     fenced = await service.fenced_pass(prior[-1].msg, live_target(prior, prior[-1].msg.target_class))
-    assert fenced.sandbox.rule_id == "memory-fault" and "4096 -> 128" in fenced.not_fenced, fenced
+    assert fenced.sandbox.rule_id == "memory-fault" and "4096 -> 128" in fenced.lowered, fenced

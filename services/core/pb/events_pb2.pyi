@@ -630,16 +630,16 @@ class JudgeObservation(_message.Message):
     def __init__(self, static_check: _Optional[_Union[StaticEvidence, _Mapping]] = ..., contract: _Optional[_Union[ContractEvidence, _Mapping]] = ..., correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., timing: _Optional[_Union[TimingEvidence, _Mapping]] = ..., wall_s: _Optional[float] = ..., sandbox: _Optional[_Union[SandboxEvidence, _Mapping]] = ..., timing_check: _Optional[_Union[TimingCheck, _Mapping]] = ..., judge_id: _Optional[str] = ..., device: _Optional[str] = ..., fenced: _Optional[_Union[FencedPass, _Mapping]] = ...) -> None: ...
 
 class FencedPass(_message.Message):
-    __slots__ = ("correctness", "sandbox", "not_fenced", "wall_s")
+    __slots__ = ("correctness", "sandbox", "lowered", "wall_s")
     CORRECTNESS_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
-    NOT_FENCED_FIELD_NUMBER: _ClassVar[int]
+    LOWERED_FIELD_NUMBER: _ClassVar[int]
     WALL_S_FIELD_NUMBER: _ClassVar[int]
     correctness: CorrectnessEvidence
     sandbox: SandboxEvidence
-    not_fenced: str
+    lowered: str
     wall_s: float
-    def __init__(self, correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxEvidence, _Mapping]] = ..., not_fenced: _Optional[str] = ..., wall_s: _Optional[float] = ...) -> None: ...
+    def __init__(self, correctness: _Optional[_Union[CorrectnessEvidence, _Mapping]] = ..., sandbox: _Optional[_Union[SandboxEvidence, _Mapping]] = ..., lowered: _Optional[str] = ..., wall_s: _Optional[float] = ...) -> None: ...
 
 class TimingCheck(_message.Message):
     __slots__ = ("believed", "reason", "copy_bytes_per_s", "child_wall_s", "timed_us")
