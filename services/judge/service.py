@@ -132,8 +132,7 @@ class JudgeService:
         try:
             prepared = await asyncio.to_thread(self.prepare, proposal, target)
         except (ModuleBuildError, BoundError) as exc:  # the contract passed, so this is the judge's; still a verdict
-            rule = "judge-bound" if isinstance(exc, BoundError) else "raised"
-            obs.correctness.CopyFrom(pb.CorrectnessEvidence(passed=False, error=str(exc), rule_id=rule))
+            obs.correctness.CopyFrom(unprepared(exc))
             return obs
 
         fencing = asyncio.create_task(self.fenced_pass(proposal, target)) if self.fenced else None
@@ -194,8 +193,8 @@ class JudgeService:
         return outcome, evidence
 
     async def fenced_pass(self, proposal: pb.CandidateProposed, target: LiveTarget) -> pb.FencedPass:
-        """The candidate's cases as the CPU judge draws them, run under the interpreter with every tensor ending at
-        an inaccessible page (services.judge.fenced_pass): a read past a tensor faults (`memory-fault`)."""
+        """The candidate's cases as the CPU judge draws them, run under the interpreter with every tensor against
+        inaccessible memory (services.judge.fenced_pass): a read past a tensor faults (`memory-fault`)."""
         started = time.monotonic()
         plan, note = fenced_pass.lowered(proposal.plan, judging(proposal.plan.family).CPU_BOUNDARY)
         fenced = pb.CandidateProposed()
@@ -205,8 +204,7 @@ class JudgeService:
         try:
             prepared = await asyncio.to_thread(self.prepare, fenced, target, gpu=False)
         except (ModuleBuildError, BoundError) as exc:
-            rule = "judge-bound" if isinstance(exc, BoundError) else "raised"
-            out.correctness.CopyFrom(pb.CorrectnessEvidence(passed=False, error=str(exc), rule_id=rule))
+            out.correctness.CopyFrom(unprepared(exc))
         else:
             outcome, correctness = await self.run(prepared, False, self.limits)
             out.correctness.CopyFrom(correctness)
@@ -244,6 +242,12 @@ class JudgeService:
         blob = io.BytesIO()
         torch.save(operands_to_data(drawn.operands), blob)
         return Prepared(job, drawn.cases, drawn.refs, blob.getvalue(), drawn.itemsizes)
+
+
+def unprepared(exc: ModuleBuildError | BoundError) -> pb.CorrectnessEvidence:
+    """The verdict's evidence when the cases could not be prepared (the judge's own bound, or the module not built)."""
+    rule = "judge-bound" if isinstance(exc, BoundError) else "raised"
+    return pb.CorrectnessEvidence(passed=False, error=str(exc), rule_id=rule)
 
 
 @dataclass(frozen=True)
