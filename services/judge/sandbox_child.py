@@ -57,10 +57,11 @@ def _prepare(job: dict):
         import triton.testing  # noqa: F401
 
         from services.judge import timing  # noqa: F401
-    else:  # interpreted: bf16 casts round to nearest, as compiled kernels' do
-        from services.core import interpreter_rounding
+    else:  # interpreted: bf16 casts round to nearest, as compiled kernels' do; scalars index on every NumPy
+        from services.core import interpreter_rounding, interpreter_scalars
 
         interpreter_rounding.install()
+        interpreter_scalars.install()
     torch.set_grad_enabled(False)
     if family(job["family"]).KIND == "function":  # its module is the namespace the tamper check watches
         return module_factory.import_function(job["class_path"])[0]

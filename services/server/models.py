@@ -402,9 +402,10 @@ def load_model(name: str, device: str = "auto") -> LoadedModel:
         # Triton kernels can only run interpreted without a GPU; the flag must be set before any
         # @triton.jit kernel is defined, i.e. before candidate modules are imported.
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        from services.core import interpreter_rounding
+        from services.core import interpreter_rounding, interpreter_scalars
 
         interpreter_rounding.install()  # bf16 casts round to nearest, as a GPU's do
+        interpreter_scalars.install()  # a scalar's __index__ on every NumPy
     if name in PRESETS:
         return _load_preset(name, dev)
     return _load_local(name, dev)
