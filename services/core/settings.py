@@ -190,9 +190,11 @@ class Settings(BaseModel):
     )
     # The server's engine thread (a decode step) and event loop (gRPC, HTTP, each tick's tokens handed to the streams)
     # share the interpreter lock: a thread that dropped it (a GPU wait, any torch op) waits for it until the other
-    # drops it or this interval passes. Python's default, 5 ms, until a served run on a GPU measures another.
+    # drops it or this interval passes. 0.5 ms, not Python's 5: on an H200 the served sweep at 64 streams gave
+    # 3,932 / 3,952 tok/s at 0.5 ms against 3,371 / 3,228 at 5 (two runs, the order swapped; TPOT p50 14 against
+    # 17-18 ms), 1 and 16 streams alike (bench/README.md, "Served over the real API").
     switch_interval_ms: float = Field(
-        5.0, gt=0, le=100, description="the server's thread switch interval (sys.setswitchinterval), in ms"
+        0.5, gt=0, le=100, description="the server's thread switch interval (sys.setswitchinterval), in ms"
     )
     shadow_calls: int = Field(
         256,
