@@ -250,7 +250,7 @@ def _check_function(contract: pb.Contract, intro: pb.ModuleIntrospection, ops, c
         )
     # the parameters' roles found again here, by running the function (one tensor or q and k): never the
     # proposal's word for how the wrapper is called
-    found = ops.recognise_rope(fn)
+    found = ops.recognise_call(fn)
     expected = ops.function_contract(intro.class_path, takes, found.roles if found else {})
     entry = list(contract.entry_inputs) or list(contract.inputs)
     if expected is None or entry != (list(expected.entry_inputs) or list(expected.inputs)):

@@ -57,8 +57,8 @@ KIND_MEMBERS = {
     "module_class": ("PARAM_KINDS", "OPTIONAL_PARAMS"),  # judge/service.family_contract: the wrapper's signature
     # judge/contract_check._check_layer, profiler/roofline.layer_op, server/profiling.family_roles
     "layer": ("PARAM_KINDS", "OPTIONAL_PARAMS", "roles_problem", "roles_of"),
-    # ops.functions_in; judge/contract_check._check_function (which names RoPE's recogniser)
-    "function": ("recognised_functions", "recognise_rope", "function_contract"),
+    # ops.functions_in; judge/contract_check._check_function (the function's variant and roles, found by calling it)
+    "function": ("recognised_functions", "recognise_call", "function_contract"),
 }
 # FamilyPhysics declares only ROOFLINE; server/routing asks every family's physics the rows of a timed shape, and the
 # profiler a layer family's cost inside its layer (profiler/roofline.layer_op, _layer_target).

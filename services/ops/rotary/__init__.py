@@ -22,7 +22,7 @@ sin is this family's, as one of these variants:
 
 Gemma 4 and 3n apply it in a function of one tensor, `apply_rotary_pos_emb(x, cos, sin, unsqueeze_dim)`, called
 for q, then for k; GPT-J and CodeGen in `apply_rotary_pos_emb(tensor, sin, cos)`, its tensor (batch, seq, heads,
-rotary dims): found by calling them so (`recognise_rope`), their parameters' roles recorded (x as the wrapper's q,
+rotary dims): found by calling them so (`recognise_call`), their parameters' roles recorded (x as the wrapper's q,
 GPT-J's tensor as its `x_seq_major`), and served by the same wrapper called without k.
 
 The wrapper (`make_op`) takes q and k as attention passes them ((batch, heads, seq, head_dim) views, usually
@@ -190,7 +190,7 @@ def _positional(fn: Callable) -> list | None:
         return None
 
 
-def recognise_rope(fn: Callable) -> Recognised | None:
+def recognise_call(fn: Callable) -> Recognised | None:
     """What `fn` computes and how it is called, found by calling it on probe tensors: as fn(q, k, cos, sin), or
     where it takes one tensor, as fn(x, cos, sin) or (GPT-J's) fn(x, sin, cos) on x of (batch, seq, heads, dim),
     attention calling it for q, then for k (`FORMS`). None when it computes none of the variants (or cannot be
@@ -248,8 +248,8 @@ def _variant(fn: Callable, form: str) -> str | None:
 
 
 def recognise_function(fn: Callable) -> str | None:
-    """The variant `fn` computes (`recognise_rope`), None when none."""
-    found = recognise_rope(fn)
+    """The variant `fn` computes (`recognise_call`), None when none."""
+    found = recognise_call(fn)
     return found.variant if found else None
 
 
@@ -269,7 +269,7 @@ def find_ropes(module) -> dict[str, Recognised]:
         fn = inspect.unwrap(fn)  # a kernel swapped in is recognised as the function it replaced (`__wrapped__`)
         if fn.__module__ != module.__name__:
             continue  # imported from elsewhere: its own module's function
-        recognised = recognise_rope(fn)
+        recognised = recognise_call(fn)
         if recognised:
             found[f"{module.__name__}.{name}"] = recognised
     return found

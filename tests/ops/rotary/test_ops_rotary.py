@@ -142,20 +142,20 @@ def test_a_function_of_one_tensor_is_found_with_the_roles_of_its_parameters():
     calling it so, its parameters mapped to the wrapper's, its contract naming no k."""
     target = "transformers.models.gemma4.modeling_gemma4.apply_rotary_pos_emb"
     assert rotary.find_functions(gemma4) == {target: "rope_half"}
-    found = rotary.recognise_rope(gemma4.apply_rotary_pos_emb)
+    found = rotary.recognise_call(gemma4.apply_rotary_pos_emb)
     assert found == ("rope_half", {"x": "q", "cos": "cos", "sin": "sin", "unsqueeze_dim": "unsqueeze_dim"})
     contract = rotary.function_contract(target, ["x", "cos", "sin", "unsqueeze_dim"], found.roles)
     assert list(contract.entry_inputs) == ["q", "cos", "sin", "unsqueeze_dim"] and rotary.one_tensor(contract)
-    assert rotary.recognise_rope(qwen2.apply_rotary_pos_emb) == ("rope_half", {})  # two tensors: by position
+    assert rotary.recognise_call(qwen2.apply_rotary_pos_emb) == ("rope_half", {})  # two tensors: by position
     assert not rotary.one_tensor(rotary.function_contract("f", ["q", "k", "cos", "sin"]))
 
     def other_tail(x, cos, sin, position_ids=None):  # computes it, but a parameter the wrapper has no role for
         return gemma4.apply_rotary_pos_emb(x, cos, sin)
 
-    roles = rotary.recognise_rope(other_tail).roles
+    roles = rotary.recognise_call(other_tail).roles
     assert roles == {"x": "q", "cos": "cos", "sin": "sin"}
     assert rotary.function_contract("f", ["x", "cos", "sin", "position_ids"], roles) is None
-    assert rotary.recognise_rope(lambda x, cos, sin: 2 * gemma4.apply_rotary_pos_emb(x, cos, sin)) is None
+    assert rotary.recognise_call(lambda x, cos, sin: 2 * gemma4.apply_rotary_pos_emb(x, cos, sin)) is None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -202,7 +202,7 @@ def test_gpt_j_rotates_one_seq_major_tensor_and_its_roles_say_so():
     """GPT-J's apply_rotary_pos_emb(tensor, sin, cos): sin before cos, the tensor (batch, seq, heads, rotary dims)
     sliced off each head, cos and sin of one angle a pair: found by calling it so, the tensor mapped to the
     wrapper's x_seq_major (no unsqueeze_dim to say the layout)."""
-    found = rotary.recognise_rope(gptj.apply_rotary_pos_emb)
+    found = rotary.recognise_call(gptj.apply_rotary_pos_emb)
     assert found == ("rope_pairs_angles", {"tensor": "x_seq_major", "sin": "sin", "cos": "cos"})
     contract = rotary.function_contract("m.f", ["tensor", "sin", "cos"], found.roles)
     assert list(contract.entry_inputs) == ["x_seq_major", "sin", "cos"] and rotary.one_tensor(contract)
