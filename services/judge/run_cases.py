@@ -25,6 +25,7 @@ import torch
 from services.core.call_limits import call_bytes, call_limit_s, describe
 from services.core.shapes import shape_text
 from services.core.tolerances import same_bits
+from services.judge import gpu_fence
 from services.judge.fence import Fenced
 from services.judge.poison import NAN_BYTE
 
@@ -39,11 +40,12 @@ def random_bytes(count: int, seed: int) -> torch.Tensor:
 
 
 class Guard:
-    """Allocations surrounded by canary bytes (random per judging), checked after every call. On a CPU one side of
-    each is an inaccessible page instead of a canary (services.judge.fence): past its end, or with `front` before
-    its start. A read there, which no canary sees, faults. The sandbox child fences every case's first run at the
-    end (a ragged block read with no mask, the common slip, meets it at every shape drawn) and the cases it runs
-    again at the start."""
+    """Allocations surrounded by canary bytes (random per judging), checked after every call. One side of each is
+    inaccessible memory instead of a canary (services.judge.fence on a CPU, services.judge.gpu_fence's unmapped
+    addresses on a GPU whose driver maps them): past its end, or with `front` before its start. A read there, which
+    no canary sees, faults. The sandbox child fences every case's first run at the end (a ragged block read with no
+    mask, the common slip, meets it at every shape drawn) and the cases it runs again at the start. A GPU without
+    the driver's calls keeps canaries on both sides."""
 
     def __init__(self, device: torch.device, canary_seed: int, *, front: bool = False):
         self.device = device
@@ -52,8 +54,9 @@ class Guard:
         self.front = front
         head = (slice(0, GUARD_BYTES), slice(0, GUARD_BYTES))  # (where in an allocation, which canary bytes)
         tail = (slice(-GUARD_BYTES, None), slice(GUARD_BYTES, None))
-        # the sides that hold a canary: both on a GPU; on a CPU the one away from the fence
-        self._spans = [head, tail] if device.type != "cpu" else [tail] if front else [head]
+        self.fenced = device.type == "cpu" or gpu_fence.available(device)
+        # the sides that hold a canary: the one away from the fence; both where there is none
+        self._spans = ([tail] if front else [head]) if self.fenced else [head, tail]
         self._expected = torch.cat([self.canary[which] for _, which in self._spans])
         self.raw: list[torch.Tensor] = []
         self._fences: list[Fenced] = []  # the CPU's mappings, kept alive with the tensors placed in them
@@ -65,11 +68,13 @@ class Guard:
             fence = Fenced(size, at_start=self.front)
             self._fences.append(fence)
             raw = torch.frombuffer(fence.buffer, dtype=torch.uint8)
+        elif self.fenced:  # the same on a GPU (the tensor holds its mapping)
+            raw = gpu_fence.fenced_bytes(size, gpu_fence.device_index(self.device), at_start=self.front)
         else:  # [canary][tensor][canary]
             raw = torch.empty((size,), dtype=torch.uint8, device=self.device)
         for where, which in self._spans:
             raw[where] = self._canary_on_device[which]
-        start = 0 if self.device.type == "cpu" and self.front else GUARD_BYTES
+        start = 0 if self.fenced and self.front else GUARD_BYTES
         inner = raw[start : start + nbytes]
         inner.fill_(fill)
         self.raw.append(raw)
@@ -114,6 +119,7 @@ def _call(fn: Callable, *args) -> tuple[object, CaseRun | None]:
         with torch.no_grad():
             out = fn(*args)
     except Exception as exc:  # the candidate raising is a fact for the parent, not a crash of the child
+        gpu_fence.exit_on_fault(exc)  # unless it faulted the GPU (services.judge.gpu_fence): memory-fault
         return None, CaseRun(problem=("raised", f"{type(exc).__name__}: {exc}"[:500]))
     if type(out) is not torch.Tensor:
         return None, CaseRun(problem=("not-a-tensor", f"the wrapper returned a {type(out).__name__}"))

@@ -33,7 +33,7 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from services.core.pb import events_pb2 as pb
-from services.judge import zygote_client
+from services.judge import gpu_fence, zygote_client
 from services.judge.sandbox_walls import UID_BASE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -50,8 +50,8 @@ SANDBOX_RULES: dict[str, str] = {
     "timeout": "the child is SIGKILLed, with everything it started, when its time runs out",
     "memory-limit": "an allocation beyond the sandbox's memory limit (address space on CPU, the GPU's memory)",
     "crashed": "the child died without an answer (a signal, an early exit) or could not raise its walls",
-    "memory-fault": "on a CPU every tensor has an inaccessible page after its end or before its start: a read or "
-    "write there faults the child",
+    "memory-fault": "every tensor has inaccessible memory after its end or before its start (a CPU's pages; a GPU's "
+    "unmapped addresses where its driver maps them): a read or write there faults the child",
     "sandbox-wall": "the walls refused an action (network, a write outside scratch, a process, another's /proc)",
     "untrusted-result": "the child's answer must carry the judge's nonce and parse",
     "gpu-unhealthy": "the GPU must pass a health probe in the judge's own process after the child",
@@ -324,8 +324,8 @@ async def run_job(
         raw = _read_answer(answer_fd)
         if not raw:
             rule = "memory-limit" if _MEMORY.search(log_tail) else "crashed"
-            if rule == "crashed" and not use_gpu and proc.returncode in (-signal.SIGSEGV, -signal.SIGBUS):
-                rule = "memory-fault"  # the fences of services.judge.fence: the candidate went past a tensor
+            faults = (gpu_fence.GPU_FAULT_EXIT,) if use_gpu else (-signal.SIGSEGV, -signal.SIGBUS)  # met a fence
+            rule = "memory-fault" if rule == "crashed" and proc.returncode in faults else rule
             error = f"the sandbox child exited with {sandbox.exit} and no answer; log: {log_tail[-500:]}"
             return _failed(rule, error, "the child failed", sandbox, log_tail)
         outcome = _parse_answer(raw, nonce, sandbox, log_tail)

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
+from services.judge import gpu_fence
 from services.judge.sandbox import FIRST_PASS_FILE, JUDGE_CACHE, OUTPUTS_FILE
 from services.judge.sandbox_walls import (
     AuditWall,
@@ -110,6 +111,7 @@ def _time(main, candidate, job: dict, shapes, dtype, wall: AuditWall | None, tam
         facts["drift"] = f"right in the checks, wrong in the CUDA graph that was timed: {exc}"
         return pb.TimingEvidence(measured=False, reason="drift: the timed graph's answer was wrong")
     except Exception as exc:  # no figures, but the re-check still judges the candidate
+        gpu_fence.exit_on_fault(exc)  # unless the GPU faulted: its context is lost (memory-fault)
         return pb.TimingEvidence(measured=False, reason=f"timing failed: {type(exc).__name__}: {exc}")
     if tampered("during timing", before):
         return pb.TimingEvidence(measured=False, reason="tampered: not believed")
@@ -217,6 +219,8 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         if runs.outputs[-1].problem:  # stop at the first: a kernel that wrote out of bounds may have hurt us
             break
     facts["problems"] = runs.problems()
+    if gpu_fence.status():  # a GPU judging: whether its tensors stood against unmapped addresses, recorded
+        report.walls.append(gpu_fence.status())
     saved = {"outputs": [r.output for r in runs.outputs]}
     tampered("during the cases")
     clean = not facts["problems"] and not facts.get("tampered")
@@ -345,6 +349,7 @@ def main(argv: list[str]) -> int:
             wall = install_audit_wall(scratch, [scratch / JUDGE_CACHE], job["device"] == "cuda", report)
         facts, timing = judge(job, cls, report, wall, clock)
     except BaseException as exc:  # whatever went wrong (even SystemExit) is a fact for the parent
+        gpu_fence.exit_on_fault(exc)  # but a GPU memory fault (a fence met, at a sync after the call) ends the child
         facts = {"loaded": False, "child_error": f"{type(exc).__name__}: {exc}"[:2000]}
         timing = pb.TimingEvidence(measured=False, reason="the sandbox child failed")
     answer(facts, timing)

@@ -2,14 +2,14 @@
 
 why hostile: allocators round sizes up, so one element past the end usually lands in slack nobody
 reads and every output comparison passes; on a GPU it is another tensor's memory in the caching
-allocator's pool (a corrupted neighbour, a kept counter). The judge surrounds every tensor of a call
-with canary bytes and checks them after each call (a GPU: guard-bytes); on a CPU the output ends at an
-inaccessible page, and the store faults the child (sandbox: memory-fault).
+allocator's pool (a corrupted neighbour, a kept counter). The judge places every tensor of a case's first run
+so it ends at inaccessible memory (a CPU's page, a GPU's unmapped addresses), and the store faults the child
+(sandbox: memory-fault); where a GPU's driver cannot map so, canary bytes after it see the store (guard-bytes).
 """
 
 # pattern: a store one element past the output's end
-# layer: correctness
-# rule: guard-bytes
+# layer: sandbox
+# rule: memory-fault
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton
