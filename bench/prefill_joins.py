@@ -1,0 +1,101 @@
+"""What one join costs the batched lane: prompts prefilled together, by how many and through which path.
+
+Issue 27's TTFT p99 at 16 streams (111-253 ms on the H200, target 100) comes from bursts: at a level's start every
+stream arrives at once and one tick admits them all. A join of up to PREFILL_GRAPH_ROWS prompts replays a prefill
+graph; a larger one runs eagerly (services/server/batch_decode.py, `prefill_many`). The served sweep's server parts
+showed prefill p50 7 ms and p99 87-143 ms. This times `SlotDecoder.prefill_many` on the engine's own decoder,
+graphs captured as at load, for joins of k prompts of a given length: as one join (the path the batcher takes), and
+split into groups of PREFILL_GRAPH_ROWS (each a graph replay where graphs are on), so the figures say which is
+faster at each k and whether the eager path is what a burst waits for.
+
+  python bench/prefill_joins.py --model qwen2.5-1.5b-shape --joins 1 2 4 8 16 32 64 --lengths 64 96 \\
+      --out bench/results/prefill_joins_h200.json
+  python bench/prefill_joins.py --model tiny-qwen2 --device cpu --reps 2   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from services.server.batch_decode import PREFILL_GRAPH_ROWS  # noqa: E402
+from services.server.engine import Engine  # noqa: E402
+from services.server.models import load_model  # noqa: E402
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_join(decoder, prompts: list[list[int]], group: int, reps: int, device: str) -> list[float]:
+    """Seconds per join of `prompts`, prefilled `group` at a time (len(prompts): one join), `reps` times after one
+    untimed pass; the slots are freed after each."""
+    out = []
+    for rep in range(reps + 1):
+        slots = decoder.free_slots()[: len(prompts)]
+        _sync(device)
+        start = time.perf_counter()
+        for i in range(0, len(prompts), group):
+            rows = decoder.prefill_many(slots[i : i + group], prompts[i : i + group])
+        rows[-1].float().sum().item()  # the last join's logits on the host, as the batcher's `choose` reads them
+        _sync(device)
+        if rep:
+            out.append(time.perf_counter() - start)
+        for slot in slots:
+            decoder.release(slot)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="qwen2.5-1.5b-shape")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--joins", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 96], help="prompt tokens (every prompt)")
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--slot-tokens", type=int, default=2048)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    engine = Engine(load_model(args.model, args.device), slot_tokens=args.slot_tokens)
+    decoder = engine.decoder
+    if decoder is None:
+        print(f"{args.model}: no batched lane ({engine.lane_problem})", file=sys.stderr)
+        return 2
+    joins = [k for k in args.joins if k <= decoder.slots]
+    gen, vocab = torch.Generator().manual_seed(0), int(engine.model.config.vocab_size)
+    rows = []
+    for length in args.lengths:
+        for k in joins:
+            prompts = torch.randint(0, vocab, (k, length), generator=gen).tolist()
+            one = statistics.median(time_join(decoder, prompts, k, args.reps, args.device))
+            grouped = statistics.median(time_join(decoder, prompts, PREFILL_GRAPH_ROWS, args.reps, args.device))
+            path = "graph" if k <= PREFILL_GRAPH_ROWS and decoder.graphs else "eager"
+            rows.append({"prompts": k, "tokens": length, "one_join_ms": one * 1e3, "groups_ms": grouped * 1e3,
+                         "one_join_path": path})  # fmt: skip
+            print(f"{k:>3} prompts x {length:>4} tokens: one join {one * 1e3:8.2f} ms ({rows[-1]['one_join_path']}), "
+                  f"groups of {PREFILL_GRAPH_ROWS} {grouped * 1e3:8.2f} ms", flush=True)  # fmt: skip
+    device = torch.cuda.get_device_name() if args.device == "cuda" else args.device
+    result = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
+              "model": args.model, "device": device, "graphs": decoder.graphs, "slots": decoder.slots,
+              "group": PREFILL_GRAPH_ROWS, "reps": args.reps, "figure": "median ms per join, logits read back",
+              "rows": rows}  # fmt: skip
+    engine.close()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
