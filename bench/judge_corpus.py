@@ -81,8 +81,16 @@ def entry_result(entry, judged, wall_s: float, device: str = "cuda") -> dict:
         "sandbox": as_dict(obs.sandbox) if obs.HasField("sandbox") else None,
         "correctness": as_dict(obs.correctness) if obs.HasField("correctness") else None,
         "timing": as_dict(obs.timing) if obs.HasField("timing") else None,
+        "fenced": fenced_summary(obs.fenced) if obs.HasField("fenced") else None,
         "judge_wall_s": round(wall_s, 2),
     }
+
+
+def fenced_summary(fenced) -> dict:
+    """A GPU judging's fenced pass (the cases again in the interpreter, every tensor fenced): how it ended, how long."""
+    cor = fenced.correctness
+    return {"wall_s": round(fenced.wall_s, 2), "exit": fenced.sandbox.exit, "rule": fenced.sandbox.rule_id,
+            "checks": f"{cor.checks_passed}/{cor.checks_run}", "lowered": fenced.lowered}  # fmt: skip
 
 
 def summary(results: dict) -> dict:
