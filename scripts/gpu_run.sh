@@ -3,7 +3,7 @@
 # the demo on the 1.5B-shaped model; results land in bench/results/ and are copied to $RESULTS_DIR.
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
 #   bash scripts/gpu_run.sh [tests|servertests|alltests|switch|layerkinds|memcheck|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
-#                            corpus-hostile|corpus-honest|corpus-names|prefilljoins ...]
+#                            corpus-hostile|corpus-honest|corpus-names|prefilljoins|judgetests ...]
 #   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh; SWITCH_MS="5 0.5" the server thread switch intervals `switch` compares; CORPUS_NAMES="a b" the corpus entries corpus-names judges again, merged into the result file; TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
@@ -45,6 +45,8 @@ for step in $steps; do
             | tail -14 | tee "$RESULTS_DIR/corpus_names.log" ;;
     prefilljoins) timeout 300 python3 bench/prefill_joins.py --out bench/results/prefill_joins_h200.json 2>&1 \
             | tee "$RESULTS_DIR/prefill_joins.log" ;;
+    judgetests) timeout 500 python3 -m pytest -q -p no:cacheprovider -m "gpu" tests/judge 2>&1 \
+            | tee "$RESULTS_DIR/judge_gpu_tests.log" | tail -40 ;;
     servertests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests/server tests/test_shadow_inline.py 2>&1 | tee "$RESULTS_DIR/gpu_server_tests.log" ;;
     serving) timeout 540 python3 bench/serving.py 2>&1 | tee "$RESULTS_DIR/serving.log" ;;
     served) timeout 560 bash scripts/served_before_after.sh ${SERVED_ARGS:-} 2>&1 | tee "$RESULTS_DIR/served.log" ;;
