@@ -3,7 +3,7 @@
 On a CPU: which errors count as a GPU memory fault, and that the child's exit code for one is read as `memory-fault`
 by the same mapping as a CPU child's SIGSEGV. On a GPU (`gpu`): a fenced buffer holds a tensor Triton kernels read
 and write, a read past its end kills the process with GPU_FAULT_EXIT (a real kernel, in a child process: the fault
-loses its CUDA context), and the judge rejects the corpus's large-rows over-read, which a CPU judge accepts.
+loses its CUDA context), and the judge rejects the corpus's large-rows over- and under-read, which a CPU judge accepts.
 """
 
 from __future__ import annotations
@@ -100,13 +100,14 @@ def test_fenced_buffers_on_both_sides_hold_what_is_written():
 
 
 @pytest.mark.gpu
-def test_the_gpu_judge_rejects_the_large_rows_over_read_a_cpu_judge_accepts(tmp_path):
+@pytest.mark.parametrize("name", ["memory_overread_large_rows_only", "memory_underread_large_rows_only"])
+def test_the_gpu_judge_rejects_the_large_rows_reads_a_cpu_judge_accepts(name, tmp_path):
     sys.path.insert(0, str(REPO / "tests" / "adversarial"))
     from adversarial_corpus import TABLE, judge_entry
 
     from services.judge.report import verdict_layer
 
-    entry = next(e for e in TABLE if e.name == "memory_overread_large_rows_only")
+    entry = next(e for e in TABLE if e.name == name)
     judged, _ = asyncio.run(judge_entry(entry, "cuda", scratch_dir=tmp_path))
     assert judged.reward == -1
     assert verdict_layer(judged.observed) == ("sandbox", ["memory-fault"]), judged.reason
