@@ -198,9 +198,11 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
 
     answers: dict[int, list] = {}  # case -> its outputs as the wrapper allocated them (CPU), for the pre-fills
 
-    def run(index: int, fill=None, what: str = "", front: bool = False):
-        """Case `index` in guarded memory; `fill` the answers its outputs' memory holds (another case's). `front`: on a
-        CPU, the fences before the tensors' starts (a case run again), not after their ends (its first run)."""
+    def run(index: int, fill=None, what: str = "", front: bool = False, keep: bool = True):
+        """Case `index` in guarded memory; `fill` the answers its outputs' memory holds (another case's). `front`: the
+        fences (a CPU's, a GPU's where it has them) before the tensors' starts (a case run again), not after their ends
+        (its first run). `keep`:
+        keep its outputs as the answers later pre-fills hold (not for a run only the fences need)."""
         guard = Guard(device, canary_seed, front=front)
         allocated: list = []
         allocate["fn"] = recording(under_answers(guard.empty, fill) if fill else guard.empty, allocated)
@@ -209,7 +211,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
                 done = subject.run(index, guard)
         finally:
             allocate["fn"] = None
-        if not done.problem and fill is None:
+        if keep and not done.problem and fill is None:
             answers[index] = [t.detach().cpu().clone() for t in allocated]
         return done
 
@@ -284,7 +286,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         # them: a read before a tensor's start faults (the child ends) at whatever shape the GPU drew it, not only
         # at the few run again; their answers were checked once already and are not kept (a GPU's outputs are large)
         for index in range(AFTER_CASES, subject.count):
-            done = run(index, front=True)
+            done = run(index, front=True, keep=False)
             if done.problem:
                 facts["after_problems"].append({"case": index, "rule": done.problem[0], "detail": done.problem[1]})
                 break
