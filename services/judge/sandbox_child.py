@@ -201,8 +201,8 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
     def run(index: int, fill=None, what: str = "", front: bool = False, keep: bool = True):
         """Case `index` in guarded memory; `fill` the answers its outputs' memory holds (another case's). `front`: the
         fences (a CPU's, a GPU's where it has them) before the tensors' starts (a case run again), not after their ends
-        (its first run). `keep`:
-        keep its outputs as the answers later pre-fills hold (not for a run only the fences need)."""
+        (its first run). `keep`: its outputs kept as the answers later pre-fills hold (not for a run only the fences
+        need)."""
         guard = Guard(device, canary_seed, front=front)
         allocated: list = []
         allocate["fn"] = recording(under_answers(guard.empty, fill) if fill else guard.empty, allocated)
