@@ -7,8 +7,11 @@ bounded number of times and raises ShortRead, naming how many messages it missed
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
+from pathlib import Path
 
 import pytest
 
@@ -31,13 +34,30 @@ async def test_a_read_gets_every_message_in_order(own_bus, run_id):
     assert len(msgs) == 300 and seqs == sorted(set(seqs))
 
 
+def _stop(pid: int) -> None:
+    """SIGSTOP `pid` and wait until every thread of it is stopped: the signal is asynchronous, and a server thread
+    still running for a few milliseconds after kill() returned once answered the read's first fetch (a flaky pass
+    of a read that should have stalled)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        if states and all(state in "tT" for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"nats-server {pid} did not stop: thread states {states}")
+
+
 async def test_a_read_that_jetstream_stops_feeding_fails_naming_what_it_missed(own_nats, own_bus, run_id):
     await _publish(own_bus, run_id, 20)
     subject = ev.run_filter(run_id)
     psub = await own_bus.js.pull_subscribe(subject, stream=ev.RUNS_STREAM)
     pending = (await psub.consumer_info()).num_pending
     assert pending == 20
-    os.kill(own_nats.process.pid, signal.SIGSTOP)
+    _stop(own_nats.process.pid)
     try:
         with pytest.raises(ShortRead) as caught:
             await drain(psub, subject, pending, fetch_s=0.3, tries=2)
