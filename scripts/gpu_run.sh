@@ -3,8 +3,8 @@
 # the demo on the 1.5B-shaped model; results land in bench/results/ and are copied to $RESULTS_DIR.
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
 #   bash scripts/gpu_run.sh [tests|servertests|alltests|switch|layerkinds|memcheck|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
-#                            corpus-hostile|corpus-honest|corpus-names|prefilljoins|judgetests ...]
-#   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh; SWITCH_MS="5 0.5" the server thread switch intervals `switch` compares; CORPUS_NAMES="a b" the corpus entries corpus-names judges again, merged into the result file; TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
+#                            corpus-hostile|corpus-honest|corpus-names|prefilljoins|judgetests|joins ...]
+#   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh; SWITCH_MS="5 0.5" the server thread switch intervals `switch` compares; PREFILL_GROUPS="1 4" the prefill groups `joins` compares; CORPUS_NAMES="a b" the corpus entries corpus-names judges again, merged into the result file; TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
@@ -32,6 +32,15 @@ fi
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$RESULTS_DIR/gpu.txt"
 python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" | tee -a "$RESULTS_DIR/gpu.txt"
+# the served sweep (1, 16, 64 streams) on a stock stack started with this environment: name, label
+stock_sweep() {
+  local d; d=$(mktemp -d); timeout 240 python3 -m services.cli up --data-dir "$d" --model qwen2.5-1.5b-shape \
+    --device cuda > "$d/up.log" 2>&1 & local up=$!
+  for _ in $(seq 1 180); do grep -q "server ready" "$d/up.log" && break; sleep 1; done
+  timeout 150 python3 bench/served_load.py --data-dir "$d" --concurrency 1 16 64 --per-stream 4 --name "$1" \
+    --label "$2" 2>&1 | tail -12
+  kill -TERM $up; wait $up
+}
 steps=${*:-tests bench demo}
 for step in $steps; do
   case $step in
@@ -51,13 +60,11 @@ for step in $steps; do
     serving) timeout 540 python3 bench/serving.py 2>&1 | tee "$RESULTS_DIR/serving.log" ;;
     served) timeout 560 bash scripts/served_before_after.sh ${SERVED_ARGS:-} 2>&1 | tee "$RESULTS_DIR/served.log" ;;
     switch) for ms in ${SWITCH_MS:-5 0.5}; do  # the served sweep on a stock stack per server thread switch interval
-            d=$(mktemp -d); YANTRA_SWITCH_INTERVAL_MS=$ms timeout 240 python3 -m services.cli up --data-dir "$d" \
-              --model qwen2.5-1.5b-shape --device cuda > "$d/up.log" 2>&1 & up=$!
-            for _ in $(seq 1 180); do grep -q "server ready" "$d/up.log" && break; sleep 1; done
-            timeout 150 python3 bench/served_load.py --data-dir "$d" --concurrency 1 16 64 --per-stream 4 \
-              --name "served_switch_${ms}ms_h200" --label "switch interval $ms ms" 2>&1 | tail -12
-            kill -TERM $up; wait $up
+            YANTRA_SWITCH_INTERVAL_MS=$ms stock_sweep "served_switch_${ms}ms_h200" "switch interval $ms ms"
           done | tee "$RESULTS_DIR/served_switch.log" ;;
+    joins) for groups in ${PREFILL_GROUPS:-1 4}; do  # the same per YANTRA_PREFILL_GROUPS (a burst's joins in graphs)
+            YANTRA_PREFILL_GROUPS=$groups stock_sweep "served_prefill_groups_${groups}_h200" "prefill groups $groups"
+          done | tee "$RESULTS_DIR/served_joins.log" ;;
     layerkinds) timeout 400 python3 bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 16 --no-hf-eager \
             --beside gemma3-1.5b-shape jamba-1.5b-shape --prompt-tokens 512 --tokens 256 \
             --out bench/results/layer_kinds_h200.json 2>&1 | tee "$RESULTS_DIR/layer_kinds.log" | tail -30 ;;

@@ -46,6 +46,7 @@ ENV_NAMES = {
     "graphs": "YANTRA_GRAPHS",
     "batch": "YANTRA_BATCH",
     "switch_interval_ms": "YANTRA_SWITCH_INTERVAL_MS",
+    "prefill_groups": "YANTRA_PREFILL_GROUPS",
     "shadow_calls": "YANTRA_SHADOW_CALLS",
     "llm_model": "YANTRA_LLM_MODEL",
     "llm_base_url": "YANTRA_LLM_BASE_URL",
@@ -196,6 +197,13 @@ class Settings(BaseModel):
     switch_interval_ms: float = Field(
         0.5, gt=0, le=100, description="the server's thread switch interval (sys.setswitchinterval), in ms"
     )
+    # A burst of joins (a level's start: every stream at once) is one eager prefill past the prefill graphs' 4
+    # prompts, host-bound (~25-30 ms on the H200 in process, longer beside a busy event loop); up to this many
+    # groups of 4 replay prefill graphs instead. 1: today's one eager join; bench/prefill_joins.py and the served
+    # sweep (`gpu_run.sh joins`) decide the default.
+    prefill_groups: int = Field(
+        1, ge=1, le=64, description="a join of more prompts than one prefill graph holds: up to this many graph replays"
+    )
     shadow_calls: int = Field(
         256,
         ge=0,
@@ -327,6 +335,7 @@ class Settings(BaseModel):
             out["YANTRA_BATCH"] = str(self.batch)
         out["YANTRA_SHADOW_CALLS"] = str(self.shadow_calls)
         out["YANTRA_SWITCH_INTERVAL_MS"] = str(self.switch_interval_ms)
+        out["YANTRA_PREFILL_GROUPS"] = str(self.prefill_groups)
         for name in ("llm_model", "llm_base_url", "llm_max_calls", "llm_max_tokens", "llm_answer_tokens"):
             out[ENV_NAMES[name]] = str(getattr(self, name))
         out["YANTRA_LLM_TIMEOUT_S"], out["YANTRA_LLM_RETRIES"] = str(self.llm_timeout_s), str(self.llm_retries)

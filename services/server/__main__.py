@@ -112,7 +112,13 @@ def run() -> int:
     log.info("loaded %s on %s (%s)", loaded.name, loaded.device, loaded.dtype)
     sys.setswitchinterval(settings.switch_interval_ms / 1000)  # the engine thread and the event loop share the lock
     try:
-        engine = Engine(loaded, max_active=settings.max_requests, graphs=settings.graphs, slots=settings.batch)
+        engine = Engine(
+            loaded,
+            max_active=settings.max_requests,
+            graphs=settings.graphs,
+            slots=settings.batch,
+            prefill_groups=settings.prefill_groups,
+        )
     except ModelNotServable as exc:
         log.error("server: %s", exc)
         return 2

@@ -72,6 +72,7 @@ class SlotDecoder:
         max_len: int,
         cache_kw: str,
         graphs: bool = True,  # on a GPU, each step a CUDA graph; False (or a CPU): eager steps
+        prefill_groups: int = 1,  # a join past one prefill graph: up to this many graph replays (then: eager)
     ):
         self.model = model
         self.device = torch.device(device)
@@ -98,6 +99,7 @@ class SlotDecoder:
         self._prefill_lasts = torch.zeros(PREFILL_GRAPH_ROWS, dtype=torch.long, device=self.device)
         self._causal = torch.full((longest, longest), self.masked, dtype=dtype, device=self.device).triu(1)
         self._steps = 0
+        self.prefill_groups = prefill_groups
         self._fresh = False  # set by `fresh()`: a step captures a graph of the kernels serving now, now
         self.captures = 0
         self.eager_steps = 0  # steps run eagerly on a GPU: no graph of theirs could run (after a revert, say)
@@ -174,10 +176,26 @@ class SlotDecoder:
                 rows = self._prefill_equal_lengths(slots, prompts)
             elif key is not None and self.graphs:
                 rows = self._prefill_graph(key, slots, prompts)
+            elif self._in_groups(prompts):
+                rows = self._prefill_groups(slots, prompts)
             else:
                 rows = self._prefill_eager(slots, prompts)
         for slot, n in zip(slots, lengths, strict=True):
             self.busy[slot], self.lengths[slot] = True, n
+        return rows
+
+    def _in_groups(self, prompts: list[list[int]]) -> bool:
+        """Whether a join too large for one prefill graph replays several (`prefill_groups`, every prompt within the
+        graphs' lengths) rather than running one eager prefill."""
+        groups = -(-len(prompts) // PREFILL_GRAPH_ROWS)
+        longest = max(len(ids) for ids in prompts)
+        return self.graphs and 1 < groups <= self.prefill_groups and self._prefill_key(1, longest) is not None
+
+    def _prefill_groups(self, slots: list[int], prompts: list[list[int]]) -> list[torch.Tensor]:
+        rows: list[torch.Tensor] = []
+        for i in range(0, len(prompts), PREFILL_GRAPH_ROWS):
+            group, where = prompts[i : i + PREFILL_GRAPH_ROWS], slots[i : i + PREFILL_GRAPH_ROWS]
+            rows += self._prefill_graph(self._prefill_key(len(group), max(len(ids) for ids in group)), where, group)
         return rows
 
     def _prefill_equal_lengths(self, slots: list[int], prompts: list[list[int]]) -> list[torch.Tensor]:

@@ -120,6 +120,7 @@ class Engine:
         graphs: bool | None = None,
         slots: int | None = None,
         slot_tokens: int = SLOT_TOKENS,
+        prefill_groups: int = 1,
     ):
         self.loaded = loaded
         self.model = loaded.model
@@ -149,7 +150,14 @@ class Engine:
         self.batcher: Batcher | None = None
         if self.lane_problem is None:
             self.decoder = SlotDecoder(
-                self.model, loaded.device, loaded.dtype, slots, length, self._cache_kw, graphs=graphs is not False
+                self.model,
+                loaded.device,
+                loaded.dtype,
+                slots,
+                length,
+                self._cache_kw,
+                graphs=graphs is not False,
+                prefill_groups=prefill_groups,
             )
             self.lane_problem = lane_refusal(self.decoder)
             if self.lane_problem:
