@@ -198,6 +198,7 @@ def available(device) -> bool:
 
 
 def device_index(device) -> int:
+    """The ordinal of a CUDA torch.device: its own, or the current device's where it names none."""
     import torch
 
     return torch.cuda.current_device() if device.index is None else device.index
