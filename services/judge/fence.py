@@ -37,6 +37,11 @@ def _mprotect():
 ZONE_BYTES = 8 << 20
 
 
+def round_up(n: int, unit: int) -> int:
+    """`n` bytes rounded up to whole `unit`s, at least one (a page here; the GPU's mapping granularity in gpu_fence)."""
+    return max(1, -(-n // unit)) * unit
+
+
 class Fenced:
     """`size` writable bytes between two inaccessible zones (ZONE_BYTES each). `buffer` is the writable part (a
     memoryview of exactly `size` bytes): it ends where the zone after it begins, or with `at_start` it begins where
@@ -45,8 +50,7 @@ class Fenced:
 
     def __init__(self, size: int, *, at_start: bool = False, zone: int = ZONE_BYTES):
         page = mmap.PAGESIZE
-        usable = max(1, -(-size // page)) * page
-        zone = max(page, -(-zone // page) * page)
+        usable, zone = round_up(size, page), round_up(zone, page)
         self._map = mmap.mmap(-1, zone + usable + zone, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         anchor = ctypes.c_char.from_buffer(self._map)  # the mapping's address (the export pins the map open)
         self._anchor = anchor

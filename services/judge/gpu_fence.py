@@ -21,7 +21,8 @@ import ctypes
 import os
 import re
 
-ZONE_BYTES = 8 << 20  # unmapped addresses on each side, as the CPU's fence: address space only, nothing is backed
+from services.judge.fence import ZONE_BYTES, round_up  # the CPU's zones and rounding: the same layout on a GPU
+
 GPU_FAULT_EXIT = 139  # the child's exit code after a GPU memory fault (a shell's figure for SIGSEGV: 128 + 11)
 _FAULT = re.compile(r"illegal memory access|CUDA_ERROR_ILLEGAL_ADDRESS|misaligned address", re.I)
 
@@ -117,10 +118,6 @@ class _Interface:
         self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 2}
 
 
-def _round_up(n: int, unit: int) -> int:
-    return max(1, -(-n // unit)) * unit
-
-
 class _Mapping:
     """`mapped` bytes of GPU `device` memory mapped between two reserved, unmapped zones of `zone` bytes."""
 
@@ -165,7 +162,7 @@ def fenced_bytes(size: int, device: int, *, at_start: bool = False, zone: int = 
     import torch
 
     unit = _granularity(device)
-    mapping = _Mapping(_round_up(size, unit), _round_up(zone, unit), device)
+    mapping = _Mapping(round_up(size, unit), round_up(zone, unit), device)
     address = mapping.start if at_start else mapping.start + mapping.mapped - size
     return torch.as_tensor(_Interface(address, size, mapping), device=f"cuda:{device}")
 
