@@ -99,14 +99,17 @@ class CaseRun:
     output: torch.Tensor | None = None  # on the CPU; None when there is no tensor to return
     problem: tuple[str, str] | None = None  # (rule, what happened)
 
+    def fact(self, case: int) -> dict:
+        """Its problem as the child reports one to the parent (services.judge.verdict reads it by case)."""
+        return {"case": case, "rule": self.problem[0], "detail": self.problem[1]}
+
 
 @dataclass
 class Runs:
     outputs: list[CaseRun] = field(default_factory=list)  # in case order; the first pass stops at a problem
 
     def problems(self) -> list[dict]:
-        runs = enumerate(self.outputs)
-        return [{"case": i, "rule": r.problem[0], "detail": r.problem[1]} for i, r in runs if r.problem]
+        return [r.fact(i) for i, r in enumerate(self.outputs) if r.problem]
 
 
 def _storages(*tensors: torch.Tensor) -> set[int]:

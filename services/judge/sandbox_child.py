@@ -231,7 +231,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         with timed_call("the ghost call" if ghost else f"case {index} as production calls it", index):
             done = subject.again(index, ghost)
         if done.problem:
-            facts["problems"].append({"case": index, "rule": done.problem[0], "detail": done.problem[1]})
+            facts["problems"].append(done.fact(index))
         return done.output
 
     if clean:
@@ -256,7 +256,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
             done = run(case, fill=answers[donor], what=f"case {case} pre-filled with case {donor}'s answer", front=True)
             if done.problem:
                 detail = f"its output pre-filled with case {donor}'s answer: {done.problem[1]}"
-                facts["problems"].append({"case": case, "rule": done.problem[0], "detail": detail})
+                facts["problems"].append({**done.fact(case), "detail": detail})
                 break
             saved["prefilled_cases"].append([case, donor])
             saved["prefilled"].append(done.output)
@@ -288,7 +288,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         for index in range(AFTER_CASES, subject.count):
             done = run(index, front=True, keep=False)
             if done.problem:
-                facts["after_problems"].append({"case": index, "rule": done.problem[0], "detail": done.problem[1]})
+                facts["after_problems"].append(done.fact(index))
                 break
     facts["slowest_call"] = clock.slowest
     torch.save(saved, Path.cwd() / OUTPUTS_FILE)
