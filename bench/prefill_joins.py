@@ -4,9 +4,10 @@ Issue 27's TTFT p99 at 16 streams (111-253 ms on the H200, target 100) comes fro
 stream arrives at once and one tick admits them all. A join of up to PREFILL_GRAPH_ROWS prompts replays a prefill
 graph; a larger one runs eagerly (services/server/batch_decode.py, `prefill_many`). The served sweep's server parts
 showed prefill p50 7 ms and p99 87-143 ms. This times `SlotDecoder.prefill_many` on the engine's own decoder,
-graphs captured as at load, for joins of k prompts of a given length: as one join (the path the batcher takes), and
-split into groups of PREFILL_GRAPH_ROWS (each a graph replay where graphs are on), so the figures say which is
-faster at each k and whether the eager path is what a burst waits for.
+graphs captured as at load, for joins of k prompts of a given length: as one join (the server's default path), and
+as the server takes it with `YANTRA_PREFILL_GROUPS` high enough for k (groups of PREFILL_GRAPH_ROWS, each a graph
+replay; the decoder's own `prefill_groups`), so the figures say which is faster at each k and whether the eager
+path is what a burst waits for. Each row names the path each way took (no graphs on a CPU: eager both ways).
 
   python bench/prefill_joins.py --model qwen2.5-1.5b-shape --joins 1 2 4 8 16 32 64 --lengths 64 96 \\
       --out bench/results/prefill_joins_h200.json
@@ -36,17 +37,17 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_join(decoder, prompts: list[list[int]], group: int, reps: int, device: str) -> list[float]:
-    """Seconds per join of `prompts`, prefilled `group` at a time (len(prompts): one join), `reps` times after one
+def time_join(decoder, prompts: list[list[int]], groups: int, reps: int, device: str) -> list[float]:
+    """Seconds per join of `prompts` with the decoder's `prefill_groups` at `groups`, `reps` times after one
     untimed pass; the slots are freed after each."""
+    decoder.prefill_groups = groups
     out = []
     for rep in range(reps + 1):
         slots = decoder.free_slots()[: len(prompts)]
         _sync(device)
         start = time.perf_counter()
-        for i in range(0, len(prompts), group):
-            rows = decoder.prefill_many(slots[i : i + group], prompts[i : i + group])
-        rows[-1].float().sum().item()  # the last join's logits on the host, as the batcher's `choose` reads them
+        rows = decoder.prefill_many(slots, prompts)
+        rows[-1].float().sum().item()  # the last row's logits on the host, as the batcher's `choose` reads them
         _sync(device)
         if rep:
             out.append(time.perf_counter() - start)
@@ -77,13 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     for length in args.lengths:
         for k in joins:
             prompts = torch.randint(0, vocab, (k, length), generator=gen).tolist()
-            one = statistics.median(time_join(decoder, prompts, k, args.reps, args.device))
-            grouped = statistics.median(time_join(decoder, prompts, PREFILL_GRAPH_ROWS, args.reps, args.device))
-            path = "graph" if k <= PREFILL_GRAPH_ROWS and decoder.graphs else "eager"
+            most = -(-k // PREFILL_GRAPH_ROWS)  # the prefill groups that take a join of k whole
+            one = statistics.median(time_join(decoder, prompts, 1, args.reps, args.device))
+            one_path = decoder.prefill_path(prompts)
+            grouped = statistics.median(time_join(decoder, prompts, most, args.reps, args.device))
             rows.append({"prompts": k, "tokens": length, "one_join_ms": one * 1e3, "groups_ms": grouped * 1e3,
-                         "one_join_path": path})  # fmt: skip
-            print(f"{k:>3} prompts x {length:>4} tokens: one join {one * 1e3:8.2f} ms ({rows[-1]['one_join_path']}), "
-                  f"groups of {PREFILL_GRAPH_ROWS} {grouped * 1e3:8.2f} ms", flush=True)  # fmt: skip
+                         "one_join_path": one_path, "groups_path": decoder.prefill_path(prompts)})  # fmt: skip
+            print(f"{k:>3} prompts x {length:>4} tokens: one join {one * 1e3:8.2f} ms ({one_path}), "
+                  f"prefill groups {most} {grouped * 1e3:8.2f} ms ({rows[-1]['groups_path']})", flush=True)  # fmt: skip
     device = torch.cuda.get_device_name() if args.device == "cuda" else args.device
     result = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
               "model": args.model, "device": device, "graphs": decoder.graphs, "slots": decoder.slots,

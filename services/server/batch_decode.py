@@ -170,13 +170,13 @@ class SlotDecoder:
             if len(ids) >= self.max_len:
                 raise ValueError(f"{len(ids)} prompt tokens do not fit the {self.max_len}-token slot cache")
         lengths = [len(ids) for ids in prompts]
-        key = self._prefill_key(len(prompts), max(lengths))
+        path = self.prefill_path(prompts)
         with torch.inference_mode():
-            if self.plan.stateful:
+            if path == "by length":
                 rows = self._prefill_equal_lengths(slots, prompts)
-            elif key is not None and self.graphs:
-                rows = self._prefill_graph(key, slots, prompts)
-            elif self._in_groups(prompts):
+            elif path == "graph":
+                rows = self._prefill_graph(self._prefill_key(len(prompts), max(lengths)), slots, prompts)
+            elif path == "graph groups":
                 rows = self._prefill_groups(slots, prompts)
             else:
                 rows = self._prefill_eager(slots, prompts)
@@ -184,12 +184,19 @@ class SlotDecoder:
             self.busy[slot], self.lengths[slot] = True, n
         return rows
 
-    def _in_groups(self, prompts: list[list[int]]) -> bool:
-        """Whether a join too large for one prefill graph replays several (`prefill_groups`, every prompt within the
-        graphs' lengths) rather than running one eager prefill."""
-        groups = -(-len(prompts) // PREFILL_GRAPH_ROWS)
+    def prefill_path(self, prompts: list[list[int]]) -> str:
+        """How a join of `prompts` is prefilled: "by length" (a stateful model's, never padded), "graph" (one prefill
+        graph), "graph groups" (a join too large for one graph, in up to `prefill_groups` of them, every prompt
+        within the graphs' lengths) or "eager" (one forward)."""
         longest = max(len(ids) for ids in prompts)
-        return self.graphs and 1 < groups <= self.prefill_groups and self._prefill_key(1, longest) is not None
+        if self.plan.stateful:
+            return "by length"
+        if self.graphs and self._prefill_key(len(prompts), longest) is not None:
+            return "graph"
+        groups = -(-len(prompts) // PREFILL_GRAPH_ROWS)
+        if self.graphs and 1 < groups <= self.prefill_groups and self._prefill_key(1, longest) is not None:
+            return "graph groups"
+        return "eager"
 
     def _prefill_groups(self, slots: list[int], prompts: list[list[int]]) -> list[torch.Tensor]:
         rows: list[torch.Tensor] = []

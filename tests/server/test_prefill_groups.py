@@ -23,10 +23,11 @@ def _decoder(engine, groups: int) -> SlotDecoder:
 
 def test_a_join_past_one_graph_goes_in_groups_only_when_allowed_and_every_prompt_fits_a_graph(engine):
     grouped, single = _decoder(engine, 3), _decoder(engine, 1)
-    assert grouped._in_groups(PROMPTS[:9]) and not single._in_groups(PROMPTS[:9])  # 3 groups of at most 4
-    assert not grouped._in_groups((PROMPTS * 2)[: 3 * PREFILL_GRAPH_ROWS + 1])  # 4 groups: past the 3 allowed
-    assert not grouped._in_groups(PROMPTS[:PREFILL_GRAPH_ROWS])  # one graph holds it: no groups
-    assert not grouped._in_groups([[1] * 63, *PROMPTS[:5]])  # 63 tokens: past the 64-token slots' graphs
+    assert grouped.prefill_path(PROMPTS[:9]) == "graph groups"  # 3 groups of at most 4
+    assert single.prefill_path(PROMPTS[:9]) == "eager"
+    assert grouped.prefill_path((PROMPTS * 2)[: 3 * PREFILL_GRAPH_ROWS + 1]) == "eager"  # 4 groups: past the 3
+    assert grouped.prefill_path(PROMPTS[:PREFILL_GRAPH_ROWS]) == "graph"  # one graph holds it: no groups
+    assert grouped.prefill_path([[1] * 63, *PROMPTS[:5]]) == "eager"  # 63 tokens: past the 64-token slots' graphs
 
 
 def test_grouped_prompts_get_the_logits_of_one_eager_join_in_their_own_slots(engine):
