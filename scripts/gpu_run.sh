@@ -4,7 +4,7 @@
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
 #   bash scripts/gpu_run.sh [tests|servertests|alltests|switch|layerkinds|memcheck|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest|corpus-names|prefilljoins|judgetests|joins ...]
-#   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh; SWITCH_MS="5 0.5" the server thread switch intervals `switch` compares; PREFILL_GROUPS="1 4" the prefill groups `joins` compares; CORPUS_NAMES="a b" the corpus entries corpus-names judges again, merged into the result file; TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
+#   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh; SWITCH_MS="5 0.5" the server thread switch intervals `switch` compares; PREFILL_GROUPS="1 4" the prefill groups `joins` compares; CORPUS_NAMES="a b" the corpus entries corpus-names judges again, merged into the result file; HONEST_PARTS="1/3 2/3" the parts of the honest corpus corpus-honest judges (default "1/2 2/2"); JUDGE_TESTS=path narrows judgetests (default tests/judge, ~6.5 min); TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
@@ -47,14 +47,14 @@ for step in $steps; do
     tests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests --ignore=tests/tui 2>&1 | tee "$RESULTS_DIR/gpu_tests.log" ;;
     alltests) timeout 520 python3 -m pytest -q -p no:cacheprovider tests --ignore=tests/e2e --ignore=tests/test_compose.py --ignore=tests/tui --ignore=tests/adversarial 2>&1 | tail -40 | tee "$RESULTS_DIR/all_tests.log" ;;
     corpus-hostile) timeout 540 python3 bench/judge_corpus.py --only hostile 2>&1 | tail -60 | tee "$RESULTS_DIR/corpus_hostile.log" ;;
-    corpus-honest) for part in 1/2 2/2; do
+    corpus-honest) for part in ${HONEST_PARTS:-1/2 2/2}; do
             timeout 285 python3 bench/judge_corpus.py --only honest --part $part --merge 2>&1 | tail -14
           done | tee "$RESULTS_DIR/corpus_honest.log" ;;
-    corpus-names) timeout 300 python3 bench/judge_corpus.py --name ${CORPUS_NAMES:?names of the entries} --merge 2>&1 \
+    corpus-names) timeout 500 python3 bench/judge_corpus.py --name ${CORPUS_NAMES:?names of the entries} --merge 2>&1 \
             | tail -14 | tee "$RESULTS_DIR/corpus_names.log" ;;
     prefilljoins) timeout 300 python3 bench/prefill_joins.py --out bench/results/prefill_joins_h200.json 2>&1 \
             | tee "$RESULTS_DIR/prefill_joins.log" ;;
-    judgetests) timeout 500 python3 -m pytest -q -p no:cacheprovider -m "gpu" tests/judge 2>&1 \
+    judgetests) timeout 500 python3 -m pytest -q -p no:cacheprovider -m "gpu" ${JUDGE_TESTS:-tests/judge} 2>&1 \
             | tee "$RESULTS_DIR/judge_gpu_tests.log" | tail -40 ;;
     servertests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests/server tests/test_shadow_inline.py 2>&1 | tee "$RESULTS_DIR/gpu_server_tests.log" ;;
     serving) timeout 540 python3 bench/serving.py 2>&1 | tee "$RESULTS_DIR/serving.log" ;;

@@ -174,7 +174,7 @@ def test_the_servers_switch_interval_reaches_it_and_a_bad_one_is_one_line(monkey
     for bad in ("0", "-1", "fast"):
         problem = _problem(monkeypatch, YANTRA_SWITCH_INTERVAL_MS=bad)
         assert problem.startswith("YANTRA_SWITCH_INTERVAL_MS") and "\n" not in problem, problem
-    assert Settings.from_env().prefill_groups == 1  # one eager join past a prefill graph, until a GPU sweep says
+    assert Settings.from_env().prefill_groups == 4  # graph groups up to 16 prompts: they beat one eager join there
     monkeypatch.setenv("YANTRA_PREFILL_GROUPS", "4")
     assert Settings.from_env().env()["YANTRA_PREFILL_GROUPS"] == "4"
     monkeypatch.delenv("YANTRA_PREFILL_GROUPS")

@@ -199,10 +199,10 @@ class Settings(BaseModel):
     )
     # A burst of joins (a level's start: every stream at once) is one eager prefill past the prefill graphs' 4
     # prompts, host-bound (~25-30 ms on the H200 in process, longer beside a busy event loop); up to this many
-    # groups of 4 replay prefill graphs instead. 1: today's one eager join; bench/prefill_joins.py and the served
-    # sweep (`gpu_run.sh joins`) decide the default.
+    # groups of 4 replay prefill graphs instead; 1: one eager join. 4 (services.server.batch_decode.PREFILL_GROUPS):
+    # bench/prefill_joins.py on the H200 had graph groups beat the eager join up to 16 prompts and lose past them.
     prefill_groups: int = Field(
-        1, ge=1, le=64, description="a join of more prompts than one prefill graph holds: up to this many graph replays"
+        4, ge=1, le=64, description="a join of more prompts than one prefill graph holds: up to this many graph replays"
     )
     shadow_calls: int = Field(
         256,

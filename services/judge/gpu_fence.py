@@ -33,8 +33,11 @@ def is_fault(exc: BaseException) -> bool:
 
 
 def exit_on_fault(exc: BaseException) -> None:
-    """End the child at once when `exc` is a GPU memory fault: its context is lost, nothing after it would run."""
+    """End the child at once when `exc` is a GPU memory fault: its context is lost, nothing after it would run. The
+    child has no answer to give, so the why goes to its log (stderr), whose tail the judge keeps in its error."""
     if is_fault(exc):
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        os.write(2, f"\ngpu fence: the GPU faulted ({first}); {status() or 'fence state unknown'}\n".encode())
         os._exit(GPU_FAULT_EXIT)
 
 

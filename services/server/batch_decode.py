@@ -49,8 +49,11 @@ WARMUP_STEPS = 2  # eager steps on a side stream before a capture (lazy inits, c
 # Joins through graphs too: an eager prefill of the 1.5B shape is host-bound (~25-30 ms for one short prompt on
 # the H200, 5 decode steps of 16 streams), and in a steady stream of requests every join stalls every stream.
 # Up to PREFILL_GRAPH_ROWS prompts joining together, right-padded to a length in PREFILL_GRAPH_LENGTHS, replay a
-# graph; a larger burst (rarer, and one prefill for many) runs eagerly.
+# graph; a larger burst replays up to PREFILL_GROUPS such graphs, and a burst larger still runs eagerly. On the H200
+# (bench/results/prefill_joins_h200.json) a graph of 4 prompts of 64 tokens took 5.6 ms and one eager join of 8-64
+# prompts 31-45 ms however many (the host's launches bound it): 2 graphs beat it 3x, 4 graphs 1.6x, 8 lost.
 PREFILL_GRAPH_ROWS = 4
+PREFILL_GROUPS = 4
 PREFILL_GRAPH_LENGTHS = (16, 32, 64, 128, 256)
 PREFILL = "prefill"  # a prefill graph's key: (PREFILL, prompts, padded length); a step's: (rows, span)
 
@@ -72,7 +75,7 @@ class SlotDecoder:
         max_len: int,
         cache_kw: str,
         graphs: bool = True,  # on a GPU, each step a CUDA graph; False (or a CPU): eager steps
-        prefill_groups: int = 1,  # a join past one prefill graph: up to this many graph replays (then: eager)
+        prefill_groups: int = PREFILL_GROUPS,  # a join past one prefill graph: up to this many graph replays
     ):
         self.model = model
         self.device = torch.device(device)

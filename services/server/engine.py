@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import torch
 
 from services.core.pb import events_pb2 as pb
-from services.server.batch_decode import SlotDecoder, lane_refusal
+from services.server.batch_decode import PREFILL_GROUPS, SlotDecoder, lane_refusal
 from services.server.batching import END, Batcher, Request
 from services.server.calibrate import calibrate
 from services.server.functions import function_state
@@ -120,7 +120,7 @@ class Engine:
         graphs: bool | None = None,
         slots: int | None = None,
         slot_tokens: int = SLOT_TOKENS,
-        prefill_groups: int = 1,
+        prefill_groups: int = PREFILL_GROUPS,
     ):
         self.loaded = loaded
         self.model = loaded.model
