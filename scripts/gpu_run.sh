@@ -2,9 +2,9 @@
 # One GPU run in one go: install the carried wheels, run the GPU tests, the benchmarks and
 # the demo on the 1.5B-shaped model; results land in bench/results/ and are copied to $RESULTS_DIR.
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
-#   bash scripts/gpu_run.sh [tests|servertests|alltests|switch|layerkinds|memcheck|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
+#   bash scripts/gpu_run.sh [tests|servertests|alltests|transfer|switch|layerkinds|memcheck|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest|corpus-names|prefilljoins|judgetests|joins ...]
-#   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh; SWITCH_MS="5 0.5" the server thread switch intervals `switch` compares; PREFILL_GROUPS="1 4" the prefill groups `joins` compares; CORPUS_NAMES="a b" the corpus entries corpus-names judges again, merged into the result file; HONEST_PARTS="1/3 2/3" the parts of the honest corpus corpus-honest judges (default "1/2 2/2"); JUDGE_TESTS=path narrows judgetests (default tests/judge, ~6.5 min); TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
+#   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh; SWITCH_MS="5 0.5" the server thread switch intervals `switch` compares; PREFILL_GROUPS="1 4" the prefill groups `joins` compares; CORPUS_NAMES="a b" the corpus entries corpus-names judges again, merged into the result file; HONEST_PARTS="1/3 2/3" the parts of the honest corpus corpus-honest judges (default "1/2 2/2"); JUDGE_TESTS=path narrows judgetests (default tests/judge, ~6.5 min); TRANSFER_SCENARIOS="cold warm" the scenarios transfer runs (bench/transfer.py's; a file each set); TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
@@ -52,9 +52,12 @@ for step in $steps; do
           done | tee "$RESULTS_DIR/corpus_honest.log" ;;
     corpus-names) timeout 500 python3 bench/judge_corpus.py --name ${CORPUS_NAMES:?names of the entries} --merge 2>&1 \
             | tail -14 | tee "$RESULTS_DIR/corpus_names.log" ;;
+    transfer) scenarios=${TRANSFER_SCENARIOS:-cold warm}  # one result file per set of scenarios (a call holds two)
+          timeout 590 python3 bench/transfer.py --device cuda --scenarios $scenarios \
+            --out "bench/results/transfer_h200_${scenarios// /_}.json" 2>&1 | tee "$RESULTS_DIR/transfer.log" | tail -30 ;;
     prefilljoins) timeout 300 python3 bench/prefill_joins.py --out bench/results/prefill_joins_h200.json 2>&1 \
             | tee "$RESULTS_DIR/prefill_joins.log" ;;
-    judgetests) timeout 500 python3 -m pytest -q -p no:cacheprovider -m "gpu" ${JUDGE_TESTS:-tests/judge} 2>&1 \
+    judgetests) timeout 500 python3 -m pytest -q -p no:cacheprovider --durations=8 -m "gpu" ${JUDGE_TESTS:-tests/judge} 2>&1 \
             | tee "$RESULTS_DIR/judge_gpu_tests.log" | tail -40 ;;
     servertests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests/server tests/test_shadow_inline.py 2>&1 | tee "$RESULTS_DIR/gpu_server_tests.log" ;;
     serving) timeout 540 python3 bench/serving.py 2>&1 | tee "$RESULTS_DIR/serving.log" ;;
@@ -66,7 +69,7 @@ for step in $steps; do
             YANTRA_PREFILL_GROUPS=$groups stock_sweep "served_prefill_groups_${groups}_h200" "prefill groups $groups"
           done | tee "$RESULTS_DIR/served_joins.log" ;;
     layerkinds) timeout 400 python3 bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 16 --no-hf-eager \
-            --beside gemma3-1.5b-shape jamba-1.5b-shape --prompt-tokens 512 --tokens 256 \
+            --beside gemma3-1.5b-shape jamba-1.5b-shape falcon-h1-1.5b-shape --prompt-tokens 512 --tokens 256 \
             --out bench/results/layer_kinds_h200.json 2>&1 | tee "$RESULTS_DIR/layer_kinds.log" | tail -30 ;;
     memcheck) timeout 560 python3 bench/gpu_memcheck.py 2>&1 | tee "$RESULTS_DIR/gpu_memcheck.log" | tail -30 ;;
     bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/bench.log" ;;
@@ -81,7 +84,7 @@ for step in $steps; do
     mlpact) python3 bench/mlp_act.py --out bench/results 2>&1 | tee "$RESULTS_DIR/mlp_act.log" ;;
     mlprelu2) python3 bench/mlp_act.py --variant mlp_relu2 --out bench/results 2>&1 | tee "$RESULTS_DIR/mlp_relu2.log" ;;
     gated) python3 bench/gated_mlp.py --out bench/results 2>&1 | tee "$RESULTS_DIR/gated_mlp.log" ;;
-    familytests) python3 -m pytest -q -s -p no:cacheprovider -m "gpu" ${TESTS_K:+-k "$TESTS_K"} \
+    familytests) python3 -m pytest -q -s -p no:cacheprovider --durations=8 -m "gpu" ${TESTS_K:+-k "$TESTS_K"} \
             tests/ops/residual_norm/test_judge_residual_norm_gpu.py tests/ops/plain_mlp/test_judge_plain_mlp_gpu.py \
             tests/ops/rotary/test_judge_rotary_gpu.py tests/ops/gated_mlp/test_judge_gated_gpu.py \
             tests/ops/parallel_norm/test_judge_parallel_norm_gpu.py \

@@ -251,6 +251,23 @@ def _jamba(kwargs: dict, attention_every: int = 2, state: int = 8, expand: int =
     )  # fmt: skip
 
 
+def _falcon_h1(kwargs: dict, intermediate: int = 7168):
+    from transformers import FalconH1Config
+
+    # Falcon-H1's hybrid: attention and a Mamba-2 mixer side by side in every layer, their sum into the MLP. Mamba-2
+    # as Falcon-H1 runs it: 64-wide heads as many as fill the hidden size, a 128-wide state, one group, chunks of 128
+    # (transformers' own chunked PyTorch scan where the mamba-ssm kernels are not installed: a prefill is a few
+    # large matmuls per chunk, not Jamba's loop over tokens). The MLP is narrower than Qwen's so that it weighs what
+    # its full-attention peer weighs (1.52 B parameters to 1.54; at Qwen's 8,960, 1.75)
+    heads = kwargs["num_attention_heads"]
+    return FalconH1Config(
+        pad_token_id=0, bos_token_id=0, eos_token_id=0, head_dim=kwargs["hidden_size"] // heads,
+        mamba_d_ssm=kwargs["hidden_size"], mamba_n_heads=kwargs["hidden_size"] // 64, mamba_d_head=64,
+        mamba_d_state=128, mamba_n_groups=1, mamba_d_conv=4, mamba_chunk_size=128,
+        **{**kwargs, "intermediate_size": intermediate},
+    )  # fmt: skip
+
+
 # name -> (config builder, dtype on cuda). Tiny presets stay float32 everywhere so CPU and GPU agree on
 # the arithmetic; the 1.5B shape is served in bf16 on a GPU as a real deployment would be.
 PRESETS: dict[str, tuple[Callable[[], object], str]] = {
@@ -275,10 +292,12 @@ PRESETS: dict[str, tuple[Callable[[], object], str]] = {
     "tiny-jamba": (lambda: _jamba(tiny_sizes()), "float32"),
     "qwen2.5-1.5b-shape": (lambda: _qwen2(_qwen_1p5b_shape()), "bfloat16"),
     # the batched lane's other layer kinds at the same shape: a 512-token sliding window (Gemma 3 1B's) in five
-    # layers of six, and Mamba layers with attention in one of eight (Jamba's ratio); bench/served_inprocess.py
-    # compares their 16-stream throughput with qwen2.5-1.5b-shape's
+    # layers of six, Mamba layers with attention in one of eight (Jamba's ratio), and Mamba-2 beside attention in
+    # every layer (Falcon-H1's); bench/served_inprocess.py compares their 16-stream throughput with
+    # qwen2.5-1.5b-shape's
     "gemma3-1.5b-shape": (lambda: _gemma3(_qwen_1p5b_shape(), window=512, tied=True), "bfloat16"),
     "jamba-1.5b-shape": (lambda: _jamba(_qwen_1p5b_shape(), attention_every=8, state=16, expand=1), "bfloat16"),
+    "falcon-h1-1.5b-shape": (lambda: _falcon_h1(_qwen_1p5b_shape()), "bfloat16"),
 }
 SEED = 0
 

@@ -30,6 +30,23 @@ def test_presets_build_and_decode_deterministically(name, cls):
     assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1], strict=True))
 
 
+def test_the_other_layer_kinds_at_the_1p5b_shape_weigh_what_the_full_attention_model_weighs():
+    """bench/served_inprocess.py sets their throughput beside qwen2.5-1.5b-shape's: a fair ratio needs models of one
+    size (built on the meta device: no weights made)."""
+    from transformers import AutoModelForCausalLM
+
+    def weight(name: str) -> int:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(PRESETS[name][0]())
+        return sum(p.numel() for p in model.parameters())
+
+    full = weight("qwen2.5-1.5b-shape")
+    shaped = [p for p in PRESETS if p.endswith("-1.5b-shape") and p != "qwen2.5-1.5b-shape"]
+    assert {"gemma3-1.5b-shape", "jamba-1.5b-shape", "falcon-h1-1.5b-shape"} <= set(shaped)
+    for name in shaped:
+        assert abs(weight(name) / full - 1) < 0.05, (name, weight(name), full)
+
+
 def test_preset_norm_weights_are_not_all_ones():
     """A kernel that forgets the weight must be caught: unit norm weights would hide it."""
     model = load_model("tiny-qwen2", "cpu").model
