@@ -44,7 +44,7 @@ class Guard:
     inaccessible memory instead of a canary (services.judge.fence on a CPU, services.judge.gpu_fence's unmapped
     addresses on a GPU whose driver maps them): past its end, or with `front` before its start. A read there, which
     no canary sees, faults. The sandbox child fences every case's first run at the end (a ragged block read with no
-    mask, the common slip, meets it at every shape drawn) and the cases it runs again at the start. A GPU without
+    mask, the common slip, meets it at every shape drawn) and every case's run again at the start. A GPU without
     the driver's calls keeps canaries on both sides."""
 
     def __init__(self, device: torch.device, canary_seed: int, *, front: bool = False):

@@ -318,6 +318,8 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("memory_overread_large_rows_only", "sandbox", "memory-fault", cpu_verdict=("passes", "-"), width=80),
     # a read before a tensor only at those row counts: every GPU case run again with the fence before its tensors
     _dynamic("memory_underread_large_rows_only", "sandbox", "memory-fault", cpu_verdict=("passes", "-"), width=80),
+    # a read before a tensor at one row count drawn once: every case, not a few, runs again with the fence before
+    _dynamic("memory_underread_one_shape", "sandbox", "memory-fault", width=80),
     _dynamic("precision_bias_one_percent_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),
     _dynamic("precision_bias_2e5_fp32", "correctness", "outside-tolerance"),
     _dynamic("precision_bias_4e6_fp32", "correctness", "biased-output"),
