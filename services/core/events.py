@@ -48,7 +48,10 @@ Envelope = envelope_pb2.Envelope
 # norm, a gated MLP's for a plain one) by its launch shape, where the target's own search table holds that shape,
 # origin "skill"; a run recorded before started those searches cold (origin "template"). A correct verdict's reason
 # says its worst error as a share of the bound, not as an absolute error.
-SCHEMA_VERSION = 12
+# 13: a swap its run's served verdict rolls back (the profiler's RollbackRequested: the served load worse after the
+# run's swaps) is a losing pull of the skill behind it, as a kernel that raised while serving is; a rollback
+# recorded before debited nothing and re-derives so.
+SCHEMA_VERSION = 13
 
 # Events that belong to a run's log (one stream), and the periodic metrics (another stream).
 RUN_EVENT_NAMES = (

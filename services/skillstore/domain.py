@@ -217,23 +217,37 @@ def decide_credit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCred
     return [pb.SkillCredited(skill_id=skill_id, reward=judged.reward, reason=reason)]
 
 
-def decide_debit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCredited]:
-    """A swap rolled back because its kernel raised while serving: a losing pull (-1) of the skill behind it.
+# Since schema 13 the run's own served verdict counts against a skill too (services.core.events).
+SERVED_DEBIT_SCHEMA = 13
 
-    An operator's rollback says nothing about the kernel (it may be a latency budget, a test), so only
-    the server's own request, which carries the error, counts against the skill.
+
+def decide_debit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCredited]:
+    """A swap rolled back for what it did live: a losing pull (-1) of the skill behind it. Two requests say that: the
+    server's own, when the kernel raised while serving (it carries the error), and the profiler's, when the run's
+    served load was worse after its swaps beyond its measured interval (services.profiler.served_verdict: every
+    live swap of the run goes back, so each skill behind one pays; a kernel the users were served worse with is a
+    loss whichever of the run's swaps cost the most).
+
+    An operator's rollback says nothing about the kernel (it may be a latency budget, a test): it debits nothing.
     """
     rolled: pb.SwapRolledBack = trigger.msg
     asked = next((r for r in prior if r.env.event_id == trigger.env.causation_id), None)
-    if asked is None or asked.type != "RollbackRequested" or not asked.msg.failure:
+    if asked is None or asked.type != "RollbackRequested":
+        return []
+    if asked.msg.failure:
+        why = f"failed while serving ({asked.msg.failure[:120]})"
+    elif asked.env.producer == "profiler" and trigger.env.schema_version >= SERVED_DEBIT_SCHEMA:
+        why = f"rolled back by its run's served verdict ({asked.msg.reason[:160]})"
+    else:
         return []
     skill_id = _skill_behind(prior, rolled.candidate_id)
     if not skill_id:
         return []
-    reason = (
-        f"swap {_swap_name(trigger, rolled.swap_id)} failed while serving ({asked.msg.failure[:120]}); a losing pull"
-    )
-    return [pb.SkillCredited(skill_id=skill_id, reward=-1, reason=reason)]
+    return [
+        pb.SkillCredited(
+            skill_id=skill_id, reward=-1, reason=f"swap {_swap_name(trigger, rolled.swap_id)} {why}; a losing pull"
+        )
+    ]
 
 
 def decide(prior: list[Recorded], trigger: Recorded) -> list[Message]:

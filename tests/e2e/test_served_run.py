@@ -2,7 +2,7 @@
 live server's Generate before and after the run's swap. The swapped kernel runs in the Triton interpreter, far slower
 than eager, so the served load after is worse beyond its interval: under a policy that acts on it the run rolls its
 swap back (the profiler's RollbackRequested, answered by the server), records the figures and the verdict in its
-RunCompleted, and replays byte for byte; `yantra runs` shows the figures."""
+RunCompleted, debits the skill behind the swap, and replays byte for byte; `yantra runs` shows the figures."""
 
 from __future__ import annotations
 
@@ -52,6 +52,16 @@ async def test_a_run_rolls_back_a_swap_that_made_the_served_load_worse(stack, ow
     assert asked.msg.reason.startswith("the run's served load is worse after its swaps: " + served.regressions[0])
     rolled = next(r for r in log if r.type == "SwapRolledBack")
     assert rolled.msg.swap_id == committed.swap_id and rolled.env.causation_id == asked.env.event_id
+
+    # the skill the swapped kernel's recipe became (published at +1) takes a losing pull for it
+    def answered(lg: list[ev.Recorded]) -> bool:
+        return any(r.type == "SkillCredited" and r.env.causation_id == rolled.env.event_id for r in lg)
+
+    log = await wait_for_log(own_bus, run_id, answered, 60, check=services_alive(stack))
+    debit = next(r for r in log if r.type == "SkillCredited" and r.env.causation_id == rolled.env.event_id).msg
+    published = next(r.msg for r in log if r.type == "SkillPublished")
+    assert (debit.skill_id, debit.reward) == (published.skill_id, -1), debit
+    assert "rolled back by its run's served verdict" in debit.reason, debit.reason
 
     yantra = yantra_for(stack)
     replay = yantra("replay", run_id, "--verify")

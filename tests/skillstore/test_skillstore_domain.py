@@ -161,6 +161,34 @@ def test_an_operators_rollback_debits_no_skill(new_run, profiled, config):
     assert domain.decide(run.log, rolled) == []
 
 
+def test_a_rollback_by_the_runs_served_verdict_debits_the_skill_behind_each_swap_since_schema_13(
+    new_run, profiled, config
+):
+    """The profiler rolls every live swap of a run back when the served load got worse after them (its
+    RollbackRequested answers the RunCompleted): each skill behind one takes a losing pull. A rollback recorded
+    before schema 13 debited nothing, and re-derives so."""
+    from services.profiler.served_verdict import ROLLBACK_PREFIX
+
+    run = new_run()
+    trigger = profiled(run, QWEN, 1536)
+    proposed = _candidate(run, trigger, config, skill_id="sk-old")
+    judged = _judged(run, proposed, 2)
+    swap = run.add(pb.SwapCommitted(swap_id="s1", candidate_id="c1", target_class=QWEN), "server", judged)
+    completed = run.add(pb.RunCompleted(), "profiler", swap)
+    reason = f"{ROLLBACK_PREFIX}: throughput at 64 streams 3,804 -> 3,463 tok/s"
+    asked = run.add(pb.RollbackRequested(swap_id="s1", reason=reason), "profiler", completed)
+    rolled = run.add(pb.SwapRolledBack(swap_id="s1", candidate_id="c1"), "server", asked)
+    (debit,) = domain.decide(run.log, rolled)
+    assert (debit.skill_id, debit.reward) == ("sk-old", -1)  # the skill the candidate was built from
+    assert "rolled back by its run's served verdict" in debit.reason and ROLLBACK_PREFIX in debit.reason, debit.reason
+
+    rolled.env.schema_version = 12  # the same rollback in a run recorded before: no debit, as then
+    assert domain.decide(run.log, rolled) == []
+    rolled.env.schema_version = ev.SCHEMA_VERSION
+    forged = run.add(pb.RollbackRequested(swap_id="s1", reason=reason), "cli", swap)  # its words, not its author
+    assert domain.decide(run.log, run.add(pb.SwapRolledBack(swap_id="s1", candidate_id="c1"), "server", forged)) == []
+
+
 def test_nothing_to_publish_or_credit(new_run, profiled, config):
     run = new_run()
     trigger = profiled(run, QWEN, 1536)
