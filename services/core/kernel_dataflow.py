@@ -17,7 +17,12 @@ reading what it wrote last time. Tests can only sample inputs; this closes those
   cannot be zero (a literal, a constexpr, the program count): it ends on every input (`unbounded-loop`);
 - what grows with the call (program ids, shape arguments, loops over them) is compared with shapes, never with a
   number fixed for the launch (`pid < 32768`, `n_rows > 4096`, `tl.minimum(n_rows, 32768)`): the plan's dispatch
-  is the one place a size boundary may live, where the judge draws both of its sides (`hidden-boundary`).
+  is the one place a size boundary may live, where the judge draws both of its sides (`hidden-boundary`);
+- a stored value depends on which row it is, or how many rows the call has, only through what it loads: program
+  ids, the program count, the family's count and stride arguments and loops over them address and mask, never
+  enter the arithmetic of an answer, nor pick one through a `tl.where` once divided, reduced or passed through a
+  function (`1 + 0.01 * (n_rows // 777 - n_rows // 778)` is right at every count but 777, which the judge may
+  never draw) (`count-value`). Widths (`shape` arguments: a norm divides by its width) may.
 
 Abstract interpretation over the AST: each name holds a taint (loaded data or not; which tensor arguments it may
 point into), joined over branches and iterated to a fixed point over loops; a call of another kernel of the source
@@ -47,11 +52,22 @@ RULES: dict[str, str] = {
     "constant, constexpr or program-count step",
     "hidden-boundary": "program ids, shapes and loops over them are compared with shapes, never with fixed numbers "
     "(a dispatch boundary is the plan's to declare)",
+    "count-value": "a stored value depends on which row or how many rows only through what it loads (program ids, "
+    "counts and strides address and mask)",
 }
 
-# What a plan's runtime argument is, as its op family declares it (`ARG_ROLES` in each family).
-INPUT, OUTPUT, INPLACE, SHAPE, STRIDE, SCALAR = "input", "output", "inplace", "shape", "stride", "scalar"
-ROLES = (INPUT, OUTPUT, INPLACE, SHAPE, STRIDE, SCALAR)
+# What a plan's runtime argument is, as its op family declares it (`ARG_ROLES` in each family). A count (rows,
+# positions, heads, elements) says how much work the call has; a shape (a width) says what each piece of it is.
+INPUT, OUTPUT, INPLACE, SHAPE, COUNT, STRIDE, SCALAR = (
+    "input",
+    "output",
+    "inplace",
+    "shape",
+    "count",
+    "stride",
+    "scalar",
+)
+ROLES = (INPUT, OUTPUT, INPLACE, SHAPE, COUNT, STRIDE, SCALAR)
 
 _LOOPS = ("range", "tl.range", "tl.static_range")
 # Calls that only reshape or annotate: a pointer block passes through them as a pointer block.
@@ -77,6 +93,9 @@ class Taint:
     # grows with the call's size: program ids, runtime shapes and strides, loops over them
     grid: bool = False
     lane: bool = False  # a position inside a block (tl.arange): bounded by a constexpr, not fixed
+    # which row, or how many (program ids, counts, strides, loops over them): an answer may not depend on it
+    count: bool = False
+    stepped: bool = False  # count passed through a division, a remainder, a bit operation or a function: a window
 
     def __or__(self, other: Taint) -> Taint:
         return Taint(
@@ -85,10 +104,15 @@ class Taint:
             self.shifted or other.shifted,
             self.grid or other.grid,
             self.lane or other.lane,
+            self.count or other.count,
+            self.stepped or other.stepped,
         )
 
     def moved(self) -> Taint:
-        return Taint(self.data, self.points, self.data, self.grid, self.lane)
+        return Taint(self.data, self.points, self.data, self.grid, self.lane, self.count, self.stepped)
+
+    def stepped_if_count(self) -> Taint:
+        return Taint(self.data, self.points, self.shifted, self.grid, self.lane, self.count, self.count)
 
     @property
     def static(self) -> bool:
@@ -103,6 +127,7 @@ class Taint:
 INDEX = Taint()
 DATA = Taint(data=True)
 GRID = Taint(grid=True)
+COUNTED = Taint(grid=True, count=True)  # program ids, counts and strides
 
 
 def _join(taints) -> Taint:
@@ -218,7 +243,8 @@ class _Kernel:
                     "count: a step that can be zero never ends",
                     args[2],
                 )
-        self.assign(s.target, None, Taint(data=bound.data, grid=bound.grid, lane=bound.lane))
+        loop = Taint(data=bound.data, grid=bound.grid, lane=bound.lane, count=bound.count, stepped=bound.stepped)
+        self.assign(s.target, None, loop)
         self.loop_body(s.body + s.orelse)
 
     def loop_body(self, body: list[ast.stmt]) -> None:
@@ -307,7 +333,11 @@ class _Kernel:
                 self.ctx.add("pointer-origin", "a pointer is compared (its address is not the kernel's to read)", node)
             self.boundary(node, [node.left, *node.comparators], parts)
             return Taint(
-                data=any(p.data for p in parts), grid=any(p.grid for p in parts), lane=any(p.lane for p in parts)
+                data=any(p.data for p in parts),
+                grid=any(p.grid for p in parts),
+                lane=any(p.lane for p in parts),
+                count=any(p.count for p in parts),
+                stepped=any(p.stepped for p in parts),
             )
         if isinstance(node, ast.IfExp):
             self.test(node.test, "a conditional expression")
@@ -332,8 +362,10 @@ class _Kernel:
         out = left | right
         if isinstance(op, ast.Add | ast.Sub):  # data plus a constant, a shape, a constexpr: zero moved
             return out.moved() if left.data != right.data else out
-        if not isinstance(op, ast.Mult | ast.Div):
-            return out.moved()  # %, //, powers, bit operations
+        if isinstance(op, ast.Div):
+            return out.stepped_if_count()  # a count made a fraction: compared, a threshold of it
+        if not isinstance(op, ast.Mult):
+            return out.moved().stepped_if_count()  # %, //, powers, bit operations
         return out
 
     def call(self, node: ast.Call) -> Taint:
@@ -343,12 +375,18 @@ class _Kernel:
         if name == "tl.load":
             self.address(args.get(0, kw.get("pointer")), self.ctx.readable, "load", node)
             self.mask(args.get(1, kw.get("mask")), node)
-            for other in (args.get(2), kw.get("other")):
-                self.expr(other)
-            return DATA
+            filled = _join(self.expr(other) for other in (args.get(2), kw.get("other")))
+            return DATA | Taint(count=filled.count, stepped=filled.stepped)  # masked lanes hold `other`
         if name == "tl.store":
             self.address(args.get(0, kw.get("pointer")), self.ctx.writable, "store", node)
-            self.expr(args.get(1, kw.get("value")))
+            value = self.expr(args.get(1, kw.get("value")))
+            if value.count:
+                self.ctx.add(
+                    "count-value",
+                    "a stored value depends on the program id, the row count or a stride other than through what "
+                    "it loads: a row's answer may not change with which row it is or how many came with it",
+                    node,
+                )
             self.mask(args.get(2, kw.get("mask")), node)
             return INDEX
         if name == "tl.where":
@@ -356,9 +394,12 @@ class _Kernel:
             if cond is not None and not self.sign_test(cond):
                 self.test(cond, "a tl.where condition")
             picked = _join(self.expr(a) for a in [*node.args[1:], *(v for k, v in kw.items() if k != "condition")])
+            chosen = self.expr(cond) if cond is not None else INDEX
+            if chosen.stepped:  # a window of counts picks the answer (a bound check `row < n_rows` only masks)
+                picked = picked | Taint(count=True, stepped=True)
             return picked.moved()
         if name in ("tl.program_id", "tl.num_programs"):
-            return GRID
+            return COUNTED
         if name == "tl.arange":
             return Taint(lane=True)
         if name in self.ctx.kernels:
@@ -372,6 +413,8 @@ class _Kernel:
         everything = _join([receiver, *values])
         if method != "to" and name != "tl.abs":
             everything = everything.moved()  # a function of the data: where it crosses zero is its own
+            if name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
+                everything = everything.stepped_if_count()  # a function of a count: its windows are its own
         if everything.pointer and name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
             what = f"`{name or method}`"
             self.ctx.add(
@@ -458,7 +501,9 @@ def check_launch(
             env[param] = Taint(points=frozenset({arg}))
         elif role == SCALAR:
             env[param] = DATA
-        else:  # a shape or a stride: it grows with the call
+        elif role in (COUNT, STRIDE):  # grows with the call, and an answer may not depend on it
+            env[param] = COUNTED
+        else:  # a shape (a width): grows with the call, and an answer may depend on it
             env[param] = GRID
     given = dict(launch.constexprs)
     positive = frozenset(p for p in constexprs if p in given and _positive_constexpr(given[p]))

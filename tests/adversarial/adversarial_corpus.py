@@ -331,6 +331,9 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("numeric_eps_as_floor_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),  # log-scale
     _dynamic("domain_block_for_one_width", "correctness", "nan-output", widths=(256,)),
     _static("flow_capped_row_loop", "hidden-boundary"),
+    # a window of row counts, made by division, in the answer's arithmetic or picking it: wrong at counts not drawn
+    _static("flow_value_bump_at_one_count", "count-value"),
+    _static("flow_where_window_of_rows", "count-value"),
     # ------------------------------------------------ honest kernels: must pass
     _template(4, 1, dtype="bfloat16", gpu_width=1536),
     _template(8, 4, dtype="bfloat16", module=LLAMA, gpu_width=4096),

@@ -231,7 +231,7 @@ PARAM_KINDS = {"hidden_states": "tensor", "gate_up_proj": "module"} | dict.fromk
 # Runtime arguments a kernel may take: the gate's and the up projection's outputs (same shape, contiguous),
 # the output, and their element count. One program covers N elements.
 ARGS = ("g", "u", "y", "n")
-ARG_ROLES = {"g": "input", "u": "input", "y": "output", "n": "shape"}
+ARG_ROLES = {"g": "input", "u": "input", "y": "output", "n": "count"}
 GRIDS = elementwise.GRIDS
 MAX_BLOCK = elementwise.MAX_BLOCK
 READS_PER_WRITE = 2  # gate and up read for each product written: the judge's floor is at that mix's ceiling

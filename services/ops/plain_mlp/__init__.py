@@ -38,7 +38,7 @@ OPTIONAL_PARAMS: tuple[str, ...] = ()
 PARAM_KINDS = {"hidden_states": "tensor", "fc": "module", "proj": "module"}
 # Runtime arguments a kernel may take: the first map's output (contiguous), the output, their element count.
 ARGS = ("x", "y", "n")
-ARG_ROLES = {"x": "input", "y": "output", "n": "shape"}
+ARG_ROLES = {"x": "input", "y": "output", "n": "count"}
 GRIDS = elementwise.GRIDS
 MAX_BLOCK = elementwise.MAX_BLOCK
 READS_PER_WRITE = 1

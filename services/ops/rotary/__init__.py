@@ -67,7 +67,7 @@ ARGS = (
 # What each argument is, for the dataflow check (services.core.kernel_dataflow): q, k, cos and sin are read, the
 # outputs written; the rest are counts and strides.
 ARG_ROLES = {"q": "input", "k": "input", "cos": "input", "sin": "input", "q_out": "output", "k_out": "output"}
-ARG_ROLES |= {a: "shape" for a in ("positions", "seq", "heads_q", "heads_k")}
+ARG_ROLES |= {a: "count" for a in ("positions", "seq", "heads_q", "heads_k")}
 ARG_ROLES |= {a: "stride" for a in ARGS if a not in ARG_ROLES}
 # half the head dim and the next power of two >= it; the next powers of two >= q's and k's head counts; half
 # the rotary width (cos's last dim) and its power of two, the dims passed through (head_dim - rotary width) and

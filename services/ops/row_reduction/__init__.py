@@ -40,7 +40,7 @@ EPS_ATTRS = ("variance_epsilon", "eps", "epsilon", "layer_norm_eps")
 # another (row stride = cols); the wrapper makes x so (a copy only when the caller's view is not).
 ARGS = ("x", "w", "b", "y", "rows", "cols", "eps", "x_row_stride", "y_row_stride")  # b: the bias (LayerNorm)
 # What each argument is, for the dataflow check (services.core.kernel_dataflow): x, w and b are read, y written.
-ARG_ROLES = {"x": "input", "w": "input", "b": "input", "y": "output", "rows": "shape", "cols": "shape", "eps": "scalar"}
+ARG_ROLES = {"x": "input", "w": "input", "b": "input", "y": "output", "rows": "count", "cols": "shape", "eps": "scalar"}
 ARG_ROLES |= {"x_row_stride": "stride", "y_row_stride": "stride"}
 CONSTEXPR_EXPRS = ("cols", "block_cols")  # block_cols: the next power of two >= cols
 MAX_BLOCK = 65536  # one row must fit one program's registers/shared memory

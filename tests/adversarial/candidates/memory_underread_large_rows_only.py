@@ -26,7 +26,7 @@ def _rms_kernel(x_ptr, w_ptr, y_ptr, stride_x, stride_y, n_rows, n_cols, eps, BL
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     back = (n_rows // 4097) * BLOCK  # a block back from 4,097 rows on, none before
     early = tl.load(w_ptr + cols - back, mask=cols - back < n_cols, other=0.0)
-    w = tl.where(cols >= BLOCK + back, early, tl.load(w_ptr + cols, mask=mask, other=0.0))  # never the early lanes
+    w = tl.where(cols >= BLOCK, early, tl.load(w_ptr + cols, mask=mask, other=0.0))  # never the early lanes
     normed = (x * tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)).to(x_ptr.dtype.element_ty)
     y = w.to(tl.float32) * normed.to(tl.float32)
     tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
