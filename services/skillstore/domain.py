@@ -1,10 +1,9 @@
 """The skill store's decisions: which skill to try (UCB1 over fingerprint neighbours), what to publish, whom to credit;
 and the library every index backend holds, as a fold of SkillPublished / SkillCredited.
 
-Pure functions of (the run's log up to the trigger, the trigger, what was observed). The live handler
-and `yantra replay --verify` call the same functions, so they cannot disagree. Likewise every backend of
-the skill index (library.py, weaviate_index.py) folds events with `evolve_skill` and ranks with `nearest`,
-so they hold the same pulls and rewards and answer the same neighbours.
+Pure functions of (the run's log up to the trigger, the trigger, what was observed). The live handler and `yantra
+replay --verify` call the same functions, so they cannot disagree. Likewise every backend of the skill index
+(library.py, weaviate_index.py) folds events with `evolve_skill` and ranks with `nearest`: the same pulls and rewards.
 
 A skill is a recipe (template config) for an op family; its id is a hash of the two, so the same
 recipe proven on two models is one skill that remembers both fingerprints.
@@ -26,9 +25,8 @@ from services.core.pb import events_pb2 as pb
 from services.core.replay import Rederive, from_observed
 
 NEIGHBOURS_K = 5
-# Fingerprint distance within which a skill counts as the same physics. Two op families are 2·√2
-# apart (see profiler.roofline.FAMILY_WEIGHT); one family's ops differ by well under 1 unless their
-# intensity, width, rows and dtype all differ at once.
+# Fingerprint distance within which a skill counts as the same physics. Two op families are 2·√2 apart (see
+# profiler.roofline.FAMILY_WEIGHT); one family's ops differ by well under 1 unless intensity, width, rows, dtype all do.
 DISTANCE_THRESHOLD = 1.0
 # Judge rewards run from -1 to +3; UCB1 wants means in [0, 1].
 REWARD_MIN, REWARD_MAX = -1.0, 3.0
@@ -217,19 +215,13 @@ def decide_credit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCred
     return [pb.SkillCredited(skill_id=skill_id, reward=judged.reward, reason=reason)]
 
 
-# Since schema 13 the run's own served verdict counts against a skill too (services.core.events).
-SERVED_DEBIT_SCHEMA = 13
+SERVED_DEBIT_SCHEMA = 13  # since then the run's own served verdict counts against a skill (services.core.events)
 
 
 def decide_debit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCredited]:
-    """A swap rolled back for what it did live: a losing pull (-1) of the skill behind it. Two requests say that: the
-    server's own, when the kernel raised while serving (it carries the error), and the profiler's, when the run's
-    served load was worse after its swaps beyond its measured interval (services.profiler.served_verdict: every
-    live swap of the run goes back, so each skill behind one pays; a kernel the users were served worse with is a
-    loss whichever of the run's swaps cost the most).
-
-    An operator's rollback says nothing about the kernel (it may be a latency budget, a test): it debits nothing.
-    """
+    """A swap rolled back for what it did live, a losing pull (-1) of the skill behind it: the server's request (the
+    kernel raised while serving) or the profiler's (the run's served load worse after its swaps: every live swap
+    goes back, and each skill behind one pays). An operator's rollback says nothing about the kernel: no debit."""
     rolled: pb.SwapRolledBack = trigger.msg
     asked = next((r for r in prior if r.env.event_id == trigger.env.causation_id), None)
     if asked is None or asked.type != "RollbackRequested":
@@ -241,13 +233,8 @@ def decide_debit(prior: list[Recorded], trigger: Recorded) -> list[pb.SkillCredi
     else:
         return []
     skill_id = _skill_behind(prior, rolled.candidate_id)
-    if not skill_id:
-        return []
-    return [
-        pb.SkillCredited(
-            skill_id=skill_id, reward=-1, reason=f"swap {_swap_name(trigger, rolled.swap_id)} {why}; a losing pull"
-        )
-    ]
+    reason = f"swap {_swap_name(trigger, rolled.swap_id)} {why}; a losing pull"
+    return [pb.SkillCredited(skill_id=skill_id, reward=-1, reason=reason)] if skill_id else []
 
 
 def decide(prior: list[Recorded], trigger: Recorded) -> list[Message]:
