@@ -20,9 +20,9 @@ reading what it wrote last time. Tests can only sample inputs; this closes those
   is the one place a size boundary may live, where the judge draws both of its sides (`hidden-boundary`);
 - a stored value depends on which row it is, or how many rows the call has, only through what it loads: program
   ids, the program count, the family's count and stride arguments and loops over them address and mask, never
-  enter the arithmetic of an answer, nor pick one through a `tl.where` once divided, reduced or passed through a
-  function (`1 + 0.01 * (n_rows // 777 - n_rows // 778)` is right at every count but 777, which the judge may
-  never draw) (`count-value`). Widths (`shape` arguments: a norm divides by its width) may.
+  enter the arithmetic of an answer, nor pick one through a `tl.where`, a conditional or an `if` once divided,
+  reduced or passed through a function (`1 + 0.01 * (n_rows // 777 - n_rows // 778)` is right at every count but
+  777, which the judge may never draw) (`count-value`). Widths (`shape` arguments: a norm divides by its width) may.
 
 Abstract interpretation over the AST: each name holds a taint (loaded data or not; which tensor arguments it may
 point into), joined over branches and iterated to a fixed point over loops; a call of another kernel of the source
@@ -58,15 +58,8 @@ RULES: dict[str, str] = {
 
 # What a plan's runtime argument is, as its op family declares it (`ARG_ROLES` in each family). A count (rows,
 # positions, heads, elements) says how much work the call has; a shape (a width) says what each piece of it is.
-INPUT, OUTPUT, INPLACE, SHAPE, COUNT, STRIDE, SCALAR = (
-    "input",
-    "output",
-    "inplace",
-    "shape",
-    "count",
-    "stride",
-    "scalar",
-)
+INPUT, OUTPUT, INPLACE, SHAPE, COUNT = "input", "output", "inplace", "shape", "count"
+STRIDE, SCALAR = "stride", "scalar"
 ROLES = (INPUT, OUTPUT, INPLACE, SHAPE, COUNT, STRIDE, SCALAR)
 
 _LOOPS = ("range", "tl.range", "tl.static_range")
@@ -162,6 +155,9 @@ class _Kernel:
         self.ctx, self.fn, self.env, self.depth = ctx, fn, env, depth
         self.positive = positive  # names known to hold a positive constant (constexprs given positive values)
         self.returns: list[Taint] = []
+        # what the statements being walked run under: an `if` on a window of counts makes everything it stores or
+        # assigns depend on that window (`window_test`)
+        self.control = INDEX
 
     # ------------------------------------------------------------------ statements
 
@@ -189,12 +185,16 @@ class _Kernel:
             self.returns.append(self.expr(s.value) if s.value is not None else INDEX)
         elif isinstance(s, ast.If):
             self.test(s.test, "an if")
+            outer = self.control
+            if self.window_test(s.test):
+                self.control = outer | Taint(count=True, stepped=True)
             before = dict(self.env)
             self.block(s.body)
             taken = self.env
             self.env = dict(before)
             self.block(s.orelse)
             self.env = _merge(taken, self.env)
+            self.control = outer
         elif isinstance(s, ast.For):
             self.for_loop(s)
         elif isinstance(s, ast.While):
@@ -208,6 +208,7 @@ class _Kernel:
         # pass, break, continue: no flow of values
 
     def assign(self, target: ast.expr, value_node: ast.expr | None, value: Taint) -> None:
+        value = value | self.control
         if isinstance(target, ast.Name):
             self.env[target.id] = value
         elif isinstance(target, ast.Tuple | ast.List):
@@ -292,6 +293,21 @@ class _Kernel:
                 )
                 return
 
+    def window_test(self, node: ast.expr) -> bool:
+        """Whether an `if` on `node` runs only at a window of counts: a count divided, reduced or passed through a
+        function, compared with a fixed number or taken as it is (`(n_rows % 777) // 776 > 0`). One compared with
+        another count is a bound (`pid < units`, units a tile count: q's programs before k's) and decides nothing of
+        an answer; a loop's bounds neither (a tile count, `cdiv(positions, P)`, is one)."""
+        if isinstance(node, ast.BoolOp):
+            return any(self.window_test(v) for v in node.values)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return self.window_test(node.operand)
+        if not self.expr(node).stepped:
+            return False
+        if isinstance(node, ast.Compare):
+            return any(self.expr(side).static for side in [node.left, *node.comparators])
+        return True
+
     def sign_test(self, node: ast.expr) -> bool:
         """Whether `node` compares loaded values, scaled but not shifted, with zero: a sign split such as an
         activation's `tl.where(x < 0, 0, x)` or tanh's sign, which holds on every input. Any other comparison of
@@ -341,7 +357,8 @@ class _Kernel:
             )
         if isinstance(node, ast.IfExp):
             self.test(node.test, "a conditional expression")
-            return self.expr(node.body) | self.expr(node.orelse)
+            picked = self.expr(node.body) | self.expr(node.orelse)
+            return picked | Taint(count=True, stepped=True) if self.window_test(node.test) else picked
         if isinstance(node, ast.Subscript):
             return self.expr(node.value) | Taint(data=self.expr(node.slice).data)
         if isinstance(node, ast.Slice):
@@ -379,7 +396,7 @@ class _Kernel:
             return DATA | Taint(count=filled.count, stepped=filled.stepped)  # masked lanes hold `other`
         if name == "tl.store":
             self.address(args.get(0, kw.get("pointer")), self.ctx.writable, "store", node)
-            value = self.expr(args.get(1, kw.get("value")))
+            value = self.expr(args.get(1, kw.get("value"))) | self.control
             if value.count:
                 self.ctx.add(
                     "count-value",
@@ -440,7 +457,9 @@ class _Kernel:
                 env[k.arg] = self.expr(k.value)
                 if self.positive_step(k.value):
                     positive.add(k.arg)
-        return _Kernel(self.ctx, fn, env, self.depth + 1, frozenset(positive)).run()
+        callee = _Kernel(self.ctx, fn, env, self.depth + 1, frozenset(positive))
+        callee.control = self.control  # called under an `if` on a window: its stores are too
+        return callee.run()
 
     def address(self, node: ast.expr | None, allowed: frozenset[str], verb: str, call: ast.Call) -> None:
         if node is None:

@@ -334,6 +334,7 @@ TABLE: tuple[Entry, ...] = (
     # a window of row counts, made by division, in the answer's arithmetic or picking it: wrong at counts not drawn
     _static("flow_value_bump_at_one_count", "count-value"),
     _static("flow_where_window_of_rows", "count-value"),
+    _static("flow_if_window_stores_again", "count-value"),
     # ------------------------------------------------ honest kernels: must pass
     _template(4, 1, dtype="bfloat16", gpu_width=1536),
     _template(8, 4, dtype="bfloat16", module=LLAMA, gpu_width=4096),

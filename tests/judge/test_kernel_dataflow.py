@@ -117,6 +117,12 @@ def test_honest_norm_bodies_pass(extra):
         ("mask = mask & (row * n_cols < 1 << 20)", "hidden-boundary"),
         ("for r in range(row, tl.minimum(n_cols, 32768), tl.num_programs(0)):\n    w = w * 1.0", "hidden-boundary"),
         ("mask = cols < max(n_cols, 4096)", "hidden-boundary"),  # a width capped as a comparison would split it
+        ("w = w * (1.0 + 0.01 * (row // 777 - row // 778))", "count-value"),  # which row, in the answer
+        ("w = w * row", "count-value"),
+        ("w = tl.where((row % 777) // 776 > 0, w * 1.01, w)", "count-value"),  # a window of rows picks
+        ("if (row % 777) // 776 > 0:\n    w = w * 1.01", "count-value"),
+        ("w = w * 1.01 if (row % 777) // 776 else w", "count-value"),
+        ("x = tl.load(x_ptr + cols, mask=mask, other=row * 1.0)", "count-value"),  # masked lanes hold the row
     ],
 )
 def test_each_rule_refuses_its_hostile_body(extra, rule):
@@ -187,6 +193,42 @@ def test_a_constexpr_step_given_zero_by_the_plan_is_refused():
     """
     assert "unbounded-loop" in _rules(body, launch=_launch(BLOCK="block_cols", STEP="0"))
     assert _rules(body, launch=_launch(BLOCK="block_cols", STEP="64")) == []
+
+
+ROWS_KERNEL = """
+@triton.jit
+def k(x_ptr, w_ptr, y_ptr, x_stride, y_stride, n_rows, n_cols, eps, BLOCK: tl.constexpr, R: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    tiles = (n_rows + R - 1) // R  # a tile count: the row count divided
+    {extra}
+    for r in tl.static_range(R):
+        row = pid * R + r
+        mask = (cols < n_cols) & (row < n_rows)
+        x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32) * scale
+        y = w * x * tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
+        tl.store(y_ptr + row * y_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+"""
+ROWS_ARGS = ["x", "w", "y", "x_row_stride", "y_row_stride", "rows", "cols", "eps"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "refused"),
+    [
+        ("scale = 1.0", False),
+        ("scale = 1.0 / n_cols * n_cols", False),  # a width may enter an answer (a norm divides by it)
+        ("scale = 1.0\nif pid < tiles:\n    scale = 1.0", False),  # a bound against a tile count decides nothing
+        ("scale = 1.0 + 0.0 * n_rows", True),  # the row count in the answer
+        ("scale = 1.0 + 0.0 * x_stride", True),  # a stride too: right for one layout only
+        ("scale = 1.0\nif tiles % 7 == 3:\n    scale = 1.01", True),  # a window of row counts
+        ("scale = tl.where(tiles // 5 > 0, 1.01, 1.0)", True),
+    ],
+)
+def test_an_answer_depends_on_the_row_count_only_through_its_loads(extra, refused):
+    launch = _launch(args=ROWS_ARGS, BLOCK="block_cols", R="4")
+    body = ROWS_KERNEL.replace("{extra}", textwrap.indent(textwrap.dedent(extra).strip(), "    ").strip())
+    assert ("count-value" in _rules(body, launch=launch)) == refused, extra
 
 
 def test_families_declare_what_each_argument_is():
