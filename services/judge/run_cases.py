@@ -39,6 +39,12 @@ def random_bytes(count: int, seed: int) -> torch.Tensor:
     return torch.randint(0, 256, (count,), generator=gen, dtype=torch.uint8)
 
 
+def fences_stand(device: torch.device) -> bool:
+    """Whether a tensor on `device` can stand against inaccessible memory: always on a CPU (services.judge.fence), on
+    a GPU where its driver maps unmapped zones (services.judge.gpu_fence)."""
+    return device.type == "cpu" or gpu_fence.available(device)
+
+
 class Guard:
     """Allocations surrounded by canary bytes (random per judging), checked after every call. One side of each is
     inaccessible memory instead of a canary (services.judge.fence on a CPU, services.judge.gpu_fence's unmapped
@@ -54,7 +60,7 @@ class Guard:
         self.front = front
         head = (slice(0, GUARD_BYTES), slice(0, GUARD_BYTES))  # (where in an allocation, which canary bytes)
         tail = (slice(-GUARD_BYTES, None), slice(GUARD_BYTES, None))
-        self.fenced = device.type == "cpu" or gpu_fence.available(device)
+        self.fenced = fences_stand(device)
         # the sides that hold a canary: the one away from the fence; both where there is none
         self._spans = ([tail] if front else [head]) if self.fenced else [head, tail]
         self._expected = torch.cat([self.canary[which] for _, which in self._spans])
