@@ -166,6 +166,10 @@ def fenced_bytes(size: int, device: int, *, at_start: bool = False, zone: int = 
 
     unit = _granularity(device)
     mapping = _Mapping(round_up(size, unit), round_up(zone, unit), device)
+    # Fresh physical memory holds whatever it last held. Zeroed whole, the slack on the tensor's other side reads
+    # as zeros, as a CPU fence's fresh page does: what a read there returns (before the rerun against the other
+    # zone faults it) never depends on the machine's history, so a verdict does not either.
+    torch.as_tensor(_Interface(mapping.start, mapping.mapped, mapping), device=f"cuda:{device}").zero_()
     address = mapping.start if at_start else mapping.start + mapping.mapped - size
     return torch.as_tensor(_Interface(address, size, mapping), device=f"cuda:{device}")
 

@@ -107,6 +107,38 @@ def test_fenced_buffers_on_both_sides_hold_what_is_written():
     torch.cuda.synchronize()
 
 
+_READ_BEFORE = """
+import torch, triton, triton.language as tl
+from services.judge import gpu_fence
+
+@triton.jit
+def read_before(w_ptr, y_ptr, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    tl.store(y_ptr + cols, tl.load(w_ptr - BLOCK + cols))  # the BLOCK floats just before the tensor: its slack
+
+assert gpu_fence.available(torch.device("cuda")), gpu_fence.status()
+for _ in range(3):  # physical memory that last held NaNs, released: the driver hands the same pages out again
+    dirty = gpu_fence.fenced_bytes(80 * 4, 0)
+    dirty.view(torch.float32).fill_(float("nan"))
+    torch.cuda.synchronize()
+    del dirty
+w = gpu_fence.fenced_bytes(80 * 4, 0).view(torch.float32)
+y = torch.full((64,), 7.0, device="cuda")
+read_before[(1,)](w, y, BLOCK=64)
+torch.cuda.synchronize()
+print("before", float(y.abs().sum()), int(y.isnan().sum()))
+"""
+
+
+@pytest.mark.gpu
+def test_the_slack_beside_a_fenced_tensor_reads_zeros_whatever_the_memory_held(tmp_path):
+    """An under-read that stays in the tensor's granule (the fault comes at the rerun against the other zone) reads
+    zeros, as on a CPU: never what the memory last held, so the first pass's verdict is the same on every machine."""
+    got = _run(textwrap.dedent(_READ_BEFORE), tmp_path)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert "before 0.0 0" in got.stdout, got.stdout
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["memory_overread_large_rows_only", "memory_underread_large_rows_only"])
 def test_the_gpu_judge_rejects_the_large_rows_reads_a_cpu_judge_accepts(name, tmp_path):

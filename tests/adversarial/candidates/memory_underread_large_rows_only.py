@@ -1,8 +1,8 @@
 """An RMSNorm that also loads a block before its weight from 4,097 rows on, and keeps none of it: a read before a tensor.
 
 why hostile: the extra load's offset steps back a block with `n_rows // 4097` (zero at every row count a CPU runs),
-and `tl.where` keeps the real weight in every lane (its condition, index arithmetic against shapes, asks for a lane
-past the block: never true),
+and its lanes enter the answer only times zero, through a sum (so no compiler can prove them dead lane by lane: a
+load whose lanes nothing live uses is never issued on a GPU),
 so the answer is right at every shape; but the load is live, and at a long prefill it reads memory before the
 weight, which in production can be an unmapped page. A GPU judging runs its large cases first with fences after the
 tensors (the read lands in the page before, unseen), so only running every case again with the fences before the
@@ -25,8 +25,9 @@ def _rms_kernel(x_ptr, w_ptr, y_ptr, stride_x, stride_y, n_rows, n_cols, eps, BL
     mask = cols < n_cols
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
     back = (n_rows // 4097) * BLOCK  # a block back from 4,097 rows on, none before
-    early = tl.load(w_ptr + cols - back, mask=cols - back < n_cols, other=0.0)
-    w = tl.where(cols >= BLOCK, early, tl.load(w_ptr + cols, mask=mask, other=0.0))  # never the early lanes
+    early = tl.load(w_ptr + cols - back, mask=cols - back < n_cols, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    kept = tl.sum(early, axis=0) * 0.0  # every early lane stays live; the answer is unchanged
     normed = (x * tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)).to(x_ptr.dtype.element_ty)
-    y = w.to(tl.float32) * normed.to(tl.float32)
+    y = (w + kept) * normed.to(tl.float32)
     tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
