@@ -167,7 +167,7 @@ def test_a_secret_file_that_gives_nothing_is_one_line_for_every_command(tmp_path
 
 def test_the_servers_switch_interval_reaches_it_and_a_bad_one_is_one_line(monkeypatch):
     monkeypatch.delenv("YANTRA_SWITCH_INTERVAL_MS", raising=False)
-    assert Settings.from_env().switch_interval_ms == 0.5  # measured on the served sweep, not Python's 5
+    assert Settings.from_env().switch_interval_ms == 0.1  # measured on the served sweep, not Python's 5
     monkeypatch.setenv("YANTRA_SWITCH_INTERVAL_MS", "5")
     assert Settings.from_env().env()["YANTRA_SWITCH_INTERVAL_MS"] == "5.0"
     monkeypatch.delenv("YANTRA_SWITCH_INTERVAL_MS")

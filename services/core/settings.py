@@ -191,11 +191,12 @@ class Settings(BaseModel):
     )
     # The server's engine thread (a decode step) and event loop (gRPC, HTTP, each tick's tokens handed to the streams)
     # share the interpreter lock: a thread that dropped it (a GPU wait, any torch op) waits for it until the other
-    # drops it or this interval passes. 0.5 ms, not Python's 5: on an H200 the served sweep at 64 streams gave
-    # 3,932 / 3,952 tok/s at 0.5 ms against 3,371 / 3,228 at 5 (two runs, the order swapped; TPOT p50 14 against
-    # 17-18 ms), 1 and 16 streams alike (bench/README.md, "Served over the real API").
+    # drops it or this interval passes. 0.1 ms, not Python's 5: on an H200 the served sweep at 64 streams gave
+    # 3,932 / 3,952 tok/s at 0.5 ms against 3,371 / 3,228 at 5 (two runs, the order swapped), then 4,561 at 0.1 ms
+    # against 3,904 at 0.5 in one call (16 streams 2,146 against 1,844; the engine's tick p50 at 64 streams 10.1
+    # against 12.6 ms; 1 stream 229 against 235) (bench/README.md, "The server's thread switch interval").
     switch_interval_ms: float = Field(
-        0.5, gt=0, le=100, description="the server's thread switch interval (sys.setswitchinterval), in ms"
+        0.1, gt=0, le=100, description="the server's thread switch interval (sys.setswitchinterval), in ms"
     )
     # A burst of joins (a level's start: every stream at once) is one eager prefill past the prefill graphs' 4
     # prompts, host-bound (~25-30 ms on the H200 in process, longer beside a busy event loop); up to this many
