@@ -14,6 +14,13 @@ along and a tail, so only this lane is the served sweep's like-for-like.
   python bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 1 16 64 --prompt-tokens 64 --tokens 128 \\
       --out /tmp/inprocess.json --sweep --concurrency 1 16 64 --per-stream 3 --input-len 64 --output-len 128
 
+With --repeated-gqa-too, the engine lane runs again on a second engine (fresh graphs) with transformers' own SDPA
+attention, which copies every key/value head once per query head at a decode step (services.server.gqa_decode): the
+packed and the repeated attention side by side in one run, as "engine_repeated_gqa" and each level's ratio:
+
+  python bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 1 16 64 --no-hf-eager --repeated-gqa-too \\
+      --out bench/results/gqa_decode_h200.json
+
 With --beside, other presets run the engine lane after --model's, at the same streams and lengths, each loaded
 alone (the one before freed), and the result gives each one's tokens/s over --model's: the batched lane's other
 layer kinds beside full attention at one size (issue 27's target: >= 0.8 at 16 streams):
@@ -38,6 +45,7 @@ import served_load  # noqa: E402  (bench/served_load.py: the served sweep's requ
 import serving  # noqa: E402  (bench/serving.py: its lanes, as they are)
 import torch  # noqa: E402
 
+from services.server import gqa_decode  # noqa: E402
 from services.server.engine import Engine  # noqa: E402
 from services.server.models import load_model  # noqa: E402
 
@@ -109,6 +117,33 @@ async def beside(args, reference: list[dict]) -> dict:
     return others
 
 
+async def repeated_gqa(args, loaded, packed: list[dict]) -> list[dict]:
+    """The engine lane again with transformers' own SDPA attention (a copy of the cache per query head at each
+    decode step), on a fresh engine whose graphs are captured with it; each level's tokens/s over the packed lane's."""
+    base = {row["streams"]: row["tokens_per_s"] for row in packed}
+    rows = []
+    gqa_decode.install(False)
+    try:
+        engine = Engine(loaded, slots=max(args.streams))
+        try:
+            for n in args.streams:
+                ids = serving.prompts(loaded.vocab_size, n, args.prompt_tokens)
+                row = await serving.engine_streams(engine, ids, args.tokens)
+                row.pop("first_stream", None)
+                rows.append({"streams": n, **row, "packed_over_repeated": base[n] / row["tokens_per_s"]})
+                print(
+                    f"engine, repeated GQA, {n} streams: {row['tokens_per_s']:.1f} tok/s "
+                    f"(packed x{rows[-1]['packed_over_repeated']:.2f})",
+                    flush=True,
+                )
+        finally:
+            engine.close()
+    finally:
+        gqa_decode.install(True)
+        torch.cuda.empty_cache()
+    return rows
+
+
 async def run(args) -> dict:
     t0 = time.perf_counter()
     loaded = load_model(args.model, "cuda")
@@ -134,6 +169,9 @@ async def run(args) -> dict:
     finally:
         engine.close()
     del engine
+    torch.cuda.empty_cache()
+    if args.repeated_gqa_too:
+        lanes["engine_repeated_gqa"] = await repeated_gqa(args, loaded, lanes["engine"])
     loaded.model = None  # --beside loads its presets one at a time: this one's weights freed first
     torch.cuda.empty_cache()
     others = await beside(args, lanes["engine"]) if args.beside else {}
@@ -163,6 +201,10 @@ def main() -> int:
     p.add_argument(
         "--beside", nargs="+", default=[], metavar="PRESET",
         help="presets run through the engine lane after --model, at its streams; each one's tokens/s over --model's",
+    )  # fmt: skip
+    p.add_argument(
+        "--repeated-gqa-too", action="store_true",
+        help="the engine lane again with transformers' own SDPA attention (a copy of the cache per query head)",
     )  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="the result file (.json)")
     p.add_argument(

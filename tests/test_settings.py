@@ -181,3 +181,12 @@ def test_the_servers_switch_interval_reaches_it_and_a_bad_one_is_one_line(monkey
     for bad in ("0", "many", "65"):
         problem = _problem(monkeypatch, YANTRA_PREFILL_GROUPS=bad)
         assert problem.startswith("YANTRA_PREFILL_GROUPS") and "\n" not in problem, problem
+
+
+def test_packed_grouped_attention_is_on_unless_switched_off_and_reaches_the_server(monkeypatch):
+    monkeypatch.delenv("YANTRA_PACKED_GQA", raising=False)
+    assert Settings.from_env().packed_gqa  # no copy of the cache per query head (services.server.gqa_decode)
+    assert Settings.from_env().env()["YANTRA_PACKED_GQA"] == "1"
+    monkeypatch.setenv("YANTRA_PACKED_GQA", "0")
+    assert not Settings.from_env().packed_gqa
+    assert Settings.from_env().env()["YANTRA_PACKED_GQA"] == "0"

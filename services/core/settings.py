@@ -44,6 +44,7 @@ ENV_NAMES = {
     "weaviate_url": "WEAVIATE_URL",
     "max_requests": "YANTRA_MAX_REQUESTS",
     "graphs": "YANTRA_GRAPHS",
+    "packed_gqa": "YANTRA_PACKED_GQA",
     "batch": "YANTRA_BATCH",
     "switch_interval_ms": "YANTRA_SWITCH_INTERVAL_MS",
     "prefill_groups": "YANTRA_PREFILL_GROUPS",
@@ -59,7 +60,7 @@ ENV_NAMES = {
 # Set to "" these mean unset (the field's default); the others take "" as given (and may refuse it).
 _EMPTY_IS_UNSET = frozenset({"nats_url", "nats_port", "nats_replicas", "nats_retry_s", "batch", "shadow_calls"})
 # On/off settings: "0", "false" and "no" are off, anything else on.
-_FLAGS = frozenset({"restore_swaps", "graphs"})
+_FLAGS = frozenset({"restore_swaps", "graphs", "packed_gqa"})
 # Never echoed in an error message: a typo there must not print the secret.
 SECRET_FIELDS = frozenset({"nats_password", "nats_token", "admin_token"})
 
@@ -186,6 +187,11 @@ class Settings(BaseModel):
     )
     max_requests: int = Field(64, ge=1, description="requests the server generates at once; more: RESOURCE_EXHAUSTED")
     graphs: bool = Field(True, description="on a GPU, each batched decode step is a CUDA graph (0: eager steps)")
+    # transformers before 5.25 (the GPU pairing's 5.17) copies every key/value head once per query head when a mask
+    # is given, and a batched decode step always has one (services.server.gqa_decode): on by default, 0 keeps it.
+    packed_gqa: bool = Field(
+        True, description="a decode step's grouped key/value heads attend without a copy per query head (0: copy)"
+    )
     batch: int | None = Field(
         None, ge=0, description="requests decoded together (slots); unset: 64 on a GPU, 8 on a CPU; 0: one at a time"
     )
@@ -332,6 +338,7 @@ class Settings(BaseModel):
             out["WEAVIATE_URL"] = self.weaviate_url
         out["YANTRA_MAX_REQUESTS"] = str(self.max_requests)
         out["YANTRA_GRAPHS"] = "1" if self.graphs else "0"
+        out["YANTRA_PACKED_GQA"] = "1" if self.packed_gqa else "0"
         if self.batch is not None:
             out["YANTRA_BATCH"] = str(self.batch)
         out["YANTRA_SHADOW_CALLS"] = str(self.shadow_calls)

@@ -105,7 +105,7 @@ def run() -> int:
         log.error("server: %s", problem)
         return 2
     try:
-        loaded = load_model(settings.model, settings.device)
+        loaded = load_model(settings.model, settings.device, packed_gqa=settings.packed_gqa)
     except UnknownModel as exc:
         log.error("server: %s", exc)
         return 2

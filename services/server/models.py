@@ -413,8 +413,10 @@ def check_model_name(name: str) -> None:
     )
 
 
-def load_model(name: str, device: str = "auto") -> LoadedModel:
-    """Build a preset or load a local checkpoint, ready to serve; raises UnknownModel with the presets listed."""
+def load_model(name: str, device: str = "auto", *, packed_gqa: bool = True) -> LoadedModel:
+    """Build a preset or load a local checkpoint, ready to serve; raises UnknownModel with the presets listed.
+    `packed_gqa`: decode steps over grouped key/value heads attend without a copy per query head
+    (services.server.gqa_decode, process-wide; YANTRA_PACKED_GQA=0 on the server keeps transformers' own)."""
     check_model_name(name)  # a name nothing could be loaded from fails here, before any loading
     dev = resolve_device(device)
     if dev == "cpu":
@@ -425,6 +427,9 @@ def load_model(name: str, device: str = "auto") -> LoadedModel:
 
         interpreter_rounding.install()  # bf16 casts round to nearest, as a GPU's do
         interpreter_scalars.install()  # a scalar's __index__ on every NumPy
+    from services.server import gqa_decode
+
+    gqa_decode.install(packed_gqa)
     if name in PRESETS:
         return _load_preset(name, dev)
     return _load_local(name, dev)
