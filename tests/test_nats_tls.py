@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from services.core import events as ev
 from services.core.admin_auth import exposed_without_token
-from services.core.bus import Bus, BusUnavailable
+from services.core.bus import Bus, BusUnavailable, EventRefused
 from services.core.nats_cluster import cluster_config_text, plan_nodes, start_cluster
 from services.core.nats_launcher import UnsafeConfig, find_nats_server, free_port, start_nats
 from services.core.nats_security import (
@@ -103,6 +103,28 @@ async def test_a_service_publishes_and_reads_an_event_over_tls_with_its_own_user
     got = await reader.read_run(run_id)
     await reader.close()
     assert [r.type for r in got] == ["RunRequested"] and got[0].msg.prompts == ["hi"]
+
+
+async def test_a_services_user_publishes_only_the_facts_it_owns_and_cannot_delete_the_log(
+    secured, certs, credentials, run_id
+):
+    text = secured.config_file.read_text()
+    assert 'allow: ["yantra.run.*.CandidateJudged", "yantra.run.*.RunFailed"' in text  # the judge's, as written
+    judge = await Bus.connect(secured.url, name="test-judge", auth=credentials["judge"], tls=NatsTls(str(certs.ca)))
+    try:
+        verdict = pb.CandidateJudged(candidate_id="c1", reward=3)
+        own = ev.make_envelope(run_id, verdict, producer="judge", time_ns=time.time_ns(), event_id=f"j-{run_id}")
+        assert await judge.publish(own) > 0
+        # a verdict is the judge's to write; a run request is not: the server refuses it, and the bus says why
+        with pytest.raises(EventRefused) as refused:
+            await judge.publish(_event(run_id))
+        assert "does not let this connection's user publish it (on a secure stack only cli may" in str(refused.value)
+        with pytest.raises(TimeoutError):  # the log is nobody's to delete: no answer but the server's refusal
+            await judge.js.delete_stream(ev.RUNS_STREAM)
+        assert any("$js.api.stream.delete" in v for v in judge.violations)
+        assert [r.type for r in await judge.read_run(run_id)] == ["CandidateJudged"]
+    finally:
+        await judge.close()
 
 
 def _user(auth: NatsAuth) -> dict[str, str]:

@@ -20,11 +20,12 @@ from runlog import publish_envelope, wait_for_events
 from services.cli.common import CliError, open_bus, settings_of
 from services.cli.stack_cmds import nats_host_of, secure_of
 from services.core import events as ev
+from services.core.bus import Bus, EventRefused
 from services.core.nats_launcher import free_port
 from services.core.nats_security import SERVICES, bcrypt_hash
 from services.core.pb import events_pb2 as pb
 from services.core.server_client import wait_ready
-from services.core.settings import Settings
+from services.core.settings import NatsTls, Settings
 from services.core.stack import STACK_FILE, StackError, start_stack
 from services.core.stack_secure import client_settings, embedded_nats_problem, prepare_security
 from services.core.stack_tls import (
@@ -273,15 +274,23 @@ async def test_each_service_connects_with_its_own_user_over_tls_and_events_flow(
             stack.nats_url, "yantra-cli", str(security.files.ca)
         )  # fmt: skip
         bus = await open_bus(client)
+        # the profile as the profiler writes it, with the profiler's user: the commands' own may not (owners)
+        as_profiler = await Bus.connect(
+            stack.nats_url, name="test-profiler", auth=security.credentials["profiler"],
+            tls=NatsTls(str(security.files.ca)),
+        )  # fmt: skip
         try:
             run_id = "sec-" + uuid.uuid4().hex[:8]
             captured = profile_captured(qwen_norm())
             request = await publish_envelope(bus, run_id, pb.RunRequested(model="tiny-qwen2", max_candidates=2))
-            await publish_envelope(bus, run_id, captured, request, producer="profiler")
+            with pytest.raises(EventRefused, match="only profiler may"):
+                await publish_envelope(bus, run_id, captured, request, producer="profiler")
+            await publish_envelope(as_profiler, run_id, captured, request, producer="profiler")
             [retrieved] = await wait_for_events(bus, run_id, "SkillsRetrieved", timeout=120)
             proposed = await wait_for_events(bus, run_id, "CandidateProposed", timeout=120)
         finally:
             await bus.close()
+            await as_profiler.close()
         assert retrieved.env.producer == "skillstore" and {p.env.producer for p in proposed} == {"coder"}
         assert stack.dead() == []
 

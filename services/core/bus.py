@@ -24,7 +24,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from services.core import dead_letters as dlq
 from services.core import events as ev
-from services.core import streams
+from services.core import owners, streams
 from services.core.dead_letters import MAX_REASON_CHARS, DeadLetter, dlq_msg_id
 from services.core.events import Envelope, Recorded
 from services.core.nats_security import (
@@ -120,8 +120,13 @@ class BusClosed(ConnectionError):
 
 
 class EventRefused(RuntimeError):
-    """The run log refused an event: it is full, the server is out of storage, or the event is larger than any
-    event may be."""
+    """The run log refused an event: it is full, the server is out of storage, the event is larger than any
+    event may be, or this connection's user may not publish it (a secure stack: services.core.owners)."""
+
+
+def publish_refused(violations: list[str], subject: str) -> bool:
+    """Whether the server said this connection may not publish to `subject` (nats-py reports it lower-cased)."""
+    return any(f'"{subject.lower()}"' in v for v in violations)
 
 
 Handler = Callable[[Recorded], Awaitable[None]]
@@ -220,6 +225,9 @@ class Bus:
         self.js = nc.jetstream()
         self.replicas = replicas  # of each stream it makes (a cluster's nodes); None: the server's default
         self.retry_s = retry_s  # how long a publish or a set-up is tried again through a leader election (0: once)
+        # what the server refused this connection's user ("permissions violation for publish to ..."): a refused
+        # publish gets no ack, and its timeout alone would not say why
+        self.violations: list[str] = []
 
     @classmethod
     async def connect(
@@ -253,10 +261,13 @@ class Bus:
         retry_s = retry_s if retry_s is not None else env_retry_s
         several = len(nats_servers(url)) > 1 or (replicas or 1) > 1
         errors: list[Exception] = []  # the last one only: the callback lives as long as the connection
+        violations: list[str] = []  # the bus's own list: what the server refused this user, the latest few
         refused: asyncio.Future = asyncio.get_running_loop().create_future()
 
         async def _quiet(exc: Exception) -> None:  # the reconnect logic reports; don't spam tracebacks
             errors[:] = [exc]
+            if "permissions violation" in str(exc).lower():
+                violations[:] = [*violations[-15:], str(exc).lower()]
             # a wrong credential, or a certificate that cannot be verified, stays wrong: no use retrying
             if (auth_refused(exc) or tls_failed(exc)) and not refused.done():
                 refused.set_result(exc)
@@ -305,6 +316,7 @@ class Bus:
         if retry_s is None:  # elections happen on a cluster only: one server answers as before, at once
             retry_s = ELECTION_RETRY_S if several or _clustered(nc) else 0.0
         bus = cls(nc, replicas=replicas, retry_s=retry_s)
+        bus.violations = violations
         try:
             await bus.ensure_streams()
         except BaseException:  # JetStream did not answer: a connection left open would reconnect for ever
@@ -355,6 +367,14 @@ class Bus:
                 ) from exc
             if exc.err_code in _JS_STREAM_FULL:
                 raise EventRefused(f"{refused}: {_why(exc)} (the run log never drops old events to make room)") from exc
+            raise
+        except Exception as exc:
+            if publish_refused(self.violations, subject):
+                raise EventRefused(
+                    f"{ev.RUNS_STREAM} refused {env.type} of run {env.run_id}: the NATS server does not let this "
+                    f"connection's user publish it (on a secure stack only {', '.join(owners.owners(env.type))} "
+                    "may: services.core.owners)"
+                ) from exc
             raise
         return ack.seq
 

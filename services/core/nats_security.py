@@ -60,10 +60,14 @@ class TlsFiles:
 
 @dataclass(frozen=True)
 class AccountUser:
-    """A user of an account; `password` as the config holds it: a bcrypt hash, or (no bcrypt) the password."""
+    """A user of an account; `password` as the config holds it: a bcrypt hash, or (no bcrypt) the password.
+    `publish`: the subjects it may publish to (services.core.owners), `publish_denied` the ones it may not among
+    them; None: no restriction (an operator's user)."""
 
     user: str
     password: str = field(repr=False)
+    publish: tuple[str, ...] | None = None
+    publish_denied: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -89,8 +93,16 @@ def tls_block(tls: TlsFiles, indent: str = "") -> list[str]:
     return [f"{indent}tls {{", *(f"{indent}  {line}" for line in inner), f"{indent}}}"]
 
 
+def _permissions(u: AccountUser) -> str:
+    if u.publish is None:
+        return ""
+    allow = ", ".join(quoted(subject) for subject in u.publish)
+    deny = ", ".join(quoted(subject) for subject in u.publish_denied)
+    return f", permissions: {{ publish: {{ allow: [{allow}], deny: [{deny}] }} }}"
+
+
 def _users(users: Iterable[AccountUser], indent: str) -> list[str]:
-    rows = [f"{indent}  {{ user: {quoted(u.user)}, password: {quoted(u.password)} }}" for u in users]
+    rows = [f"{indent}  {{ user: {quoted(u.user)}, password: {quoted(u.password)}{_permissions(u)} }}" for u in users]
     return [f"{indent}users: [", *rows, f"{indent}]"]
 
 
@@ -190,10 +202,16 @@ def service_credentials(services: Iterable[str] = SERVICES) -> dict[str, NatsAut
 
 
 def account_users(credentials: Mapping[str, NatsAuth], cost: int = BCRYPT_COST) -> tuple[AccountUser, ...]:
-    """The users a config lists for `credentials`, each password bcrypt-hashed (stored as given without bcrypt)."""
-    return tuple(
-        AccountUser(auth.user, bcrypt_hash(auth.password, cost) or auth.password) for auth in credentials.values()
-    )
+    """The users a config lists for `credentials` (keyed by service), each password bcrypt-hashed (stored as given
+    without bcrypt), each service's user allowed to publish only what it owns (services.core.owners)."""
+    from services.core import owners
+
+    users = []
+    for name, auth in credentials.items():
+        allowed = owners.publish_allowed(name)
+        denied = owners.JS_API_DENIED if allowed is not None else ()
+        users.append(AccountUser(auth.user, bcrypt_hash(auth.password, cost) or auth.password, allowed, denied))
+    return tuple(users)
 
 
 # ---------------------------------------------------------------------------------------------- the client's side

@@ -12,7 +12,7 @@ from tui_pilot_helpers import until
 from services.core.bus import Bus
 from services.core.nats_launcher import start_nats
 from services.core.nats_security import NatsSecurity, TlsFiles, account_users, service_credentials
-from services.core.settings import NatsTls, Settings
+from services.core.settings import NatsAuth, NatsTls, Settings
 from tests.tls_certs import make_tls
 from tui.app import LiveConfig, make_app
 from tui.sources import ReplayError, load_run
@@ -22,17 +22,19 @@ from tui.sources import ReplayError, load_run
 def secured(tmp_path_factory):
     root = tmp_path_factory.mktemp("tui-tls")
     certs = make_tls(root / "tls")
-    users = service_credentials(("cli",))
+    # the TUI reads as the commands' user; a whole run is written by a user of no service (each service's own
+    # may publish only what it owns, services.core.owners): here, one that stands for all of them
+    users = {**service_credentials(("cli",)), "seed": NatsAuth(user="seed", password="seed-pw")}
     security = NatsSecurity(app_users=account_users(users), tls=TlsFiles(certs.cert, certs.key, certs.ca))
     server = start_nats(root / "store", log_file=root / "nats.log", security=security)
-    yield server, certs, users["cli"]
+    yield server, certs, users["cli"], users["seed"]
     server.stop()
 
 
 async def test_live_mode_and_replay_connect_with_the_ca_and_the_user(secured, run_id):
-    server, certs, cli = secured
+    server, certs, cli, seed = secured
     envs = fx.swapped_run(time.time_ns(), run_id=run_id)
-    bus = await Bus.connect(server.url, name="test-tui-tls", auth=cli, tls=NatsTls(str(certs.ca)))
+    bus = await Bus.connect(server.url, name="test-tui-tls", auth=seed, tls=NatsTls(str(certs.ca)))
     try:
         for env in envs:
             await bus.publish(env)
