@@ -54,3 +54,16 @@ async def test_a_copy_published_without_its_message_id_is_stored_and_flagged(bus
     assert len(log) == 3
     problems = verify(log, REDERIVE)
     assert len(problems) == 1 and problems[0].seq == log[-1].seq and "second copy" in problems[0].problem
+
+
+def test_a_fact_written_by_one_that_does_not_own_it_is_flagged():
+    """Each decided event has its owners (services.core.owners): one written by a producer that does not own its
+    type (here a run's end by something that is no service) is flagged, however well it re-derives."""
+    run = RunLog("r1")
+    asked = run.add(pb.RunRequested(prompts=[""]), "cli")
+    observed = pb.RunFailureObservation(service="profiler", error="prompt 1 of 1 is empty")
+    run.add(run_failed(run.log, asked, observed), "tui", asked)
+    problems = verify(run.log, REDERIVE)
+    assert [p.problem for p in problems] == [
+        "written by tui: only cli, profiler, skillstore, coder, judge, server write it"
+    ]

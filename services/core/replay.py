@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from google.protobuf.message import Message
 
 from services.core import events as ev
+from services.core import owners
 from services.core.events import Recorded
 
 # (log up to and including the trigger, the trigger, the recorded event, its ordinal) -> the event re-derived.
@@ -99,6 +100,8 @@ def verify(run_log: list[Recorded], rederivers: dict[str, Rederive]) -> list[Mis
         by_id[env.event_id] = rec
         if is_input(rec):
             continue
+        if env.producer not in owners.owners(rec.type):  # a fact has one owner (services.core.owners)
+            bad(f"written by {env.producer or '(nobody)'}: only {', '.join(owners.owners(rec.type))} write it")
         cause = by_id.get(env.causation_id)
         if cause is None or cause is rec:
             bad(f"its cause {env.causation_id[:8] or '(none)'} is not earlier in the log")
