@@ -158,6 +158,7 @@ class _Kernel:
         # what the statements being walked run under: an `if` on a window of counts makes everything it stores or
         # assigns depend on that window (`window_test`)
         self.control = INDEX
+        self.defs: dict[str, ast.expr | None] = {}  # each name's last plain assignment: a tile count by name
 
     # ------------------------------------------------------------------ statements
 
@@ -211,6 +212,8 @@ class _Kernel:
         value = value | self.control
         if isinstance(target, ast.Name):
             self.env[target.id] = value
+            # what it was set to, when it is set once (None: set again, an update, a loop's variable)
+            self.defs[target.id] = None if target.id in self.defs else value_node
         elif isinstance(target, ast.Tuple | ast.List):
             # `a, b = x, y` keeps each its own taint; any other unpacking gives each part the whole value's
             parts = value_node.elts if isinstance(value_node, ast.Tuple | ast.List) else None
@@ -246,7 +249,19 @@ class _Kernel:
                 )
         loop = Taint(data=bound.data, grid=bound.grid, lane=bound.lane, count=bound.count, stepped=bound.stepped)
         self.assign(s.target, None, loop)
+        # How many times the body runs is the bounds' to say. A value carried from one iteration to the next (an
+        # accumulator: read in the body before the body assigns it) holds that number: counted, it depends on how
+        # many rows came. Bounds that are a window of counts (`rows // 777 - rows // 778`; a tile count
+        # `cdiv(rows, R)` is none: every row is in one of its tiles) make the body run only at some counts: what it
+        # stores or assigns depends on that window, as under an `if` on one (`window_test`).
+        iterations = Taint(count=bound.count, stepped=bound.stepped)
+        for held in _carried(s.body):
+            self.env[held] = self.env.get(held, INDEX) | iterations
+        outer = self.control
+        if any(self.expr(a).stepped and not self.tile_count(a) for a in (it.args if name in _LOOPS else ())):
+            self.control = outer | Taint(count=True, stepped=True)
         self.loop_body(s.body + s.orelse)
+        self.control = outer
 
     def loop_body(self, body: list[ast.stmt]) -> None:
         """Run the body until the names it changes stop changing (a value can flow from one iteration to the
@@ -257,6 +272,31 @@ class _Kernel:
             self.env = _merge(before, self.env)
             if self.env == before:
                 return
+
+    def tile_count(self, node: ast.expr) -> bool:
+        """Whether `node` is a count of tiles covering a count: `tl.cdiv(rows, R)` or `(rows + R - 1) // R`, rows a
+        count or a shape as given (not itself stepped), R a positive constant or constexpr; or a name set to one."""
+        if isinstance(node, ast.Name):
+            named = self.defs.get(node.id)
+            return named is not None and not isinstance(named, ast.Name) and self.tile_count(named)
+        if isinstance(node, ast.Call) and _dotted(node.func) == "tl.cdiv" and len(node.args) == 2:
+            whole, tile = node.args
+        elif (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.FloorDiv)
+            and isinstance(node.left, ast.BinOp)
+            and isinstance(node.left.op, ast.Sub)
+            and isinstance(node.left.right, ast.Constant)
+            and node.left.right.value == 1
+            and isinstance(node.left.left, ast.BinOp)
+            and isinstance(node.left.left.op, ast.Add)
+            and ast.dump(node.left.left.right) == ast.dump(node.right)
+        ):
+            whole, tile = node.left.left.left, node.right
+        else:
+            return False
+        counted = self.expr(whole)
+        return not (counted.stepped or counted.data or counted.pointer) and self.positive_step(tile)
 
     def positive_step(self, node: ast.expr) -> bool:
         if isinstance(node, ast.Constant):
@@ -485,6 +525,53 @@ class _Kernel:
             self.ctx.add("value-branch", "a mask depends on loaded values: masks bound indices, not data", call)
         if t.pointer:
             self.ctx.add("pointer-origin", "a mask is computed from a pointer", call)
+
+
+def _carried(body: list[ast.stmt]) -> set[str]:
+    """Names a loop body reads before it assigns them, in the order its statements run (branches walked in order,
+    both taken): the values one iteration hands the next. `acc += x` reads acc; `acc = tl.zeros(...)` first does
+    not."""
+    assigned: set[str] = set()
+    carried: set[str] = set()
+    written: set[str] = set()
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            written.add(node.id)
+
+    def reads(node: ast.AST) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in assigned:
+                carried.add(sub.id)
+
+    def targets(node: ast.AST) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                assigned.add(sub.id)
+
+    def walk(stmts: list[ast.stmt]) -> None:
+        for st in stmts:
+            if isinstance(st, ast.AugAssign):
+                if isinstance(st.target, ast.Name) and st.target.id not in assigned:
+                    carried.add(st.target.id)  # `acc += x` reads acc first (its target is a store in the AST)
+                reads(st.value)
+                targets(st.target)
+            elif isinstance(st, ast.Assign | ast.AnnAssign):
+                if st.value is not None:
+                    reads(st.value)
+                for t in st.targets if isinstance(st, ast.Assign) else [st.target]:
+                    targets(t)
+            elif isinstance(st, ast.For):
+                reads(st.iter)
+                targets(st.target)
+                walk(st.body + st.orelse)
+            elif isinstance(st, ast.If | ast.While):
+                reads(st.test)
+                walk(st.body + st.orelse)
+            else:
+                reads(st)
+
+    walk(body)
+    return carried & written
 
 
 def _merge(a: dict[str, Taint], b: dict[str, Taint]) -> dict[str, Taint]:

@@ -335,6 +335,7 @@ TABLE: tuple[Entry, ...] = (
     _static("flow_value_bump_at_one_count", "count-value"),
     _static("flow_where_window_of_rows", "count-value"),
     _static("flow_if_window_stores_again", "count-value"),
+    _static("flow_loop_window_of_rows", "count-value"),  # a window in a loop's bounds, carried out of it
     # ------------------------------------------------ honest kernels: must pass
     _template(4, 1, dtype="bfloat16", gpu_width=1536),
     _template(8, 4, dtype="bfloat16", module=LLAMA, gpu_width=4096),

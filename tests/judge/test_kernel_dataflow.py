@@ -223,6 +223,13 @@ ROWS_ARGS = ["x", "w", "y", "x_row_stride", "y_row_stride", "rows", "cols", "eps
         ("scale = 1.0 + 0.0 * x_stride", True),  # a stride too: right for one layout only
         ("scale = 1.0\nif tiles % 7 == 3:\n    scale = 1.01", True),  # a window of row counts
         ("scale = tl.where(tiles // 5 > 0, 1.01, 1.0)", True),
+        # loops: a tile count is a bound; a window of counts is not, and what a loop carries counts its iterations
+        ("scale = 1.0\nfor t in range(pid, tl.cdiv(n_rows, R), tl.num_programs(0)):\n    scale = 1.0", False),
+        ("scale = 1.0\nfor t in range(pid, tiles, tl.num_programs(0)):\n    scale = 1.0", False),
+        ("scale = 1.0\nfor t in range(n_rows // 777 - n_rows // 778):\n    scale = 1.01", True),
+        ("scale = 1.0\nfor t in range(tl.cdiv(n_rows, 4097)):\n    scale += 0.01", True),  # 1.01, or 1.02 past
+        ("scale = 1.0\nfor t in range(0, n_rows, 4096):\n    scale = scale * 1.0", True),
+        ("scale = 1.0\nfor c in range(0, n_cols, BLOCK):\n    scale += 0.0", False),  # over the width: no count
     ],
 )
 def test_an_answer_depends_on_the_row_count_only_through_its_loads(extra, refused):
