@@ -20,4 +20,5 @@ assert transformers.__version__ == "$OLDEST", transformers.__version__
 PY
 echo "compat: the model-facing tests under transformers $OLDEST"
 PYTHONPATH="$PWD/$site" python -m pytest -q -p no:cacheprovider -n "${YANTRA_TEST_WORKERS:-2}" -m "not slow" \
-  tests/server/test_slot_kinds.py tests/server/test_architectures.py tests/server/test_models.py tests/profiler
+  tests/server/test_slot_kinds.py tests/server/test_architectures.py tests/server/test_models.py tests/profiler \
+  tests/server/test_gqa_decode.py

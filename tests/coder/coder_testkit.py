@@ -13,6 +13,7 @@ import torch
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
 from services.core import events as ev
+from services.core import owners
 from services.core.bus import Bus
 from services.core.events import Recorded
 from services.core.pb import events_pb2 as pb
@@ -41,8 +42,9 @@ class Log:
 
     def append(self, msg, cause: Recorded | None = None, ordinal: int = 0) -> Recorded:
         causation = cause.env.event_id if cause else (self.records[-1].env.event_id if self.records else "")
+        producer = owners.owners(ev.type_name(msg))[0]  # as its owner writes it (services.core.owners)
         env = ev.make_envelope(
-            RUN, msg, producer="test", time_ns=time.time_ns(), causation_id=causation, ordinal=ordinal
+            RUN, msg, producer=producer, time_ns=time.time_ns(), causation_id=causation, ordinal=ordinal
         )
         rec = Recorded(len(self.records) + 1, env)
         self.records.append(rec)
