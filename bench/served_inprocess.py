@@ -45,6 +45,7 @@ import served_load  # noqa: E402  (bench/served_load.py: the served sweep's requ
 import serving  # noqa: E402  (bench/serving.py: its lanes, as they are)
 import torch  # noqa: E402
 
+from services.core.settings import Settings  # noqa: E402
 from services.server import gqa_decode  # noqa: E402
 from services.server.engine import Engine  # noqa: E402
 from services.server.models import load_model  # noqa: E402
@@ -184,6 +185,7 @@ async def run(args) -> dict:
         "new_tokens": args.tokens,
         "load_s": loaded_s,
         "wall_s": time.perf_counter() - t0,
+        "switch_interval_ms": sys.getswitchinterval() * 1000,
         "note": "fixed lengths (the served run's means); engine: all streams start together after a warm-up round; "
         "ttft_s is the median over streams; hf_eager: one padded-free batch, ttft_s one prefill + first token",
         "lanes": {k: v for k, v in lanes.items() if v},
@@ -215,6 +217,9 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("served_inprocess: needs a GPU (bench/serving.py's lanes are CUDA-only)", file=sys.stderr)
         return 2
+    # the server's own interpreter-lock switch interval (YANTRA_SWITCH_INTERVAL_MS, services/server/__main__.py):
+    # the engine's thread and the streams' event loop share the lock here as they do there, so like for like
+    sys.setswitchinterval(Settings.from_env().switch_interval_ms / 1000)
     result = asyncio.run(run(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
