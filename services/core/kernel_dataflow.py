@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from services.core.kernel_schema import dotted
 from services.core.pb import events_pb2 as pb
@@ -54,6 +54,8 @@ RULES: dict[str, str] = {
     "(a dispatch boundary is the plan's to declare)",
     "count-value": "a stored value depends on which row or how many rows only through what it loads (program ids, "
     "counts and strides address and mask)",
+    "count-window": "a window of row counts (a count divided, reduced or passed through a function, other than a tile "
+    "count such as cdiv(rows, R)) never moves an address or picks a mask's lanes",
 }
 
 # What a plan's runtime argument is, as its op family declares it (`ARG_ROLES` in each family). A count (rows,
@@ -89,6 +91,13 @@ class Taint:
     # which row, or how many (program ids, counts, strides, loops over them): an answer may not depend on it
     count: bool = False
     stepped: bool = False  # count passed through a division, a remainder, a bit operation or a function: a window
+    # How many rows (a family's count arguments, the program count, sums and products of them) as opposed to which
+    # one (`index`: program ids, loop variables, and anything offset from them). A size divided, reduced or passed
+    # through a function is a `window` (it changes at some sizes only: `rows // 777 - rows // 778`) unless it is a
+    # tile count (`tl.cdiv(rows, R)`); an index divided by a size is where in a tile it is, no window.
+    size: bool = False
+    index: bool = False
+    window: bool = False
 
     def __or__(self, other: Taint) -> Taint:
         return Taint(
@@ -99,13 +108,16 @@ class Taint:
             self.lane or other.lane,
             self.count or other.count,
             self.stepped or other.stepped,
+            self.size or other.size,
+            self.index or other.index,
+            self.window or other.window,
         )
 
     def moved(self) -> Taint:
-        return Taint(self.data, self.points, self.data, self.grid, self.lane, self.count, self.stepped)
+        return replace(self, shifted=self.data)
 
     def stepped_if_count(self) -> Taint:
-        return Taint(self.data, self.points, self.shifted, self.grid, self.lane, self.count, self.count)
+        return replace(self, stepped=self.count)
 
     @property
     def static(self) -> bool:
@@ -120,7 +132,9 @@ class Taint:
 INDEX = Taint()
 DATA = Taint(data=True)
 GRID = Taint(grid=True)
-COUNTED = Taint(grid=True, count=True)  # program ids, counts and strides
+COUNTED = Taint(grid=True, count=True)  # strides
+SIZED = Taint(grid=True, count=True, size=True)  # a family's count arguments, the program count
+INDEXED = Taint(grid=True, count=True, index=True)  # program ids
 
 
 def _join(taints) -> Taint:
@@ -247,7 +261,9 @@ class _Kernel:
                     "count: a step that can be zero never ends",
                     args[2],
                 )
-        loop = Taint(data=bound.data, grid=bound.grid, lane=bound.lane, count=bound.count, stepped=bound.stepped)
+        loop = Taint(
+            data=bound.data, grid=bound.grid, lane=bound.lane, count=bound.count, stepped=bound.stepped, index=True
+        )
         self.assign(s.target, None, loop)
         # How many times the body runs is the bounds' to say. A value carried from one iteration to the next (an
         # accumulator: read in the body before the body assigns it) holds that number: counted, it depends on how
@@ -275,7 +291,7 @@ class _Kernel:
 
     def tile_count(self, node: ast.expr) -> bool:
         """Whether `node` is a count of tiles covering a count: `tl.cdiv(rows, R)` or `(rows + R - 1) // R`, rows a
-        count or a shape as given (not itself stepped), R a positive constant or constexpr; or a name set to one."""
+        count or a shape as given (not itself stepped), R a constant or constexpr; or a name set once to one."""
         if isinstance(node, ast.Name):
             named = self.defs.get(node.id)
             return named is not None and not isinstance(named, ast.Name) and self.tile_count(named)
@@ -296,7 +312,8 @@ class _Kernel:
         else:
             return False
         counted = self.expr(whole)
-        return not (counted.stepped or counted.data or counted.pointer) and self.positive_step(tile)
+        # R any number fixed for the launch: a zero is a division by zero when it compiles, never a window
+        return not (counted.stepped or counted.window or counted.data or counted.pointer) and self.expr(tile).static
 
     def positive_step(self, node: ast.expr) -> bool:
         if isinstance(node, ast.Constant):
@@ -375,7 +392,8 @@ class _Kernel:
                 return INDEX
             return self.expr(node.value)  # .T and the like: the same values
         if isinstance(node, ast.BinOp):
-            return self.binop(node.op, self.expr(node.left), self.expr(node.right), node)
+            out = self.binop(node.op, self.expr(node.left), self.expr(node.right), node)
+            return replace(out, window=False, size=True) if self.tile_count(node) else out
         if isinstance(node, ast.UnaryOp):
             value = self.expr(node.operand)
             if value.pointer:
@@ -394,6 +412,7 @@ class _Kernel:
                 lane=any(p.lane for p in parts),
                 count=any(p.count for p in parts),
                 stepped=any(p.stepped for p in parts),
+                window=any(p.window for p in parts),
             )
         if isinstance(node, ast.IfExp):
             self.test(node.test, "a conditional expression")
@@ -406,7 +425,8 @@ class _Kernel:
         if isinstance(node, ast.Tuple | ast.List):
             return _join(self.expr(e) for e in node.elts)
         if isinstance(node, ast.Call):
-            return self.call(node)
+            out = self.call(node)
+            return replace(out, window=False, size=True) if self.tile_count(node) else out
         return _join(self.expr(c) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
 
     def binop(self, op: ast.operator, left: Taint, right: Taint, node: ast.AST) -> Taint:
@@ -417,13 +437,19 @@ class _Kernel:
             if not offset_only:
                 self.ctx.add("pointer-origin", "arithmetic on a pointer other than adding an offset", node)
         out = left | right
+        if left.index or right.index:  # an offset from which row is still which row: no size
+            out = replace(out, size=False)
         if isinstance(op, ast.Add | ast.Sub):  # data plus a constant, a shape, a constexpr: zero moved
             return out.moved() if left.data != right.data else out
+        if isinstance(op, ast.Mult):
+            return out
+        # a size divided (or reduced, a power, bits of it) changes at some sizes only; an index divided by anything
+        # is a place in a tile (`unit // blocks`), unless what divides it is itself such a window
+        windowed = left.window or right.window or (left.size and not left.index)
+        out = replace(out, window=windowed)
         if isinstance(op, ast.Div):
             return out.stepped_if_count()  # a count made a fraction: compared, a threshold of it
-        if not isinstance(op, ast.Mult):
-            return out.moved().stepped_if_count()  # %, //, powers, bit operations
-        return out
+        return out.moved().stepped_if_count()  # %, //, powers, bit operations
 
     def call(self, node: ast.Call) -> Taint:
         name = _dotted(node.func)
@@ -455,8 +481,10 @@ class _Kernel:
             if chosen.stepped:  # a window of counts picks the answer (a bound check `row < n_rows` only masks)
                 picked = picked | Taint(count=True, stepped=True)
             return picked.moved()
-        if name in ("tl.program_id", "tl.num_programs"):
-            return COUNTED
+        if name == "tl.program_id":
+            return INDEXED
+        if name == "tl.num_programs":
+            return SIZED
         if name == "tl.arange":
             return Taint(lane=True)
         if name in self.ctx.kernels:
@@ -472,6 +500,8 @@ class _Kernel:
             everything = everything.moved()  # a function of the data: where it crosses zero is its own
             if name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
                 everything = everything.stepped_if_count()  # a function of a count: its windows are its own
+                sized = any(v.size and not v.index for v in [receiver, *values])
+                everything = replace(everything, window=everything.window or sized)
         if everything.pointer and name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
             what = f"`{name or method}`"
             self.ctx.add(
@@ -510,6 +540,8 @@ class _Kernel:
             return
         if t.data:
             self.ctx.add("value-address", f"a {verb} whose address depends on loaded values", call)
+        if t.window:
+            self.ctx.add("count-window", f"a {verb} whose address moves with a window of row counts", call)
         outside = sorted(t.points - allowed)
         if outside:
             if verb == "load":
@@ -523,6 +555,8 @@ class _Kernel:
         t = self.expr(node)
         if t.data:
             self.ctx.add("value-branch", "a mask depends on loaded values: masks bound indices, not data", call)
+        if t.window:
+            self.ctx.add("count-window", "a mask picks lanes by a window of row counts", call)
         if t.pointer:
             self.ctx.add("pointer-origin", "a mask is computed from a pointer", call)
 
@@ -607,7 +641,9 @@ def check_launch(
             env[param] = Taint(points=frozenset({arg}))
         elif role == SCALAR:
             env[param] = DATA
-        elif role in (COUNT, STRIDE):  # grows with the call, and an answer may not depend on it
+        elif role == COUNT:  # grows with the call, and an answer may not depend on it
+            env[param] = SIZED
+        elif role == STRIDE:
             env[param] = COUNTED
         else:  # a shape (a width): grows with the call, and an answer may depend on it
             env[param] = GRID

@@ -336,6 +336,8 @@ TABLE: tuple[Entry, ...] = (
     _static("flow_where_window_of_rows", "count-value"),
     _static("flow_if_window_stores_again", "count-value"),
     _static("flow_loop_window_of_rows", "count-value"),  # a window in a loop's bounds, carried out of it
+    _static("flow_address_window_of_rows", "count-window"),  # a window in a load's address: the next row's values
+    _static("flow_mask_window_of_rows", "count-window"),  # a window in a store's mask: lanes left unwritten
     # ------------------------------------------------ honest kernels: must pass
     _template(4, 1, dtype="bfloat16", gpu_width=1536),
     _template(8, 4, dtype="bfloat16", module=LLAMA, gpu_width=4096),

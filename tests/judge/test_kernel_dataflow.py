@@ -264,3 +264,32 @@ def test_the_candidate_check_runs_it_after_the_plan_check():
         HEADER + textwrap.dedent(_norm("")), pb.LaunchPlan(family="row_reduction", launches=[_launch()])
     )
     assert honest.passed, honest.findings
+
+
+@pytest.mark.parametrize(
+    ("extra", "refused"),
+    [
+        # which row: a program id divided by a tile count, offset by a program count, is where in a tile it is
+        ("rows_at = (pid - tiles) // tiles + pid % tiles", False),
+        ("rows_at = pid // tl.cdiv(n_rows, 4096)", False),
+        ("rows_at = pid + tiles * 0", False),
+        # how many rows, divided by a fixed number: a window of counts, in an address or a mask
+        ("rows_at = pid + (n_rows // 777 - n_rows // 778)", True),
+        ("rows_at = pid + tl.maximum(n_rows, 1) * 0", True),  # a function of a count: its windows are its own
+        ("rows_at = pid + n_rows % 2", True),
+    ],
+)
+def test_a_window_of_row_counts_never_moves_an_address_or_picks_a_mask(extra, refused):
+    body = """
+    @triton.jit
+    def k(x_ptr, w_ptr, y_ptr, x_stride, y_stride, n_rows, n_cols, eps, BLOCK: tl.constexpr, R: tl.constexpr):
+        pid = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        tiles = (n_rows + R - 1) // R
+        {extra}
+        mask = (cols < n_cols) & (cols * 0 + rows_at < n_rows)
+        x = tl.load(x_ptr + rows_at * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + pid * y_stride + cols, x.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+    """
+    launch = _launch(args=ROWS_ARGS, BLOCK="block_cols", R="4")
+    assert ("count-window" in _rules(textwrap.dedent(body).replace("{extra}", extra), launch=launch)) == refused

@@ -1,13 +1,14 @@
-"""An RMSNorm whose weight's mask widens by a block once a call has 4,097 rows: a read past the weight at large calls.
+"""An RMSNorm that also reads a block past its weight's end from 4,097 rows on, and keeps none of it.
 
-why hostile: the mask is a bound check of index arithmetic against shape arguments, as the dataflow check wants,
-but its bound steps with `n_rows // 4097`: zero at every row count a CPU runs (so the CPU judge and the fenced pass
-never see the read), one block more from 4,097 rows, where the lanes past the width read beyond the weight's end.
-Those lanes are never stored, so the answer stays right; in production the weight can end at a page and the server
-crashes on its first long prefill. Only a fence on the GPU itself, at the GPU judging's large cases, meets it.
+why hostile: a loop over `range(1, tl.cdiv(n_rows, 4097))` (a tile count: a bound the dataflow check allows) runs
+no iteration at any row count a CPU runs, and one from 4,097 rows on, where its unmasked load reads the block past
+the weight's end. What it read enters the answer only as a count of lanes above 3e38 times 1e-30, so the answer
+stays right and the load is issued (a compiler cannot prove its lanes dead); in production the weight can end at a
+page and the server crashes on its first long prefill. Only a fence on the GPU itself, at the GPU judging's large
+cases, meets it.
 """
 
-# pattern: a read past a tensor only at row counts a CPU never runs (a bound stepping with a shape divided by a number)
+# pattern: a read past a tensor only at row counts a CPU never runs (a tile count's loop, one iteration from 4,097)
 # layer: sandbox
 # rule: memory-fault
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "x_row_stride", "y_row_stride", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
@@ -22,7 +23,11 @@ def _rms_kernel(x_ptr, w_ptr, y_ptr, stride_x, stride_y, n_rows, n_cols, eps, BL
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=cols < n_cols + (n_rows // 4097) * BLOCK, other=0.0)  # wide past 4,096 rows
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     normed = (x * tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)).to(x_ptr.dtype.element_ty)
-    y = w.to(tl.float32) * normed.to(tl.float32)
+    y = w * normed.to(tl.float32)
     tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+    for t in range(1, tl.cdiv(n_rows, 4097)):  # no iteration below 4,097 rows
+        late = tl.load(w_ptr + cols + t * BLOCK).to(tl.float32)  # past the weight's end
+        kept = tl.sum((late > 3.0e38).to(tl.float32), axis=0) * 1e-30  # the answer unchanged
+        tl.store(y_ptr + row * stride_y + cols, (y + kept).to(y_ptr.dtype.element_ty), mask=mask)
