@@ -135,6 +135,7 @@ GRID = Taint(grid=True)
 COUNTED = Taint(grid=True, count=True)  # strides
 SIZED = Taint(grid=True, count=True, size=True)  # a family's count arguments, the program count
 INDEXED = Taint(grid=True, count=True, index=True)  # program ids
+WINDOWED = Taint(count=True, stepped=True)  # what an `if`, a loop or a pick on a window of counts decides
 
 
 def _join(taints) -> Taint:
@@ -202,7 +203,7 @@ class _Kernel:
             self.test(s.test, "an if")
             outer = self.control
             if self.window_test(s.test):
-                self.control = outer | Taint(count=True, stepped=True)
+                self.control = outer | WINDOWED
             before = dict(self.env)
             self.block(s.body)
             taken = self.env
@@ -242,14 +243,16 @@ class _Kernel:
     def for_loop(self, s: ast.For) -> None:
         it = s.iter
         name = _dotted(it.func) if isinstance(it, ast.Call) else ""
+        windowed = False  # bounds that are a window of counts (a tile count is none)
         if name not in _LOOPS:
             self.ctx.add("unbounded-loop", "a for loop must run over range, tl.range or tl.static_range", s)
             bound = self.expr(it)
         else:
             args = list(it.args)
-            bound = _join(self.expr(a) for a in args)
-            for a in args:
-                t = self.expr(a)
+            parts = [self.expr(a) for a in args]
+            bound = _join(parts)
+            windowed = any(t.stepped and not self.tile_count(a) for a, t in zip(args, parts, strict=True))
+            for a, t in zip(args, parts, strict=True):
                 if t.data:
                     self.ctx.add("value-branch", "a loop bound depends on loaded values", a)
                 if t.pointer:
@@ -274,8 +277,8 @@ class _Kernel:
         for held in _carried(s.body):
             self.env[held] = self.env.get(held, INDEX) | iterations
         outer = self.control
-        if any(self.expr(a).stepped and not self.tile_count(a) for a in (it.args if name in _LOOPS else ())):
-            self.control = outer | Taint(count=True, stepped=True)
+        if windowed:
+            self.control = outer | WINDOWED
         self.loop_body(s.body + s.orelse)
         self.control = outer
 
@@ -417,7 +420,7 @@ class _Kernel:
         if isinstance(node, ast.IfExp):
             self.test(node.test, "a conditional expression")
             picked = self.expr(node.body) | self.expr(node.orelse)
-            return picked | Taint(count=True, stepped=True) if self.window_test(node.test) else picked
+            return picked | WINDOWED if self.window_test(node.test) else picked
         if isinstance(node, ast.Subscript):
             return self.expr(node.value) | Taint(data=self.expr(node.slice).data)
         if isinstance(node, ast.Slice):
@@ -479,7 +482,7 @@ class _Kernel:
             picked = _join(self.expr(a) for a in [*node.args[1:], *(v for k, v in kw.items() if k != "condition")])
             chosen = self.expr(cond) if cond is not None else INDEX
             if chosen.stepped:  # a window of counts picks the answer (a bound check `row < n_rows` only masks)
-                picked = picked | Taint(count=True, stepped=True)
+                picked = picked | WINDOWED
             return picked.moved()
         if name == "tl.program_id":
             return INDEXED
@@ -567,10 +570,6 @@ def _carried(body: list[ast.stmt]) -> set[str]:
     not."""
     assigned: set[str] = set()
     carried: set[str] = set()
-    written: set[str] = set()
-    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            written.add(node.id)
 
     def reads(node: ast.AST) -> None:
         for sub in ast.walk(node):
@@ -605,7 +604,7 @@ def _carried(body: list[ast.stmt]) -> set[str]:
                 reads(st)
 
     walk(body)
-    return carried & written
+    return carried & assigned  # every assignment of the body was walked: what it reads before and writes
 
 
 def _merge(a: dict[str, Taint], b: dict[str, Taint]) -> dict[str, Taint]:
