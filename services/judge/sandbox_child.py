@@ -283,9 +283,9 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
     after = Runs([run(i, front=True) for i in range(min(AFTER_CASES, subject.count))])
     saved["after"] = [r.output for r in after.outputs]
     facts["after_problems"] = after.problems()
-    if fences_stand(device):  # every other case once more, its tensors flush with the zone
-        # before them: a read before a tensor's start faults (the child ends) at whatever shape it was drawn, not only
-        # at the few run again (memory_underread_one_shape); their answers were checked once already and are not kept
+    if fences_stand(device):  # every other case once more, its tensors flush with the zone before them: a read
+        # before a tensor's start faults (the child ends) at whatever shape it was drawn, not only at the few run
+        # again (memory_underread_one_shape); their answers were checked once already and are not kept
         for index in range(AFTER_CASES, subject.count):
             done = run(index, front=True, keep=False)
             if done.problem:
