@@ -55,7 +55,8 @@ RULES: dict[str, str] = {
     "count-value": "a stored value depends on which row or how many rows only through what it loads (program ids, "
     "counts and strides address and mask)",
     "count-window": "a window of row counts (a count divided, reduced or passed through a function, other than a tile "
-    "count such as cdiv(rows, R)) never moves an address or picks a mask's lanes",
+    "count such as cdiv(rows, R)) never moves an address, picks a mask's lanes or decides whether a load or store "
+    "is issued",
 }
 
 # What a plan's runtime argument is, as its op family declares it (`ARG_ROLES` in each family). A count (rows,
@@ -355,17 +356,19 @@ class _Kernel:
 
     def window_test(self, node: ast.expr) -> bool:
         """Whether an `if` on `node` runs only at a window of counts: a count divided, reduced or passed through a
-        function, compared with a fixed number or taken as it is (`(n_rows % 777) // 776 > 0`). One compared with
-        another count is a bound (`pid < units`, units a tile count: q's programs before k's) and decides nothing of
-        an answer; a loop's bounds neither (a tile count, `cdiv(positions, P)`, is one)."""
+        function, compared with a fixed number, with a window of counts (`row < (n_rows // 15 - n_rows // 16) *
+        n_rows`: every row at 15 rows, none at 16) or taken as it is (`(n_rows % 777) // 776 > 0`). One compared
+        with another count is a bound (`pid < units`, units a tile count: q's programs before k's) and decides
+        nothing of an answer; a loop's bounds neither (a tile count, `cdiv(positions, P)`, is one)."""
         if isinstance(node, ast.BoolOp):
             return any(self.window_test(v) for v in node.values)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             return self.window_test(node.operand)
-        if not self.expr(node).stepped:
+        tested = self.expr(node)
+        if not tested.stepped:
             return False
-        if isinstance(node, ast.Compare):
-            return any(self.expr(side).static for side in [node.left, *node.comparators])
+        if isinstance(node, ast.Compare):  # against a fixed number, or against a window itself (a row against one)
+            return tested.window or any(self.expr(side).static for side in [node.left, *node.comparators])
         return True
 
     def sign_test(self, node: ast.expr) -> bool:
@@ -464,15 +467,15 @@ class _Kernel:
             filled = _join(self.expr(other) for other in (args.get(2), kw.get("other")))
             return DATA | Taint(count=filled.count, stepped=filled.stepped)  # masked lanes hold `other`
         if name == "tl.store":
-            self.address(args.get(0, kw.get("pointer")), self.ctx.writable, "store", node)
             value = self.expr(args.get(1, kw.get("value"))) | self.control
-            if value.count:
+            if value.count:  # first: of a store, what it writes is the finding to name
                 self.ctx.add(
                     "count-value",
                     "a stored value depends on the program id, the row count or a stride other than through what "
                     "it loads: a row's answer may not change with which row it is or how many came with it",
                     node,
                 )
+            self.address(args.get(0, kw.get("pointer")), self.ctx.writable, "store", node)
             self.mask(args.get(2, kw.get("mask")), node)
             return INDEX
         if name == "tl.where":
@@ -545,6 +548,8 @@ class _Kernel:
             self.ctx.add("value-address", f"a {verb} whose address depends on loaded values", call)
         if t.window:
             self.ctx.add("count-window", f"a {verb} whose address moves with a window of row counts", call)
+        if self.control.stepped:  # under an `if` or a loop that runs at a window of counts only
+            self.ctx.add("count-window", f"a {verb} issued at some row counts only (under a window of them)", call)
         outside = sorted(t.points - allowed)
         if outside:
             if verb == "load":

@@ -5,7 +5,9 @@ scales). The cases here cover what an LLM's norm layers really see and what a ha
 gets wrong: large-magnitude rows and outlier channels (massive activations are normal in LLMs),
 all-zero rows, tiny rows (eps dominates), NaN/Inf entries, batched decode shapes (B>=2, 1, H),
 every residue of the row count modulo the rows-per-program blocks, more rows than the largest
-live shape, an odd width, non-contiguous views, and weights far from the module's init of ones.
+live shape, an odd width, non-contiguous views, and weights far from the module's init of ones. The served
+model's most rows in one call: on a GPU whole, with a spread below it; on a CPU as a sample of each launch's
+programs (services.judge.sampled_grid).
 
 `draw_cases` is deterministic in (spec, seed): the fixed cases come first (the live shape first of
 all), then `spec.examples` cases drawn with hypothesis from a seeded run (hypothesis draws only
@@ -28,6 +30,9 @@ import math
 from dataclasses import dataclass, replace
 
 import torch
+
+from services.judge import sampled_grid
+from services.judge.sampled_grid import SAMPLED_CASE, SAMPLED_ELEMENTS
 
 LAYOUTS = ("contiguous", "row-strided", "every-other-row")
 REGIMES = (
@@ -288,6 +293,13 @@ def domain_rows(live_rows: int, most: int, width: int) -> list[int]:
     return sorted({c for c in counts if live_rows < c <= top})
 
 
+def sampled_rows(most: int, width: int, drawn: int) -> list[int]:
+    """The rows of the CPU's sampled case: the most one call carries (within SAMPLED_ELEMENTS at `width`), when
+    that is past the `drawn` rows the interpreter runs whole and this Triton can run a sample of a launch."""
+    top = min(most, max(1, SAMPLED_ELEMENTS // max(1, width)))
+    return [top] if most > 0 and top > drawn and sampled_grid.available() else []
+
+
 def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
     w = spec.width
     live = _live_shape(spec)
@@ -317,6 +329,9 @@ def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
     plan += [("width", (SMALL_ROWS, other), "normal", "contiguous") for other in other_widths(spec)]
     if spec.gpu:  # the served model's whole row range: its maximum, and a spread from the live rows up to it
         plan += [("domain", (rows, w), "normal", "contiguous") for rows in domain_rows(live_rows, spec.domain_rows, w)]
+    else:  # its maximum as a CPU can run it: a sample of the launch's programs (services.judge.sampled_grid)
+        top = sampled_rows(spec.domain_rows, w, beyond)
+        plan += [(SAMPLED_CASE, (rows, w), "normal", "contiguous") for rows in top]
     plan += [("layout", (2, 2, w), "normal", layout) for layout in LAYOUTS]
     cases = []
     for i, (kind, shape, regime, layout) in enumerate(plan):
@@ -399,7 +414,7 @@ def draw_cases(spec: CaseSpec, seed: int) -> list[Case]:
         per_case = (GPU_ELEMENT_BUDGET - used) // (spec.examples * 2 * (widest + PAD))  # bases up to 2x the input
         max_rows = max(1, min(MAX_DRAWN_ROWS, per_case))
     else:  # row blocks beyond max_rows can leave no room: the drawn cases then take 1 row each
-        used = sum(_rows(c.shape) for c in cases)
+        used = sum(_rows(c.shape) for c in cases if not c.name.startswith(SAMPLED_CASE))  # it runs a few programs
         max_rows = max(1, (CPU_ROW_BUDGET - used) // spec.examples)
     names = {c.name for c in cases}
     for d in _hypothesis_draws(spec, seed, max_rows):

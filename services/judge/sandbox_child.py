@@ -130,11 +130,12 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
 
     from services.core import kernels
     from services.core.pb import events_pb2 as pb
-    from services.judge import tamper
+    from services.judge import sampled_grid, tamper
     from services.judge.module_factory import torch_dtype
     from services.judge.poison import NAN_BYTE, POISON
     from services.judge.run_cases import (
         CallClock,
+        CaseRun,
         Guard,
         Runs,
         fences_stand,
@@ -198,6 +199,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         return clock.call(what, tuple(tensors[0].shape), 2 * sum(t.nbytes for t in tensors))
 
     answers: dict[int, list] = {}  # case -> its outputs as the wrapper allocated them (CPU), for the pre-fills
+    sampled = set(job.get("sampled") or ())  # cases at the served maximum: a sample of each launch's programs
 
     def run(index: int, fill=None, what: str = "", front: bool = False, keep: bool = True):
         """Case `index` in guarded memory; `fill` the answers its outputs' memory holds (another case's). `front`: the
@@ -207,11 +209,18 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         guard = Guard(device, canary_seed, front=front)
         allocated: list = []
         allocate["fn"] = recording(under_answers(guard.empty, fill) if fill else guard.empty, allocated)
+        launches: list[dict] = []  # a sampled case's launches: the programs each ran, and any that wrote nothing
+        # a run only the fences need (`keep` False) looks for no writes: its answer was checked once already
+        watched = (lambda: allocated) if keep else None
+        sampling = sampled_grid.only(canary_seed + 3, watched, launches) if index in sampled else None
         try:
-            with timed_call(what or f"case {index}", index):
+            with timed_call(what or f"case {index}", index), sampling or nullcontext():
                 done = subject.run(index, guard)
         finally:
             allocate["fn"] = None
+        silent = launches and sampled_grid.silent_programs(launches, tuple(subject.case_tensors(index)[0].shape))
+        if silent and not done.problem:
+            done = CaseRun(problem=("nan-output", silent))
         if keep and not done.problem and fill is None:
             answers[index] = [t.detach().cpu().clone() for t in allocated]
         return done

@@ -12,15 +12,17 @@ guard bytes) are read as data, never as a verdict.
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from services.core.pb import events_pb2 as pb
 from services.core.shapes import shape_text
 from services.core.tolerances import same_bits
+from services.judge import sampled_grid
 from services.judge.cases import Case
 from services.judge.rounding import Bound, compare
+from services.judge.sampled_grid import SAMPLED_CASE
 
 RULES: dict[str, str] = {
     "load-failed": "the candidate's kernels must load behind its op family's wrapper",
@@ -117,6 +119,10 @@ def _check_output(tally: _Tally, case: Case, ref: Reference, out, when: str = ""
             f"{tuple(ref.own.shape)}",
         )
         return False
+    if case.name.startswith(SAMPLED_CASE):  # a sample of the programs ran: the rows they wrote, each whole
+        ref, out = _sampled(tally, where, ref, out, case.width)
+        if ref is None:
+            return False
     result = compare(out, ref.hi, ref.bound, ref.row_error)
     # The figures count whether or not the check passed: a rejection's evidence shows the error that sank it.
     name = str(out.dtype).removeprefix("torch.")
@@ -133,6 +139,24 @@ def _check_output(tally: _Tally, case: Case, ref: Reference, out, when: str = ""
         return False
     tally.passed += 1
     return True
+
+
+def _sampled(
+    tally: _Tally, where: str, ref: Reference, out: torch.Tensor, width: int
+) -> tuple[Reference | None, torch.Tensor]:
+    """The rows (of `width`: a family that flattens its outputs keeps them whole) of a sampled case's output that
+    its programs wrote, and their references: (None, out) with the failure counted when a written row is partly
+    poison (lanes a program left unwritten)."""
+    rows, partial = sampled_grid.touched_rows(out.reshape(-1, width))
+    if partial is not None:
+        tally.fail("nan-output", f"{where}: row {partial:,} was written in part (the rest is the output's poison)")
+        return None, out
+    count = out.numel() // width
+
+    def pick(t: torch.Tensor | None) -> torch.Tensor | None:  # a row term (one a row) as (rows, 1)
+        return None if t is None else t.reshape(-1, 1 if t.numel() == count else width)[rows]
+
+    return replace(ref, hi=pick(ref.hi), own=pick(ref.own), row_error=pick(ref.row_error)), pick(out)
 
 
 def _child_problem(tally: _Tally, cases: list[Case], problems, when: str = "") -> bool:

@@ -315,11 +315,11 @@ TABLE: tuple[Entry, ...] = (
     # pass runs the interpreter with the GPU's count
     _dynamic("memory_overread_gpu_grid_only", "sandbox", "memory-fault", cpu_verdict=("passes", "-"), width=80),
     # a read past a tensor only at the row counts a GPU judging draws and a CPU never runs: the GPU's own fence
-    _dynamic("memory_overread_large_rows_only", "sandbox", "memory-fault", cpu_verdict=("passes", "-"), width=80),
+    _dynamic("memory_overread_large_rows_only", "sandbox", "memory-fault", width=80),
     # a read before a tensor only at those row counts: every GPU case run again with the fence before its tensors
-    _dynamic("memory_underread_large_rows_only", "sandbox", "memory-fault", cpu_verdict=("passes", "-"), width=80),
+    _dynamic("memory_underread_large_rows_only", "sandbox", "memory-fault", width=80),
     # a read before a tensor at one row count drawn once: every case, not a few, runs again with the fence before
-    _dynamic("memory_underread_one_shape", "sandbox", "memory-fault", width=80),
+    _dynamic("memory_underread_one_shape", "sandbox", "memory-fault", width=80, widths=(64,)),
     _dynamic("precision_bias_one_percent_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),
     _dynamic("precision_bias_2e5_fp32", "correctness", "outside-tolerance"),
     _dynamic("precision_bias_4e6_fp32", "correctness", "biased-output"),
@@ -330,6 +330,7 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("numeric_strided_max_fp16", "correctness", "outside-tolerance", dtype="float16"),  # spike-walk
     _dynamic("numeric_eps_as_floor_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),  # log-scale
     _dynamic("domain_block_for_one_width", "correctness", "nan-output", widths=(256,)),
+    _dynamic("domain_rows_capped_by_a_square", "correctness", "nan-output"),  # the served maximum, sampled on CPU
     _static("flow_capped_row_loop", "hidden-boundary"),
     # a window of row counts, made by division, in the answer's arithmetic or picking it: wrong at counts not drawn
     _static("flow_value_bump_at_one_count", "count-value"),
@@ -338,6 +339,7 @@ TABLE: tuple[Entry, ...] = (
     _static("flow_loop_window_of_rows", "count-value"),  # a window in a loop's bounds, carried out of it
     _static("flow_address_window_of_rows", "count-window"),  # a window in a load's address: the next row's values
     _static("flow_mask_window_of_rows", "count-window"),  # a window in a store's mask: lanes left unwritten
+    _static("flow_load_under_window_of_rows", "count-window"),  # a load under an if of the row against a window
     # ------------------------------------------------ honest kernels: must pass
     _template(4, 1, dtype="bfloat16", gpu_width=1536),
     _template(8, 4, dtype="bfloat16", module=LLAMA, gpu_width=4096),

@@ -293,3 +293,30 @@ def test_a_window_of_row_counts_never_moves_an_address_or_picks_a_mask(extra, re
     """
     launch = _launch(args=ROWS_ARGS, BLOCK="block_cols", R="4")
     assert ("count-window" in _rules(textwrap.dedent(body).replace("{extra}", extra), launch=launch)) == refused
+
+
+@pytest.mark.parametrize(
+    ("guard", "refused"),
+    [
+        ("pid < tiles", False),  # which program against a tile count: a bound, at every count
+        ("pid * R < n_rows", False),
+        ("n_cols % 64 == 0", False),  # a width: every width the class is called at is drawn
+        ("pid < (n_rows // 15 - n_rows // 16) * n_rows", True),  # which row against a window: at 15 rows only
+        ("(n_rows % 777) // 776 > 0", True),  # a window against a fixed number
+    ],
+)
+def test_whether_a_load_is_issued_never_turns_on_a_window_of_row_counts(guard, refused):
+    body = """
+    @triton.jit
+    def k(x_ptr, w_ptr, y_ptr, x_stride, y_stride, n_rows, n_cols, eps, BLOCK: tl.constexpr, R: tl.constexpr):
+        pid = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        tiles = (n_rows + R - 1) // R
+        x = tl.load(x_ptr + pid * x_stride + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        if {guard}:
+            early = tl.load(w_ptr + cols - BLOCK, mask=cols < n_cols, other=0.0)  # before the weight: discarded
+        tl.store(y_ptr + pid * y_stride + cols, x.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+    """
+    launch = _launch(args=ROWS_ARGS, BLOCK="block_cols", R="4")
+    rules = _rules(textwrap.dedent(body).replace("{guard}", guard), launch=launch)
+    assert ("count-window" in rules) == refused, (guard, rules)

@@ -1,14 +1,15 @@
 """An RMSNorm that also reads a block past its weight's end from 4,097 rows on, and keeps none of it.
 
 why hostile: a loop over `range(1, tl.cdiv(n_rows, 4097))` (a tile count: a bound the dataflow check allows) runs
-no iteration at any row count a CPU runs, and one from 4,097 rows on, where its unmasked load reads the block past
-the weight's end. What it read enters the answer only as a count of lanes above 3e38 times 1e-30, so the answer
+no iteration at any row count a CPU runs whole, and one from 4,097 rows on, where its unmasked load reads the block
+past the weight's end. What it read enters the answer only as a count of lanes above 3e38 times 1e-30, so the answer
 stays right and the load is issued (a compiler cannot prove its lanes dead); in production the weight can end at a
-page and the server crashes on its first long prefill. Only a fence on the GPU itself, at the GPU judging's large
-cases, meets it.
+page and the server crashes on its first long prefill. A fence meets it at the served maximum: on a GPU at the
+judging's large cases, on a CPU where a sample of the launch's programs runs at that size
+(services.judge.sampled_grid).
 """
 
-# pattern: a read past a tensor only at row counts a CPU never runs (a tile count's loop, one iteration from 4,097)
+# pattern: a read past a tensor only at row counts a CPU never runs whole (a tile count's loop from 4,097)
 # layer: sandbox
 # rule: memory-fault
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "x_row_stride", "y_row_stride", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}

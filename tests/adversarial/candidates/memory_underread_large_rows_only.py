@@ -1,15 +1,17 @@
 """An RMSNorm that also loads a block before its weight from 4,097 rows on, and keeps none of it: a read before a tensor.
 
 why hostile: a loop over `range(1, tl.cdiv(n_rows, 4097))` (a tile count: a bound the dataflow check allows) runs
-no iteration at any row count a CPU runs, and one from 4,097 rows on, where it loads the block before the weight.
+no iteration at any row count a CPU runs whole, and one from 4,097 rows on, where it loads the block before the
+weight.
 What it read enters the answer only as a count of lanes above 3e38 times 1e-30, so the answer stays right and the
 load is issued (a compiler cannot prove its lanes dead); at a long prefill it reads memory before the weight, which
 in production can be an unmapped page. A GPU judging runs its large cases first with fences after the tensors (the
 read lands in the zeroed rest of the tensor's mapping, unseen), so only running every case again with the fences
-before the tensors' starts meets it.
+before the tensors' starts meets it. A CPU judging meets it the same way at the served maximum, where it runs a
+sample of the launch's programs (services.judge.sampled_grid), each of which runs the loop.
 """
 
-# pattern: a read before a tensor only at row counts a CPU never runs, its lanes discarded
+# pattern: a read before a tensor only at row counts a CPU never runs whole, its lanes discarded
 # layer: sandbox
 # rule: memory-fault
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "x_row_stride", "y_row_stride", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}

@@ -1,0 +1,146 @@
+"""The served maximum on a CPU: a launch at the most rows one call carries, of which the interpreter runs a sample.
+
+The Triton interpreter runs ~10 ms a program: the 131,072 rows a served 1.5B model can send in one call would take
+twenty minutes a case, so a CPU judging drew at most a few hundred rows, and a kernel that is wrong only past them
+(rows past 32,768 left unwritten behind `row * row < 32768 * row`, a read past the weight from 4,097 rows on behind
+a tile count's loop) passed it. A program's work depends on its id, the launch's sizes and what it loads, never on
+which other programs ran: under `only`, every launch gets the real sizes and runs the programs `picked` names (the
+first, the last, both sides of each power of two from 4,096, a few drawn from the judging's seed), each as it
+would run in the whole launch. A cap below the maximum always meets the last program.
+
+After each program, whether it wrote anything is recorded (outputs are poisoned, so a write changes an element's
+bits): an honest program at the maximum writes its rows. The parent (services.judge.verdict) holds the rows the
+sampled programs wrote to the reference, and each written row whole. A persistent grid (fewer than
+SAMPLED_MIN_GRID programs, each walking thousands of rows) is not sampled: its loops are the dataflow check's.
+
+The interpreter's grid loop is replaced for the duration (Triton's own `GridExecutor.__call__`, with the loop over
+the picked programs): `available()` says whether this Triton has the parts it uses.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+from services.judge.poison import NAN_BYTE
+
+SAMPLED_CASE = "sampled-max"  # the case kind (services.judge.cases) whose launches run a sample of programs
+SAMPLED_MIN_GRID = 1024  # fewer programs than this at the maximum: a persistent grid, each walks many rows
+SAMPLED_ELEMENTS = 16 * 2**20  # the case's elements at most (32 MiB of bf16): the rows at the live width within
+FIRST_POWER = 12  # both sides of 2**k from 4,096 on: where a size boundary of a kernel most likely sits
+DRAWN = 4  # programs drawn from the judging's seed besides
+
+
+def picked(programs: int, seed: int) -> list[int]:
+    """The program ids a sampled launch of `programs` runs: [] for a persistent grid (fewer than SAMPLED_MIN_GRID)."""
+    if programs < SAMPLED_MIN_GRID:
+        return []
+    ids = {0, programs // 2, programs - 2, programs - 1}
+    k = FIRST_POWER
+    while (1 << k) < programs:
+        ids |= {(1 << k) - 1, 1 << k}
+        k += 1
+    rng = random.Random(seed)
+    ids |= {rng.randrange(programs) for _ in range(DRAWN)}
+    return sorted(ids)
+
+
+def available() -> bool:
+    """Whether this Triton's interpreter has the parts a sampled launch uses (its grid executor's own steps)."""
+    try:
+        from triton.runtime import interpreter as interp
+    except Exception:
+        return False
+    executor = getattr(interp, "GridExecutor", None)
+    needed = ("_init_args_hst", "_restore_args_dev", "__call__")
+    return (
+        executor is not None
+        and all(hasattr(executor, n) for n in needed)
+        and all(hasattr(interp, n) for n in ("_patch_lang", "_implicit_cvt", "interpreter_builder", "InterpreterError"))
+    )
+
+
+def written(tensor: torch.Tensor) -> int:
+    """How many 8-byte words of `tensor` (and bytes of a ragged tail) differ from the poison: a program's first write
+    into poison raises it (programs of an honest launch write disjoint places). Words, not elements: one pass of a
+    few milliseconds over a 32 MiB output, after each program run."""
+    raw = tensor.detach().reshape(-1).view(torch.uint8)
+    whole = raw.numel() // 8 * 8
+    try:
+        words = int(torch.count_nonzero(raw[:whole].view(torch.int64).ne(-1)))  # -1: eight NAN_BYTEs
+    except RuntimeError:  # not 8-byte aligned: byte by byte
+        return int(torch.count_nonzero(raw.ne(NAN_BYTE)))
+    return words + int(torch.count_nonzero(raw[whole:].ne(NAN_BYTE)))
+
+
+@contextmanager
+def only(seed: int, watched: Callable[[], list[torch.Tensor]] | None, record: list[dict]) -> Iterator[None]:
+    """Every interpreted launch inside runs the programs `picked(grid, seed)` names; for each launch, `record` gets
+    {"kernel", "grid", "ran", "silent"}: the programs run, and those after which no element of `watched()` (the
+    call's outputs, poisoned) had changed from the poison (none looked for without `watched`)."""
+    from triton.runtime import interpreter as interp
+
+    executor = interp.GridExecutor
+    original = executor.__call__
+
+    def sampled_call(self, *args_dev, **kwargs):  # Triton's own steps, the grid loop over the picked programs only
+        argspec = inspect.getfullargspec(self.fn)
+        kwargs = {k: v for k, v in kwargs.items() if k in argspec.args or k in argspec.kwonlyargs}
+        args_hst, kwargs_hst = self._init_args_hst(args_dev, kwargs)
+        for hook in self.pre_run_hooks:
+            hook(*args_hst, **kwargs_hst)
+        scope = interp._patch_lang(self.fn)
+        try:
+            args = inspect.getcallargs(self.fn, *args_hst, **kwargs_hst)
+            args = {n: a if n in self.constexprs else interp._implicit_cvt(a) for n, a in args.items()}
+            grid = self.grid(args) if callable(self.grid) else self.grid
+            grid = tuple(grid) + (1,) * (3 - len(grid))
+            interp.interpreter_builder.set_grid_dim(*grid)
+            ran, silent = picked(grid[0], seed), []
+            for x in ran:
+                before = sum(written(t) for t in watched()) if watched else 0
+                for y in range(grid[1]):
+                    for z in range(grid[2]):
+                        interp.interpreter_builder.set_grid_idx(x, y, z)
+                        self.fn(**args)
+                if watched and sum(written(t) for t in watched()) == before:
+                    silent.append(x)
+            record.append({"kernel": self.fn.__name__, "grid": grid[0], "ran": ran, "silent": silent})
+        except Exception as exc:
+            raise interp.InterpreterError(repr(exc)) from exc
+        finally:
+            scope.restore()
+        self._restore_args_dev(args_dev, args_hst, kwargs, kwargs_hst)
+
+    executor.__call__ = sampled_call
+    try:
+        yield
+    finally:
+        executor.__call__ = original
+
+
+def silent_programs(record: list[dict], shape: tuple[int, ...]) -> str:
+    """Why a sampled case of input `shape` is wrong when a program it ran wrote nothing ("" when each wrote): its
+    rows are left as the output's memory was."""
+    for launch in record:
+        if launch["silent"]:
+            ids = ", ".join(f"{p:,}" for p in launch["silent"][:4])
+            return (
+                f"at {'x'.join(map(str, shape))}, program(s) {ids} of {launch['grid']:,} of {launch['kernel']} wrote "
+                "nothing: their rows stay unwritten (the output's poison)"
+            )
+    return ""
+
+
+def touched_rows(out: torch.Tensor) -> tuple[torch.Tensor, int | None]:
+    """(the indices of the rows of `out` (..., width) the sampled programs wrote, a written row left partly poison
+    or None)."""
+    raw = out.detach().contiguous().view(torch.uint8).view(-1, out.shape[-1], out.element_size())
+    element = raw.ne(NAN_BYTE).any(dim=2)
+    any_, all_ = element.any(dim=1), element.all(dim=1)
+    partial = (any_ & ~all_).nonzero()
+    return any_.nonzero().flatten(), (int(partial[0]) if partial.numel() else None)

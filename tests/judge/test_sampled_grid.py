@@ -1,0 +1,98 @@
+"""The served maximum on a CPU: a launch at its real size runs a sample of its programs, each as in the whole launch.
+
+Real Triton kernels under the interpreter (the tests' conftest sets TRITON_INTERPRET=1), on poisoned outputs.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from services.judge import sampled_grid
+from services.judge.poison import NAN_BYTE
+
+
+@triton.jit
+def _copy_rows(x_ptr, y_ptr, n_cols, CAP: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)
+    if row * row < CAP * row + 1:  # row <= CAP, and no constant compared with the row alone
+        tl.store(y_ptr + row * n_cols + cols, x, mask=cols < n_cols)
+
+
+def _poisoned(rows: int, cols: int) -> torch.Tensor:
+    out = torch.empty((rows, cols), dtype=torch.float32)
+    out.view(torch.uint8).fill_(NAN_BYTE)
+    return out
+
+
+def _launch(rows: int, cols: int, cap: int, seed: int = 7):
+    x = torch.randn(rows, cols)
+    y = _poisoned(rows, cols)
+    record: list[dict] = []
+    with sampled_grid.only(seed, lambda: [y], record):
+        _copy_rows[(rows,)](x, y, cols, CAP=cap or rows, BLOCK=8)
+    return x, y, record
+
+
+def test_the_picked_programs_are_the_edges_powers_of_two_and_a_few_drawn():
+    ids = sampled_grid.picked(131_072, seed=1)
+    assert {0, 131_071, 131_070, 65_536, 4095, 4096, 32_767, 32_768, 65_535} <= set(ids)
+    assert len(ids) <= 24 and ids == sorted(set(ids))
+    assert sampled_grid.picked(131_072, seed=1) == ids  # the judging's seed decides the drawn ones
+    assert sampled_grid.picked(sampled_grid.SAMPLED_MIN_GRID - 1, seed=1) == []  # a persistent grid: none
+
+
+def test_a_sampled_launch_runs_only_the_picked_programs_each_as_in_the_whole_launch():
+    rows = 5000
+    x, y, record = _launch(rows, 4, cap=0)
+    [launch] = record
+    assert launch["grid"] == rows and launch["silent"] == []
+    written, partial = sampled_grid.touched_rows(y)
+    assert partial is None
+    assert written.tolist() == launch["ran"]  # one row a program: the picked ones, no other
+    assert torch.equal(y[written], x[written])
+    assert torch.isnan(y[1]).all()  # a program not picked never ran
+
+
+def test_a_program_past_a_cap_writes_nothing_and_says_so():
+    x, y, record = _launch(5000, 4, cap=4096)
+    [launch] = record
+    assert launch["silent"] == [p for p in launch["ran"] if p > 4096] and launch["silent"]
+    reason = sampled_grid.silent_programs(record, (5000, 4))
+    assert f"program(s) {launch['silent'][0]:,}" in reason and "of 5,000 of _copy_rows wrote nothing" in reason
+
+
+def test_without_a_watch_nothing_is_called_silent():
+    y = _poisoned(2048, 4)
+    record: list[dict] = []
+    with sampled_grid.only(3, None, record):
+        _copy_rows[(2048,)](torch.randn(2048, 4), y, 4, CAP=1, BLOCK=8)
+    assert record[0]["silent"] == [] and record[0]["ran"]
+
+
+def test_a_row_written_in_part_is_named():
+    out = _poisoned(6, 4)
+    out[2] = 1.0
+    out[4, :2] = 1.0
+    rows, partial = sampled_grid.touched_rows(out)
+    assert rows.tolist() == [2, 4] and partial == 4
+
+
+def test_the_interpreter_it_replaces_is_restored_after():
+    from triton.runtime import interpreter
+
+    before = interpreter.GridExecutor.__call__
+    _launch(1024, 4, cap=0)
+    assert interpreter.GridExecutor.__call__ is before
+    assert sampled_grid.available()
+
+
+def test_written_counts_words_that_left_the_poison():
+    t = _poisoned(3, 5)  # 60 bytes: seven words and a ragged tail of four
+    assert sampled_grid.written(t) == 0
+    t[2, 4] = 0.0  # the tail's four bytes
+    t[0, 0] = 1.0  # one word
+    assert sampled_grid.written(t) == 1 + 4
