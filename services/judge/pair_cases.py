@@ -17,7 +17,9 @@ The served model's input domain, as the norm family's judge draws it (services.j
 - every other width the class is called at ("width": the profile's widths, of the operands' last dim; the MLPs'
   profile records hidden widths, not intermediate ones, so they pass none and none is invented).
 - on a GPU, the served model's row range up to the most rows one call carries ("domain", cases.domain_rows:
-  each within DOMAIN_ELEMENTS), outside the drawn cases' budget. The CPU draws none.
+  each within DOMAIN_ELEMENTS), outside the drawn cases' budget. A CPU draws the most as a sample of each launch's
+  programs (services.judge.sampled_grid): a residual norm's programs write whole rows, an MLP's blocks of
+  elements.
 
 `draw_pair_cases` is deterministic in (spec, seed): the fixed cases (the live shape first), then
 `spec.examples` drawn from the seed. The CPU budget is a total of elements (the interpreter runs one
@@ -43,8 +45,10 @@ from services.judge.cases import (
     domain_rows,
     log_scales,
     residue_rows,
+    sampled_rows,
 )
 from services.judge.cases import REGIMES as ROW_REGIMES
+from services.judge.sampled_grid import SAMPLED_CASE, SAMPLED_ELEMENTS_CASE
 
 # The rows' regimes, and gates in the band between normal's tail (|g| ~ 16) and huge's bulk: an activation
 # approximated, clamped or computed in a narrower type is right at both ends and wrong only there.
@@ -119,7 +123,7 @@ def _case(
     return PairCase(name, shape, regime, layout, _base(gate, layout), _base(up, layout))
 
 
-def _fixed_plan(spec: PairSpec, regimes=REGIMES) -> list[tuple[str, tuple[int, ...], str, str]]:
+def _fixed_plan(spec: PairSpec, regimes=REGIMES, alike: bool = False) -> list[tuple[str, tuple[int, ...], str, str]]:
     w = spec.width
     live = tuple(spec.live_shape) or (1, w)
     budget = GPU_ELEMENT_BUDGET if spec.gpu else CPU_ELEMENT_BUDGET
@@ -158,6 +162,9 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES) -> list[tuple[str, tuple[int, .
     plan += [("width", (SMALL_ROWS, other), "normal", "contiguous") for other in others]
     if spec.gpu:  # from past the live rows to the most one call carries, each case within DOMAIN_ELEMENTS
         plan += [("domain", (n, w), "normal", "contiguous") for n in domain_rows(rows, spec.domain_rows, w)]
+    else:  # the most, as a sample of each launch's programs: a residual norm's write rows, an MLP's blocks of elements
+        kind = SAMPLED_CASE if alike else SAMPLED_ELEMENTS_CASE
+        plan += [(kind, (n, w), "normal", "contiguous") for n in sampled_rows(spec.domain_rows, w, beyond)]
     return plan
 
 
@@ -167,9 +174,9 @@ def draw_pair_cases(spec: PairSpec, seed: int, alike: bool = False) -> list[Pair
     regimes = ROW_REGIMES if alike else REGIMES
     cases = [
         _case(kind, shape, regime, layout, spec, _generator(seed, "pair-fixed", i), alike)
-        for i, (kind, shape, regime, layout) in enumerate(_fixed_plan(spec, regimes))
+        for i, (kind, shape, regime, layout) in enumerate(_fixed_plan(spec, regimes, alike))
     ]
-    used = sum(c.gate.numel() for c in cases if not c.name.startswith("domain "))  # the domain's: outside it
+    used = sum(c.gate.numel() for c in cases if not c.name.startswith(("domain ", SAMPLED_CASE)))  # outside it
     budget = GPU_ELEMENT_BUDGET if spec.gpu else CPU_ELEMENT_BUDGET
     widest = max(spec.width, ODD_WIDTH)
     max_rows = max(2, (budget - used) // max(1, 2 * spec.examples * widest))

@@ -10,8 +10,9 @@ would run in the whole launch. A cap below the maximum always meets the last pro
 
 After each program, whether it wrote anything is recorded (outputs are poisoned, so a write changes an element's
 bits): an honest program at the maximum writes its rows. The parent (services.judge.verdict) holds the rows the
-sampled programs wrote to the reference, and each written row whole. A persistent grid (fewer than
-SAMPLED_MIN_GRID programs, each walking thousands of rows) is not sampled: its loops are the dataflow check's.
+sampled programs wrote to the reference, and each written row whole (an MLP's programs write blocks of elements:
+each element). A persistent grid (more than SAMPLED_MAX_PER_PROGRAM elements a program: each walks thousands of
+rows) is not sampled: its loops are the dataflow check's.
 
 The interpreter's grid loop is replaced for the duration (Triton's own `GridExecutor.__call__`, with the loop over
 the picked programs): `available()` says whether this Triton has the parts it uses.
@@ -29,17 +30,21 @@ import torch
 from services.judge.poison import NAN_BYTE
 
 SAMPLED_CASE = "sampled-max"  # the case kind (services.judge.cases) whose launches run a sample of programs
-SAMPLED_MIN_GRID = 1024  # fewer programs than this at the maximum: a persistent grid, each walks many rows
+SAMPLED_ELEMENTS_CASE = "sampled-max-elements"  # the same, of an op whose programs write blocks of elements (MLPs)
+# more elements a program than this (of the call's largest tensor): a persistent grid, each program walking
+# thousands of rows, which the interpreter cannot run at the maximum even one at a time
+SAMPLED_MAX_PER_PROGRAM = 2**17
 SAMPLED_ELEMENTS = 16 * 2**20  # the case's elements at most (32 MiB of bf16): the rows at the live width within
 FIRST_POWER = 12  # both sides of 2**k from 4,096 on: where a size boundary of a kernel most likely sits
 DRAWN = 4  # programs drawn from the judging's seed besides
 
 
-def picked(programs: int, seed: int) -> list[int]:
-    """The program ids a sampled launch of `programs` runs: [] for a persistent grid (fewer than SAMPLED_MIN_GRID)."""
-    if programs < SAMPLED_MIN_GRID:
+def picked(programs: int, seed: int, elements: int = 0) -> list[int]:
+    """The program ids a sampled launch of `programs` runs, over a call whose largest tensor has `elements`: [] for a
+    persistent grid (more than SAMPLED_MAX_PER_PROGRAM elements a program)."""
+    if programs < 1 or elements > SAMPLED_MAX_PER_PROGRAM * programs:
         return []
-    ids = {0, programs // 2, programs - 2, programs - 1}
+    ids = {0, programs // 2, max(0, programs - 2), programs - 1}
     k = FIRST_POWER
     while (1 << k) < programs:
         ids |= {(1 << k) - 1, 1 << k}
@@ -100,7 +105,8 @@ def only(seed: int, watched: Callable[[], list[torch.Tensor]] | None, record: li
             grid = self.grid(args) if callable(self.grid) else self.grid
             grid = tuple(grid) + (1,) * (3 - len(grid))
             interp.interpreter_builder.set_grid_dim(*grid)
-            ran, silent = picked(grid[0], seed), []
+            largest = max((a.numel() for a in args_hst if isinstance(a, torch.Tensor)), default=0)
+            ran, silent = picked(grid[0], seed, largest), []
             for x in ran:
                 before = sum(written(t) for t in watched()) if watched else 0
                 for y in range(grid[1]):
@@ -136,11 +142,43 @@ def silent_programs(record: list[dict], shape: tuple[int, ...]) -> str:
     return ""
 
 
+def written_elements(out: torch.Tensor) -> torch.Tensor:
+    """Whether each element of `out` holds anything but the poison (a block of elements need not end at a row)."""
+    return out.detach().contiguous().view(torch.uint8).view(*out.shape, out.element_size()).ne(NAN_BYTE).any(dim=-1)
+
+
 def touched_rows(out: torch.Tensor) -> tuple[torch.Tensor, int | None]:
     """(the indices of the rows of `out` (..., width) the sampled programs wrote, a written row left partly poison
     or None)."""
-    raw = out.detach().contiguous().view(torch.uint8).view(-1, out.shape[-1], out.element_size())
-    element = raw.ne(NAN_BYTE).any(dim=2)
+    element = written_elements(out.reshape(-1, out.shape[-1]))
     any_, all_ = element.any(dim=1), element.all(dim=1)
     partial = (any_ & ~all_).nonzero()
     return any_.nonzero().flatten(), (int(partial[0]) if partial.numel() else None)
+
+
+def summary(case: int, record: list[dict]) -> list[dict]:
+    """The child's fact of a sampled run: per launch, its kernel, its programs and how many ran (0: persistent)."""
+    return [
+        {"case": case, "kernel": launch["kernel"], "grid": launch["grid"], "ran": len(launch["ran"])}
+        for launch in record
+    ]
+
+
+def described(facts: list, names: list[str]) -> list[str]:
+    """The verdict's words for the child's sampled runs (`facts`, data from the child: read defensively), by case
+    name."""
+    out = []
+    for fact in facts if isinstance(facts, list) else []:
+        try:
+            case, kernel, grid, ran = int(fact["case"]), str(fact["kernel"])[:80], int(fact["grid"]), int(fact["ran"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        name = names[case] if 0 <= case < len(names) else f"case {case}"
+        out.append(
+            f"the served maximum on a CPU ({name}): {ran:,} of {grid:,} programs of {kernel} ran, each as in the whole "
+            "launch"
+            if ran
+            else f"the served maximum on a CPU ({name}): {kernel}'s {grid:,} programs each walk thousands of rows "
+            "(a persistent grid): none ran; its loops are the dataflow check's"
+        )
+    return out

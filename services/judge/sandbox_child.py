@@ -218,6 +218,8 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
                 done = subject.run(index, guard)
         finally:
             allocate["fn"] = None
+        if launches and not front:  # what the first run sampled, for the verdict's evidence
+            facts.setdefault("sampled", []).extend(sampled_grid.summary(index, launches))
         silent = launches and sampled_grid.silent_programs(launches, tuple(subject.case_tensors(index)[0].shape))
         if silent and not done.problem:
             done = CaseRun(problem=("nan-output", silent))

@@ -22,7 +22,7 @@ from services.core.tolerances import same_bits
 from services.judge import sampled_grid
 from services.judge.cases import Case
 from services.judge.rounding import Bound, compare
-from services.judge.sampled_grid import SAMPLED_CASE
+from services.judge.sampled_grid import SAMPLED_CASE, SAMPLED_ELEMENTS_CASE
 
 RULES: dict[str, str] = {
     "load-failed": "the candidate's kernels must load behind its op family's wrapper",
@@ -120,7 +120,7 @@ def _check_output(tally: _Tally, case: Case, ref: Reference, out, when: str = ""
         )
         return False
     if case.name.startswith(SAMPLED_CASE):  # a sample of the programs ran: the rows they wrote, each whole
-        ref, out = _sampled(tally, where, ref, out, case.width)
+        ref, out = _sampled(tally, where, ref, out, case.width, rows=not case.name.startswith(SAMPLED_ELEMENTS_CASE))
         if ref is None:
             return False
     result = compare(out, ref.hi, ref.bound, ref.row_error)
@@ -142,19 +142,27 @@ def _check_output(tally: _Tally, case: Case, ref: Reference, out, when: str = ""
 
 
 def _sampled(
-    tally: _Tally, where: str, ref: Reference, out: torch.Tensor, width: int
+    tally: _Tally, where: str, ref: Reference, out: torch.Tensor, width: int, rows: bool = True
 ) -> tuple[Reference | None, torch.Tensor]:
-    """The rows (of `width`: a family that flattens its outputs keeps them whole) of a sampled case's output that
-    its programs wrote, and their references: (None, out) with the failure counted when a written row is partly
-    poison (lanes a program left unwritten)."""
-    rows, partial = sampled_grid.touched_rows(out.reshape(-1, width))
-    if partial is not None:
-        tally.fail("nan-output", f"{where}: row {partial:,} was written in part (the rest is the output's poison)")
-        return None, out
+    """What a sampled case's programs wrote, and its references: the rows (of `width`: a family that flattens its
+    outputs keeps them whole), each whole, or with `rows` False the elements (an MLP's programs write blocks of
+    elements). (None, out) with the failure counted when a written row is partly poison (lanes a program left
+    unwritten)."""
     count = out.numel() // width
 
-    def pick(t: torch.Tensor | None) -> torch.Tensor | None:  # a row term (one a row) as (rows, 1)
-        return None if t is None else t.reshape(-1, 1 if t.numel() == count else width)[rows]
+    def whole(t: torch.Tensor) -> torch.Tensor:  # (rows, width); a term of one a row broadcast along it
+        return t.reshape(-1, 1).expand(-1, width) if t.numel() == count else t.reshape(-1, width)
+
+    if rows:
+        written, partial = sampled_grid.touched_rows(out.reshape(-1, width))
+        if partial is not None:
+            tally.fail("nan-output", f"{where}: row {partial:,} was written in part (the rest is the output's poison)")
+            return None, out
+    else:
+        written = sampled_grid.written_elements(out.reshape(-1, width))
+
+    def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else whole(t)[written]
 
     return replace(ref, hi=pick(ref.hi), own=pick(ref.own), row_error=pick(ref.row_error)), pick(out)
 
@@ -268,7 +276,7 @@ def evidence(
         error=tally.error,
         interpreted=interpreted,
         rule_id=tally.rule,
-        checks=CHECKS,
+        checks=CHECKS + sampled_grid.described(facts.get("sampled"), [c.name for c in cases]),
         seed_base=seed_base,
         errors=errors,
         stress_calls=int(facts.get("stress_calls", 0)),

@@ -42,7 +42,8 @@ def test_the_picked_programs_are_the_edges_powers_of_two_and_a_few_drawn():
     assert {0, 131_071, 131_070, 65_536, 4095, 4096, 32_767, 32_768, 65_535} <= set(ids)
     assert len(ids) <= 24 and ids == sorted(set(ids))
     assert sampled_grid.picked(131_072, seed=1) == ids  # the judging's seed decides the drawn ones
-    assert sampled_grid.picked(sampled_grid.SAMPLED_MIN_GRID - 1, seed=1) == []  # a persistent grid: none
+    assert sampled_grid.picked(4, seed=1, elements=131_072 * 1536) == []  # a persistent grid: none
+    assert sampled_grid.picked(3, seed=1) == [0, 1, 2]
 
 
 def test_a_sampled_launch_runs_only_the_picked_programs_each_as_in_the_whole_launch():
@@ -69,7 +70,7 @@ def test_without_a_watch_nothing_is_called_silent():
     y = _poisoned(2048, 4)
     record: list[dict] = []
     with sampled_grid.only(3, None, record):
-        _copy_rows[(2048,)](torch.randn(2048, 4), y, 4, CAP=1, BLOCK=8)
+        _copy_rows[(2048,)](torch.randn(2048, 4), y, 4, CAP=1, BLOCK=8)  # every row past the second unwritten
     assert record[0]["silent"] == [] and record[0]["ran"]
 
 

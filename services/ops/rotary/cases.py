@@ -3,8 +3,9 @@
 What a fused RoPE kernel gets wrong: q and k as attention really passes them (transposed views of the
 projections, so strides that are not the contiguous ones), k with fewer heads than q (grouped and multi-query
 attention), one batch of cos and sin broadcast over several of q, a decode step and a prefill, value regimes
-(huge, zeros, tiny, NaN/Inf in q and k), angles of far positions. Each case keeps contiguous CPU bases and
-the layout that views them (`operands`), so the sandbox child and the parent build the same inputs.
+(huge, zeros, tiny, NaN/Inf in q and k), angles of far positions; the longest sequence the server sends, on a GPU
+whole, on a CPU as a sample of each launch's programs (services.judge.sampled_grid). Each case keeps contiguous
+CPU bases and the layout that views them (`operands`), so the sandbox child and the parent build the same inputs.
 
 `draw_rope_cases` is deterministic in (spec, seed). `rope_references` holds a candidate to the live function
 itself run in float64 (the oracle is the modeling file's own function), with a bound from the dtype's
@@ -20,12 +21,14 @@ from dataclasses import dataclass
 
 import torch
 
-from services.judge.cases import _generator, _values
+from services.judge.cases import _generator, _values, sampled_rows
+from services.judge.sampled_grid import SAMPLED_CASE
 from services.ops import rotary
 
 LAYOUTS = ("attention", "contiguous")  # attention: (batch, seq, heads·dim) projections viewed and transposed
 REGIMES = ("normal", "huge", "zeros", "tiny", "nonfinite", "log-scale")  # log-scale: a scale per head and position
 MAX_POSITION = 32768.0  # angles of positions this far (theta 1e4): cos and sin of large arguments
+PREFILL_CPU = 33  # the interpreter's prefill: positions past every block of 32
 CPU_BOUNDARY_POSITIONS = 64  # dispatch limits the interpreter still draws both sides of (a program a position)
 
 
@@ -67,6 +70,11 @@ class RopeCase:
     k: torch.Tensor
     cos: torch.Tensor  # (batch or 1, seq, dim), or of half of dim (one angle a pair)
     sin: torch.Tensor
+
+    @property
+    def width(self) -> int:
+        """A head's dim: the rows of the flattened outputs (one head at one position each)."""
+        return int(self.shape[-1])
 
 
 def operands(case_or_bases, layout: str, heads: tuple[int, int], dim: int, place: Callable = lambda t: t):
@@ -138,7 +146,7 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
         ("mqa", (2, hq, 3, d), 1, "normal", "contiguous", 1, False),
     ]
     plan += [("regime", (1, hq, 2, d), gqa, regime, "attention", 1, False) for regime in REGIMES[1:]]
-    plan.append(("prefill", (1, hq, 33 if not spec.gpu else 1024, d), gqa, "normal", "attention", 1, True))
+    plan.append(("prefill", (1, hq, PREFILL_CPU if not spec.gpu else 1024, d), gqa, "normal", "attention", 1, True))
     # either side of each dispatch by position count: a launch meant for long calls meets the judge too (on CPU
     # only up to CPU_BOUNDARY_POSITIONS, the interpreter; a GPU always reaches the family's limit)
     for limit in sorted(set(spec.boundaries)):
@@ -154,6 +162,9 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
         longest = min(spec.max_positions, DOMAIN_ELEMENTS // max(1, hq * d))
         if longest > s:
             plan.append(("domain", (1, hq, longest, d), gqa, "normal", "attention", 1, False))
+    else:  # the longest sequence as a sample of each launch's programs (services.judge.sampled_grid): whole heads
+        for longest in sampled_rows(spec.max_positions, hq * d, PREFILL_CPU):
+            plan.append((SAMPLED_CASE, (1, hq, longest, d), gqa, "normal", "attention", 1, False))
     if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)
         plan = [(*row[:2], 0, *row[3:]) for row in plan]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]
