@@ -11,8 +11,9 @@ would run in the whole launch. A cap below the maximum always meets the last pro
 After each program, whether it wrote anything is recorded (outputs are poisoned, so a write changes an element's
 bits): an honest program at the maximum writes its rows. The parent (services.judge.verdict) holds the rows the
 sampled programs wrote to the reference, and each written row whole (an MLP's programs write blocks of elements:
-each element). A persistent grid (more than SAMPLED_MAX_PER_PROGRAM elements a program: each walks thousands of
-rows) is not sampled: its loops are the dataflow check's.
+each element). A persistent grid ("sms") gets a program a row meanwhile, so that each walks one; a grid whose
+programs still walk thousands of rows (more than SAMPLED_MAX_PER_PROGRAM elements each) is not sampled: its loops
+are the dataflow check's.
 
 The interpreter's grid loop is replaced for the duration (Triton's own `GridExecutor.__call__`, with the loop over
 the picked programs): `available()` says whether this Triton has the parts it uses.
@@ -21,6 +22,7 @@ the picked programs): `available()` says whether this Triton has the parts it us
 from __future__ import annotations
 
 import inspect
+import os
 import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,11 +30,12 @@ from contextlib import contextmanager
 import torch
 
 from services.judge.poison import NAN_BYTE
+from services.ops.launch import INTERPRETER_SMS_ENV
 
 SAMPLED_CASE = "sampled-max"  # the case kind (services.judge.cases) whose launches run a sample of programs
 SAMPLED_ELEMENTS_CASE = "sampled-max-elements"  # the same, of an op whose programs write blocks of elements (MLPs)
-# more elements a program than this (of the call's largest tensor): a persistent grid, each program walking
-# thousands of rows, which the interpreter cannot run at the maximum even one at a time
+# more elements a program than this (of the call's largest tensor): a grid whose programs each walk thousands of
+# rows, which the interpreter cannot run at the maximum even one at a time
 SAMPLED_MAX_PER_PROGRAM = 2**17
 SAMPLED_ELEMENTS = 16 * 2**20  # the case's elements at most (32 MiB of bf16): the rows at the live width within
 FIRST_POWER = 12  # both sides of 2**k from 4,096 on: where a size boundary of a kernel most likely sits
@@ -83,10 +86,16 @@ def written(tensor: torch.Tensor) -> int:
 
 
 @contextmanager
-def only(seed: int, watched: Callable[[], list[torch.Tensor]] | None, record: list[dict]) -> Iterator[None]:
+def only(
+    seed: int, watched: Callable[[], list[torch.Tensor]] | None, record: list[dict], sms: int = 0
+) -> Iterator[None]:
     """Every interpreted launch inside runs the programs `picked(grid, seed)` names; for each launch, `record` gets
     {"kernel", "grid", "ran", "silent"}: the programs run, and those after which no element of `watched()` (the
-    call's outputs, poisoned) had changed from the poison (none looked for without `watched`)."""
+    call's outputs, poisoned) had changed from the poison (none looked for without `watched`).
+
+    `sms`: a persistent grid's program count ("sms", services.ops.launch) meanwhile: the case's rows, so that each
+    program walks one row (or one tile), as a grid of one a row does, and a program that skips its rows writes
+    nothing. A kernel is right at any program count; the GPU judging runs its own."""
     from triton.runtime import interpreter as interp
 
     executor = interp.GridExecutor
@@ -123,10 +132,17 @@ def only(seed: int, watched: Callable[[], list[torch.Tensor]] | None, record: li
         self._restore_args_dev(args_dev, args_hst, kwargs, kwargs_hst)
 
     executor.__call__ = sampled_call
+    before = os.environ.get(INTERPRETER_SMS_ENV)
+    if sms:
+        os.environ[INTERPRETER_SMS_ENV] = str(sms)  # read at each launch (services.ops.launch)
     try:
         yield
     finally:
         executor.__call__ = original
+        if before is None:
+            os.environ.pop(INTERPRETER_SMS_ENV, None)
+        else:
+            os.environ[INTERPRETER_SMS_ENV] = before
 
 
 def silent_programs(record: list[dict], shape: tuple[int, ...]) -> str:

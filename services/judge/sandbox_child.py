@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -212,7 +213,11 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         launches: list[dict] = []  # a sampled case's launches: the programs each ran, and any that wrote nothing
         # a run only the fences need (`keep` False) looks for no writes: its answer was checked once already
         watched = (lambda: allocated) if keep else None
-        sampling = sampled_grid.only(canary_seed + 3, watched, launches) if index in sampled else None
+        if index in sampled:  # a persistent grid gets a program a row (`sms`): each program walks one
+            rows = math.prod(subject.case_tensors(index)[0].shape[:-1])
+            sampling = sampled_grid.only(canary_seed + 3, watched, launches, sms=rows)
+        else:
+            sampling = None
         try:
             with timed_call(what or f"case {index}", index), sampling or nullcontext():
                 done = subject.run(index, guard)
