@@ -266,6 +266,21 @@ def test_the_candidate_check_runs_it_after_the_plan_check():
     assert honest.passed, honest.findings
 
 
+# a kernel of row tiles: which program, its columns, how many tiles; each test adds its body
+TILED = """
+@triton.jit
+def k(x_ptr, w_ptr, y_ptr, x_stride, y_stride, n_rows, n_cols, eps, BLOCK: tl.constexpr, R: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    tiles = (n_rows + R - 1) // R
+"""
+
+
+def _tiled_rules(body: str) -> list[str]:
+    launch = _launch(args=ROWS_ARGS, BLOCK="block_cols", R="4")
+    return _rules(TILED + textwrap.indent(textwrap.dedent(body), "    "), launch=launch)
+
+
 @pytest.mark.parametrize(
     ("extra", "refused"),
     [
@@ -280,19 +295,13 @@ def test_the_candidate_check_runs_it_after_the_plan_check():
     ],
 )
 def test_a_window_of_row_counts_never_moves_an_address_or_picks_a_mask(extra, refused):
-    body = """
-    @triton.jit
-    def k(x_ptr, w_ptr, y_ptr, x_stride, y_stride, n_rows, n_cols, eps, BLOCK: tl.constexpr, R: tl.constexpr):
-        pid = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        tiles = (n_rows + R - 1) // R
-        {extra}
-        mask = (cols < n_cols) & (cols * 0 + rows_at < n_rows)
-        x = tl.load(x_ptr + rows_at * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + pid * y_stride + cols, x.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+    body = f"""
+    {extra}
+    mask = (cols < n_cols) & (cols * 0 + rows_at < n_rows)
+    x = tl.load(x_ptr + rows_at * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + pid * y_stride + cols, x.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
     """
-    launch = _launch(args=ROWS_ARGS, BLOCK="block_cols", R="4")
-    assert ("count-window" in _rules(textwrap.dedent(body).replace("{extra}", extra), launch=launch)) == refused
+    assert ("count-window" in _tiled_rules(body)) == refused
 
 
 @pytest.mark.parametrize(
@@ -306,17 +315,11 @@ def test_a_window_of_row_counts_never_moves_an_address_or_picks_a_mask(extra, re
     ],
 )
 def test_whether_a_load_is_issued_never_turns_on_a_window_of_row_counts(guard, refused):
-    body = """
-    @triton.jit
-    def k(x_ptr, w_ptr, y_ptr, x_stride, y_stride, n_rows, n_cols, eps, BLOCK: tl.constexpr, R: tl.constexpr):
-        pid = tl.program_id(0)
-        cols = tl.arange(0, BLOCK)
-        tiles = (n_rows + R - 1) // R
-        x = tl.load(x_ptr + pid * x_stride + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-        if {guard}:
-            early = tl.load(w_ptr + cols - BLOCK, mask=cols < n_cols, other=0.0)  # before the weight: discarded
-        tl.store(y_ptr + pid * y_stride + cols, x.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+    body = f"""
+    x = tl.load(x_ptr + pid * x_stride + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    if {guard}:
+        early = tl.load(w_ptr + cols - BLOCK, mask=cols < n_cols, other=0.0)  # before the weight: discarded
+    tl.store(y_ptr + pid * y_stride + cols, x.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
     """
-    launch = _launch(args=ROWS_ARGS, BLOCK="block_cols", R="4")
-    rules = _rules(textwrap.dedent(body).replace("{guard}", guard), launch=launch)
+    rules = _tiled_rules(body)
     assert ("count-window" in rules) == refused, (guard, rules)
