@@ -9,7 +9,8 @@ first, the last, both sides of each power of two from 4,096, a few drawn from th
 would run in the whole launch. A cap below the maximum always meets the last program.
 
 After each program, whether it wrote anything is recorded (outputs are poisoned, so a write changes an element's
-bits): an honest program at the maximum writes its rows. The parent (services.judge.verdict) holds the rows the
+bits): an honest program at the maximum writes its rows, or has none to write, past all the others' (a persistent
+grid's spare programs); the call's last element must be written. The parent (services.judge.verdict) holds the rows the
 sampled programs wrote to the reference, and each written row whole (an MLP's programs write blocks of elements:
 each element). A persistent grid ("sms") gets a program a row meanwhile, so that each walks one; a grid whose
 programs still walk thousands of rows (more than SAMPLED_MAX_PER_PROGRAM elements each) is not sampled: its loops
@@ -90,8 +91,9 @@ def only(
     seed: int, watched: Callable[[], list[torch.Tensor]] | None, record: list[dict], sms: int = 0
 ) -> Iterator[None]:
     """Every interpreted launch inside runs the programs `picked(grid, seed)` names; for each launch, `record` gets
-    {"kernel", "grid", "ran", "silent"}: the programs run, and those after which no element of `watched()` (the
-    call's outputs, poisoned) had changed from the poison (none looked for without `watched`).
+    {"kernel", "grid", "ran", "silent", "idle_from"} (`_idle_suffix`), a program having written when an element of
+    `watched()` (the call's outputs, poisoned) changed from the poison while it ran (none looked for without
+    `watched`).
 
     `sms`: a persistent grid's program count ("sms", services.ops.launch) meanwhile: the case's rows, so that each
     program walks one row (or one tile), as a grid of one a row does, and a program that skips its rows writes
@@ -115,16 +117,19 @@ def only(
             grid = tuple(grid) + (1,) * (3 - len(grid))
             interp.interpreter_builder.set_grid_dim(*grid)
             largest = max((a.numel() for a in args_hst if isinstance(a, torch.Tensor)), default=0)
-            ran, silent = picked(grid[0], seed, largest), []
-            for x in ran:
+            wrote: dict[int, bool] = {}
+
+            def run(x: int) -> None:
                 before = sum(written(t) for t in watched()) if watched else 0
                 for y in range(grid[1]):
                     for z in range(grid[2]):
                         interp.interpreter_builder.set_grid_idx(x, y, z)
                         self.fn(**args)
-                if watched and sum(written(t) for t in watched()) == before:
-                    silent.append(x)
-            record.append({"kernel": self.fn.__name__, "grid": grid[0], "ran": ran, "silent": silent})
+                wrote[x] = not watched or sum(written(t) for t in watched()) != before
+
+            for x in picked(grid[0], seed, largest):
+                run(x)
+            record.append({"kernel": self.fn.__name__, "grid": grid[0], **_idle_suffix(wrote, run)})
         except Exception as exc:
             raise interp.InterpreterError(repr(exc)) from exc
         finally:
@@ -145,17 +150,47 @@ def only(
             os.environ[INTERPRETER_SMS_ENV] = before
 
 
-def silent_programs(record: list[dict], shape: tuple[int, ...]) -> str:
-    """Why a sampled case of input `shape` is wrong when a program it ran wrote nothing ("" when each wrote): its
-    rows are left as the output's memory was."""
+def _idle_suffix(wrote: dict[int, bool], run: Callable[[int], None]) -> dict:
+    """What the sampled programs of a launch (`wrote`: each program run, whether it wrote) say: {"ran", "silent",
+    "idle_from"}. An honest launch's programs that have no work (a persistent grid's past its tiles) are the last
+    ones: where they start is found by bisection (`run` runs a program more), so the program before, which writes
+    the call's last rows, runs too. "silent": programs that wrote nothing below one that wrote (skipped their
+    rows); "idle_from": the first program of the idle suffix, None when the last program wrote."""
+    ran = sorted(wrote)
+    idle_from = None
+    if ran and not wrote[ran[-1]]:
+        lo = max((x for x in ran if wrote[x]), default=-1)
+        hi = min(x for x in ran if x > lo and not wrote[x])
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            run(mid)
+            lo, hi = (mid, hi) if wrote[mid] else (lo, mid)
+        idle_from = hi
+    last = max((x for x, w in wrote.items() if w), default=-1)
+    return {"ran": sorted(wrote), "silent": sorted(x for x, w in wrote.items() if not w and x < last),
+            "idle_from": idle_from}  # fmt: skip
+
+
+def silent_programs(record: list[dict], shape: tuple[int, ...], outputs: list[torch.Tensor]) -> str:
+    """Why a sampled case of input `shape` is wrong ("" when it is not): a program that wrote nothing below one
+    that wrote (its rows stay as the output's memory was), or the call's last output left unwritten at its end
+    (the programs that should write it wrote nothing: a cap on the row below the maximum). A launch none of whose
+    programs ran (a grid too coarse to sample) checks nothing."""
+    at = "x".join(map(str, shape))
     for launch in record:
         if launch["silent"]:
             ids = ", ".join(f"{p:,}" for p in launch["silent"][:4])
             return (
-                f"at {'x'.join(map(str, shape))}, program(s) {ids} of {launch['grid']:,} of {launch['kernel']} wrote "
-                "nothing: their rows stay unwritten (the output's poison)"
+                f"at {at}, program(s) {ids} of {launch['grid']:,} of {launch['kernel']} wrote nothing while a later "
+                "one wrote: their rows stay unwritten (the output's poison)"
             )
-    return ""
+    if not record or not all(launch["ran"] for launch in record) or not outputs or not outputs[-1].numel():
+        return ""
+    if bool(written_elements(outputs[-1].reshape(-1)[-1:]).all()):
+        return ""
+    idle = next((launch for launch in record if launch["idle_from"] is not None), None)
+    why = f": programs from {idle['idle_from']:,} of {idle['grid']:,} of {idle['kernel']} wrote nothing" if idle else ""
+    return f"at {at}, the call's last element was never written{why} (the output's poison)"
 
 
 def written_elements(out: torch.Tensor) -> torch.Tensor:

@@ -225,7 +225,8 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
             allocate["fn"] = None
         if launches and not front:  # what the first run sampled, for the verdict's evidence
             facts.setdefault("sampled", []).extend(sampled_grid.summary(index, launches))
-        silent = launches and sampled_grid.silent_programs(launches, tuple(subject.case_tensors(index)[0].shape))
+        shape = tuple(subject.case_tensors(index)[0].shape) if launches else ()
+        silent = launches and watched and sampled_grid.silent_programs(launches, shape, allocated)
         if silent and not done.problem:
             done = CaseRun(problem=("nan-output", silent))
         if keep and not done.problem and fill is None:

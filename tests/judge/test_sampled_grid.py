@@ -58,12 +58,49 @@ def test_a_sampled_launch_runs_only_the_picked_programs_each_as_in_the_whole_lau
     assert torch.isnan(y[1]).all()  # a program not picked never ran
 
 
-def test_a_program_past_a_cap_writes_nothing_and_says_so():
+def test_a_cap_below_the_maximum_leaves_the_last_rows_unwritten_and_says_where():
     x, y, record = _launch(5000, 4, cap=4096)
     [launch] = record
-    assert launch["silent"] == [p for p in launch["ran"] if p > 4096] and launch["silent"]
-    reason = sampled_grid.silent_programs(record, (5000, 4))
-    assert f"program(s) {launch['silent'][0]:,}" in reason and "of 5,000 of _copy_rows wrote nothing" in reason
+    assert launch["silent"] == []  # the programs past the cap are a suffix, as a persistent grid's spare ones are
+    assert launch["idle_from"] == 4097  # found by bisection between the picked ones
+    assert {4096, 4097} <= set(launch["ran"])
+    reason = sampled_grid.silent_programs(record, (5000, 4), [y])
+    assert "the call's last element was never written: programs from 4,097 of 5,000 of _copy_rows" in reason
+
+
+@triton.jit
+def _tiles_of_rows(x_ptr, y_ptr, n_rows, n_cols, ROWS: tl.constexpr, SKIP: tl.constexpr, BLOCK: tl.constexpr):
+    tile = tl.program_id(0)  # a grid of a program a row: the programs past the tiles have no work, as a persistent
+    cols = tl.arange(0, BLOCK)  # grid's spare ones
+    for r in tl.static_range(ROWS):
+        row = tile * ROWS + r
+        mask = (cols < n_cols) & (cols * 0 + row < n_rows)
+        if tile != SKIP:  # program SKIP (-1: none) writes nothing
+            tl.store(y_ptr + row * n_cols + cols, tl.load(x_ptr + row * n_cols + cols, mask=mask), mask=mask)
+
+
+def _tiles(rows: int, skip: int):
+    x, y, record = torch.randn(rows, 4), _poisoned(rows, 4), []
+    with sampled_grid.only(5, lambda: [y], record):
+        _tiles_of_rows[(rows,)](x, y, rows, 4, ROWS=4, SKIP=skip, BLOCK=8)
+    return x, y, record
+
+
+def test_programs_with_no_work_past_the_tiles_are_spare_and_the_last_tile_is_found_and_run():
+    x, y, record = _tiles(4096, skip=-1)
+    [launch] = record
+    assert launch["silent"] == [] and launch["idle_from"] == 1024  # 4,096 rows in tiles of 4
+    assert 1023 in launch["ran"] and sampled_grid.silent_programs(record, (4096, 4), [y]) == ""
+    assert torch.equal(y[-4:], x[-4:])
+
+
+def test_a_program_that_skips_its_rows_below_one_that_wrote_is_named():
+    _, y, record = _tiles(4096, skip=0)  # the first program, always picked
+    [launch] = record
+    assert launch["silent"] == [0]
+    assert "program(s) 0 of 4,096 of _tiles_of_rows wrote nothing while a later one wrote" in (
+        sampled_grid.silent_programs(record, (4096, 4), [y])
+    )
 
 
 def test_without_a_watch_nothing_is_called_silent():
