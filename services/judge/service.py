@@ -10,6 +10,7 @@ message in progress meanwhile.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import io
 import logging
@@ -202,8 +203,10 @@ class JudgeService:
         fenced.CopyFrom(proposal)
         fenced.plan.CopyFrom(plan)
         out = pb.FencedPass(lowered=note)
+        # the GPU judging draws the served maximum whole on the GPU's own fence: no sampled maximum here too
+        unbounded = dataclasses.replace(target, max_rows=0, max_positions=0)
         try:
-            prepared = await asyncio.to_thread(self.prepare, fenced, target, gpu=False)
+            prepared = await asyncio.to_thread(self.prepare, fenced, unbounded, gpu=False)
         except (ModuleBuildError, BoundError) as exc:
             out.correctness.CopyFrom(unprepared(exc))
         else:
