@@ -23,6 +23,7 @@ the picked programs): `available()` says whether this Triton has the parts it us
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import random
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ from contextlib import contextmanager
 import torch
 
 from services.judge.poison import NAN_BYTE
+from services.judge.run_cases import CaseRun
 from services.ops.launch import INTERPRETER_SMS_ENV
 
 SAMPLED_CASE = "sampled-max"  # the case kind (services.judge.cases) whose launches run a sample of programs
@@ -233,3 +235,22 @@ def described(facts: list, names: list[str]) -> list[str]:
             "(a persistent grid): none ran; its loops are the dataflow check's"
         )
     return out
+
+
+class SampledRun:
+    """One run of a sampled case in the sandbox child: the `context` its call runs in, then `finish`, which reads
+    what the programs did. `outputs`: the call's outputs as the wrapper allocates them (None: a run only the fences
+    need, which looks for no writes). A persistent grid gets a program a row (`only`'s `sms`)."""
+
+    def __init__(self, seed: int, case: int, shape: tuple[int, ...], outputs: list[torch.Tensor] | None):
+        self.case, self.shape, self.outputs, self.record = case, shape, outputs, []
+        watched = (lambda: outputs) if outputs is not None else None
+        self.context = only(seed, watched, self.record, sms=math.prod(shape[:-1]))
+
+    def finish(self, done: CaseRun, facts: dict, first: bool) -> CaseRun:
+        """The run's outcome (`done`, or `nan-output` where a program skipped its rows); a `first` run's sample
+        goes into the child's `facts` for the verdict's evidence."""
+        if first and self.record:
+            facts.setdefault("sampled", []).extend(summary(self.case, self.record))
+        why = self.outputs is not None and silent_programs(self.record, self.shape, self.outputs)
+        return CaseRun(problem=("nan-output", why)) if why and not done.problem else done

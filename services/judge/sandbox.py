@@ -1,15 +1,14 @@
 """Runs untrusted candidate code in a child process: scrubbed environment, own scratch, walls, a kill.
 
-The child (`services.judge.sandbox_child`, job on stdin; forked from the judge's zygote, which has done the
-heavy imports once, or started as `python -m services.judge.sandbox_child`) gets only what it needs:
-PATH, HOME/TMPDIR/caches inside its scratch directory, PYTHONPATH = the repo root,
-CUDA_VISIBLE_DEVICES / LD_LIBRARY_PATH when set (the GPU driver libraries), TRITON_INTERPRET=1
-without a GPU. Nothing else crosses: an API key in the judge's environment is not readable there.
-The child raises its own walls (services.judge.sandbox_walls: network namespace, a uid of its
-own, resource limits, an audit hook). It starts in a new session; on timeout the whole process
-group, and every process left under its uid, is SIGKILLed. Its answer comes back through an
-inherited file descriptor to an already unlinked file, carrying a nonce sent on stdin: nothing
-on disk can be swapped for it, and nothing the candidate prints is read as an answer.
+The child (`services.judge.sandbox_child`, job on stdin; forked from the judge's zygote, which has done the heavy
+imports once, or started as `python -m services.judge.sandbox_child`) gets only what it needs: PATH,
+HOME/TMPDIR/caches inside its scratch directory, PYTHONPATH = the repo root, CUDA_VISIBLE_DEVICES / LD_LIBRARY_PATH
+when set (the GPU driver libraries), TRITON_INTERPRET=1 without a GPU. Nothing else crosses: an API key in the judge's
+environment is not readable there. The child raises its own walls (services.judge.sandbox_walls: network namespace, a
+uid of its own, resource limits, an audit hook). It starts in a new session; on timeout the whole process group, and
+every process left under its uid, is SIGKILLed. Its answer comes back through an inherited file descriptor to an
+already unlinked file, carrying a nonce sent on stdin: nothing on disk can be swapped for it, and nothing the
+candidate prints is read as an answer.
 """
 
 from __future__ import annotations

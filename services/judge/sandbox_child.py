@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
 import sys
 from collections.abc import Iterator
@@ -131,12 +130,11 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
 
     from services.core import kernels
     from services.core.pb import events_pb2 as pb
-    from services.judge import sampled_grid, tamper
+    from services.judge import tamper
     from services.judge.module_factory import torch_dtype
     from services.judge.poison import NAN_BYTE, POISON
     from services.judge.run_cases import (
         CallClock,
-        CaseRun,
         Guard,
         Runs,
         fences_stand,
@@ -147,6 +145,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         under_fill,
         under_random_fill,
     )
+    from services.judge.sampled_grid import SampledRun
     from services.ops import judging
     from services.ops.launch import INTERPRETER_SMS_ENV
     from services.ops.protocol import ChildContext, operands_from_data
@@ -210,25 +209,15 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         guard = Guard(device, canary_seed, front=front)
         allocated: list = []
         allocate["fn"] = recording(under_answers(guard.empty, fill) if fill else guard.empty, allocated)
-        launches: list[dict] = []  # a sampled case's launches: the programs each ran, and any that wrote nothing
-        # a run only the fences need (`keep` False) looks for no writes: its answer was checked once already
-        watched = (lambda: allocated) if keep else None
-        if index in sampled:  # a persistent grid gets a program a row (`sms`): each program walks one
-            rows = math.prod(subject.case_tensors(index)[0].shape[:-1])
-            sampling = sampled_grid.only(canary_seed + 3, watched, launches, sms=rows)
-        else:
-            sampling = None
+        # the served maximum: a sample of its programs (a run only the fences need looks for no writes)
+        shape = tuple(subject.case_tensors(index)[0].shape)
+        sample = SampledRun(canary_seed + 3, index, shape, allocated if keep else None) if index in sampled else None
         try:
-            with timed_call(what or f"case {index}", index), sampling or nullcontext():
+            with timed_call(what or f"case {index}", index), sample.context if sample else nullcontext():
                 done = subject.run(index, guard)
         finally:
             allocate["fn"] = None
-        if launches and not front:  # what the first run sampled, for the verdict's evidence
-            facts.setdefault("sampled", []).extend(sampled_grid.summary(index, launches))
-        shape = tuple(subject.case_tensors(index)[0].shape) if launches else ()
-        silent = launches and watched and sampled_grid.silent_programs(launches, shape, allocated)
-        if silent and not done.problem:
-            done = CaseRun(problem=("nan-output", silent))
+        done = sample.finish(done, facts, first=not front) if sample else done
         if keep and not done.problem and fill is None:
             answers[index] = [t.detach().cpu().clone() for t in allocated]
         return done
