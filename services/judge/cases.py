@@ -279,12 +279,12 @@ def other_widths(spec: CaseSpec) -> list[int]:
     return sorted({int(w) for w in spec.widths if w > 0} - {spec.width, spec.odd_width})
 
 
-def domain_rows(live_rows: int, most: int, width: int) -> list[int]:
-    """Row counts from just past the live rows to the most one call can carry (`most`; within DOMAIN_ELEMENTS of
+def domain_rows(live_rows: int, most: int, width: int, elements: int = DOMAIN_ELEMENTS) -> list[int]:
+    """Row counts from just past the live rows to the most one call can carry (`most`; within `elements` of
     one case): DOMAIN_SPREAD counts spaced evenly on a log scale, each odd (a ragged last block of any power of
     two), the last the maximum itself (or the most rows that fit). None when `most` is unknown or not
     past the live rows."""
-    top = min(most, max(1, DOMAIN_ELEMENTS // max(1, width)))
+    top = min(most, max(1, elements // max(1, width)))
     if most <= 0 or top <= live_rows + 1:
         return []
     low = max(live_rows + 1, 2)
@@ -294,10 +294,10 @@ def domain_rows(live_rows: int, most: int, width: int) -> list[int]:
 
 
 def sampled_rows(most: int, width: int, drawn: int) -> list[int]:
-    """The rows of the CPU's sampled case: the most one call carries (within SAMPLED_ELEMENTS at `width`), when
-    that is past the `drawn` rows the interpreter runs whole and this Triton can run a sample of a launch."""
-    top = min(most, max(1, SAMPLED_ELEMENTS // max(1, width)))
-    return [top] if most > 0 and top > drawn and sampled_grid.available() else []
+    """The rows of the CPU's sampled cases: the served range as a GPU draws it (`domain_rows`: a spread past the
+    `drawn` rows the interpreter runs whole, up to the most one call carries, within SAMPLED_ELEMENTS at `width`),
+    when this Triton can run a sample of a launch."""
+    return domain_rows(drawn, most, width, SAMPLED_ELEMENTS) if sampled_grid.available() else []
 
 
 def _fixed(spec: CaseSpec, seed: int) -> list[Case]:

@@ -1,12 +1,14 @@
-"""The served maximum on a CPU: a launch at the most rows one call carries, of which the interpreter runs a sample.
+"""The served range on a CPU: launches up to the most rows one call carries, of which the interpreter runs a sample.
 
 The Triton interpreter runs ~10 ms a program: the 131,072 rows a served 1.5B model can send in one call would take
 twenty minutes a case, so a CPU judging drew at most a few hundred rows, and a kernel that is wrong only past them
 (rows past 32,768 left unwritten behind `row * row < 32768 * row`, a read past the weight from 4,097 rows on behind
-a tile count's loop) passed it. A program's work depends on its id, the launch's sizes and what it loads, never on
-which other programs ran: under `only`, every launch gets the real sizes and runs the programs `picked` names (the
-first, the last, both sides of each power of two from 4,096, a few drawn from the judging's seed), each as it
-would run in the whole launch. A cap below the maximum always meets the last program.
+a tile count's loop) passed it. The served range is drawn as a GPU draws it (services.judge.cases.domain_rows: a
+spread of odd counts past the rows run whole, up to the maximum), each case a sample. A program's work depends on
+its id, the launch's sizes and what it loads, never on which other programs ran: under `only`, every launch gets the
+real sizes and runs the programs `picked` names (the first, the last, both sides of each power of two from 4,096, a
+few drawn from the judging's seed), each as it would run in the whole launch. A cap below the maximum always meets
+the last program.
 
 After each program, whether it wrote anything is recorded (outputs are poisoned, so a write changes an element's
 bits): an honest program at the maximum writes its rows, or has none to write, past all the others' (a persistent
@@ -35,8 +37,8 @@ from services.judge.poison import NAN_BYTE
 from services.judge.run_cases import CaseRun
 from services.ops.launch import INTERPRETER_SMS_ENV
 
-SAMPLED_CASE = "sampled-max"  # the case kind (services.judge.cases) whose launches run a sample of programs
-SAMPLED_ELEMENTS_CASE = "sampled-max-elements"  # the same, of an op whose programs write blocks of elements (MLPs)
+SAMPLED_CASE = "sampled-domain"  # the case kind (services.judge.cases) whose launches run a sample of programs
+SAMPLED_ELEMENTS_CASE = "sampled-domain-elements"  # the same, of an op whose programs write blocks of elements (MLPs)
 # more elements a program than this (of the call's largest tensor): a grid whose programs each walk thousands of
 # rows, which the interpreter cannot run at the maximum even one at a time
 SAMPLED_MAX_PER_PROGRAM = 2**17
@@ -228,10 +230,10 @@ def described(facts: list, names: list[str]) -> list[str]:
             continue
         name = names[case] if 0 <= case < len(names) else f"case {case}"
         out.append(
-            f"the served maximum on a CPU ({name}): {ran:,} of {grid:,} programs of {kernel} ran, each as in the whole "
+            f"the served range on a CPU ({name}): {ran:,} of {grid:,} programs of {kernel} ran, each as in the whole "
             "launch"
             if ran
-            else f"the served maximum on a CPU ({name}): {kernel}'s {grid:,} programs each walk thousands of rows "
+            else f"the served range on a CPU ({name}): {kernel}'s {grid:,} programs each walk thousands of rows "
             "(a persistent grid): none ran; its loops are the dataflow check's"
         )
     return out

@@ -199,7 +199,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         return clock.call(what, tuple(tensors[0].shape), 2 * sum(t.nbytes for t in tensors))
 
     answers: dict[int, list] = {}  # case -> its outputs as the wrapper allocated them (CPU), for the pre-fills
-    sampled = set(job.get("sampled") or ())  # cases at the served maximum: a sample of each launch's programs
+    sampled = set(job.get("sampled") or ())  # the served range's cases: a sample of each launch's programs
 
     def run(index: int, fill=None, what: str = "", front: bool = False, keep: bool = True):
         """Case `index` in guarded memory; `fill` the answers its outputs' memory holds (another case's). `front`: the
@@ -209,7 +209,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         guard = Guard(device, canary_seed, front=front)
         allocated: list = []
         allocate["fn"] = recording(under_answers(guard.empty, fill) if fill else guard.empty, allocated)
-        # the served maximum: a sample of its programs (a run only the fences need looks for no writes)
+        # the served range: a sample of its programs (a run only the fences need looks for no writes)
         shape = tuple(subject.case_tensors(index)[0].shape)
         sample = SampledRun(canary_seed + 3, index, shape, allocated if keep else None) if index in sampled else None
         try:

@@ -203,7 +203,7 @@ class JudgeService:
         fenced.CopyFrom(proposal)
         fenced.plan.CopyFrom(plan)
         out = pb.FencedPass(lowered=note)
-        # the GPU judging draws the served maximum whole on the GPU's own fence: no sampled maximum here too
+        # the GPU judging draws the served range whole on the GPU's own fence: no sampled range here too
         unbounded = dataclasses.replace(target, max_rows=0, max_positions=0)
         try:
             prepared = await asyncio.to_thread(self.prepare, fenced, unbounded, gpu=False)

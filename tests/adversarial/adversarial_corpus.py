@@ -313,7 +313,7 @@ TABLE: tuple[Entry, ...] = (
     ),
     # a read past a tensor at a GPU's program counts only: a CPU judge (and server) never takes it; a GPU judge's fenced
     # pass runs the interpreter with the GPU's count
-    _dynamic("memory_overread_gpu_grid_only", "sandbox", "memory-fault", cpu_verdict=("passes", "-"), width=80),
+    _dynamic("memory_overread_gpu_grid_only", "sandbox", "memory-fault", width=80),
     # a read past a tensor only at the row counts a GPU judging draws and a CPU never runs: the GPU's own fence
     _dynamic("memory_overread_large_rows_only", "sandbox", "memory-fault", width=80),
     # a read before a tensor only at those row counts: every GPU case run again with the fence before its tensors

@@ -46,10 +46,10 @@ def test_an_honest_kernel_passes_the_fenced_pass(honest_with_fence):
     fenced = obs.fenced.correctness
     assert fenced.interpreted and fenced.checks_run == fenced.checks_passed >= 25 and "3x97" in fenced.shapes
     assert obs.fenced.sandbox.exit == "code 0" and obs.fenced.lowered == "" and obs.fenced.wall_s > 0
-    # the main pass (a CPU's here) samples the served maximum; the fenced pass stands for a GPU judging, which
-    # draws that maximum whole on the GPU: it draws no sampled one
-    assert any("the served maximum on a CPU" in c for c in obs.correctness.checks)
-    assert not any("served maximum" in c for c in fenced.checks)
+    # the main pass (a CPU's here) samples the served range; the fenced pass stands for a GPU judging, which
+    # draws that range whole on the GPU: it draws no sampled one
+    assert any("the served range on a CPU" in c for c in obs.correctness.checks)
+    assert not any("served range" in c for c in fenced.checks)
     assert "fenced pass (interpreter" in describe(judged)
     assert REDERIVE["CandidateJudged"](prior, prior[-1], judged) == judged
 

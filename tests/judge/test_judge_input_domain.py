@@ -63,8 +63,12 @@ def test_a_gpu_draws_the_served_row_range_up_to_its_maximum():
     assert max(rows(c.shape) for c in narrow) == SERVED_ROWS
 
 
-def test_the_cpu_and_an_unknown_domain_draw_no_domain_cases():
-    assert not [c for c in draw_cases(dataclasses.replace(CPU, domain_rows=SERVED_ROWS), 5) if "domain" in c.name]
+def test_the_cpu_draws_the_domain_only_as_a_sample_and_an_unknown_domain_not_at_all():
+    cpu = draw_cases(dataclasses.replace(CPU, domain_rows=SERVED_ROWS), 5)
+    assert not [c for c in cpu if c.name.startswith("domain ")]  # whole: the interpreter cannot run it
+    sampled = [rows(c.shape) for c in cpu if c.name.startswith("sampled-domain ")]  # services.judge.sampled_grid
+    assert sampled == sorted(sampled) and sampled[-1] == SERVED_ROWS and len(sampled) == 3
+    assert not [c for c in draw_cases(CPU, 5) if "domain" in c.name]  # an unknown domain: none
     assert not [c for c in draw_cases(GPU, 5) if c.name.startswith("domain ")]
     assert domain_rows(4096, 4096, 64) == [] and domain_rows(1, 0, 64) == []
 

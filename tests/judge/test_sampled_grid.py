@@ -1,4 +1,4 @@
-"""The served maximum on a CPU: a launch at its real size runs a sample of its programs, each as in the whole launch.
+"""The served range on a CPU: a launch at its real size runs a sample of its programs, each as in the whole launch.
 
 Real Triton kernels under the interpreter (the tests' conftest sets TRITON_INTERPRET=1), on poisoned outputs.
 """

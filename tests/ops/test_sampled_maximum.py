@@ -1,6 +1,7 @@
-"""Every family a CPU judges at the served maximum (services.judge.sampled_grid): its template's first candidate for
-a live target passes with a sample of its programs run at that size, and the same kernel with its stores skipped
-past a program near the end, which every smaller case drawn passes, is rejected there."""
+"""Every family a CPU judges over the served range (services.judge.sampled_grid): its template's first candidate for
+a live target passes with a sample of its programs run at each size up to the maximum, and the same kernel with its
+stores skipped past a program near the end of the largest, which every smaller case drawn passes, is rejected
+there."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
 
-SAMPLED = re.compile(r"the served maximum on a CPU \((sampled-max[^)]*)\): ([\d,]+) of ([\d,]+) programs of (\w+) ran")
+SAMPLED = re.compile(r"the served range on a CPU \((sampled-domain[^)]*)\): ([\d,]+) of ([\d,]+) programs of (\w+) ran")
 
 
 def _judge(proposal: pb.CandidateProposed, target_class: str) -> pb.CandidateJudged:
@@ -49,8 +50,9 @@ def test_a_cpu_judging_runs_a_sample_of_the_programs_at_the_served_maximum(name)
     target_class = honest.target_class
     judged = _judge(honest, target_class)
     assert judged.reward >= 1, judged.reason
-    sampled = [SAMPLED.search(line) for line in judged.observed.correctness.checks]
-    [found] = [m for m in sampled if m]
+    sampled = [m for m in (SAMPLED.search(line) for line in judged.observed.correctness.checks) if m]
+    assert len(sampled) >= 2, judged.observed.correctness.checks  # a spread of the served range, its maximum last
+    found = sampled[-1]
     ran, grid = int(found[2].replace(",", "")), int(found[3].replace(",", ""))
     assert 4 <= ran < grid, found[0]  # a sample, not the launch
 
@@ -63,4 +65,6 @@ def test_a_cpu_judging_runs_a_sample_of_the_programs_at_the_served_maximum(name)
     judged = _judge(hostile, target_class)
     assert judged.reward == -1
     assert judged.observed.correctness.rule_id == "nan-output", judged.reason
-    assert "sampled-max" in judged.observed.correctness.error and "wrote nothing" in judged.observed.correctness.error
+    assert (
+        "sampled-domain" in judged.observed.correctness.error and "wrote nothing" in judged.observed.correctness.error
+    )

@@ -3,9 +3,11 @@
 why hostile: a persistent grid is `min(sms, rows)` programs: on a GPU (132 SMs) one program a row up to 132 rows,
 under the interpreter (4) never more than four programs. The branch compares grid with shape (allowed: it is
 how a persistent kernel tells it walks one row) and is false for every launch the interpreter makes with its
-own program count, so a CPU judge and a CPU server only ever run the masked load — right, and harmless there. On
-a GPU, from five rows up, the weight is read past its end at every width under its block. A GPU judge's fenced
-pass runs the interpreter with the GPU's program count, so the branch is taken there and the read faults.
+own program count, so a CPU server only ever runs the masked load — right, and harmless there. On a GPU, from
+five rows up, the weight is read past its end at every width under its block. A GPU judge's fenced pass runs the
+interpreter with the GPU's program count, so the branch is taken there and the read faults. A CPU judge meets it
+too: in its sampled range a persistent grid gets a program a row (services.judge.sampled_grid), and at 349 and
+6,761 rows the branch is taken (at 131,072 the square of the program count wraps in 32 bits and it is not).
 """
 
 # pattern: a read past a tensor only at the program counts a GPU launches, never the interpreter's
