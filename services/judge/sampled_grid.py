@@ -39,6 +39,8 @@ from services.ops.launch import INTERPRETER_SMS_ENV
 
 SAMPLED_CASE = "sampled-domain"  # the case kind (services.judge.cases) whose launches run a sample of programs
 SAMPLED_ELEMENTS_CASE = "sampled-domain-elements"  # the same, of an op whose programs write blocks of elements (MLPs)
+SAMPLED_HEADS_CASE = "sampled-domain-heads"  # RoPE's: a program of q's heads and one of k's write unequal shares
+SHARE_SLACK_WORDS = 2  # a program's share may differ by a word at each end (a row's bytes need not end at a word)
 # more elements a program than this (of the call's largest tensor): a grid whose programs each walk thousands of
 # rows, which the interpreter cannot run at the maximum even one at a time
 SAMPLED_MAX_PER_PROGRAM = 2**17
@@ -121,7 +123,7 @@ def only(
             grid = tuple(grid) + (1,) * (3 - len(grid))
             interp.interpreter_builder.set_grid_dim(*grid)
             largest = max((a.numel() for a in args_hst if isinstance(a, torch.Tensor)), default=0)
-            wrote: dict[int, bool] = {}
+            wrote: dict[int, int] = {}  # each program run: the words it took out of the poison (1: not watched)
 
             def run(x: int) -> None:
                 before = sum(written(t) for t in watched()) if watched else 0
@@ -129,7 +131,7 @@ def only(
                     for z in range(grid[2]):
                         interp.interpreter_builder.set_grid_idx(x, y, z)
                         self.fn(**args)
-                wrote[x] = not watched or sum(written(t) for t in watched()) != before
+                wrote[x] = sum(written(t) for t in watched()) - before if watched else 1
 
             for x in picked(grid[0], seed, largest):
                 run(x)
@@ -154,12 +156,13 @@ def only(
             os.environ[INTERPRETER_SMS_ENV] = before
 
 
-def _idle_suffix(wrote: dict[int, bool], run: Callable[[int], None]) -> dict:
-    """What the sampled programs of a launch (`wrote`: each program run, whether it wrote) say: {"ran", "silent",
-    "idle_from"}. An honest launch's programs that have no work (a persistent grid's past its tiles) are the last
-    ones: where they start is found by bisection (`run` runs a program more), so the program before, which writes
-    the call's last rows, runs too. "silent": programs that wrote nothing below one that wrote (skipped their
-    rows); "idle_from": the first program of the idle suffix, None when the last program wrote."""
+def _idle_suffix(wrote: dict[int, int], run: Callable[[int], None]) -> dict:
+    """What the sampled programs of a launch (`wrote`: each program run, the words it wrote) say: {"ran", "silent",
+    "idle_from", "shares"}. An honest launch's programs that have no work (a persistent grid's past its tiles) are
+    the last ones: where they start is found by bisection (`run` runs a program more), so the program before, which
+    writes the call's last rows, runs too. "silent": programs that wrote nothing below one that wrote (skipped their
+    rows); "idle_from": the first program of the idle suffix, None when the last program wrote; "shares": the words
+    each program wrote."""
     ran = sorted(wrote)
     idle_from = None
     if ran and not wrote[ran[-1]]:
@@ -172,10 +175,27 @@ def _idle_suffix(wrote: dict[int, bool], run: Callable[[int], None]) -> dict:
         idle_from = hi
     last = max((x for x, w in wrote.items() if w), default=-1)
     return {"ran": sorted(wrote), "silent": sorted(x for x, w in wrote.items() if not w and x < last),
-            "idle_from": idle_from}  # fmt: skip
+            "idle_from": idle_from, "shares": dict(sorted(wrote.items()))}  # fmt: skip
 
 
-def silent_programs(record: list[dict], shape: tuple[int, ...], outputs: list[torch.Tensor]) -> str:
+def short_share(record: list[dict]) -> tuple[dict, int, int, int] | None:
+    """(launch, program, its words, the most a program wrote) for a program that wrote less than the others, the
+    last one that wrote excepted (a ragged last tile): it left some of its rows unwritten. An honest launch of rows
+    or of blocks of elements gives each program the same share (RoPE's q and k programs excepted: their kind says
+    so, and this is not asked)."""
+    for launch in record:
+        writers = {x: w for x, w in launch["shares"].items() if w}
+        writers.pop(max(writers, default=-1), None)  # the last one's share is its own (a ragged tile, a tail's bytes)
+        if len(writers) < 2:
+            continue
+        full = max(writers.values())
+        for x, w in writers.items():
+            if w < full - SHARE_SLACK_WORDS:
+                return launch, x, w, full
+    return None
+
+
+def silent_programs(record: list[dict], shape: tuple[int, ...], outputs: list[torch.Tensor], even: bool = True) -> str:
     """Why a sampled case of input `shape` is wrong ("" when it is not): a program that wrote nothing below one
     that wrote (its rows stay as the output's memory was), or the call's last output left unwritten at its end
     (the programs that should write it wrote nothing: a cap on the row below the maximum). A launch none of whose
@@ -188,6 +208,13 @@ def silent_programs(record: list[dict], shape: tuple[int, ...], outputs: list[to
                 f"at {at}, program(s) {ids} of {launch['grid']:,} of {launch['kernel']} wrote nothing while a later "
                 "one wrote: their rows stay unwritten (the output's poison)"
             )
+    short = short_share(record) if even else None
+    if short:
+        launch, x, words, full = short
+        return (
+            f"at {at}, program {x:,} of {launch['grid']:,} of {launch['kernel']} wrote {words:,} words where others "
+            f"wrote {full:,}: some of its rows stay unwritten (the output's poison)"
+        )
     if not record or not all(launch["ran"] for launch in record) or not outputs or not outputs[-1].numel():
         return ""
     if bool(written_elements(outputs[-1].reshape(-1)[-1:]).all()):
@@ -209,6 +236,12 @@ def touched_rows(out: torch.Tensor) -> tuple[torch.Tensor, int | None]:
     any_, all_ = element.any(dim=1), element.all(dim=1)
     partial = (any_ & ~all_).nonzero()
     return any_.nonzero().flatten(), (int(partial[0]) if partial.numel() else None)
+
+
+def kind_of(name: str) -> str:
+    """A sampled case's kind, from its name (the longest kind it starts with)."""
+    kinds = (SAMPLED_ELEMENTS_CASE, SAMPLED_HEADS_CASE, SAMPLED_CASE)
+    return next(kind for kind in kinds if name.startswith(kind + " "))
 
 
 def summary(case: int, record: list[dict]) -> list[dict]:
@@ -244,8 +277,9 @@ class SampledRun:
     what the programs did. `outputs`: the call's outputs as the wrapper allocates them (None: a run only the fences
     need, which looks for no writes). A persistent grid gets a program a row (`only`'s `sms`)."""
 
-    def __init__(self, seed: int, case: int, shape: tuple[int, ...], outputs: list[torch.Tensor] | None):
+    def __init__(self, seed: int, case: int, kind: str, shape: tuple[int, ...], outputs: list[torch.Tensor] | None):
         self.case, self.shape, self.outputs, self.record = case, shape, outputs, []
+        self.even = kind != SAMPLED_HEADS_CASE  # whether each program's share must be the same
         watched = (lambda: outputs) if outputs is not None else None
         self.context = only(seed, watched, self.record, sms=math.prod(shape[:-1]))
 
@@ -254,5 +288,5 @@ class SampledRun:
         goes into the child's `facts` for the verdict's evidence."""
         if first and self.record:
             facts.setdefault("sampled", []).extend(summary(self.case, self.record))
-        why = self.outputs is not None and silent_programs(self.record, self.shape, self.outputs)
+        why = self.outputs is not None and silent_programs(self.record, self.shape, self.outputs, self.even)
         return CaseRun(problem=("nan-output", why)) if why and not done.problem else done

@@ -82,7 +82,7 @@ class SandboxJob:
     second_shape: list[int] = field(default_factory=list)  # a function's second operand's live shape (RoPE's k)
     third_shape: list[int] = field(default_factory=list)  # its third's (RoPE's cos: the rotary width last)
     sms: int = 0  # under the interpreter, a persistent grid's "sms" (0: its stand-in); the fenced pass: the GPU's
-    sampled: list[int] = field(default_factory=list)  # cases whose launches run a sample of programs (on a CPU)
+    sampled: dict[int, str] = field(default_factory=dict)  # the CPU's cases that run a sample of programs: kind
 
     def to_json(self, nonce: str, result_fd: int, walls: dict, ready_fd: int = -1) -> str:
         data = asdict(self)

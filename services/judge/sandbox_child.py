@@ -199,7 +199,7 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         return clock.call(what, tuple(tensors[0].shape), 2 * sum(t.nbytes for t in tensors))
 
     answers: dict[int, list] = {}  # case -> its outputs as the wrapper allocated them (CPU), for the pre-fills
-    sampled = set(job.get("sampled") or ())  # the served range's cases: a sample of each launch's programs
+    sampled = {int(i): kind for i, kind in (job.get("sampled") or {}).items()}  # the served range's: a sample
 
     def run(index: int, fill=None, what: str = "", front: bool = False, keep: bool = True):
         """Case `index` in guarded memory; `fill` the answers its outputs' memory holds (another case's). `front`: the
@@ -210,8 +210,8 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         allocated: list = []
         allocate["fn"] = recording(under_answers(guard.empty, fill) if fill else guard.empty, allocated)
         # the served range: a sample of its programs (a run only the fences need looks for no writes)
-        shape = tuple(subject.case_tensors(index)[0].shape)
-        sample = SampledRun(canary_seed + 3, index, shape, allocated if keep else None) if index in sampled else None
+        shape, kind = tuple(subject.case_tensors(index)[0].shape), sampled.get(index)
+        sample = SampledRun(canary_seed + 3, index, kind, shape, allocated if keep else None) if kind else None
         try:
             with timed_call(what or f"case {index}", index), sample.context if sample else nullcontext():
                 done = subject.run(index, guard)

@@ -332,6 +332,7 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("domain_block_for_one_width", "correctness", "nan-output", widths=(256,)),
     _dynamic("domain_rows_capped_by_a_square", "correctness", "nan-output"),  # the served maximum, sampled on CPU
     _dynamic("domain_rows_capped_persistent", "correctness", "nan-output"),  # a persistent grid, sampled on CPU
+    _dynamic("domain_rows_one_of_four_skipped", "correctness", "nan-output"),  # a short share of a tile
     _static("flow_capped_row_loop", "hidden-boundary"),
     # a window of row counts, made by division, in the answer's arithmetic or picking it: wrong at counts not drawn
     _static("flow_value_bump_at_one_count", "count-value"),

@@ -28,12 +28,12 @@ def _poisoned(rows: int, cols: int) -> torch.Tensor:
     return out
 
 
-def _launch(rows: int, cols: int, cap: int, seed: int = 7):
+def _launch(rows: int, cols: int, cap: int, seed: int = 7, block: int = 8):
     x = torch.randn(rows, cols)
     y = _poisoned(rows, cols)
     record: list[dict] = []
     with sampled_grid.only(seed, lambda: [y], record):
-        _copy_rows[(rows,)](x, y, cols, CAP=cap or rows, BLOCK=8)
+        _copy_rows[(rows,)](x, y, cols, CAP=cap or rows, BLOCK=block)
     return x, y, record
 
 
@@ -69,20 +69,22 @@ def test_a_cap_below_the_maximum_leaves_the_last_rows_unwritten_and_says_where()
 
 
 @triton.jit
-def _tiles_of_rows(x_ptr, y_ptr, n_rows, n_cols, ROWS: tl.constexpr, SKIP: tl.constexpr, BLOCK: tl.constexpr):
+def _tiles_of_rows(
+    x_ptr, y_ptr, n_rows, n_cols, ROWS: tl.constexpr, SKIP: tl.constexpr, ONE: tl.constexpr, BLOCK: tl.constexpr
+):
     tile = tl.program_id(0)  # a grid of a program a row: the programs past the tiles have no work, as a persistent
     cols = tl.arange(0, BLOCK)  # grid's spare ones
     for r in tl.static_range(ROWS):
         row = tile * ROWS + r
         mask = (cols < n_cols) & (cols * 0 + row < n_rows)
-        if tile != SKIP:  # program SKIP (-1: none) writes nothing
+        if tile != SKIP or (ONE and r != 1):  # program SKIP (-1: none) writes nothing, or with ONE its second row only
             tl.store(y_ptr + row * n_cols + cols, tl.load(x_ptr + row * n_cols + cols, mask=mask), mask=mask)
 
 
-def _tiles(rows: int, skip: int):
-    x, y, record = torch.randn(rows, 4), _poisoned(rows, 4), []
+def _tiles(rows: int, skip: int, one: bool = False):
+    x, y, record = torch.randn(rows, 8), _poisoned(rows, 8), []  # a row of 32 bytes: four words
     with sampled_grid.only(5, lambda: [y], record):
-        _tiles_of_rows[(rows,)](x, y, rows, 4, ROWS=4, SKIP=skip, BLOCK=8)
+        _tiles_of_rows[(rows,)](x, y, rows, 8, ROWS=4, SKIP=skip, ONE=one, BLOCK=8)
     return x, y, record
 
 
@@ -90,7 +92,7 @@ def test_programs_with_no_work_past_the_tiles_are_spare_and_the_last_tile_is_fou
     x, y, record = _tiles(4096, skip=-1)
     [launch] = record
     assert launch["silent"] == [] and launch["idle_from"] == 1024  # 4,096 rows in tiles of 4
-    assert 1023 in launch["ran"] and sampled_grid.silent_programs(record, (4096, 4), [y]) == ""
+    assert 1023 in launch["ran"] and sampled_grid.silent_programs(record, (4096, 8), [y]) == ""
     assert torch.equal(y[-4:], x[-4:])
 
 
@@ -99,7 +101,7 @@ def test_a_program_that_skips_its_rows_below_one_that_wrote_is_named():
     [launch] = record
     assert launch["silent"] == [0]
     assert "program(s) 0 of 4,096 of _tiles_of_rows wrote nothing while a later one wrote" in (
-        sampled_grid.silent_programs(record, (4096, 4), [y])
+        sampled_grid.silent_programs(record, (4096, 8), [y])
     )
 
 
@@ -134,3 +136,22 @@ def test_written_counts_words_that_left_the_poison():
     t[2, 4] = 0.0  # the tail's four bytes
     t[0, 0] = 1.0  # one word
     assert sampled_grid.written(t) == 1 + 4
+
+
+def test_a_program_that_skips_one_of_its_rows_writes_a_short_share_and_is_named():
+    _, y, record = _tiles(4096, skip=0, one=True)  # program 0 writes rows 0, 2 and 3 of its four
+    reason = sampled_grid.silent_programs(record, (4096, 8), [y])
+    assert "program 0 of 4,096 of _tiles_of_rows wrote 12 words where others wrote 16" in reason, reason
+    assert sampled_grid.silent_programs(record, (4096, 8), [y], even=False) == ""  # RoPE's q and k: not asked
+    _, y, record = _tiles(4099, skip=-1)  # a ragged last tile writes less, and is honest
+    assert sampled_grid.silent_programs(record, (4099, 8), [y]) == ""
+
+
+def test_rows_whose_bytes_straddle_words_are_honest_shares():
+    _, y, record = _launch(5000, 97, cap=0, block=128)  # 388 bytes a row: 48 words and a half
+    assert sampled_grid.silent_programs(record, (5000, 97), [y]) == ""
+    # a program run beside one that ran first finds a word at its edge written already: a word short at each end
+    launch = {"kernel": "k", "grid": 5000, "shares": {0: 49, 99: 49, 100: 48, 101: 47, 4999: 3}}
+    assert sampled_grid.short_share([launch]) is None
+    launch["shares"][2048] = 40  # a row's worth short: some of its rows unwritten
+    assert sampled_grid.short_share([launch])[1:] == (2048, 40, 49)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from services.judge.cases import _generator, _values, sampled_rows
-from services.judge.sampled_grid import SAMPLED_CASE
+from services.judge.sampled_grid import SAMPLED_HEADS_CASE
 from services.ops import rotary
 
 LAYOUTS = ("attention", "contiguous")  # attention: (batch, seq, heads·dim) projections viewed and transposed
@@ -164,7 +164,7 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
             plan.append(("domain", (1, hq, longest, d), gqa, "normal", "attention", 1, False))
     else:  # the longest sequence as a sample of each launch's programs (services.judge.sampled_grid): whole heads
         for longest in sampled_rows(spec.max_positions, hq * d, PREFILL_CPU):
-            plan.append((SAMPLED_CASE, (1, hq, longest, d), gqa, "normal", "attention", 1, False))
+            plan.append((SAMPLED_HEADS_CASE, (1, hq, longest, d), gqa, "normal", "attention", 1, False))
     if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)
         plan = [(*row[:2], 0, *row[3:]) for row in plan]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]
