@@ -51,7 +51,7 @@ DRAWN = 4  # programs drawn from the judging's seed besides
 
 def picked(programs: int, seed: int, elements: int = 0) -> list[int]:
     """The program ids a sampled launch of `programs` runs, over a call whose largest tensor has `elements`: [] for a
-    persistent grid (more than SAMPLED_MAX_PER_PROGRAM elements a program)."""
+    grid whose programs each walk thousands of rows (more than SAMPLED_MAX_PER_PROGRAM elements a program)."""
     if programs < 1 or elements > SAMPLED_MAX_PER_PROGRAM * programs:
         return []
     ids = {0, programs // 2, max(0, programs - 2), programs - 1}
@@ -239,13 +239,13 @@ def touched_rows(out: torch.Tensor) -> tuple[torch.Tensor, int | None]:
 
 
 def kind_of(name: str) -> str:
-    """A sampled case's kind, from its name (the longest kind it starts with)."""
+    """A case's sampled kind, from its name (the longest kind it starts with); "" for a case run whole."""
     kinds = (SAMPLED_ELEMENTS_CASE, SAMPLED_HEADS_CASE, SAMPLED_CASE)
-    return next(kind for kind in kinds if name.startswith(kind + " "))
+    return next((kind for kind in kinds if name.startswith(kind + " ")), "")
 
 
 def summary(case: int, record: list[dict]) -> list[dict]:
-    """The child's fact of a sampled run: per launch, its kernel, its programs and how many ran (0: persistent)."""
+    """The child's fact of a sampled run: per launch, its kernel, its programs and how many ran (0: too coarse)."""
     return [
         {"case": case, "kernel": launch["kernel"], "grid": launch["grid"], "ran": len(launch["ran"])}
         for launch in record
@@ -266,8 +266,8 @@ def described(facts: list, names: list[str]) -> list[str]:
             f"the served range on a CPU ({name}): {ran:,} of {grid:,} programs of {kernel} ran, each as in the whole "
             "launch"
             if ran
-            else f"the served range on a CPU ({name}): {kernel}'s {grid:,} programs each walk thousands of rows "
-            "(a persistent grid): none ran; its loops are the dataflow check's"
+            else f"the served range on a CPU ({name}): {kernel}'s {grid:,} programs each walk thousands of rows: "
+            "none ran; its loops are the dataflow check's"
         )
     return out
 
@@ -275,13 +275,15 @@ def described(facts: list, names: list[str]) -> list[str]:
 class SampledRun:
     """One run of a sampled case in the sandbox child: the `context` its call runs in, then `finish`, which reads
     what the programs did. `outputs`: the call's outputs as the wrapper allocates them (None: a run only the fences
-    need, which looks for no writes). A persistent grid gets a program a row (`only`'s `sms`)."""
+    need, which looks for no writes). `subject`: the family's (services.ops.protocol.Subject), whose case it is. A
+    persistent grid gets a program a row (`only`'s `sms`)."""
 
-    def __init__(self, seed: int, case: int, kind: str, shape: tuple[int, ...], outputs: list[torch.Tensor] | None):
-        self.case, self.shape, self.outputs, self.record = case, shape, outputs, []
+    def __init__(self, seed: int, case: int, kind: str, subject, outputs: list[torch.Tensor] | None):
+        self.case, self.outputs, self.record = case, outputs, []
+        self.shape = tuple(subject.case_tensors(case)[0].shape)  # the case's input: its rows
         self.even = kind != SAMPLED_HEADS_CASE  # whether each program's share must be the same
         watched = (lambda: outputs) if outputs is not None else None
-        self.context = only(seed, watched, self.record, sms=math.prod(shape[:-1]))
+        self.context = only(seed, watched, self.record, sms=math.prod(self.shape[:-1]))
 
     def finish(self, done: CaseRun, facts: dict, first: bool) -> CaseRun:
         """The run's outcome (`done`, or `nan-output` where a program skipped its rows); a `first` run's sample

@@ -210,8 +210,8 @@ def judge(job: dict, cls, report: WallReport, wall: AuditWall | None = None, clo
         allocated: list = []
         allocate["fn"] = recording(under_answers(guard.empty, fill) if fill else guard.empty, allocated)
         # the served range: a sample of its programs (a run only the fences need looks for no writes)
-        shape, kind = tuple(subject.case_tensors(index)[0].shape), sampled.get(index)
-        sample = SampledRun(canary_seed + 3, index, kind, shape, allocated if keep else None) if kind else None
+        kind = sampled.get(index)
+        sample = SampledRun(canary_seed + 3, index, kind, subject, allocated if keep else None) if kind else None
         try:
             with timed_call(what or f"case {index}", index), sample.context if sample else nullcontext():
                 done = subject.run(index, guard)

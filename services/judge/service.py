@@ -32,7 +32,7 @@ from services.judge.cases import undrawn_boundaries
 from services.judge.contract_check import check_contract, check_function_contract, check_layer_contract
 from services.judge.domain import LiveTarget, derive_judged, live_target
 from services.judge.module_factory import ModuleBuildError
-from services.judge.sampled_grid import SAMPLED_CASE, kind_of
+from services.judge.sampled_grid import kind_of
 from services.judge.sandbox import SandboxJob, SandboxLimits, run_job
 from services.judge.verdict import BoundError
 from services.ops import FAMILIES, family, judging
@@ -242,7 +242,7 @@ class JudgeService:
             second_shape=list(target.second_shape),
             third_shape=list(target.third_shape),
             sms=self.fenced_sms if not gpu else 0,
-            sampled={i: kind_of(case.name) for i, case in enumerate(drawn.cases) if case.name.startswith(SAMPLED_CASE)},
+            sampled={i: kind for i, case in enumerate(drawn.cases) if (kind := kind_of(case.name))},
         )
         blob = io.BytesIO()
         torch.save(operands_to_data(drawn.operands), blob)

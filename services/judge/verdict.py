@@ -22,7 +22,6 @@ from services.core.tolerances import same_bits
 from services.judge import sampled_grid
 from services.judge.cases import Case
 from services.judge.rounding import Bound, compare
-from services.judge.sampled_grid import SAMPLED_CASE, SAMPLED_ELEMENTS_CASE
 
 RULES: dict[str, str] = {
     "load-failed": "the candidate's kernels must load behind its op family's wrapper",
@@ -119,8 +118,9 @@ def _check_output(tally: _Tally, case: Case, ref: Reference, out, when: str = ""
             f"{tuple(ref.own.shape)}",
         )
         return False
-    if case.name.startswith(SAMPLED_CASE):  # a sample of the programs ran: the rows they wrote, each whole
-        ref, out = _sampled(tally, where, ref, out, case.width, rows=not case.name.startswith(SAMPLED_ELEMENTS_CASE))
+    kind = sampled_grid.kind_of(case.name)
+    if kind:  # a sample of the programs ran: the rows they wrote, each whole (an MLP's: the elements they wrote)
+        ref, out = _sampled(tally, where, ref, out, case.width, rows=kind != sampled_grid.SAMPLED_ELEMENTS_CASE)
         if ref is None:
             return False
     result = compare(out, ref.hi, ref.bound, ref.row_error)

@@ -162,9 +162,9 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
         longest = min(spec.max_positions, DOMAIN_ELEMENTS // max(1, hq * d))
         if longest > s:
             plan.append(("domain", (1, hq, longest, d), gqa, "normal", "attention", 1, False))
-    else:  # the longest sequence as a sample of each launch's programs (services.judge.sampled_grid): whole heads
-        for longest in sampled_rows(spec.max_positions, hq * d, PREFILL_CPU):
-            plan.append((SAMPLED_HEADS_CASE, (1, hq, longest, d), gqa, "normal", "attention", 1, False))
+    else:  # the positions up to the longest, as a GPU spreads them, each a sample of each launch's programs
+        for positions in sampled_rows(spec.max_positions, hq * d, PREFILL_CPU):
+            plan.append((SAMPLED_HEADS_CASE, (1, hq, positions, d), gqa, "normal", "attention", 1, False))
     if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)
         plan = [(*row[:2], 0, *row[3:]) for row in plan]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]
