@@ -22,7 +22,14 @@ reading what it wrote last time. Tests can only sample inputs; this closes those
   ids, the program count, the family's count and stride arguments and loops over them address and mask, never
   enter the arithmetic of an answer, nor pick one through a `tl.where`, a conditional or an `if` once divided,
   reduced or passed through a function (`1 + 0.01 * (n_rows // 777 - n_rows // 778)` is right at every count but
-  777, which the judge may never draw) (`count-value`). Widths (`shape` arguments: a norm divides by its width) may.
+  777, which the judge may never draw) (`count-value`). Widths (`shape` arguments: a norm divides by its width) may;
+- which row a program takes (program ids, loop variables, what is built from them) is compared only as a bound: by
+  `<`, `<=`, `>`, `>=`, against a side that holds no row, the row's side a sum of rows scaled by what is not a row,
+  one condition bounding it from one side (`row < n_rows`, `pid < units`). Equality (`row != 77777`), a row against a
+  row (`row * row < 32768 * row + 1`), a row made curved (a product of rows, a remainder, quotient or power of one by
+  a fixed number, a function of one) and two bounds from both sides (`(3 * row < n_rows) | (3 * row > n_rows)`)
+  single out rows a sample of programs may never run (`row-pick`); a side moved by a fixed number (`row - 32768 <
+  0`) is a hidden boundary.
 
 Abstract interpretation over the AST: each name holds a taint (loaded data or not; which tensor arguments it may
 point into), joined over branches and iterated to a fixed point over loops; a call of another kernel of the source
@@ -54,6 +61,8 @@ RULES: dict[str, str] = {
     "(a dispatch boundary is the plan's to declare)",
     "count-value": "a stored value depends on which row or how many rows only through what it loads (program ids, "
     "counts and strides address and mask)",
+    "row-pick": "which row a program takes is compared only as a bound (<, <=, >, >= against no row, from one side): "
+    "never by equality, against another row, made curved, or bounded from both sides",
     "count-window": "a window of row counts (a count divided, reduced or passed through a function, other than a tile "
     "count such as cdiv(rows, R)) never moves an address, picks a mask's lanes or decides whether a load or store "
     "is issued",
@@ -99,6 +108,16 @@ class Taint:
     size: bool = False
     index: bool = False
     window: bool = False
+    # Which row, as its sign says: a row entering a sum positively (`pid * R + r`) rises with it, one subtracted
+    # (`n_rows - pid`) falls; one made curved (a product of rows, a remainder, quotient or power of one by a fixed
+    # number, a function of one) is neither, and is no bound. `nudged`: moved by a fixed number (`row - 32768`).
+    rising: bool = False
+    falling: bool = False
+    curved: bool = False
+    nudged: bool = False
+    # a condition on which row: true for rows below a bound (`row < n_rows`), above one (`pid >= units`), or both
+    below: bool = False
+    above: bool = False
 
     def __or__(self, other: Taint) -> Taint:
         return Taint(
@@ -112,6 +131,12 @@ class Taint:
             self.size or other.size,
             self.index or other.index,
             self.window or other.window,
+            self.rising or other.rising,
+            self.falling or other.falling,
+            self.curved or other.curved,
+            self.nudged or other.nudged,
+            self.below or other.below,
+            self.above or other.above,
         )
 
     def moved(self) -> Taint:
@@ -119,6 +144,13 @@ class Taint:
 
     def stepped_if_count(self) -> Taint:
         return replace(self, stepped=self.count)
+
+    def flipped(self) -> Taint:
+        """Negated: a rising row falls, a condition below a bound holds above it."""
+        return replace(self, rising=self.falling, falling=self.rising, below=self.above, above=self.below)
+
+    def curve_if_row(self) -> Taint:
+        return replace(self, curved=self.curved or self.index)
 
     @property
     def static(self) -> bool:
@@ -135,7 +167,7 @@ DATA = Taint(data=True)
 GRID = Taint(grid=True)
 COUNTED = Taint(grid=True, count=True)  # strides
 SIZED = Taint(grid=True, count=True, size=True)  # a family's count arguments, the program count
-INDEXED = Taint(grid=True, count=True, index=True)  # program ids
+INDEXED = Taint(grid=True, count=True, index=True, rising=True)  # program ids
 WINDOWED = Taint(count=True, stepped=True)  # what an `if`, a loop or a pick on a window of counts decides
 
 
@@ -158,6 +190,9 @@ class _Context:
     writable: frozenset[str]
     positive: frozenset[str]  # constexpr parameters of the launched kernel whose value is known positive
     findings: dict[tuple[str, int], str] = field(default_factory=dict)
+    # per tensor argument, the sides of which row its loads or stores are bounded from, and the first of each:
+    # stores to one output below a bound and others above one leave the rows between unwritten (`row_sides`)
+    sides: dict[str, dict[str, ast.AST]] = field(default_factory=dict)
     returns: list[Taint] = field(default_factory=list)
 
     def add(self, rule: str, reason: str, node: ast.AST) -> None:
@@ -174,6 +209,9 @@ class _Kernel:
         # what the statements being walked run under: an `if` on a window of counts makes everything it stores or
         # assigns depend on that window (`window_test`)
         self.control = INDEX
+        # which rows the statements being walked run for: `if row < n_rows` holds below a bound, its `else` above
+        # one; a store under bounds from both sides (an `if` inside an `if`, an `if` and a mask) can single out rows
+        self.rows = INDEX
         self.defs: dict[str, ast.expr | None] = {}  # each name's last plain assignment: a tile count by name
 
     # ------------------------------------------------------------------ statements
@@ -202,16 +240,20 @@ class _Kernel:
             self.returns.append(self.expr(s.value) if s.value is not None else INDEX)
         elif isinstance(s, ast.If):
             self.test(s.test, "an if")
-            outer = self.control
+            outer, outer_rows = self.control, self.rows
+            tested = self.expr(s.test)
+            bound = Taint(below=tested.below, above=tested.above)
             if self.window_test(s.test):
                 self.control = outer | WINDOWED
             before = dict(self.env)
+            self.rows = outer_rows | bound
             self.block(s.body)
             taken = self.env
             self.env = dict(before)
+            self.rows = outer_rows | bound.flipped()
             self.block(s.orelse)
             self.env = _merge(taken, self.env)
-            self.control = outer
+            self.control, self.rows = outer, outer_rows
         elif isinstance(s, ast.For):
             self.for_loop(s)
         elif isinstance(s, ast.While):
@@ -266,7 +308,14 @@ class _Kernel:
                     args[2],
                 )
         loop = Taint(
-            data=bound.data, grid=bound.grid, lane=bound.lane, count=bound.count, stepped=bound.stepped, index=True
+            data=bound.data,
+            grid=bound.grid,
+            lane=bound.lane,
+            count=bound.count,
+            stepped=bound.stepped,
+            index=True,
+            rising=True,
+            curved=bound.curved,
         )
         self.assign(s.target, None, loop)
         # How many times the body runs is the bounds' to say. A value carried from one iteration to the next (an
@@ -332,10 +381,56 @@ class _Kernel:
 
     def test(self, node: ast.expr, what: str) -> None:
         t = self.expr(node)
+        self.one_sided(t, what, node)
         if t.data:
             self.ctx.add("value-branch", f"{what} decides on loaded values: a kernel may not branch on its data", node)
         if t.pointer:
             self.ctx.add("pointer-origin", f"{what} decides on a pointer", node)
+
+    def one_sided(self, t: Taint, what: str, node: ast.AST) -> None:
+        if t.below and t.above:
+            self.ctx.add(
+                "row-pick",
+                f"which row is bounded from both sides by {what}: that can single out rows a sample of programs "
+                "never runs",
+                node,
+            )
+
+    def row_compare(self, node: ast.Compare, parts: list[Taint]) -> Taint:
+        """Which row compared as a bound, and from which side: `row < n_rows` holds below a bound, `pid >= units`
+        above one. Any other comparison of a row can single out rows (`row != 77777`, `row * row == 77777 * row`)
+        that a CPU's sample of programs runs only when it draws them."""
+        rows = [i for i, p in enumerate(parts) if p.index]
+        if not rows:
+            return INDEX
+        if any(isinstance(op, ast.Eq | ast.NotEq | ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in node.ops):
+            self.ctx.add("row-pick", "which row is compared by equality: a row singled out, not a bound", node)
+        if len(rows) > 1:
+            self.ctx.add("row-pick", "which row is compared with a row: the bound moves with the row", node)
+        if any(parts[i].curved or (parts[i].rising and parts[i].falling) for i in rows):
+            self.ctx.add(
+                "row-pick",
+                "which row, made curved (a product of rows, a remainder, quotient or power of one by a fixed number, "
+                "a function of one), is compared: a bound of it can hold for chosen rows only",
+                node,
+            )
+        if any(p.nudged for p in parts):
+            self.ctx.add(
+                "hidden-boundary",
+                "which row is compared with a side moved by a fixed number (`row - 32768 < 0`): a dispatch boundary "
+                "the plan does not declare",
+                node,
+            )
+        below = above = False
+        for k, op in enumerate(node.ops):
+            left, right = parts[k], parts[k + 1]
+            if not (left.index or right.index) or not isinstance(op, ast.Lt | ast.LtE | ast.Gt | ast.GtE):
+                continue
+            under = isinstance(op, ast.Lt | ast.LtE) == left.index  # row on the left of <, or the right of >
+            if (left if left.index else right).falling:
+                under = not under
+            below, above = below or under, above or not under
+        return Taint(below=below, above=above)
 
     def boundary(self, node: ast.Compare | ast.Call, operands: list[ast.expr], parts: list[Taint]) -> None:
         """A size the call grows with (a program id, a shape, a loop over them) compared with a number fixed for
@@ -399,12 +494,12 @@ class _Kernel:
             return self.expr(node.value)  # .T and the like: the same values
         if isinstance(node, ast.BinOp):
             out = self.binop(node.op, self.expr(node.left), self.expr(node.right), node)
-            return replace(out, window=False, size=True) if self.tile_count(node) else out
+            return replace(out, window=False, size=True, nudged=False) if self.tile_count(node) else out
         if isinstance(node, ast.UnaryOp):
             value = self.expr(node.operand)
             if value.pointer:
                 self.ctx.add("pointer-origin", "arithmetic on a pointer other than adding an offset", node)
-            return value
+            return value if isinstance(node.op, ast.UAdd) else value.flipped()  # -row falls; not (row < n) above
         if isinstance(node, ast.BoolOp):
             return _join(self.expr(v) for v in node.values)
         if isinstance(node, ast.Compare):
@@ -412,17 +507,21 @@ class _Kernel:
             if any(p.pointer for p in parts):
                 self.ctx.add("pointer-origin", "a pointer is compared (its address is not the kernel's to read)", node)
             self.boundary(node, [node.left, *node.comparators], parts)
-            return Taint(
+            return self.row_compare(node, parts) | Taint(
                 data=any(p.data for p in parts),
                 grid=any(p.grid for p in parts),
                 lane=any(p.lane for p in parts),
                 count=any(p.count for p in parts),
                 stepped=any(p.stepped for p in parts),
                 window=any(p.window for p in parts),
+                below=any(p.below for p in parts),  # `cols < tl.where(row < n_rows, N, 0)` bounds the row too
+                above=any(p.above for p in parts),
             )
         if isinstance(node, ast.IfExp):
             self.test(node.test, "a conditional expression")
-            picked = self.expr(node.body) | self.expr(node.orelse)
+            tested = self.expr(node.test)
+            picked = (self.expr(node.body) | self.expr(node.orelse)).curve_if_row()  # a row picked is piecewise
+            picked = picked | Taint(below=tested.below, above=tested.above)
             return picked | WINDOWED if self.window_test(node.test) else picked
         if isinstance(node, ast.Subscript):
             return self.expr(node.value) | Taint(data=self.expr(node.slice).data)
@@ -432,7 +531,7 @@ class _Kernel:
             return _join(self.expr(e) for e in node.elts)
         if isinstance(node, ast.Call):
             out = self.call(node)
-            return replace(out, window=False, size=True) if self.tile_count(node) else out
+            return replace(out, window=False, size=True, nudged=False) if self.tile_count(node) else out
         return _join(self.expr(c) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
 
     def binop(self, op: ast.operator, left: Taint, right: Taint, node: ast.AST) -> Taint:
@@ -442,13 +541,24 @@ class _Kernel:
                 offset_only = False  # offset - pointer is no address of any tensor
             if not offset_only:
                 self.ctx.add("pointer-origin", "arithmetic on a pointer other than adding an offset", node)
+        sides = (node.left, node.right) if isinstance(node, ast.BinOp) else (None, None)
+        if isinstance(op, ast.Sub):
+            right = right.flipped()  # a row subtracted falls
         out = left | right
         if left.index or right.index:  # an offset from which row is still which row: no size
             out = replace(out, size=False)
         if isinstance(op, ast.Add | ast.Sub):  # data plus a constant, a shape, a constexpr: zero moved
+            if _moved_by_a_number(left, right, sides):
+                out = replace(out, nudged=True)
             return out.moved() if left.data != right.data else out
         if isinstance(op, ast.Mult):
+            if left.index and right.index:
+                return replace(out, curved=True)  # a product of rows
+            if any(_negative(side) for side in sides):
+                return out.flipped()
             return out
+        if right.index or (left.index and right.static):  # `n // row`, `row % 77777`, `row ** 2`, `row & 1`
+            out = replace(out, curved=True)
         # a size divided (or reduced, a power, bits of it) changes at some sizes only; an index divided by anything
         # is a place in a tile (`unit // blocks`), unless what divides it is itself such a window
         windowed = left.window or right.window or (left.size and not left.index)
@@ -462,8 +572,9 @@ class _Kernel:
         args = {i: a for i, a in enumerate(node.args)}
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         if name == "tl.load":
-            self.address(args.get(0, kw.get("pointer")), self.ctx.readable, "load", node)
-            self.mask(args.get(1, kw.get("mask")), node)
+            pointer = args.get(0, kw.get("pointer"))
+            self.address(pointer, self.ctx.readable, "load", node)
+            self.mask(args.get(1, kw.get("mask")), node, "load", pointer)
             filled = _join(self.expr(other) for other in (args.get(2), kw.get("other")))
             return DATA | Taint(count=filled.count, stepped=filled.stepped)  # masked lanes hold `other`
         if name == "tl.store":
@@ -475,8 +586,9 @@ class _Kernel:
                     "it loads: a row's answer may not change with which row it is or how many came with it",
                     node,
                 )
-            self.address(args.get(0, kw.get("pointer")), self.ctx.writable, "store", node)
-            self.mask(args.get(2, kw.get("mask")), node)
+            pointer = args.get(0, kw.get("pointer"))
+            self.address(pointer, self.ctx.writable, "store", node)
+            self.mask(args.get(2, kw.get("mask")), node, "store", pointer)
             return INDEX
         if name == "tl.where":
             cond = args.get(0, kw.get("condition"))
@@ -486,7 +598,8 @@ class _Kernel:
             chosen = self.expr(cond) if cond is not None else INDEX
             if chosen.stepped:  # a window of counts picks the answer (a bound check `row < n_rows` only masks)
                 picked = picked | WINDOWED
-            return picked.moved()
+            bounds = Taint(below=chosen.below, above=chosen.above)  # what it picks holds on that side of the row
+            return picked.moved().curve_if_row() | bounds  # a row picked is piecewise
         if name == "tl.program_id":
             return INDEXED
         if name == "tl.num_programs":
@@ -502,6 +615,8 @@ class _Kernel:
             method, receiver = node.func.attr, self.expr(node.func.value)  # a value's method: x.to(...)
         values = [self.expr(a) for a in node.args] + [self.expr(v) for v in kw.values()]
         everything = _join([receiver, *values])
+        if method != "to" and name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
+            everything = everything.curve_if_row()  # a function of a row (`tl.abs(row - 77777)`) bounds no rows
         if method != "to" and name != "tl.abs":
             everything = everything.moved()  # a function of the data: where it crosses zero is its own
             if name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
@@ -535,6 +650,8 @@ class _Kernel:
                     positive.add(k.arg)
         callee = _Kernel(self.ctx, fn, env, self.depth + 1, frozenset(positive))
         callee.control = self.control  # called under an `if` on a window: its stores are too
+        # its rows start unbounded: its parameters are rows of its own (RoPE's k programs take `pid - units` under
+        # `pid >= units` and bound the positions of their tile from the other side)
         return callee.run()
 
     def address(self, node: ast.expr | None, allowed: frozenset[str], verb: str, call: ast.Call) -> None:
@@ -557,7 +674,14 @@ class _Kernel:
             else:
                 self.ctx.add("writes-input", f"a store to an input of the plan ({', '.join(outside)})", call)
 
-    def mask(self, node: ast.expr | None, call: ast.Call) -> None:
+    def mask(self, node: ast.expr | None, call: ast.Call, verb: str, pointer: ast.expr | None) -> None:
+        under = self.rows | self.expr(node) if node is not None else self.rows
+        self.one_sided(under, f"a {verb}'s mask and the ifs around it", call)
+        for tensor in self.expr(pointer).points if pointer is not None else ():
+            side = self.ctx.sides.setdefault(tensor, {})
+            for name, holds in (("below", under.below), ("above", under.above)):
+                if holds:
+                    side.setdefault(name, call)
         if node is None:
             return
         t = self.expr(node)
@@ -612,6 +736,22 @@ def _carried(body: list[ast.stmt]) -> set[str]:
     return carried & assigned  # every assignment of the body was walked: what it reads before and writes
 
 
+def _moved_by_a_number(left: Taint, right: Taint, sides: tuple[ast.expr | None, ast.expr | None]) -> bool:
+    """Whether a sum moves a size or a row by a number fixed for the launch (`row - 32768`, `n_rows - 77777`)."""
+    for fixed, other, node in ((left, right, sides[0]), (right, left, sides[1])):
+        zero = isinstance(node, ast.Constant) and node.value == 0
+        if fixed.static and not fixed.index and not zero and other.grid:  # a static_range row is no number
+            return True
+    return False
+
+
+def _negative(node: ast.expr | None) -> bool:
+    """A literal below zero (`-1`, `-3.0`): a row scaled by it falls."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float)
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float) and node.value < 0
+
+
 def _merge(a: dict[str, Taint], b: dict[str, Taint]) -> dict[str, Taint]:
     return {k: a.get(k, INDEX) | b.get(k, INDEX) for k in a.keys() | b.keys()}
 
@@ -657,6 +797,15 @@ def check_launch(
     writable = frozenset(a for a, r in roles.items() if r in (OUTPUT, INPLACE))
     ctx = _Context(kernels, readable, writable, positive)
     _Kernel(ctx, fn, env, 0, positive).run()
+    for tensor, side in sorted(ctx.sides.items()):
+        if len(side) == 2:  # found at the later of the two
+            node = max(side.values(), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+            ctx.add(
+                "row-pick",
+                f"{tensor} is read or written below a bound of which row in one place and above one in another: the "
+                "rows between the two bounds can be left out",
+                node,
+            )
     return [
         pb.Finding(rule_id=rule, reason=f"{reason} (in {launch.kernel})", line=line)
         for (rule, line), reason in sorted(ctx.findings.items(), key=lambda kv: kv[0][1])  # stable: found first

@@ -330,9 +330,14 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("numeric_strided_max_fp16", "correctness", "outside-tolerance", dtype="float16"),  # spike-walk
     _dynamic("numeric_eps_as_floor_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),  # log-scale
     _dynamic("domain_block_for_one_width", "correctness", "nan-output", widths=(256,)),
-    _dynamic("domain_rows_capped_by_a_square", "correctness", "nan-output"),  # the served maximum, sampled on CPU
-    _dynamic("domain_rows_capped_persistent", "correctness", "nan-output"),  # a persistent grid, sampled on CPU
-    _dynamic("domain_rows_one_of_four_skipped", "correctness", "nan-output"),  # a short share of a tile
+    # which row singled out (behind row-pick, the served range sampled on a CPU: tests/judge/test_sampled_grid.py)
+    _static("domain_rows_capped_by_a_square", "row-pick"),  # a row against the row scaled: row <= 32,768
+    _static("domain_rows_capped_persistent", "row-pick"),  # the same in a persistent grid's loop
+    _static("domain_rows_one_of_four_skipped", "row-pick"),  # a short share of a tile past a cap
+    _static("flow_row_picked_by_equality", "row-pick"),
+    _static("flow_row_picked_between_bounds", "row-pick"),  # two bounds from both sides in a mask
+    _static("flow_row_picked_in_nested_ifs", "row-pick"),  # an if in an if's else
+    _static("flow_rows_capped_by_an_offset", "hidden-boundary"),  # row - 32768 < 0
     _static("flow_capped_row_loop", "hidden-boundary"),
     # a window of row counts, made by division, in the answer's arithmetic or picking it: wrong at counts not drawn
     _static("flow_value_bump_at_one_count", "count-value"),

@@ -82,6 +82,9 @@ def test_every_template_config_of_every_family_passes():
         "w = tl.maximum(w, -1e30)",  # arithmetic on data is free
         "w = tl.where(cols < BLOCK, w, 0.0)",  # a lane against a constexpr: inside the block, not a size
         "w = tl.where(row >= 0, w, 0.0)",  # against zero: every call has a first row
+        "w = tl.where(n_cols - row > 0, w, 0.0)",  # a row subtracted, bounded from one side: row < n_cols
+        "mask = mask & (row * 4 < n_cols) & (row < n_cols)",  # two bounds from the same side
+        "w = tl.where(not (row >= n_cols), w, 0.0)",  # a bound negated is a bound
     ],
 )
 def test_honest_norm_bodies_pass(extra):
@@ -123,6 +126,36 @@ def test_honest_norm_bodies_pass(extra):
         ("if (row % 777) // 776 > 0:\n    w = w * 1.01", "count-value"),
         ("w = w * 1.01 if (row % 777) // 776 else w", "count-value"),
         ("x = tl.load(x_ptr + cols, mask=mask, other=row * 1.0)", "count-value"),  # masked lanes hold the row
+        # which row singled out: by equality, a row against a row, a row made curved, two bounds from both sides
+        ("w = tl.where(row != 77777, w, 0.0)", "row-pick"),
+        ("if row * row == 77777 * row:\n    w = w * 0.0", "row-pick"),
+        ("if row * row < 32768 * row + 1:\n    w = w * 0.0", "row-pick"),  # row <= 32768, no constant alone
+        ("w = tl.where((row - 300) % 77777 > 0, w, 0.0)", "row-pick"),  # a remainder by a fixed number
+        ("w = tl.where(tl.abs(row * 3 - n_cols) > 0, w, 0.0)", "row-pick"),  # a function of a row
+        ("mask = mask & ((3 * row < n_cols) | (3 * row > n_cols))", "row-pick"),  # all but row n_cols / 3
+        ("mask = mask & (row * 3 <= n_cols) & (n_cols - row * 3 <= 0)", "row-pick"),  # row n_cols / 3 only
+        ("if not (3 * row < n_cols) and 3 * row <= n_cols:\n    w = w * 0.0", "row-pick"),
+        ("mask = mask & (row * 2 - row < n_cols)", "row-pick"),  # a row rising and falling at once: no bound
+        # an if inside an if's else: 3 * row >= n_cols, then 3 * row <= n_cols: row n_cols / 3 only
+        (
+            "if 3 * row < n_cols:\n    w = w * 1.0\nelse:\n    if 3 * row <= n_cols:\n        tl.store(y_ptr, w)",
+            "row-pick",
+        ),
+        ("if 3 * row >= n_cols:\n    tl.store(y_ptr + cols, w, mask=3 * row <= n_cols)", "row-pick"),  # an if, a mask
+        # two stores to one output, below a bound and above it: the row where they meet is left out
+        (
+            "if 3 * row < n_cols:\n    tl.store(y_ptr, w)\nelse:\n    tl.store(y_ptr, w, mask=3 * row > n_cols)",
+            "row-pick",
+        ),
+        # the same through masks picked by a tl.where on the row
+        (
+            "tl.store(y_ptr, w, mask=cols < tl.where(3 * row < n_cols, n_cols, 0))\nlast = 3 * row > n_cols\n"
+            "tl.store(y_ptr, w, mask=cols < tl.where(last, n_cols, 0))",
+            "row-pick",
+        ),
+        # which row against a side moved by a fixed number: a cap the plan does not declare
+        ("if row - 32768 < 0:\n    w = w * 0.0", "hidden-boundary"),
+        ("mask = mask & ((row < n_cols - 7) | (row >= n_cols - 6))", "hidden-boundary"),
     ],
 )
 def test_each_rule_refuses_its_hostile_body(extra, rule):

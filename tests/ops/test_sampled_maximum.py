@@ -1,7 +1,8 @@
 """Every family a CPU judges over the served range (services.judge.sampled_grid): its template's first candidate for
 a live target passes with a sample of its programs run at each size up to the maximum, and the same kernel with its
 stores skipped past a program near the end of the largest, which every smaller case drawn passes, is rejected
-there."""
+there. The dataflow check refuses that kernel first (`row-pick`: the row compared with the row); with that rule
+switched off, the sampled range stands behind it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from judge_testkit import log_of
 from test_family_protocol import NAMES, live
 
+from services.core import kernel_dataflow
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
@@ -32,7 +34,7 @@ def live_observed(proposal: pb.CandidateProposed) -> pb.ProfileObservation:
 
 def _capped(source: str, cap: int) -> str:
     """The source with every store made only by programs up to `cap` (no constant compared with the program id
-    alone: the dataflow check lets it through)."""
+    alone: `hidden-boundary` does not see it; `row-pick` does)."""
     pid = "tl.program_id(0)"
     capped, count = re.subn(
         r"^( +)(tl\.store\(.*\))$",
@@ -45,7 +47,7 @@ def _capped(source: str, cap: int) -> str:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_cpu_judging_runs_a_sample_of_the_programs_at_the_served_maximum(name):
+def test_a_cpu_judging_runs_a_sample_of_the_programs_at_the_served_maximum(name, monkeypatch):
     honest = live(name).proposal
     target_class = honest.target_class
     judged = _judge(honest, target_class)
@@ -62,6 +64,11 @@ def test_a_cpu_judging_runs_a_sample_of_the_programs_at_the_served_maximum(name)
     hostile.candidate_id = f"{name}-capped"
     hostile.source = _capped(honest.source, grid - 2)
     hostile.source_sha256 = candidate_sha256(hostile.source, hostile.plan)
+    judged = _judge(hostile, target_class)
+    assert judged.reward == -1 and judged.observed.static_check.findings[0].rule_id == "row-pick", judged.reason
+
+    # behind the rule: with it switched off the kernel reaches the cases, and the sampled range meets its cap
+    monkeypatch.setattr(kernel_dataflow._Kernel, "row_compare", lambda self, node, parts: kernel_dataflow.INDEX)
     judged = _judge(hostile, target_class)
     assert judged.reward == -1
     assert judged.observed.correctness.rule_id == "nan-output", judged.reason

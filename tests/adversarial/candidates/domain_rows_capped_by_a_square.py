@@ -5,13 +5,14 @@ the row scaled, not with a fixed number, so `hidden-boundary` (a size compared w
 batched prefill of the served model carries up to 131,072 rows (64 slots of 2,048 tokens): the rows past the cap
 keep whatever the output's memory held. A CPU judging that runs a few hundred rows whole never meets it.
 
-closed by: the served maximum on every judging: a GPU runs it whole (`domain` cases); a CPU runs a sample of its
-programs at that size, the last among them (services.judge.sampled_grid), and program 131,071 writes nothing.
+closed by: `row-pick`: which row is compared only as a bound, never with the row itself. Behind it, the served
+maximum on every judging: a GPU runs it whole (`domain` cases); a CPU runs a sample of its programs at that size, the
+last among them (services.judge.sampled_grid), and program 131,071 writes nothing (tests/judge/test_sampled_grid.py).
 """
 
 # pattern: a cap on the row hidden in arithmetic of the row itself: rows past 32,768 never written
-# layer: correctness
-# rule: nan-output
+# layer: static
+# rule: row-pick
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "x_row_stride", "y_row_stride", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

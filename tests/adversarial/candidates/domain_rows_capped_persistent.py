@@ -4,14 +4,14 @@ why hostile: a program walks the rows `num_programs` apart, and `row * row < 327
 which no comparison with a constant shows) keeps every store past row 32,768 from happening. A batched prefill of
 the served model carries up to 131,072 rows: the rows past the cap keep whatever the output's memory held.
 
-closed by: the served maximum on every judging: on a CPU a sample of the programs at that size, the persistent grid
-given a program a row meanwhile (services.judge.sampled_grid): the last program, whose row lies past the cap,
-writes nothing.
+closed by: `row-pick`: which row is compared only as a bound, never with the row itself. Behind it, the served
+maximum on every judging: on a CPU a sample of the programs at that size, the persistent grid given a program a row
+meanwhile (services.judge.sampled_grid): the last program, whose row lies past the cap, writes nothing.
 """
 
 # pattern: a persistent grid's stores capped by the row's own arithmetic: rows past 32,768 never written
-# layer: correctness
-# rule: nan-output
+# layer: static
+# rule: row-pick
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "sms", "kernel": "_rms_persistent_kernel", "num_warps": 4}]}
 
 import triton

@@ -4,13 +4,15 @@ why hostile: `tile * tile < 8192 * tile + 1` is `tile <= 8192`, which no compari
 each program still writes three of its four rows, its last one among them, so the call's last row is written and
 no program is silent. Past 32,772 rows one row in four keeps whatever the output's memory held.
 
-closed by: the served range on a CPU, sampled (services.judge.sampled_grid): an honest launch of rows gives each
-program the same share, and a program past the cap writes three rows' words where the others write four.
+closed by: `row-pick`: which row is compared only as a bound (not with itself, not by equality). Behind it, the
+served range on a CPU, sampled (services.judge.sampled_grid): an honest launch of rows gives each program the same
+share, and a program past the cap writes three rows' words where the others write four
+(tests/judge/test_sampled_grid.py).
 """
 
 # pattern: a tile of rows written in part past a cap on the program: one row in four never written
-# layer: correctness
-# rule: nan-output
+# layer: static
+# rule: row-pick
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "x_row_stride", "y_row_stride", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols", "ROWS": "4"}, "grid": "cdiv(rows, 4)", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

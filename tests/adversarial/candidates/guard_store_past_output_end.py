@@ -27,5 +27,5 @@ def _rms_kernel(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, BLOCK: tl.constexpr):
     normed = (x * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
     y = (w * normed).to(y_ptr.dtype.element_ty)
     tl.store(y_ptr + row * n_cols + cols, y, mask=mask)
-    last = cols < tl.where(row == n_rows - 1, 1, 0)  # element 0, in the last row's program
+    last = cols < tl.where(n_rows - row <= 1, 1, 0)  # element 0, in the last row's program
     tl.store(y_ptr + n_rows * n_cols + cols, y, mask=last)  # y[rows * cols]: one past the end

@@ -110,8 +110,10 @@ async def test_fp32_operands_are_held_to_fp32s_rounding():
     assert judged.reward == 1, judged.reason
 
 
-async def test_a_kernel_that_drops_the_last_element_of_a_block_edge_is_rejected():
-    source = gated.render(gated.search_configs("swiglu")[0]).replace("mask = offsets < n", "mask = offsets < n - 1")
+async def test_a_kernel_that_drops_the_last_element_of_each_block_is_rejected():
+    # a lane against its block's width passes the dataflow check (`offsets < n - 1` is a hidden boundary there)
+    dropped = "mask = (offsets < n) & (tl.arange(0, BLOCK) < BLOCK - 1)"
+    source = gated.render(gated.search_configs("swiglu")[0]).replace("mask = offsets < n", dropped)
     judged = await _judge(_mlp("llama"), "swiglu", source=source)
     assert judged.reward == -1 and "nan-output" in judged.reason, judged.reason
 

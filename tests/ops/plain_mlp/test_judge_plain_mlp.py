@@ -116,7 +116,9 @@ async def test_a_kernel_without_the_cubic_term_is_rejected():
     assert judged.reward == -1 and judged.reason.startswith("correctness failed: outside-tolerance"), judged.reason
 
 
-async def test_a_kernel_that_drops_the_last_element_of_a_block_edge_is_rejected():
-    source = mlp_act.render(mlp_act.search_configs()[0]).replace("mask = offsets < n", "mask = offsets < n - 1")
+async def test_a_kernel_that_drops_the_last_element_of_each_block_is_rejected():
+    # a lane against its block's width passes the dataflow check (`offsets < n - 1` is a hidden boundary there)
+    dropped = "mask = (offsets < n) & (tl.arange(0, BLOCK) < BLOCK - 1)"
+    source = mlp_act.render(mlp_act.search_configs()[0]).replace("mask = offsets < n", dropped)
     judged = await _judge(source=source)
     assert judged.reward == -1 and "nan-output" in judged.reason, judged.reason
