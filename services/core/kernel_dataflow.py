@@ -145,9 +145,13 @@ class Taint:
     def stepped_if_count(self) -> Taint:
         return replace(self, stepped=self.count)
 
-    def flipped(self) -> Taint:
-        """Negated: a rising row falls, a condition below a bound holds above it."""
-        return replace(self, rising=self.falling, falling=self.rising, below=self.above, above=self.below)
+    def negated(self) -> Taint:
+        """Times -1: a rising row falls."""
+        return replace(self, rising=self.falling, falling=self.rising)
+
+    def inverted(self) -> Taint:
+        """A condition's opposite: one that held below a bound holds above it."""
+        return replace(self, below=self.above, above=self.below)
 
     def curve_if_row(self) -> Taint:
         return replace(self, curved=self.curved or self.index)
@@ -250,7 +254,7 @@ class _Kernel:
             self.block(s.body)
             taken = self.env
             self.env = dict(before)
-            self.rows = outer_rows | bound.flipped()
+            self.rows = outer_rows | bound.inverted()
             self.block(s.orelse)
             self.env = _merge(taken, self.env)
             self.control, self.rows = outer, outer_rows
@@ -499,7 +503,13 @@ class _Kernel:
             value = self.expr(node.operand)
             if value.pointer:
                 self.ctx.add("pointer-origin", "arithmetic on a pointer other than adding an offset", node)
-            return value if isinstance(node.op, ast.UAdd) else value.flipped()  # -row falls; not (row < n) above
+            if isinstance(node.op, ast.USub):
+                return value.negated()  # -row falls
+            if isinstance(node.op, ast.Not | ast.Invert):  # not (row < n) holds above n; ~row is -row - 1
+                return replace(
+                    value.inverted(), curved=value.curved or (value.index and isinstance(node.op, ast.Invert))
+                )
+            return value
         if isinstance(node, ast.BoolOp):
             return _join(self.expr(v) for v in node.values)
         if isinstance(node, ast.Compare):
@@ -543,7 +553,7 @@ class _Kernel:
                 self.ctx.add("pointer-origin", "arithmetic on a pointer other than adding an offset", node)
         sides = (node.left, node.right) if isinstance(node, ast.BinOp) else (None, None)
         if isinstance(op, ast.Sub):
-            right = right.flipped()  # a row subtracted falls
+            right = right.negated()  # a row subtracted falls
         out = left | right
         if left.index or right.index:  # an offset from which row is still which row: no size
             out = replace(out, size=False)
@@ -555,7 +565,7 @@ class _Kernel:
             if left.index and right.index:
                 return replace(out, curved=True)  # a product of rows
             if any(_negative(side) for side in sides):
-                return out.flipped()
+                return out.negated()
             return out
         if right.index or (left.index and right.static):  # `n // row`, `row % 77777`, `row ** 2`, `row & 1`
             out = replace(out, curved=True)

@@ -135,6 +135,7 @@ def test_honest_norm_bodies_pass(extra):
         ("mask = mask & ((3 * row < n_cols) | (3 * row > n_cols))", "row-pick"),  # all but row n_cols / 3
         ("mask = mask & (row * 3 <= n_cols) & (n_cols - row * 3 <= 0)", "row-pick"),  # row n_cols / 3 only
         ("if not (3 * row < n_cols) and 3 * row <= n_cols:\n    w = w * 0.0", "row-pick"),
+        ("mask = mask & ~(3 * row < n_cols) & (3 * row <= n_cols)", "row-pick"),  # a bound inverted: the other side
         ("mask = mask & (row * 2 - row < n_cols)", "row-pick"),  # a row rising and falling at once: no bound
         # an if inside an if's else: 3 * row >= n_cols, then 3 * row <= n_cols: row n_cols / 3 only
         (
