@@ -42,8 +42,9 @@ same facts of that walk.
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from services.core.kernel_schema import dotted
 from services.core.pb import events_pb2 as pb
@@ -51,6 +52,8 @@ from services.core.pb import events_pb2 as pb
 RULES: dict[str, str] = {
     "value-branch": "loaded values never decide a branch, a loop, a mask or a tl.where condition",
     "value-address": "loaded values never become part of an address",
+    "value-bits": "loaded values are never reinterpreted as integers (a bitcast): their bits pick bands no regime "
+    "draws",
     "pointer-origin": "an address is a tensor argument plus an index offset; pointers are never compared, cast or "
     "turned into numbers",
     "reads-output": "a kernel loads only its inputs (an output is not a cache), unless the family declares it in-place",
@@ -84,6 +87,9 @@ _POINTER_SHAPING = frozenset(
 _CAPS = frozenset({"tl.minimum", "tl.maximum", "tl.clamp", "min", "max"})
 # Attributes that are types or static shapes, whatever they are read from.
 _STATIC_ATTRS = frozenset({"dtype", "element_ty", "shape"})
+# A row (a program id, below 2**21 at any count a server sends) times a factor up to this stays within 32 bits
+_SAFE_FACTOR = 1024
+_WIDE_TYPES = frozenset({"tl.int64", "tl.uint64"})
 _MAX_DEPTH = 8  # kernels calling kernels: Triton inlines them, none recurses
 _MAX_LOOP_PASSES = 8
 
@@ -118,25 +124,22 @@ class Taint:
     # a condition on which row: true for rows below a bound (`row < n_rows`), above one (`pid >= units`), or both
     below: bool = False
     above: bool = False
+    # a row scaled (by anything), widened to 64 bits (`.to(tl.int64)`), or scaled past what 32 bits hold at the
+    # rows a server sends (a factor over _SAFE_FACTOR, or scaled twice, before a widening): it may wrap
+    scaled: bool = False
+    wide: bool = False
+    overflow: bool = False
+    trips: bool = False  # a loop variable of a fixed number of trips (`tl.static_range(TRIPS)`)
+    bent: bool = False  # a lane not as tl.arange gives it (divided, combined with a lane, times 0, moved by a number)
+    tiled: bool = False  # a tile count (`tl.cdiv(rows, R)`): two of them combined are a window (`cdiv(n, 777) - ...`)
 
     def __or__(self, other: Taint) -> Taint:
+        """What a value built from both may be: every flag of either (and the tensors either may point into)."""
         return Taint(
-            self.data or other.data,
-            self.points | other.points,
-            self.shifted or other.shifted,
-            self.grid or other.grid,
-            self.lane or other.lane,
-            self.count or other.count,
-            self.stepped or other.stepped,
-            self.size or other.size,
-            self.index or other.index,
-            self.window or other.window,
-            self.rising or other.rising,
-            self.falling or other.falling,
-            self.curved or other.curved,
-            self.nudged or other.nudged,
-            self.below or other.below,
-            self.above or other.above,
+            *(
+                getattr(self, f.name) | getattr(other, f.name)  # bools or; frozensets union
+                for f in fields(Taint)
+            )
         )
 
     def moved(self) -> Taint:
@@ -206,9 +209,20 @@ class _Context:
 class _Kernel:
     """One kernel body under one binding of its parameters' taints."""
 
-    def __init__(self, ctx: _Context, fn: ast.FunctionDef, env: dict[str, Taint], depth: int, positive: frozenset):
+    def __init__(
+        self,
+        ctx: _Context,
+        fn: ast.FunctionDef,
+        env: dict[str, Taint],
+        depth: int,
+        positive: frozenset,
+        values: Mapping[str, float] | None = None,
+    ):
         self.ctx, self.fn, self.env, self.depth = ctx, fn, env, depth
         self.positive = positive  # names known to hold a positive constant (constexprs given positive values)
+        # names known to hold one number: the source's constants, constexprs the plan gives a number, and locals
+        # set to a literal (a row's factor: its sign and size)
+        self.values: dict[str, float] = dict(values or {})
         self.returns: list[Taint] = []
         # what the statements being walked run under: an `if` on a window of counts makes everything it stores or
         # assigns depend on that window (`window_test`)
@@ -274,6 +288,11 @@ class _Kernel:
         value = value | self.control
         if isinstance(target, ast.Name):
             self.env[target.id] = value
+            number = _number(value_node) if value_node is not None else None
+            if number is None:
+                self.values.pop(target.id, None)
+            else:
+                self.values[target.id] = number
             # what it was set to, when it is set once (None: set again, an update, a loop's variable)
             self.defs[target.id] = None if target.id in self.defs else value_node
         elif isinstance(target, ast.Tuple | ast.List):
@@ -311,7 +330,9 @@ class _Kernel:
                     "count: a step that can be zero never ends",
                     args[2],
                 )
+        fixed = not (bound.grid or bound.lane or bound.data or bound.pointer)  # a fixed number of trips
         loop = Taint(
+            trips=fixed,
             data=bound.data,
             grid=bound.grid,
             lane=bound.lane,
@@ -383,6 +404,42 @@ class _Kernel:
             return self.positive_step(node.left) and self.positive_step(node.right)
         return False
 
+    def factor(self, node: ast.expr | None) -> float | None:
+        """The number a factor fixed for the launch holds where it is known (a literal, a constant, a constexpr the
+        plan gives a number); a family's expression (a block width) is at least 1 and returns inf; None: unknown."""
+        number = _number(node)
+        if number is not None:
+            return number
+        if isinstance(node, ast.Name):
+            if node.id in self.values:
+                return self.values[node.id]
+            return math.inf if node.id in self.positive else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            left, right = self.factor(node.left), self.factor(node.right)
+            return None if left is None or right is None else left * right
+        return None
+
+    def scale(self, out: Taint, row: Taint, other: Taint, other_node: ast.expr | None, node: ast.AST) -> Taint:
+        """A row times `other`: its sign (a negative factor makes it fall; one of unknown sign curves it) and
+        whether it may wrap in 32 bits (a fixed factor over _SAFE_FACTOR, or a second factor, before a widening)."""
+        if row.trips and other.count and not other.static:
+            self.ctx.add(
+                "hidden-boundary",
+                "a loop of a fixed number of trips steps by a count (`i * num_programs`, i over `tl.static_range(T)`): "
+                "it covers a fixed number of steps, and rows past them are never reached",
+                node,
+            )
+        big = False
+        if other.static:
+            number = self.factor(other_node)
+            if number is None:
+                return replace(out, curved=True)  # a name of unknown sign: rising or falling, no bound
+            if number < 0:
+                out = out.negated()
+            big = abs(number) > _SAFE_FACTOR
+        overflow = not row.wide and (big or row.scaled)
+        return replace(out, scaled=True, overflow=out.overflow or overflow)
+
     def test(self, node: ast.expr, what: str) -> None:
         t = self.expr(node)
         self.one_sided(t, what, node)
@@ -406,7 +463,26 @@ class _Kernel:
         that a CPU's sample of programs runs only when it draws them."""
         rows = [i for i, p in enumerate(parts) if p.index]
         if not rows:
+            if (
+                any(p.count for p in parts)
+                and not any(p.data or p.pointer or p.stepped for p in parts)  # a window is count-window's
+                and not _lane_bound(node, parts)
+            ):
+                self.ctx.add(
+                    "hidden-boundary",
+                    "a condition on how many rows or programs alone (`num_programs * num_programs <= 4 * "
+                    "num_programs`): a dispatch inside the kernel the plan does not declare",
+                    node,
+                )
             return INDEX
+        if any(parts[i].overflow for i in rows):
+            self.ctx.add(
+                "row-pick",
+                f"which row, scaled past what 32 bits hold (a factor over {_SAFE_FACTOR:,}, or a second factor, "
+                "before a cast to 64 bits), is compared: it wraps at some rows, and a bound of it holds for chosen "
+                "rows only",
+                node,
+            )
         if any(isinstance(op, ast.Eq | ast.NotEq | ast.Is | ast.IsNot | ast.In | ast.NotIn) for op in node.ops):
             self.ctx.add("row-pick", "which row is compared by equality: a row singled out, not a bound", node)
         if len(rows) > 1:
@@ -498,7 +574,7 @@ class _Kernel:
             return self.expr(node.value)  # .T and the like: the same values
         if isinstance(node, ast.BinOp):
             out = self.binop(node.op, self.expr(node.left), self.expr(node.right), node)
-            return replace(out, window=False, size=True, nudged=False) if self.tile_count(node) else out
+            return replace(out, window=False, size=True, nudged=False, tiled=True) if self.tile_count(node) else out
         if isinstance(node, ast.UnaryOp):
             value = self.expr(node.operand)
             if value.pointer:
@@ -514,6 +590,13 @@ class _Kernel:
             return _join(self.expr(v) for v in node.values)
         if isinstance(node, ast.Compare):
             parts = [self.expr(node.left), *(self.expr(c) for c in node.comparators)]
+            if any(p.data for p in parts) and not self.sign_test(node):  # `(tl.sum(w) < 0.6 * n).to(tl.float32)`
+                self.ctx.add(
+                    "value-branch",
+                    "loaded values are compared with a threshold: the comparison picks an answer however its result "
+                    "is used (a sign split, `x < 0`, is the one allowed)",
+                    node,
+                )
             if any(p.pointer for p in parts):
                 self.ctx.add("pointer-origin", "a pointer is compared (its address is not the kernel's to read)", node)
             self.boundary(node, [node.left, *node.comparators], parts)
@@ -541,7 +624,7 @@ class _Kernel:
             return _join(self.expr(e) for e in node.elts)
         if isinstance(node, ast.Call):
             out = self.call(node)
-            return replace(out, window=False, size=True, nudged=False) if self.tile_count(node) else out
+            return replace(out, window=False, size=True, nudged=False, tiled=True) if self.tile_count(node) else out
         return _join(self.expr(c) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
 
     def binop(self, op: ast.operator, left: Taint, right: Taint, node: ast.AST) -> Taint:
@@ -551,21 +634,32 @@ class _Kernel:
                 offset_only = False  # offset - pointer is no address of any tensor
             if not offset_only:
                 self.ctx.add("pointer-origin", "arithmetic on a pointer other than adding an offset", node)
-        sides = (node.left, node.right) if isinstance(node, ast.BinOp) else (None, None)
+        if isinstance(node, ast.BinOp):
+            sides = (node.left, node.right)
+        else:
+            sides = (node.target, node.value) if isinstance(node, ast.AugAssign) else (None, None)
         if isinstance(op, ast.Sub):
             right = right.negated()  # a row subtracted falls
         out = left | right
         if left.index or right.index:  # an offset from which row is still which row: no size
             out = replace(out, size=False)
+        if left.lane or right.lane:
+            out = replace(out, bent=out.bent or _bends_a_lane(op, left, right, sides))
         if isinstance(op, ast.Add | ast.Sub):  # data plus a constant, a shape, a constexpr: zero moved
             if _moved_by_a_number(left, right, sides):
                 out = replace(out, nudged=True)
+            if (left.trips and right.grid) or (right.trips and left.grid):  # `tile * R + r`: a row of a tile
+                out = replace(out, trips=False)
+            if (left.tiled or right.tiled) and not (left.index or right.index):
+                out = replace(out, window=True, stepped=out.count)  # tile counts combined: `cdiv(n, 777) - ...`
             return out.moved() if left.data != right.data else out
         if isinstance(op, ast.Mult):
             if left.index and right.index:
                 return replace(out, curved=True)  # a product of rows
-            if any(_negative(side) for side in sides):
-                return out.negated()
+            if left.index:
+                return self.scale(out, left, right, sides[1], node)
+            if right.index:
+                return self.scale(out, right, left, sides[0], node)
             return out
         if right.index or (left.index and right.static):  # `n // row`, `row % 77777`, `row ** 2`, `row & 1`
             out = replace(out, curved=True)
@@ -627,12 +721,24 @@ class _Kernel:
         everything = _join([receiver, *values])
         if method != "to" and name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
             everything = everything.curve_if_row()  # a function of a row (`tl.abs(row - 77777)`) bounds no rows
+            everything = replace(everything, bent=everything.bent or everything.lane)
         if method != "to" and name != "tl.abs":
             everything = everything.moved()  # a function of the data: where it crosses zero is its own
             if name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
                 everything = everything.stepped_if_count()  # a function of a count: its windows are its own
                 sized = any(v.size and not v.index for v in [receiver, *values])
                 everything = replace(everything, window=everything.window or sized)
+        bitcast = kw.get("bitcast")
+        if (method == "to" or name == "tl.cast") and bitcast is not None and not _number_is(bitcast, 0):
+            if receiver.data or any(v.data for v in values):
+                self.ctx.add(
+                    "value-bits",
+                    "a loaded value is reinterpreted as bits (bitcast): integer arithmetic on them can pick a band "
+                    "of values with no comparison",
+                    node,
+                )
+        if method == "to" and any(_dotted(a) in _WIDE_TYPES for a in [*node.args, *kw.values()]):
+            everything = replace(everything, wide=True)  # products after it do not wrap (what wrapped before stays)
         if everything.pointer and name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
             what = f"`{name or method}`"
             self.ctx.add(
@@ -658,7 +764,15 @@ class _Kernel:
                 env[k.arg] = self.expr(k.value)
                 if self.positive_step(k.value):
                     positive.add(k.arg)
-        callee = _Kernel(self.ctx, fn, env, self.depth + 1, frozenset(positive))
+        values = {k: v for k, v in self.values.items() if k not in params}  # the source's constants
+        for p, default in zip(params[len(params) - len(fn.args.defaults) :], fn.args.defaults, strict=True):
+            if (number := _number(default)) is not None:
+                values[p] = number  # a parameter left at its default, unless the call passes it (below)
+        for p, a in [*zip(params, node.args, strict=False), *((k.arg, k.value) for k in node.keywords)]:
+            number = self.factor(a) if p in env else None
+            if number is not None and number != math.inf:
+                values[p] = number
+        callee = _Kernel(self.ctx, fn, env, self.depth + 1, frozenset(positive), values)
         callee.control = self.control  # called under an `if` on a window: its stores are too
         # its rows start unbounded: its parameters are rows of its own (RoPE's k programs take `pid - units` under
         # `pid >= units` and bound the positions of their tile from the other side)
@@ -746,6 +860,29 @@ def _carried(body: list[ast.stmt]) -> set[str]:
     return carried & assigned  # every assignment of the body was walked: what it reads before and writes
 
 
+def _bends_a_lane(op: ast.operator, left: Taint, right: Taint, sides: tuple[ast.expr | None, ast.expr | None]) -> bool:
+    """Whether an operation leaves lanes other than tl.arange's: a lane minus a lane, a product of lanes, a lane
+    times zero or moved by a fixed number, a lane divided, a remainder or bits of one (`cols * 0 + 4` is a number)."""
+    if isinstance(op, ast.Add | ast.Sub):
+        lanes = left.lane and right.lane
+        moved = any(
+            t.lane and o.static and _number(n) != 0 for t, o, n in ((left, right, sides[1]), (right, left, sides[0]))
+        )
+        return (lanes and isinstance(op, ast.Sub)) or moved
+    if isinstance(op, ast.Mult):
+        return (left.lane and right.lane) or any(_number(n) == 0 for n in sides)
+    return True
+
+
+def _lane_bound(node: ast.Compare, parts: list[Taint]) -> bool:
+    """Whether a comparison is a block's lanes bounded by a count (`tl.arange(0, HEADS) < n_heads`): the lanes, as
+    tl.arange gives them, on the lesser side, the count with no lane on the other."""
+    if len(parts) != 2 or not isinstance(node.ops[0], ast.Lt | ast.LtE | ast.Gt | ast.GtE):
+        return False
+    lesser, greater = parts if isinstance(node.ops[0], ast.Lt | ast.LtE) else parts[::-1]
+    return lesser.lane and not (lesser.count or lesser.bent) and greater.count and not greater.lane
+
+
 def _moved_by_a_number(left: Taint, right: Taint, sides: tuple[ast.expr | None, ast.expr | None]) -> bool:
     """Whether a sum moves a size or a row by a number fixed for the launch (`row - 32768`, `n_rows - 77777`)."""
     for fixed, other, node in ((left, right, sides[0]), (right, left, sides[1])):
@@ -755,11 +892,39 @@ def _moved_by_a_number(left: Taint, right: Taint, sides: tuple[ast.expr | None, 
     return False
 
 
-def _negative(node: ast.expr | None) -> bool:
-    """A literal below zero (`-1`, `-3.0`): a row scaled by it falls."""
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float)
-    return isinstance(node, ast.Constant) and type(node.value) in (int, float) and node.value < 0
+def _number(node: ast.expr | None) -> float | None:
+    """The number a literal is (`3`, `-1`, `tl.constexpr(-1)`), None for anything else."""
+    if isinstance(node, ast.Call) and _dotted(node.func) in ("tl.constexpr", "triton.language.constexpr"):
+        return _number(node.args[0]) if len(node.args) == 1 else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        inner = _number(node.operand)
+        return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    return None
+
+
+def _number_is(node: ast.expr, value: float) -> bool:
+    """Whether `node` is the literal `value` (False for a name: `bitcast=flag` may be true)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        return node.value == bool(value)
+    return _number(node) == value
+
+
+def _constants(tree: ast.Module) -> dict[str, float]:
+    """The source's module-level names set once to a number (`FLIP = -1`): a row's factor by name."""
+    counts: dict[str, int] = {}
+    values: dict[str, float] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for t in targets:
+                for name in (n.id for n in ast.walk(t) if isinstance(n, ast.Name)):
+                    counts[name] = counts.get(name, 0) + 1
+                    number = _number(stmt.value) if isinstance(stmt, ast.Assign | ast.AnnAssign) else None
+                    if number is not None and isinstance(t, ast.Name):
+                        values[name] = number
+    return {k: v for k, v in values.items() if counts.get(k) == 1}
 
 
 def _merge(a: dict[str, Taint], b: dict[str, Taint]) -> dict[str, Taint]:
@@ -806,7 +971,18 @@ def check_launch(
     readable = frozenset(a for a, r in roles.items() if r in (INPUT, INPLACE))
     writable = frozenset(a for a, r in roles.items() if r in (OUTPUT, INPLACE))
     ctx = _Context(kernels, readable, writable, positive)
-    _Kernel(ctx, fn, env, 0, positive).run()
+    values = _constants(tree)
+    defaults = dict(zip(params[len(params) - len(fn.args.defaults) :], fn.args.defaults, strict=True))
+    for p, default in defaults.items():
+        if (number := _number(default)) is not None:
+            values[p] = number  # a constexpr the plan leaves at its default
+    for p in constexprs:
+        if p in given:
+            try:
+                values[p] = int(given[p])
+            except ValueError:
+                values.pop(p, None)  # a family's expression: at least 1 (`positive`), its size unknown
+    _Kernel(ctx, fn, env, 0, positive, values).run()
     for tensor, side in sorted(ctx.sides.items()):
         if len(side) == 2:  # found at the later of the two
             node = max(side.values(), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))

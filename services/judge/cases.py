@@ -48,7 +48,7 @@ REGIMES = (
     "leading-zeros",
     "spike-walk",
 )
-WEIGHTS = ("around-one", "signed-normal", "near-zero", "large", "with-zeros")
+WEIGHTS = ("around-one", "signed-normal", "near-zero", "large", "with-zeros", "trained")
 
 CPU_ROW_BUDGET = 210  # rows over all cases on CPU: the interpreter runs ~10 ms per row program
 GPU_ELEMENT_BUDGET = 32 * 2**20  # elements over all cases' bases on a GPU (and their CPU references)
@@ -65,10 +65,12 @@ NORMAL_SCALES = (0.5, 1.0, 4.0)
 LOG_DECADES = {torch.float16: (-4.0, 3.0)}
 LOG_DECADES_DEFAULT = (-8.0, 8.0)
 # offset: a common offset per row this many times the noise (10**U): fp32 resolves N(0, 1) at 1e4; the 16-bit
-# dtypes hold the noise at a few significant bits only under a smaller one (bf16 has 8 bits, fp16 11)
-OFFSET_DECADES = {torch.float32: (2.0, 4.0), torch.bfloat16: (1.0, 1.5), torch.float16: (1.5, 2.5)}
+# dtypes hold the noise at a few significant bits only under a smaller one (bf16 has 8 bits, fp16 11). From a tenth
+# of the noise up: a kernel can tell |mean| / rms in a band of moderate offsets by arithmetic alone (a ramp of
+# minimum and maximum), and the rows' grid (REGIME_ROWS) leaves no band of half a decade undrawn.
+OFFSET_DECADES = {torch.float32: (-1.0, 4.0), torch.bfloat16: (-1.0, 1.5), torch.float16: (-1.0, 2.5)}
 SPIKE = 2e3  # spike-walk: the spike's size against the row's scale (fp16: 2e3 x 4 is inside its range)
-REGIME_ROWS = {"log-scale": 10, "spike-walk": 8}  # the fixed case's rows (the others: SMALL_ROWS)
+REGIME_ROWS = {"log-scale": 10, "spike-walk": 8, "offset": 10}  # the fixed case's rows (the others: SMALL_ROWS)
 # The served model's row range on a GPU: the largest case is capped at this many elements (64 Mi: 128 MiB of
 # bf16, a second or two of the parent's CPU reference); past it the family's wrapper has nothing new to show (its
 # grid and the kernel's loops are shape arithmetic, checked statically: services.core.kernel_dataflow).
@@ -199,6 +201,8 @@ def _weight(kind: str, width: int, dtype: torch.dtype, g: torch.Generator) -> to
         w = 1e-3 * n
     elif kind == "large":
         w = 10 + n
+    elif kind == "trained":  # positive and mostly well below one, as trained norms' weights are: 10**U(-1.5, 0)
+        w = 10 ** (-1.5 + 1.5 * torch.rand(width, generator=g))
     elif kind == "with-zeros":  # ~1/8 exactly zero (at least one)
         w = 1 + 0.1 * n
         zeros = torch.rand(width, generator=g) < 1 / 8

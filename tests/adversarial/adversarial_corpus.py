@@ -275,7 +275,7 @@ TABLE: tuple[Entry, ...] = (
     _static("kernel_infinite_loop", "unbounded-loop"),
     _static("regime_nan_swallowed", "value-branch"),
     _static("guard_store_before_input_start", "writes-input"),
-    _static("canary_aware_reads_guards", "reads-output", also=("value-branch",)),
+    _static("canary_aware_reads_guards", "value-bits", also=("reads-output", "value-branch")),
     _static("flow_branch_on_scale_band", "value-branch"),
     _static("flow_where_band", "value-branch"),
     _static("flow_output_as_cache", "reads-output"),
@@ -313,7 +313,7 @@ TABLE: tuple[Entry, ...] = (
     ),
     # a read past a tensor at a GPU's program counts only: a CPU judge (and server) never takes it; a GPU judge's fenced
     # pass runs the interpreter with the GPU's count
-    _dynamic("memory_overread_gpu_grid_only", "sandbox", "memory-fault", width=80),
+    _static("memory_overread_gpu_grid_only", "hidden-boundary", width=80),  # a condition on counts alone
     # a read past a tensor only at the row counts a GPU judging draws and a CPU never runs: the GPU's own fence
     _dynamic("memory_overread_large_rows_only", "sandbox", "memory-fault", width=80),
     # a read before a tensor only at those row counts: every GPU case run again with the fence before its tensors
@@ -338,6 +338,18 @@ TABLE: tuple[Entry, ...] = (
     _static("flow_row_picked_between_bounds", "row-pick"),  # two bounds from both sides in a mask
     _static("flow_row_picked_in_nested_ifs", "row-pick"),  # an if in an if's else
     _static("flow_rows_capped_by_an_offset", "hidden-boundary"),  # row - 32768 < 0
+    _static("flow_negative_factor_by_name", "row-pick"),  # a negative factor by name: bounds from both sides
+    _static("flow_row_wraps_in_32_bits", "row-pick"),  # a row scaled past 32 bits wraps: no bound
+    # written against the judge of 2026-12-05 by an author reading docs/judge.md (each accepted before its rule)
+    _static("flow_count_wraps_in_32_bits", "hidden-boundary"),  # a condition on the row count alone
+    _static("flow_tile_count_difference_address", "count-window"),  # cdiv(n, 777) - cdiv(n, 778) in an address
+    _static("flow_tile_count_difference_mask", "count-window"),
+    _static("flow_program_count_squared", "hidden-boundary"),  # nprog * nprog <= nprog * 4: nprog <= 4
+    _static("flow_persistent_fixed_trips", "hidden-boundary"),  # a persistent loop of TRIPS steps of nprog
+    _static("flow_race_spill_into_next_program", "hidden-boundary"),  # a race kept off where a CPU looks
+    _static("value_band_by_bits", "value-bits"),  # a band of the mean square picked by its bits
+    _static("value_weight_profile_compare", "value-branch"),  # a comparison of weights used as a 0/1 factor
+    _dynamic("regime_offset_band_soft_clamp", "correctness", "outside-tolerance"),  # |mean| / rms in a band
     _static("flow_capped_row_loop", "hidden-boundary"),
     # a window of row counts, made by division, in the answer's arithmetic or picking it: wrong at counts not drawn
     _static("flow_value_bump_at_one_count", "count-value"),

@@ -357,3 +357,57 @@ def test_whether_a_load_is_issued_never_turns_on_a_window_of_row_counts(guard, r
     """
     rules = _tiled_rules(body)
     assert ("count-window" in rules) == refused, (guard, rules)
+
+
+@pytest.mark.parametrize(
+    ("guard", "rule"),
+    [
+        # how many rows or programs alone decide nothing: the plan's dispatch is where a size boundary lives
+        ("tl.num_programs(0) * tl.num_programs(0) <= tl.num_programs(0) * 4", "hidden-boundary"),
+        ("tl.num_programs(0) + cols * 0 < n_rows", "hidden-boundary"),  # `cols * 0` is no block's lanes
+        ("(cols * 0 + 4 >= tl.num_programs(0)) & (cols < n_cols)", "hidden-boundary"),
+        ("n_rows * 3145728 < 0", "hidden-boundary"),  # a count that wraps in 32 bits at some counts
+        ("cols < n_cols - (tl.cdiv(n_rows, 777) - tl.cdiv(n_rows, 778)) * 8", "count-window"),  # tile counts combined
+        ("cols < n_cols - (tl.cdiv(n_rows, 64) * 64 - n_rows)", "count-window"),  # a tile count's padding
+        # which row scaled past what 32 bits hold, or by a factor of unknown sign: no bound
+        ("pid * 3145728 >= 0", "row-pick"),
+        ("pid * R * n_cols < n_rows * n_cols", "row-pick"),  # scaled twice, not widened
+        ("pid * SIGN * 3 < n_rows * SIGN * 2", "row-pick"),  # a name of unknown sign
+    ],
+)
+def test_counts_alone_and_rows_that_can_wrap_are_no_bounds(guard, rule):
+    body = f"""
+    x = tl.load(x_ptr + pid * x_stride + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    tl.store(y_ptr + pid * y_stride + cols, x.to(y_ptr.dtype.element_ty), mask={guard})
+    """
+    assert rule in _tiled_rules(body), guard
+
+
+@pytest.mark.parametrize(
+    "guard",
+    [
+        "(cols < n_cols) & (tl.arange(0, BLOCK) < n_rows)",  # a block's lanes bounded by a count
+        "(cols < n_cols) & (pid.to(tl.int64) * R * n_cols < n_rows * n_cols)",  # widened first: no wrap
+        "(cols < n_cols) & (pid * R < n_rows)",  # a tile's first row against the count
+        "(cols < n_cols) & (pid * TWO < n_rows)",  # a factor the source names, of known sign
+    ],
+)
+def test_bounds_of_lanes_and_of_widened_rows_pass(guard):
+    body = f"""
+    x = tl.load(x_ptr + pid * x_stride + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+    tl.store(y_ptr + pid * y_stride + cols, x.to(y_ptr.dtype.element_ty), mask={guard})
+    """
+    source = HEADER + "TWO = 2\n" + TILED + textwrap.indent(textwrap.dedent(body), "    ")
+    plan = pb.LaunchPlan(family="row_reduction", launches=[_launch(args=ROWS_ARGS, BLOCK="block_cols", R="4")])
+    assert kernel_dataflow.check_plan(source, plan, family("row_reduction").ARG_ROLES) == [], guard
+
+
+@pytest.mark.parametrize(
+    ("extra", "rule"),
+    [
+        ("w = w * (1 + (x.to(tl.int32, bitcast=True) >> 19 == 2176)).to(tl.float32)", "value-bits"),
+        ("w = w * (1.0 + 0.25 * (tl.sum(w, axis=0) < 0.6 * n_cols).to(tl.float32))", "value-branch"),
+    ],
+)
+def test_bits_of_loaded_values_and_comparisons_of_them_pick_no_answer(extra, rule):
+    assert rule in _rules(_norm(extra)), extra

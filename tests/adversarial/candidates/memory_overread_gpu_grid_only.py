@@ -8,11 +8,14 @@ five rows up, the weight is read past its end at every width under its block. A 
 interpreter with the GPU's program count, so the branch is taken there and the read faults. A CPU judge meets it
 too: in its sampled range a persistent grid gets a program a row (services.judge.sampled_grid), and at 349 and
 6,761 rows the branch is taken (at 131,072 the square of the program count wraps in 32 bits and it is not).
+
+Since 2026-12-05 refused before anything runs: `hidden-boundary` (a condition on the program count and the row
+count alone, `programs * programs > 4 * n_rows`, is a dispatch inside the kernel the plan does not declare).
 """
 
 # pattern: a read past a tensor only at the program counts a GPU launches, never the interpreter's
-# layer: sandbox
-# rule: memory-fault
+# layer: static
+# rule: hidden-boundary
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "min(sms, cdiv(rows, 1))", "kernel": "_rms_persistent_kernel", "num_warps": 4}]}
 
 import triton
