@@ -130,6 +130,8 @@ class Taint:
     wide: bool = False
     overflow: bool = False
     trips: bool = False  # a loop variable of a fixed number of trips (`tl.static_range(TRIPS)`)
+    programs: bool = False  # built on the program count (`tl.num_programs`)
+    neg: bool = False  # a size that may be negative (subtracted from something, negated): a row times it falls
     bent: bool = False  # a lane not as tl.arange gives it (divided, combined with a lane, times 0, moved by a number)
     tiled: bool = False  # a tile count (`tl.cdiv(rows, R)`): two of them combined are a window (`cdiv(n, 777) - ...`)
 
@@ -223,6 +225,7 @@ class _Kernel:
         # names known to hold one number: the source's constants, constexprs the plan gives a number, and locals
         # set to a literal (a row's factor: its sign and size)
         self.values: dict[str, float] = dict(values or {})
+        self.params = frozenset(a.arg for a in fn.args.args)  # set again in the body: no longer as passed
         self.returns: list[Taint] = []
         # what the statements being walked run under: an `if` on a window of counts makes everything it stores or
         # assigns depend on that window (`window_test`)
@@ -288,6 +291,7 @@ class _Kernel:
         value = value | self.control
         if isinstance(target, ast.Name):
             self.env[target.id] = value
+            self.params = self.params - {target.id}
             number = _number(value_node) if value_node is not None else None
             if number is None:
                 self.values.pop(target.id, None)
@@ -323,6 +327,14 @@ class _Kernel:
                     self.ctx.add("value-branch", "a loop bound depends on loaded values", a)
                 if t.pointer:
                     self.ctx.add("pointer-origin", "a pointer is used as a loop bound", a)
+            end = parts[1] if len(args) >= 2 else parts[0]
+            if end.programs:
+                self.ctx.add(
+                    "hidden-boundary",
+                    "a loop ends at a multiple of the program count (`range(pid, num_programs * 64, num_programs)`): "
+                    "it covers a fixed number of steps, not the rows",
+                    s,
+                )
             if len(args) >= 3 and not self.positive_step(args[2]):
                 self.ctx.add(
                     "unbounded-loop",
@@ -351,6 +363,8 @@ class _Kernel:
         iterations = Taint(count=bound.count, stepped=bound.stepped)
         for held in _carried(s.body):
             self.env[held] = self.env.get(held, INDEX) | iterations
+            if self.env[held].index:  # a row carried round a loop (`r = r + r`): what the loop made of it may wrap
+                self.env[held] = replace(self.env[held], scaled=True, overflow=True)
         outer = self.control
         if windowed:
             self.control = outer | WINDOWED
@@ -429,6 +443,8 @@ class _Kernel:
                 "it covers a fixed number of steps, and rows past them are never reached",
                 node,
             )
+        if other.neg and not other.static:
+            return replace(out, curved=True)  # a row times a size that may be negative: rising or falling, no bound
         big = False
         if other.static:
             number = self.factor(other_node)
@@ -466,7 +482,7 @@ class _Kernel:
             if (
                 any(p.count for p in parts)
                 and not any(p.data or p.pointer or p.stepped for p in parts)  # a window is count-window's
-                and not _lane_bound(node, parts)
+                and not _lane_bound(node, parts, self.params)
             ):
                 self.ctx.add(
                     "hidden-boundary",
@@ -580,7 +596,7 @@ class _Kernel:
             if value.pointer:
                 self.ctx.add("pointer-origin", "arithmetic on a pointer other than adding an offset", node)
             if isinstance(node.op, ast.USub):
-                return value.negated()  # -row falls
+                return replace(value.negated(), neg=value.grid and not value.index)  # -row falls
             if isinstance(node.op, ast.Not | ast.Invert):  # not (row < n) holds above n; ~row is -row - 1
                 return replace(
                     value.inverted(), curved=value.curved or (value.index and isinstance(node.op, ast.Invert))
@@ -639,13 +655,16 @@ class _Kernel:
         else:
             sides = (node.target, node.value) if isinstance(node, ast.AugAssign) else (None, None)
         if isinstance(op, ast.Sub):
-            right = right.negated()  # a row subtracted falls
+            right = replace(right.negated(), neg=right.grid and not right.index)  # a row subtracted falls
         out = left | right
         if left.index or right.index:  # an offset from which row is still which row: no size
             out = replace(out, size=False)
         if left.lane or right.lane:
             out = replace(out, bent=out.bent or _bends_a_lane(op, left, right, sides))
         if isinstance(op, ast.Add | ast.Sub):  # data plus a constant, a shape, a constexpr: zero moved
+            if left.index and right.index:  # a row plus a row is a row scaled (`r + r`); twice, it may wrap
+                twice = left.scaled and right.scaled and not (left.wide or right.wide)
+                out = replace(out, scaled=True, overflow=out.overflow or twice)
             if _moved_by_a_number(left, right, sides):
                 out = replace(out, nudged=True)
             if (left.trips and right.grid) or (right.trips and left.grid):  # `tile * R + r`: a row of a tile
@@ -707,7 +726,7 @@ class _Kernel:
         if name == "tl.program_id":
             return INDEXED
         if name == "tl.num_programs":
-            return SIZED
+            return replace(SIZED, programs=True)
         if name == "tl.arange":
             return Taint(lane=True)
         if name in self.ctx.kernels:
@@ -874,13 +893,16 @@ def _bends_a_lane(op: ast.operator, left: Taint, right: Taint, sides: tuple[ast.
     return True
 
 
-def _lane_bound(node: ast.Compare, parts: list[Taint]) -> bool:
+def _lane_bound(node: ast.Compare, parts: list[Taint], params: frozenset[str]) -> bool:
     """Whether a comparison is a block's lanes bounded by a count (`tl.arange(0, HEADS) < n_heads`): the lanes, as
-    tl.arange gives them, on the lesser side, the count with no lane on the other."""
+    tl.arange gives them, on the lesser side, on the other a count parameter of the kernel as it was passed (no
+    arithmetic: `cols < n_rows - num_programs` is a condition on counts)."""
     if len(parts) != 2 or not isinstance(node.ops[0], ast.Lt | ast.LtE | ast.Gt | ast.GtE):
         return False
-    lesser, greater = parts if isinstance(node.ops[0], ast.Lt | ast.LtE) else parts[::-1]
-    return lesser.lane and not (lesser.count or lesser.bent) and greater.count and not greater.lane
+    first = isinstance(node.ops[0], ast.Lt | ast.LtE)
+    (lesser, greater), bound = (parts if first else parts[::-1]), (node.comparators[0] if first else node.left)
+    plain = isinstance(bound, ast.Name) and bound.id in params
+    return plain and lesser.lane and not (lesser.count or lesser.bent) and greater.count and not greater.lane
 
 
 def _moved_by_a_number(left: Taint, right: Taint, sides: tuple[ast.expr | None, ast.expr | None]) -> bool:

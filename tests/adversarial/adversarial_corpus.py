@@ -350,6 +350,13 @@ TABLE: tuple[Entry, ...] = (
     _static("value_band_by_bits", "value-bits"),  # a band of the mean square picked by its bits
     _static("value_weight_profile_compare", "value-branch"),  # a comparison of weights used as a 0/1 factor
     _dynamic("regime_offset_band_soft_clamp", "correctness", "outside-tolerance"),  # |mean| / rms in a band
+    _static("flow_row_wraps_by_doubling", "row-pick"),  # r = r + r twenty times: row * 2**20, wrapping
+    _static("flow_negative_factor_from_width", "row-pick"),  # a row times (0 - 3 * n_cols)
+    _static("flow_persistent_loop_ends_at_programs", "hidden-boundary"),  # range(pid, nprog * 64, nprog)
+    _static("flow_lane_bound_count_wraps", "hidden-boundary"),  # cols < n_rows * 32768 + n_cols
+    _static("flow_program_count_in_lane_bounds", "hidden-boundary"),
+    _static("flow_race_spill_by_lane_bound", "hidden-boundary"),
+    _dynamic("value_weight_profile_ramp", "correctness", "outside-tolerance"),  # trained-like weights, by a ramp
     _static("flow_capped_row_loop", "hidden-boundary"),
     # a window of row counts, made by division, in the answer's arithmetic or picking it: wrong at counts not drawn
     _static("flow_value_bump_at_one_count", "count-value"),
