@@ -133,6 +133,7 @@ def check_kernel_source(source: str) -> KernelSchemaReport:
         return found.report(kernels)
 
     constants: set[str] = set()
+    plain: set[str] = set()  # `NAME = 4`: allowed at module level, not readable in a kernel
     functions: list[ast.FunctionDef] = []
     for i, stmt in enumerate(tree.body):
         if i == 0 and _is_docstring(stmt):
@@ -161,14 +162,17 @@ def check_kernel_source(source: str) -> KernelSchemaReport:
         elif (name := _constant_name(stmt)) is not None:
             if name in _RESERVED or _is_dunder(name):
                 found.add("host-code", f"a constant named `{name}` would shadow a name kernels rely on", stmt.lineno)
-            constants.add(name)
+            if _constexpr(stmt):
+                constants.add(name)
+            else:  # the interpreter reads a plain global; Triton on a GPU refuses to compile a kernel that does
+                plain.add(name)
         else:
             found.add("host-code", f"{_describe_host(stmt)} at module level: host code is not allowed", stmt.lineno)
 
     if not kernels:
         found.add("no-jit-kernel", "the source defines no @triton.jit kernel", 1)
     for fn in functions:
-        _check_kernel(fn, constants, set(kernels), found)
+        _check_kernel(fn, constants, set(kernels), found, plain)
     return found.report(kernels)
 
 
@@ -246,6 +250,12 @@ def _constant_name(stmt: ast.stmt) -> str | None:
     if isinstance(value, ast.Call) and dotted(value.func) == "tl.constexpr" and not value.keywords:
         value = value.args[0] if len(value.args) == 1 else None
     return target.id if isinstance(target, ast.Name) and _is_number(value) else None
+
+
+def _constexpr(stmt: ast.stmt) -> bool:
+    """Whether a constant is a tl.constexpr instance (`NAME = tl.constexpr(4)`), the one global Triton's compiler
+    lets a kernel read (an annotation, `NAME: tl.constexpr = 4`, is not one: its code generator says so)."""
+    return isinstance(stmt.value, ast.Call) and dotted(stmt.value.func) == "tl.constexpr"
 
 
 def _describe_host(stmt: ast.stmt) -> str:
@@ -347,7 +357,9 @@ def _attribute_problem(node: ast.Attribute, inner: set[int]) -> tuple[str, str] 
     return None
 
 
-def _check_kernel(fn: ast.FunctionDef, constants: set[str], kernels: set[str], found: _Findings) -> None:
+def _check_kernel(
+    fn: ast.FunctionDef, constants: set[str], kernels: set[str], found: _Findings, plain: frozenset[str] = frozenset()
+) -> None:
     _check_parameters(fn, found)
     params = {p.arg for p in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
     nodes = list(_walk_body(fn))
@@ -376,6 +388,13 @@ def _check_kernel(fn: ast.FunctionDef, constants: set[str], kernels: set[str], f
         elif isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Store) and (node.id in _RESERVED | kernels or _is_dunder(node.id)):
                 found.add("kernel-name", f"`{node.id}` is rebound {k}: kernels must be able to trust it", line)
+            elif not isinstance(node.ctx, ast.Store) and node.id in plain and node.id not in params | local_names:
+                found.add(
+                    "kernel-name",
+                    f"`{node.id}` {k} is a plain constant: Triton on a GPU compiles a kernel that reads a global only "
+                    f"as a tl.constexpr instance (`{node.id} = tl.constexpr(...)`); the interpreter would run it",
+                    line,
+                )
             elif not isinstance(node.ctx, ast.Store) and (node.id not in known or _is_dunder(node.id)):
                 found.add(
                     "kernel-name",

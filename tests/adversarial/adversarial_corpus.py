@@ -250,6 +250,7 @@ TABLE: tuple[Entry, ...] = (
     _static("schema_heuristics_host_lambda", "kernel-decorator"),
     _static("schema_subscript_callee", "kernel-call"),
     _static("schema_call_result_callee", "kernel-call"),
+    _static("schema_plain_constant_in_kernel", "kernel-name"),  # the interpreter reads it; a GPU's compiler refuses
     _static("schema_dunder_class_walk", "kernel-attribute"),
     _static("schema_frame_walk", "kernel-attribute"),
     _static("schema_dunder_import_name", "kernel-name"),

@@ -47,7 +47,7 @@ TWO_PASS = '''"""Two-pass RMSNorm with a device helper."""
 import triton
 import triton.language as tl
 
-EPS_FLOOR = 1e-12
+EPS_FLOOR = tl.constexpr(1e-12)
 NEG = -1
 USE_MATH = tl.constexpr(True)
 
@@ -260,3 +260,29 @@ def k(x_ptr, y_ptr, N: tl.constexpr):
 """
     report = check_kernel_source(source)
     assert report.passed, summary(report)
+
+
+@pytest.mark.parametrize(
+    ("constant", "refused"),
+    [
+        ("SCALE = 2", True),  # the interpreter reads a plain global; Triton on a GPU refuses to compile the kernel
+        ("SCALE: tl.constexpr = 2", True),  # an annotation is not an instance: the compiler refuses it too
+        ("SCALE = tl.constexpr(2)", False),
+    ],
+)
+def test_a_kernel_reads_a_constant_only_when_it_is_constexpr(constant, refused):
+    source = textwrap.dedent(
+        f"""
+        import triton
+        import triton.language as tl
+
+        {constant}
+
+
+        @triton.jit
+        def k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * SCALE, mask=offs < n)
+        """
+    )
+    assert ("kernel-name" in _rules(source)) == refused
