@@ -28,8 +28,12 @@ reading what it wrote last time. Tests can only sample inputs; this closes those
   one condition bounding it from one side (`row < n_rows`, `pid < units`). Equality (`row != 77777`), a row against a
   row (`row * row < 32768 * row + 1`), a row made curved (a product of rows, a remainder, quotient or power of one by
   a fixed number, a function of one) and two bounds from both sides (`(3 * row < n_rows) | (3 * row > n_rows)`)
-  single out rows a sample of programs may never run (`row-pick`); a side moved by a fixed number (`row - 32768 <
-  0`) is a hidden boundary.
+  single out rows a sample of programs may never run (`row-pick`), as does a row that can wrap in 32 bits (a factor
+  over 1,024 or two factors before a cast to 64 bits, a row carried round a loop); a side moved by a fixed number
+  (`row - 32768 < 0`), a condition on how many rows or programs alone, a loop of a fixed number of trips stepping by
+  a count and a loop ending at a multiple of the program count are hidden boundaries;
+- a loaded value is never reinterpreted as an integer (`value-bits`), and a comparison of loaded values other than a
+  sign split is a branch however its result is used (`value-branch`).
 
 Abstract interpretation over the AST: each name holds a taint (loaded data or not; which tensor arguments it may
 point into), joined over branches and iterated to a fixed point over loops; a call of another kernel of the source
@@ -131,7 +135,7 @@ class Taint:
     overflow: bool = False
     trips: bool = False  # a loop variable of a fixed number of trips (`tl.static_range(TRIPS)`)
     programs: bool = False  # built on the program count (`tl.num_programs`)
-    neg: bool = False  # a size that may be negative (subtracted from something, negated): a row times it falls
+    neg: bool = False  # a size that may be negative (subtracted from something, negated): a row times it is no bound
     bent: bool = False  # a lane not as tl.arange gives it (divided, combined with a lane, times 0, moved by a number)
     tiled: bool = False  # a tile count (`tl.cdiv(rows, R)`): two of them combined are a window (`cdiv(n, 777) - ...`)
 
