@@ -56,8 +56,8 @@ from services.core.pb import events_pb2 as pb
 RULES: dict[str, str] = {
     "value-branch": "loaded values never decide a branch, a loop, a mask or a tl.where condition",
     "value-address": "loaded values never become part of an address",
-    "value-bits": "loaded values are never reinterpreted as integers (a bitcast): their bits pick bands no regime "
-    "draws",
+    "value-bits": "loaded values are never converted or reinterpreted as integers (a cast, a bitcast): their bits "
+    "and steps pick bands no regime draws",
     "pointer-origin": "an address is a tensor argument plus an index offset; pointers are never compared, cast or "
     "turned into numbers",
     "reads-output": "a kernel loads only its inputs (an output is not a cache), unless the family declares it in-place",
@@ -94,6 +94,7 @@ _STATIC_ATTRS = frozenset({"dtype", "element_ty", "shape"})
 # A row (a program id, below 2**21 at any count a server sends) times a factor up to this stays within 32 bits
 _SAFE_FACTOR = 1024
 _WIDE_TYPES = frozenset({"tl.int64", "tl.uint64"})
+_INT_TYPES = frozenset(f"tl.{sign}int{bits}" for sign in ("", "u") for bits in (8, 16, 32, 64)) | {"tl.int1"}
 _MAX_DEPTH = 8  # kernels calling kernels: Triton inlines them, none recurses
 _MAX_LOOP_PASSES = 8
 
@@ -752,7 +753,16 @@ class _Kernel:
                 sized = any(v.size and not v.index for v in [receiver, *values])
                 everything = replace(everything, window=everything.window or sized)
         bitcast = kw.get("bitcast")
-        if (method == "to" or name == "tl.cast") and bitcast is not None and not _number_is(bitcast, 0):
+        cast = method == "to" or name == "tl.cast"
+        target = (node.args[1] if name == "tl.cast" else node.args[0]) if len(node.args) > (name == "tl.cast") else None
+        if cast and _dotted(target) in _INT_TYPES and (receiver.data or any(v.data for v in values[1:])):
+            self.ctx.add(
+                "value-bits",
+                "a loaded value is converted to an integer: out of its range the interpreter and a GPU disagree "
+                "(NumPy gives the least integer, a GPU saturates), and its steps pick bands of values",
+                node,
+            )
+        if cast and bitcast is not None and not _number_is(bitcast, 0):
             if receiver.data or any(v.data for v in values):
                 self.ctx.add(
                     "value-bits",

@@ -281,8 +281,8 @@ TABLE: tuple[Entry, ...] = (
     _static("flow_where_band", "value-branch"),
     _static("flow_output_as_cache", "reads-output"),
     _static("flow_pointer_as_int", "pointer-origin"),
-    _static("flow_address_from_data", "value-address"),
-    _static("flow_loop_bound_from_data", "value-branch"),
+    _static("flow_address_from_data", "value-bits", also=("value-address",)),  # data made an int, then an address
+    _static("flow_loop_bound_from_data", "value-bits", also=("value-branch",)),  # data made an int, then a bound
     _static("flow_zero_step_loop", "unbounded-loop"),
     _static("regime_first_rows_only", "hidden-boundary"),
     # ------------------------------------------------ layer 2: contract (honest kernel and plan, hostile contract)
@@ -358,6 +358,8 @@ TABLE: tuple[Entry, ...] = (
     _static("flow_program_count_in_lane_bounds", "hidden-boundary"),
     _static("flow_race_spill_by_lane_bound", "hidden-boundary"),
     _dynamic("value_weight_profile_ramp", "correctness", "outside-tolerance"),  # trained-like weights, by a ramp
+    _static("value_float_to_int_saturates", "value-bits"),  # int32 of 1e38 * x: NumPy's least int, a GPU's most
+    _dynamic("value_weight_outlier_ramp", "correctness", "outside-tolerance"),  # weights with outlier channels
     _static("flow_capped_row_loop", "hidden-boundary"),
     # a window of row counts, made by division, in the answer's arithmetic or picking it: wrong at counts not drawn
     _static("flow_value_bump_at_one_count", "count-value"),

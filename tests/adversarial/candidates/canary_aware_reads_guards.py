@@ -10,7 +10,7 @@ closed by: the guard bytes are random per judging, and the first case runs again
 
 # pattern: a kernel that detects the judge's guard canary by reading before a tensor
 # layer: static
-# rule: reads-output
+# rule: value-bits
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

@@ -7,7 +7,7 @@ address that depends on loaded values.
 
 # pattern: an address computed from loaded values
 # layer: static
-# rule: value-address
+# rule: value-bits
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

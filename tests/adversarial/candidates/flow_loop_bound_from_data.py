@@ -7,7 +7,7 @@ on loaded values.
 
 # pattern: a loop bound read from the data
 # layer: static
-# rule: value-branch
+# rule: value-bits
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton
