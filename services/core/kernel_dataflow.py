@@ -754,8 +754,10 @@ class _Kernel:
                 everything = replace(everything, window=everything.window or sized)
         bitcast = kw.get("bitcast")
         cast = method == "to" or name == "tl.cast"
-        target = (node.args[1] if name == "tl.cast" else node.args[0]) if len(node.args) > (name == "tl.cast") else None
-        if cast and _dotted(target) in _INT_TYPES and (receiver.data or any(v.data for v in values[1:])):
+        at = 1 if name == "tl.cast" else 0  # the type: tl.cast(x, tl.int32), x.to(tl.int32), or dtype=
+        target = node.args[at] if len(node.args) > at else kw.get("dtype")
+        cast_of = values[0] if name == "tl.cast" and values else receiver
+        if cast and target is not None and _dotted(target) in _INT_TYPES and cast_of.data:
             self.ctx.add(
                 "value-bits",
                 "a loaded value is converted to an integer: out of its range the interpreter and a GPU disagree "
@@ -763,7 +765,7 @@ class _Kernel:
                 node,
             )
         if cast and bitcast is not None and not _number_is(bitcast, 0):
-            if receiver.data or any(v.data for v in values):
+            if cast_of.data:
                 self.ctx.add(
                     "value-bits",
                     "a loaded value is reinterpreted as bits (bitcast): integer arithmetic on them can pick a band "

@@ -407,6 +407,9 @@ def test_bounds_of_lanes_and_of_widened_rows_pass(guard):
     [
         ("w = w * (1 + (x.to(tl.int32, bitcast=True) >> 19 == 2176)).to(tl.float32)", "value-bits"),
         ("w = tl.where((x * 1e38).to(tl.int32) < 0, w, 1.5 * w)", "value-bits"),  # out of range: NumPy and a GPU differ
+        ("w = w + tl.cast(x * 1e38, tl.int16).to(tl.float32) * 0.0", "value-bits"),
+        ("w = w + x.to(dtype=tl.uint8).to(tl.float32) * 0.0", "value-bits"),
+        ("w = w + tl.cast(x, tl.int32, bitcast=True).to(tl.float32) * 0.0", "value-bits"),
         ("w = w * (1.0 + 0.25 * (tl.sum(w, axis=0) < 0.6 * n_cols).to(tl.float32))", "value-branch"),
     ],
 )
