@@ -112,7 +112,8 @@ def summary(results: dict) -> dict:
 
 def write(path: Path, meta: dict, results: dict) -> None:
     data = {**meta, "summary": summary(results), "results": dict(sorted(results.items()))}
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    # a child's log may quote a path of this checkout (a warning's file): the file names it from the repository root
+    path.write_text(json.dumps(data, indent=1).replace(f"{ROOT}/", "") + "\n")
 
 
 async def run(args) -> int:
