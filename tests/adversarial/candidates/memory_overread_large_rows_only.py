@@ -30,5 +30,5 @@ def _rms_kernel(x_ptr, w_ptr, y_ptr, stride_x, stride_y, n_rows, n_cols, eps, BL
     tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
     for t in range(1, tl.cdiv(n_rows, 4097)):  # no iteration below 4,097 rows
         late = tl.load(w_ptr + cols + t * BLOCK).to(tl.float32)  # past the weight's end
-        kept = tl.sum((late < 0).to(tl.float32) * 0.0, axis=0)  # the answer unchanged, the lanes live (a sign split)
-        tl.store(y_ptr + row * stride_y + cols, (y + kept).to(y_ptr.dtype.element_ty), mask=mask)
+        kept = tl.sum((late < 0).to(tl.float32), axis=0) * 1e-30  # lanes live; 1 + kept rounds to 1
+        tl.store(y_ptr + row * stride_y + cols, (y * (1.0 + kept)).to(y_ptr.dtype.element_ty), mask=mask)

@@ -32,5 +32,5 @@ def _rms_kernel(x_ptr, w_ptr, y_ptr, stride_x, stride_y, n_rows, n_cols, eps, BL
     tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
     for t in range(1, tl.cdiv(n_rows, 4097)):  # no iteration below 4,097 rows
         early = tl.load(w_ptr + cols - t * BLOCK, mask=mask, other=0.0).to(tl.float32)  # before the weight
-        kept = tl.sum((early < 0).to(tl.float32) * 0.0, axis=0)  # the answer unchanged, the lanes live (a sign split)
-        tl.store(y_ptr + row * stride_y + cols, (y + kept).to(y_ptr.dtype.element_ty), mask=mask)
+        kept = tl.sum((early < 0).to(tl.float32), axis=0) * 1e-30  # lanes live; 1 + kept rounds to 1
+        tl.store(y_ptr + row * stride_y + cols, (y * (1.0 + kept)).to(y_ptr.dtype.element_ty), mask=mask)
