@@ -47,10 +47,11 @@ from __future__ import annotations
 
 import ast
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 
-from services.core.kernel_schema import dotted
+from services.core.kernel_schema import constant_name, dotted
 from services.core.pb import events_pb2 as pb
 
 RULES: dict[str, str] = {
@@ -156,8 +157,8 @@ class Taint:
         return replace(self, stepped=self.count)
 
     def negated(self) -> Taint:
-        """Times -1: a rising row falls."""
-        return replace(self, rising=self.falling, falling=self.rising)
+        """Times -1: a rising row falls, and a size may be negative (`0 - 3 * n_cols`, `-n_rows`)."""
+        return replace(self, rising=self.falling, falling=self.rising, neg=self.neg or (self.grid and not self.index))
 
     def inverted(self) -> Taint:
         """A condition's opposite: one that held below a bound holds above it."""
@@ -205,7 +206,7 @@ class _Context:
     positive: frozenset[str]  # constexpr parameters of the launched kernel whose value is known positive
     findings: dict[tuple[str, int], str] = field(default_factory=dict)
     # per tensor argument, the sides of which row its loads or stores are bounded from, and the first of each:
-    # stores to one output below a bound and others above one leave the rows between unwritten (`row_sides`)
+    # stores to one output below a bound and others above one leave the rows between unwritten (`check_launch`)
     sides: dict[str, dict[str, ast.AST]] = field(default_factory=dict)
     returns: list[Taint] = field(default_factory=list)
 
@@ -265,9 +266,8 @@ class _Kernel:
         elif isinstance(s, ast.Return):
             self.returns.append(self.expr(s.value) if s.value is not None else INDEX)
         elif isinstance(s, ast.If):
-            self.test(s.test, "an if")
+            tested = self.test(s.test, "an if")
             outer, outer_rows = self.control, self.rows
-            tested = self.expr(s.test)
             bound = Taint(below=tested.below, above=tested.above)
             if self.window_test(s.test):
                 self.control = outer | WINDOWED
@@ -296,7 +296,8 @@ class _Kernel:
         value = value | self.control
         if isinstance(target, ast.Name):
             self.env[target.id] = value
-            self.params = self.params - {target.id}
+            if target.id in self.params:
+                self.params = self.params - {target.id}
             number = _number(value_node) if value_node is not None else None
             if number is None:
                 self.values.pop(target.id, None)
@@ -412,6 +413,10 @@ class _Kernel:
         # R any number fixed for the launch: a zero is a division by zero when it compiles, never a window
         return not (counted.stepped or counted.window or counted.data or counted.pointer) and self.expr(tile).static
 
+    def as_tile_count(self, node: ast.expr, out: Taint) -> Taint:
+        """`out` as a tile count where `node` is one (`tl.cdiv(rows, R)`): a size, no window and no fixed offset."""
+        return replace(out, window=False, size=True, nudged=False, tiled=True) if self.tile_count(node) else out
+
     def positive_step(self, node: ast.expr) -> bool:
         if isinstance(node, ast.Constant):
             return isinstance(node.value, int) and not isinstance(node.value, bool) and node.value > 0
@@ -461,13 +466,15 @@ class _Kernel:
         overflow = not row.wide and (big or row.scaled)
         return replace(out, scaled=True, overflow=out.overflow or overflow)
 
-    def test(self, node: ast.expr, what: str) -> None:
+    def test(self, node: ast.expr, what: str) -> Taint:
+        """Checks a condition (an `if`, a `while`, a conditional, a `tl.where`) and returns its taint."""
         t = self.expr(node)
         self.one_sided(t, what, node)
         if t.data:
             self.ctx.add("value-branch", f"{what} decides on loaded values: a kernel may not branch on its data", node)
         if t.pointer:
             self.ctx.add("pointer-origin", f"{what} decides on a pointer", node)
+        return t
 
     def one_sided(self, t: Taint, what: str, node: ast.AST) -> None:
         if t.below and t.above:
@@ -595,13 +602,13 @@ class _Kernel:
             return self.expr(node.value)  # .T and the like: the same values
         if isinstance(node, ast.BinOp):
             out = self.binop(node.op, self.expr(node.left), self.expr(node.right), node)
-            return replace(out, window=False, size=True, nudged=False, tiled=True) if self.tile_count(node) else out
+            return self.as_tile_count(node, out)
         if isinstance(node, ast.UnaryOp):
             value = self.expr(node.operand)
             if value.pointer:
                 self.ctx.add("pointer-origin", "arithmetic on a pointer other than adding an offset", node)
             if isinstance(node.op, ast.USub):
-                return replace(value.negated(), neg=value.grid and not value.index)  # -row falls
+                return value.negated()  # -row falls
             if isinstance(node.op, ast.Not | ast.Invert):  # not (row < n) holds above n; ~row is -row - 1
                 return replace(
                     value.inverted(), curved=value.curved or (value.index and isinstance(node.op, ast.Invert))
@@ -632,8 +639,7 @@ class _Kernel:
                 above=any(p.above for p in parts),
             )
         if isinstance(node, ast.IfExp):
-            self.test(node.test, "a conditional expression")
-            tested = self.expr(node.test)
+            tested = self.test(node.test, "a conditional expression")
             picked = (self.expr(node.body) | self.expr(node.orelse)).curve_if_row()  # a row picked is piecewise
             picked = picked | Taint(below=tested.below, above=tested.above)
             return picked | WINDOWED if self.window_test(node.test) else picked
@@ -644,8 +650,7 @@ class _Kernel:
         if isinstance(node, ast.Tuple | ast.List):
             return _join(self.expr(e) for e in node.elts)
         if isinstance(node, ast.Call):
-            out = self.call(node)
-            return replace(out, window=False, size=True, nudged=False, tiled=True) if self.tile_count(node) else out
+            return self.as_tile_count(node, self.call(node))
         return _join(self.expr(c) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr))
 
     def binop(self, op: ast.operator, left: Taint, right: Taint, node: ast.AST) -> Taint:
@@ -660,7 +665,7 @@ class _Kernel:
         else:
             sides = (node.target, node.value) if isinstance(node, ast.AugAssign) else (None, None)
         if isinstance(op, ast.Sub):
-            right = replace(right.negated(), neg=right.grid and not right.index)  # a row subtracted falls
+            right = right.negated()  # a row subtracted falls
         out = left | right
         if left.index or right.index:  # an offset from which row is still which row: no size
             out = replace(out, size=False)
@@ -700,9 +705,8 @@ class _Kernel:
         args = {i: a for i, a in enumerate(node.args)}
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         if name == "tl.load":
-            pointer = args.get(0, kw.get("pointer"))
-            self.address(pointer, self.ctx.readable, "load", node)
-            self.mask(args.get(1, kw.get("mask")), node, "load", pointer)
+            pointer = self.address(args.get(0, kw.get("pointer")), self.ctx.readable, "load", node)
+            self.mask(args.get(1, kw.get("mask")), node, "load", pointer.points)
             filled = _join(self.expr(other) for other in (args.get(2), kw.get("other")))
             return DATA | Taint(count=filled.count, stepped=filled.stepped)  # masked lanes hold `other`
         if name == "tl.store":
@@ -714,9 +718,8 @@ class _Kernel:
                     "it loads: a row's answer may not change with which row it is or how many came with it",
                     node,
                 )
-            pointer = args.get(0, kw.get("pointer"))
-            self.address(pointer, self.ctx.writable, "store", node)
-            self.mask(args.get(2, kw.get("mask")), node, "store", pointer)
+            pointer = self.address(args.get(0, kw.get("pointer")), self.ctx.writable, "store", node)
+            self.mask(args.get(2, kw.get("mask")), node, "store", pointer.points)
             return INDEX
         if name == "tl.where":
             cond = args.get(0, kw.get("condition"))
@@ -743,12 +746,13 @@ class _Kernel:
             method, receiver = node.func.attr, self.expr(node.func.value)  # a value's method: x.to(...)
         values = [self.expr(a) for a in node.args] + [self.expr(v) for v in kw.values()]
         everything = _join([receiver, *values])
-        if method != "to" and name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
+        shaping = name in _POINTER_SHAPING or method in _POINTER_SHAPING  # reshapes or annotates, computes nothing
+        if method != "to" and not shaping:
             everything = everything.curve_if_row()  # a function of a row (`tl.abs(row - 77777)`) bounds no rows
             everything = replace(everything, bent=everything.bent or everything.lane)
         if method != "to" and name != "tl.abs":
             everything = everything.moved()  # a function of the data: where it crosses zero is its own
-            if name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
+            if not shaping:
                 everything = everything.stepped_if_count()  # a function of a count: its windows are its own
                 sized = any(v.size and not v.index for v in [receiver, *values])
                 everything = replace(everything, window=everything.window or sized)
@@ -774,7 +778,7 @@ class _Kernel:
                 )
         if method == "to" and any(_dotted(a) in _WIDE_TYPES for a in [*node.args, *kw.values()]):
             everything = replace(everything, wide=True)  # products after it do not wrap (what wrapped before stays)
-        if everything.pointer and name not in _POINTER_SHAPING and method not in _POINTER_SHAPING:
+        if everything.pointer and not shaping:
             what = f"`{name or method}`"
             self.ctx.add(
                 "pointer-origin", f"{what} of a pointer: a pointer is only offset, loaded from or stored to", node
@@ -800,9 +804,7 @@ class _Kernel:
                 if self.positive_step(k.value):
                     positive.add(k.arg)
         values = {k: v for k, v in self.values.items() if k not in params}  # the source's constants
-        for p, default in zip(params[len(params) - len(fn.args.defaults) :], fn.args.defaults, strict=True):
-            if (number := _number(default)) is not None:
-                values[p] = number  # a parameter left at its default, unless the call passes it (below)
+        values |= _literal_defaults(fn)  # a parameter left at its default, unless the call passes it (below)
         for p, a in [*zip(params, node.args, strict=False), *((k.arg, k.value) for k in node.keywords)]:
             number = self.factor(a) if p in env else None
             if number is not None and number != math.inf:
@@ -813,13 +815,14 @@ class _Kernel:
         # `pid >= units` and bound the positions of their tile from the other side)
         return callee.run()
 
-    def address(self, node: ast.expr | None, allowed: frozenset[str], verb: str, call: ast.Call) -> None:
+    def address(self, node: ast.expr | None, allowed: frozenset[str], verb: str, call: ast.Call) -> Taint:
+        """Checks a load's or store's address and returns its taint (the tensors it may point into)."""
         if node is None:
-            return
+            return INDEX
         t = self.expr(node)
         if not t.pointer:
             self.ctx.add("pointer-origin", f"a {verb} whose address is not built on a tensor argument", call)
-            return
+            return t
         if t.data:
             self.ctx.add("value-address", f"a {verb} whose address depends on loaded values", call)
         if t.window:
@@ -832,18 +835,19 @@ class _Kernel:
                 self.ctx.add("reads-output", f"a load from an output of the plan ({', '.join(outside)})", call)
             else:
                 self.ctx.add("writes-input", f"a store to an input of the plan ({', '.join(outside)})", call)
+        return t
 
-    def mask(self, node: ast.expr | None, call: ast.Call, verb: str, pointer: ast.expr | None) -> None:
-        under = self.rows | self.expr(node) if node is not None else self.rows
+    def mask(self, node: ast.expr | None, call: ast.Call, verb: str, tensors: frozenset[str]) -> None:
+        """Checks a load's or store's mask; notes the sides of which row it and the ifs around it bound `tensors`
+        (those its address may point into) from."""
+        t = self.expr(node) if node is not None else INDEX
+        under = self.rows | t
         self.one_sided(under, f"a {verb}'s mask and the ifs around it", call)
-        for tensor in self.expr(pointer).points if pointer is not None else ():
+        for tensor in tensors:
             side = self.ctx.sides.setdefault(tensor, {})
             for name, holds in (("below", under.below), ("above", under.above)):
                 if holds:
                     side.setdefault(name, call)
-        if node is None:
-            return
-        t = self.expr(node)
         if t.data:
             self.ctx.add("value-branch", "a mask depends on loaded values: masks bound indices, not data", call)
         if t.window:
@@ -950,19 +954,22 @@ def _number_is(node: ast.expr, value: float) -> bool:
 
 
 def _constants(tree: ast.Module) -> dict[str, float]:
-    """The source's module-level names set once to a number (`FLIP = -1`): a row's factor by name."""
-    counts: dict[str, int] = {}
+    """The source's constants (`FLIP = tl.constexpr(-1)`, as the kernel schema reads them), each set once: a row's
+    factor by name. One set twice is left unknown."""
+    counts: Counter[str] = Counter()
     values: dict[str, float] = {}
     for stmt in tree.body:
-        if isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            for t in targets:
-                for name in (n.id for n in ast.walk(t) if isinstance(n, ast.Name)):
-                    counts[name] = counts.get(name, 0) + 1
-                    number = _number(stmt.value) if isinstance(stmt, ast.Assign | ast.AnnAssign) else None
-                    if number is not None and isinstance(t, ast.Name):
-                        values[name] = number
-    return {k: v for k, v in values.items() if counts.get(k) == 1}
+        if (name := constant_name(stmt)) is not None and (number := _number(stmt.value)) is not None:
+            counts[name] += 1
+            values[name] = number
+    return {k: v for k, v in values.items() if counts[k] == 1}
+
+
+def _literal_defaults(fn: ast.FunctionDef) -> dict[str, float]:
+    """A kernel's parameters whose defaults are numbers (`POSITIONS: tl.constexpr = 0`)."""
+    params = [a.arg for a in fn.args.args]
+    named = zip(params[len(params) - len(fn.args.defaults) :], fn.args.defaults, strict=True)
+    return {p: number for p, default in named if (number := _number(default)) is not None}
 
 
 def _merge(a: dict[str, Taint], b: dict[str, Taint]) -> dict[str, Taint]:
@@ -1009,11 +1016,7 @@ def check_launch(
     readable = frozenset(a for a, r in roles.items() if r in (INPUT, INPLACE))
     writable = frozenset(a for a, r in roles.items() if r in (OUTPUT, INPLACE))
     ctx = _Context(kernels, readable, writable, positive)
-    values = _constants(tree)
-    defaults = dict(zip(params[len(params) - len(fn.args.defaults) :], fn.args.defaults, strict=True))
-    for p, default in defaults.items():
-        if (number := _number(default)) is not None:
-            values[p] = number  # a constexpr the plan leaves at its default
+    values = _constants(tree) | _literal_defaults(fn)  # a constexpr the plan leaves at its default
     for p in constexprs:
         if p in given:
             try:

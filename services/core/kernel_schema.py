@@ -159,7 +159,7 @@ def check_kernel_source(source: str) -> KernelSchemaReport:
             found.add(
                 "host-code", f"a host function `{stmt.name}`: only @triton.jit kernels may be defined", stmt.lineno
             )
-        elif (name := _constant_name(stmt)) is not None:
+        elif (name := constant_name(stmt)) is not None:
             if name in _RESERVED or _is_dunder(name):
                 found.add("host-code", f"a constant named `{name}` would shadow a name kernels rely on", stmt.lineno)
             if _constexpr(stmt):
@@ -239,7 +239,7 @@ def _is_number(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) in (int, float, bool)
 
 
-def _constant_name(stmt: ast.stmt) -> str | None:
+def constant_name(stmt: ast.stmt) -> str | None:
     """The name of `NAME = 4`, `NAME: tl.constexpr = 4` or `NAME = tl.constexpr(4)`; None for anything else."""
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
         target, value = stmt.targets[0], stmt.value
