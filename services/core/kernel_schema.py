@@ -358,7 +358,7 @@ def _attribute_problem(node: ast.Attribute, inner: set[int]) -> tuple[str, str] 
 
 
 def _check_kernel(
-    fn: ast.FunctionDef, constants: set[str], kernels: set[str], found: _Findings, plain: frozenset[str] = frozenset()
+    fn: ast.FunctionDef, constants: set[str], kernels: set[str], found: _Findings, plain: set[str]
 ) -> None:
     _check_parameters(fn, found)
     params = {p.arg for p in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
