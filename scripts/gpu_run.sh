@@ -4,7 +4,7 @@
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
 #   bash scripts/gpu_run.sh [tests|servertests|alltests|transfer|switch|layerkinds|memcheck|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
 #                            corpus-hostile|corpus-honest|corpus-names|prefilljoins|judgetests|joins|gqa ...]
-#   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh; SWITCH_MS="5 0.5" the server thread switch intervals `switch` compares; PREFILL_GROUPS="1 4" the prefill groups `joins` compares; CORPUS_NAMES="a b" the corpus entries corpus-names judges again, merged into the result file; HONEST_PARTS="1/3 2/3" the parts of the honest corpus corpus-honest judges (default "1/2 2/2"); CORPUS_MERGE=1 makes corpus-hostile keep the honest entries of the result file; JUDGE_TESTS=path narrows judgetests (default tests/judge, ~6.5 min); TRANSFER_SCENARIOS="cold warm" the scenarios transfer runs (bench/transfer.py's; a file each set); TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
+#   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh (default --budget-s 565: a full run's four targets need ~350 s of it); SWITCH_MS="5 0.5" the server thread switch intervals `switch` compares; PREFILL_GROUPS="1 4" the prefill groups `joins` compares; CORPUS_NAMES="a b" the corpus entries corpus-names judges again, merged into the result file; HONEST_PARTS="1/3 2/3" the parts of the honest corpus corpus-honest judges (default "1/2 2/2"); CORPUS_MERGE=1 makes corpus-hostile keep the honest entries of the result file; JUDGE_TESTS=path narrows judgetests (default tests/judge, ~6.5 min); TRANSFER_SCENARIOS="cold warm" the scenarios transfer runs (bench/transfer.py's; a file each set); TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
 # interpreted corpus: it runs timed as corpus-hostile/corpus-honest). The whole judge corpus takes ~10 minutes
@@ -61,7 +61,7 @@ for step in $steps; do
             | tee "$RESULTS_DIR/judge_gpu_tests.log" | tail -40 ;;
     servertests) python3 -m pytest -q -p no:cacheprovider -m "gpu" tests/server tests/test_shadow_inline.py 2>&1 | tee "$RESULTS_DIR/gpu_server_tests.log" ;;
     serving) timeout 540 python3 bench/serving.py 2>&1 | tee "$RESULTS_DIR/serving.log" ;;
-    served) timeout 560 bash scripts/served_before_after.sh ${SERVED_ARGS:-} 2>&1 | tee "$RESULTS_DIR/served.log" ;;
+    served) timeout 590 bash scripts/served_before_after.sh ${SERVED_ARGS:---budget-s 565} 2>&1 | tee "$RESULTS_DIR/served.log" ;;
     switch) for ms in ${SWITCH_MS:-5 0.5}; do  # the served sweep on a stock stack per server thread switch interval
             YANTRA_SWITCH_INTERVAL_MS=$ms stock_sweep "served_switch_${ms}ms_h200" "switch interval $ms ms"
           done | tee "$RESULTS_DIR/served_switch.log" ;;
