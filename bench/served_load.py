@@ -232,6 +232,16 @@ async def wait_ready(addr: str, token: str, wait_s: float) -> ipb.HealthReply:
         await asyncio.sleep(0.5)
 
 
+async def wait_graphs(addr: str, token: str, wait_s: float, reply: ipb.HealthReply) -> tuple[ipb.HealthReply, float]:
+    """Wait up to `wait_s` for the server's stale graphs (a swap's or a revert's, captured by the idle engine one at
+    a time) to be captured: a load sent meanwhile meets a capture's wait in its bursts. (last Health, seconds)."""
+    start = time.monotonic()
+    while reply.graphs_stale and time.monotonic() - start < wait_s:
+        await asyncio.sleep(0.25)
+        reply = await health(addr, token, timeout=2.0)
+    return reply, time.monotonic() - start
+
+
 async def probe_vocab(addr: str) -> int:
     """The server's vocabulary size, read from its refusal of an id past any vocabulary."""
     async with grpc.aio.insecure_channel(addr) as channel:
@@ -310,6 +320,9 @@ async def run(args: argparse.Namespace, argv: list[str]) -> dict:
     addr = server_address(args)
     token = os.environ.get("YANTRA_ADMIN_TOKEN", "")
     reply = await wait_ready(addr, token, args.wait_ready)
+    reply, graphs_wait_s = await wait_graphs(addr, token, args.wait_graphs, reply)
+    if reply.graphs_stale:
+        print(f"{reply.graphs_stale} graphs still stale after {graphs_wait_s:.0f} s: measuring anyway", flush=True)
     vocab = args.vocab or await probe_vocab(addr)
     longest = (
         length_bounds(args.input_len, args.input_spread)[1] + length_bounds(args.output_len, args.output_spread)[1]
@@ -327,6 +340,8 @@ async def run(args: argparse.Namespace, argv: list[str]) -> dict:
         "instance_id": reply.instance_id,
         "max_positions": reply.max_positions,
         "requests_served_before": reply.requests_served,
+        "graphs_stale": reply.graphs_stale,
+        "graphs_wait_s": round(graphs_wait_s, 2),
         "vocab": vocab,
     }
     print(f"{addr}: {reply.model} on {reply.device} ({reply.dtype}), vocabulary {vocab}", flush=True)
@@ -493,6 +508,14 @@ def parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="S",
         help="wait up to S seconds for the server to answer ready (default 0: it must already)",
+    )
+    where.add_argument(
+        "--wait-graphs",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="wait up to S seconds for the server's CUDA graphs of the kernels serving now (after a swap or a "
+        "revert the idle engine captures them one at a time; a load sent meanwhile waits behind captures) (120)",
     )
     mode = p.add_argument_group("the load (one mode)")
     modes = mode.add_mutually_exclusive_group()

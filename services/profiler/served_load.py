@@ -19,6 +19,7 @@ import grpc
 from services.core.pb import events_pb2 as pb
 from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as igrpc
+from services.core.server_client import ServerUnavailable, health
 from services.profiler import served_stats
 from services.profiler.served_stats import Timed
 
@@ -27,6 +28,12 @@ log = logging.getLogger(__name__)
 ID_LOW, ID_HIGH = 32, 256
 # One request's deadline: a 128-token request at 64 streams takes a few seconds on a GPU, a CPU's tiny one less.
 REQUEST_TIMEOUT_S = 120.0
+# How long a measure waits for the server's stale graphs (a swap's, a revert's) to be captured before its levels:
+# the idle engine captures one at a time, each ~0.1-0.7 s on the H200, 55 for the 1.5B shape. Measured while they
+# are captured, a burst waits behind a capture: on the H200 a run's 'after', taken at once, read TTFT p99 at 64
+# streams 1.9x its 'before' (whose graphs were all captured at load) and rolled four swaps back on it.
+GRAPHS_WAIT_S = 120.0
+GRAPHS_POLL_S = 0.25
 
 
 def prompt_ids(plan: pb.ServedLoadPlan, key: str) -> list[int]:
@@ -52,15 +59,34 @@ async def send(stub: igrpc.InferenceStub, ids: list[int], tokens: int, timeout_s
 class ServedLoadClient:
     """Measures a ServedLoadPlan against the server at `addr` (Generate needs no admin token: it is what users call)."""
 
-    def __init__(self, addr: str, request_timeout_s: float = REQUEST_TIMEOUT_S):
+    def __init__(self, addr: str, request_timeout_s: float = REQUEST_TIMEOUT_S, graphs_wait_s: float = GRAPHS_WAIT_S):
         self.addr = addr
         self.request_timeout_s = request_timeout_s
+        self.graphs_wait_s = graphs_wait_s
 
     async def measure(self, plan: pb.ServedLoadPlan, device: str) -> pb.ServedLoadObservation:
         out = pb.ServedLoadObservation(plan=plan, device=device)
+        out.graphs_stale, out.graphs_wait_s = await self._graphs_captured()
+        if out.graphs_stale:
+            log.warning("measuring with %d graphs still stale after %.0f s", out.graphs_stale, out.graphs_wait_s)
         for streams in plan.streams:
             out.levels.append(await self._level(plan, streams))
         return out
+
+    async def _graphs_captured(self) -> tuple[int, float]:
+        """Wait (up to graphs_wait_s) until the server's Health counts no stale graph; (stale at the end, seconds
+        waited). A Health that fails ends the wait: the levels then record what Generate answers."""
+        start, stale = time.perf_counter(), 0
+        while True:
+            try:
+                stale = (await health(self.addr, timeout=10.0)).graphs_stale
+            except ServerUnavailable as exc:
+                log.warning("no Health before measuring (%s)", exc)
+                break
+            if not stale or time.perf_counter() - start >= self.graphs_wait_s:
+                break
+            await asyncio.sleep(GRAPHS_POLL_S)
+        return stale, time.perf_counter() - start
 
     async def _level(self, plan: pb.ServedLoadPlan, streams: int) -> pb.ServedLevel:
         level = pb.ServedLevel(streams=streams)

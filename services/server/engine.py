@@ -224,6 +224,10 @@ class Engine:
         if self.graphs and (self._filler is None or self._filler.done()):
             self._filler = asyncio.get_running_loop().create_task(self._fill_graphs())
 
+    def graphs_stale(self) -> int:
+        """Graphs of the batched lane not yet captured with the kernels serving now (0 without graphs)."""
+        return len(self.decoder.stale_keys()) if self.graphs else 0
+
     def _idle(self) -> bool:
         return not self.waiting and not self.active and (self.batcher is None or self.batcher.idle())
 

@@ -146,6 +146,7 @@ class AdminApi(ipb_grpc.AdminServicer):
             requests_served=e.stats.requests_served,
             instance_id=self.instance_id,
             max_positions=e.loaded.max_positions,
+            graphs_stale=e.graphs_stale(),
         )
 
     async def _on_prompts(self, request, context, rpc: str, what: str, work):

@@ -53,6 +53,19 @@ async def test_the_measure_repeats_each_level_over_generate_until_its_interval_i
             assert r.tokens_per_s > 0 and r.ttft_p99_ms > 0 and r.itl_p99_ms > 0 and r.wall_s > 0
         sent += level.streams * (1 + plan.requests_per_stream * repeats)  # a warm-up round, then the repeats
     assert engine.stats.requests_served - served_before == sent  # every request went through the served API
+    assert observed.graphs_stale == 0 and observed.graphs_wait_s < 5  # a CPU steps eagerly: no graph to wait for
+
+
+async def test_the_measure_waits_for_the_servers_stale_graphs_and_records_how_many_it_met(server, engine, monkeypatch):
+    # the engine's own count stands in for graphs a GPU's idle engine captures after a swap (a CPU captures none)
+    left = iter([3, 2, 1, 0])
+    monkeypatch.setattr(engine, "graphs_stale", lambda: next(left, 0))
+    plan = served_plan.plan_for(pb.RunRequested(served_streams=[1]), "cpu")
+    observed = await ServedLoadClient(server).measure(plan, "cpu")
+    assert observed.graphs_stale == 0 and observed.graphs_wait_s >= 3 * 0.2 and next(left, None) is None
+    monkeypatch.setattr(engine, "graphs_stale", lambda: 5)  # never captured: the wait ends and says so
+    observed = await ServedLoadClient(server, graphs_wait_s=0.5).measure(plan, "cpu")
+    assert observed.graphs_stale == 5 and 0.5 <= observed.graphs_wait_s < 5 and len(observed.levels) == 1
 
 
 def test_the_load_is_seeded_the_same_before_and_after():

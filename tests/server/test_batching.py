@@ -13,7 +13,7 @@ import pytest
 import torch
 from server_fixtures import HERE, load_candidate, rmsnorm_contract
 
-from services.server.batch_decode import PREFILL, SlotDecoder
+from services.server.batch_decode import PREFILL, Graph, SlotDecoder, runnable
 from services.server.engine import Engine
 from services.server.hotswap import is_patched
 from services.server.models import load_model
@@ -226,3 +226,13 @@ def test_which_attention_decodes_over_slots():
     enc_dec = SimpleNamespace(num_hidden_layers=2, is_encoder_decoder=True)
     assert "encoder-decoder" in slot_cache_problem(model(enc_dec), 2048)
     assert "no config" in slot_cache_problem(model(None), 2048)
+
+
+def test_a_key_replays_its_latest_graph_while_it_holds_only_served_kernels_else_its_stock_one():
+    stock, one, two = (Graph(None, None, frozenset(k)) for k in ((), {1}, {1, 2}))
+    assert runnable([two, stock], frozenset({1, 2})) is two  # fresh
+    assert runnable([one, stock], frozenset({1, 2})) is one  # from before the second commit: it serves meanwhile
+    assert runnable([two, stock], frozenset({1})) is stock  # the second reverted: the stock graph, never eager
+    assert runnable([two, stock], frozenset()) is stock  # every swap reverted: the stock graph is fresh again
+    assert runnable([two, None], frozenset({1})) is None  # no graph may run: the step runs eagerly
+    assert runnable([None, None], frozenset()) is None

@@ -878,14 +878,18 @@ class ServedLevel(_message.Message):
     def __init__(self, streams: _Optional[int] = ..., repeats: _Optional[_Iterable[_Union[ServedRepeat, _Mapping]]] = ...) -> None: ...
 
 class ServedLoadObservation(_message.Message):
-    __slots__ = ("plan", "levels", "device")
+    __slots__ = ("plan", "levels", "device", "graphs_stale", "graphs_wait_s")
     PLAN_FIELD_NUMBER: _ClassVar[int]
     LEVELS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_STALE_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_WAIT_S_FIELD_NUMBER: _ClassVar[int]
     plan: ServedLoadPlan
     levels: _containers.RepeatedCompositeFieldContainer[ServedLevel]
     device: str
-    def __init__(self, plan: _Optional[_Union[ServedLoadPlan, _Mapping]] = ..., levels: _Optional[_Iterable[_Union[ServedLevel, _Mapping]]] = ..., device: _Optional[str] = ...) -> None: ...
+    graphs_stale: int
+    graphs_wait_s: float
+    def __init__(self, plan: _Optional[_Union[ServedLoadPlan, _Mapping]] = ..., levels: _Optional[_Iterable[_Union[ServedLevel, _Mapping]]] = ..., device: _Optional[str] = ..., graphs_stale: _Optional[int] = ..., graphs_wait_s: _Optional[float] = ...) -> None: ...
 
 class ServedInterval(_message.Message):
     __slots__ = ("mean", "half_width", "repeats", "converged")

@@ -26,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from services.core.pb import events_pb2 as yantra_dot_v1_dot_events__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19yantra/v1/inference.proto\x12\tyantra.v1\x1a\x16yantra/v1/events.proto\"\xae\x01\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\x03\x12\x13\n\x0btemperature\x18\x04 \x01(\x02\x12\r\n\x05top_p\x18\x05 \x01(\x02\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x42\x07\n\x05_seed\"k\n\rGenerateChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12\x14\n\x0ctokens_per_s\x18\x04 \x01(\x01\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\"\x0f\n\rHealthRequest\"\xa5\x01\n\x0bHealthReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\x14\n\x0c\x61\x63tive_swaps\x18\x05 \x01(\r\x12\x17\n\x0frequests_served\x18\x06 \x01(\x04\x12\x13\n\x0binstance_id\x18\x07 \x01(\t\x12\x15\n\rmax_positions\x18\x08 \x01(\r\")\n\x15ServingLatencyRequest\x12\x10\n\x08window_s\x18\x01 \x01(\x01\"k\n\x0bLatencyPart\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x0e\n\x06p50_ms\x18\x03 \x01(\x01\x12\x0e\n\x06p99_ms\x18\x04 \x01(\x01\x12\x0e\n\x06max_ms\x18\x05 \x01(\x01\x12\x0f\n\x07mean_ms\x18\x06 \x01(\x01\"N\n\x13ServingLatencyReply\x12\x10\n\x08window_s\x18\x01 \x01(\x01\x12%\n\x05parts\x18\x02 \x03(\x0b\x32\x16.yantra.v1.LatencyPart\"Q\n\x15\x43\x61ptureProfileRequest\x12\x0f\n\x07prompts\x18\x01 \x03(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x0f\n\x07repeats\x18\x03 \x01(\r\"I\n\x13\x43\x61ptureProfileReply\x12\x32\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1d.yantra.v1.ProfileObservation\"P\n\x14MeasureDecodeRequest\x12\x0f\n\x07prompts\x18\x01 \x03(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x0f\n\x07repeats\x18\x03 \x01(\r\"e\n\x12MeasureDecodeReply\x12\x14\n\x0ctokens_per_s\x18\x01 \x01(\x01\x12\x18\n\x10tokens_generated\x18\x02 \x01(\x04\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\"(\n\x12ModuleStateRequest\x12\x12\n\nclass_path\x18\x01 \x01(\t\"\x85\x01\n\x10ModuleStateReply\x12\x35\n\rintrospection\x18\x01 \x01(\x0b\x32\x1e.yantra.v1.ModuleIntrospection\x12\x11\n\tinstances\x18\x02 \x01(\r\x12\x0f\n\x07patched\x18\x03 \x01(\r\x12\x16\n\x0e\x61\x63tive_swap_id\x18\x04 \x01(\t\"\x12\n\x10ListSwapsRequest\"\xaa\x01\n\nSwapRecord\x12\x0f\n\x07swap_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61ndidate_id\x18\x02 \x01(\t\x12\x14\n\x0ctarget_class\x18\x03 \x01(\t\x12\x17\n\x0fmodules_patched\x18\x04 \x01(\r\x12\r\n\x05state\x18\x05 \x01(\t\x12\x15\n\rsource_sha256\x18\x06 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x07 \x01(\x04\x12\x11\n\town_calls\x18\x08 \x01(\x04\"6\n\x0eListSwapsReply\x12$\n\x05swaps\x18\x01 \x03(\x0b\x32\x15.yantra.v1.SwapRecord2O\n\tInference\x12\x42\n\x08Generate\x12\x1a.yantra.v1.GenerateRequest\x1a\x18.yantra.v1.GenerateChunk0\x01\x32\xcf\x03\n\x05\x41\x64min\x12:\n\x06Health\x12\x18.yantra.v1.HealthRequest\x1a\x16.yantra.v1.HealthReply\x12R\n\x0e\x43\x61ptureProfile\x12 .yantra.v1.CaptureProfileRequest\x1a\x1e.yantra.v1.CaptureProfileReply\x12O\n\rMeasureDecode\x12\x1f.yantra.v1.MeasureDecodeRequest\x1a\x1d.yantra.v1.MeasureDecodeReply\x12L\n\x0eGetModuleState\x12\x1d.yantra.v1.ModuleStateRequest\x1a\x1b.yantra.v1.ModuleStateReply\x12\x43\n\tListSwaps\x12\x1b.yantra.v1.ListSwapsRequest\x1a\x19.yantra.v1.ListSwapsReply\x12R\n\x0eServingLatency\x12 .yantra.v1.ServingLatencyRequest\x1a\x1e.yantra.v1.ServingLatencyReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19yantra/v1/inference.proto\x12\tyantra.v1\x1a\x16yantra/v1/events.proto\"\xae\x01\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x11\n\ttoken_ids\x18\x03 \x03(\x03\x12\x13\n\x0btemperature\x18\x04 \x01(\x02\x12\r\n\x05top_p\x18\x05 \x01(\x02\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x42\x07\n\x05_seed\"k\n\rGenerateChunk\x12\x11\n\ttoken_ids\x18\x01 \x03(\x03\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0c\n\x04\x64one\x18\x03 \x01(\x08\x12\x14\n\x0ctokens_per_s\x18\x04 \x01(\x01\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\"\x0f\n\rHealthRequest\"\xbb\x01\n\x0bHealthReply\x12\r\n\x05ready\x18\x01 \x01(\x08\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x03 \x01(\t\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\x14\n\x0c\x61\x63tive_swaps\x18\x05 \x01(\r\x12\x17\n\x0frequests_served\x18\x06 \x01(\x04\x12\x13\n\x0binstance_id\x18\x07 \x01(\t\x12\x15\n\rmax_positions\x18\x08 \x01(\r\x12\x14\n\x0cgraphs_stale\x18\t \x01(\r\")\n\x15ServingLatencyRequest\x12\x10\n\x08window_s\x18\x01 \x01(\x01\"k\n\x0bLatencyPart\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x0e\n\x06p50_ms\x18\x03 \x01(\x01\x12\x0e\n\x06p99_ms\x18\x04 \x01(\x01\x12\x0e\n\x06max_ms\x18\x05 \x01(\x01\x12\x0f\n\x07mean_ms\x18\x06 \x01(\x01\"N\n\x13ServingLatencyReply\x12\x10\n\x08window_s\x18\x01 \x01(\x01\x12%\n\x05parts\x18\x02 \x03(\x0b\x32\x16.yantra.v1.LatencyPart\"Q\n\x15\x43\x61ptureProfileRequest\x12\x0f\n\x07prompts\x18\x01 \x03(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x0f\n\x07repeats\x18\x03 \x01(\r\"I\n\x13\x43\x61ptureProfileReply\x12\x32\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1d.yantra.v1.ProfileObservation\"P\n\x14MeasureDecodeRequest\x12\x0f\n\x07prompts\x18\x01 \x03(\t\x12\x16\n\x0emax_new_tokens\x18\x02 \x01(\r\x12\x0f\n\x07repeats\x18\x03 \x01(\r\"e\n\x12MeasureDecodeReply\x12\x14\n\x0ctokens_per_s\x18\x01 \x01(\x01\x12\x18\n\x10tokens_generated\x18\x02 \x01(\x04\x12\x0f\n\x07seconds\x18\x03 \x01(\x01\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\"(\n\x12ModuleStateRequest\x12\x12\n\nclass_path\x18\x01 \x01(\t\"\x85\x01\n\x10ModuleStateReply\x12\x35\n\rintrospection\x18\x01 \x01(\x0b\x32\x1e.yantra.v1.ModuleIntrospection\x12\x11\n\tinstances\x18\x02 \x01(\r\x12\x0f\n\x07patched\x18\x03 \x01(\r\x12\x16\n\x0e\x61\x63tive_swap_id\x18\x04 \x01(\t\"\x12\n\x10ListSwapsRequest\"\xaa\x01\n\nSwapRecord\x12\x0f\n\x07swap_id\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61ndidate_id\x18\x02 \x01(\t\x12\x14\n\x0ctarget_class\x18\x03 \x01(\t\x12\x17\n\x0fmodules_patched\x18\x04 \x01(\r\x12\r\n\x05state\x18\x05 \x01(\t\x12\x15\n\rsource_sha256\x18\x06 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x07 \x01(\x04\x12\x11\n\town_calls\x18\x08 \x01(\x04\"6\n\x0eListSwapsReply\x12$\n\x05swaps\x18\x01 \x03(\x0b\x32\x15.yantra.v1.SwapRecord2O\n\tInference\x12\x42\n\x08Generate\x12\x1a.yantra.v1.GenerateRequest\x1a\x18.yantra.v1.GenerateChunk0\x01\x32\xcf\x03\n\x05\x41\x64min\x12:\n\x06Health\x12\x18.yantra.v1.HealthRequest\x1a\x16.yantra.v1.HealthReply\x12R\n\x0e\x43\x61ptureProfile\x12 .yantra.v1.CaptureProfileRequest\x1a\x1e.yantra.v1.CaptureProfileReply\x12O\n\rMeasureDecode\x12\x1f.yantra.v1.MeasureDecodeRequest\x1a\x1d.yantra.v1.MeasureDecodeReply\x12L\n\x0eGetModuleState\x12\x1d.yantra.v1.ModuleStateRequest\x1a\x1b.yantra.v1.ModuleStateReply\x12\x43\n\tListSwaps\x12\x1b.yantra.v1.ListSwapsRequest\x1a\x19.yantra.v1.ListSwapsReply\x12R\n\x0eServingLatency\x12 .yantra.v1.ServingLatencyRequest\x1a\x1e.yantra.v1.ServingLatencyReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,33 +40,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEALTHREQUEST']._serialized_start=350
   _globals['_HEALTHREQUEST']._serialized_end=365
   _globals['_HEALTHREPLY']._serialized_start=368
-  _globals['_HEALTHREPLY']._serialized_end=533
-  _globals['_SERVINGLATENCYREQUEST']._serialized_start=535
-  _globals['_SERVINGLATENCYREQUEST']._serialized_end=576
-  _globals['_LATENCYPART']._serialized_start=578
-  _globals['_LATENCYPART']._serialized_end=685
-  _globals['_SERVINGLATENCYREPLY']._serialized_start=687
-  _globals['_SERVINGLATENCYREPLY']._serialized_end=765
-  _globals['_CAPTUREPROFILEREQUEST']._serialized_start=767
-  _globals['_CAPTUREPROFILEREQUEST']._serialized_end=848
-  _globals['_CAPTUREPROFILEREPLY']._serialized_start=850
-  _globals['_CAPTUREPROFILEREPLY']._serialized_end=923
-  _globals['_MEASUREDECODEREQUEST']._serialized_start=925
-  _globals['_MEASUREDECODEREQUEST']._serialized_end=1005
-  _globals['_MEASUREDECODEREPLY']._serialized_start=1007
-  _globals['_MEASUREDECODEREPLY']._serialized_end=1108
-  _globals['_MODULESTATEREQUEST']._serialized_start=1110
-  _globals['_MODULESTATEREQUEST']._serialized_end=1150
-  _globals['_MODULESTATEREPLY']._serialized_start=1153
-  _globals['_MODULESTATEREPLY']._serialized_end=1286
-  _globals['_LISTSWAPSREQUEST']._serialized_start=1288
-  _globals['_LISTSWAPSREQUEST']._serialized_end=1306
-  _globals['_SWAPRECORD']._serialized_start=1309
-  _globals['_SWAPRECORD']._serialized_end=1479
-  _globals['_LISTSWAPSREPLY']._serialized_start=1481
-  _globals['_LISTSWAPSREPLY']._serialized_end=1535
-  _globals['_INFERENCE']._serialized_start=1537
-  _globals['_INFERENCE']._serialized_end=1616
-  _globals['_ADMIN']._serialized_start=1619
-  _globals['_ADMIN']._serialized_end=2082
+  _globals['_HEALTHREPLY']._serialized_end=555
+  _globals['_SERVINGLATENCYREQUEST']._serialized_start=557
+  _globals['_SERVINGLATENCYREQUEST']._serialized_end=598
+  _globals['_LATENCYPART']._serialized_start=600
+  _globals['_LATENCYPART']._serialized_end=707
+  _globals['_SERVINGLATENCYREPLY']._serialized_start=709
+  _globals['_SERVINGLATENCYREPLY']._serialized_end=787
+  _globals['_CAPTUREPROFILEREQUEST']._serialized_start=789
+  _globals['_CAPTUREPROFILEREQUEST']._serialized_end=870
+  _globals['_CAPTUREPROFILEREPLY']._serialized_start=872
+  _globals['_CAPTUREPROFILEREPLY']._serialized_end=945
+  _globals['_MEASUREDECODEREQUEST']._serialized_start=947
+  _globals['_MEASUREDECODEREQUEST']._serialized_end=1027
+  _globals['_MEASUREDECODEREPLY']._serialized_start=1029
+  _globals['_MEASUREDECODEREPLY']._serialized_end=1130
+  _globals['_MODULESTATEREQUEST']._serialized_start=1132
+  _globals['_MODULESTATEREQUEST']._serialized_end=1172
+  _globals['_MODULESTATEREPLY']._serialized_start=1175
+  _globals['_MODULESTATEREPLY']._serialized_end=1308
+  _globals['_LISTSWAPSREQUEST']._serialized_start=1310
+  _globals['_LISTSWAPSREQUEST']._serialized_end=1328
+  _globals['_SWAPRECORD']._serialized_start=1331
+  _globals['_SWAPRECORD']._serialized_end=1501
+  _globals['_LISTSWAPSREPLY']._serialized_start=1503
+  _globals['_LISTSWAPSREPLY']._serialized_end=1557
+  _globals['_INFERENCE']._serialized_start=1559
+  _globals['_INFERENCE']._serialized_end=1638
+  _globals['_ADMIN']._serialized_start=1641
+  _globals['_ADMIN']._serialized_end=2104
 # @@protoc_insertion_point(module_scope)

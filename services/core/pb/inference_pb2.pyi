@@ -47,7 +47,7 @@ class HealthRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HealthReply(_message.Message):
-    __slots__ = ("ready", "model", "device", "dtype", "active_swaps", "requests_served", "instance_id", "max_positions")
+    __slots__ = ("ready", "model", "device", "dtype", "active_swaps", "requests_served", "instance_id", "max_positions", "graphs_stale")
     READY_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class HealthReply(_message.Message):
     REQUESTS_SERVED_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     MAX_POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    GRAPHS_STALE_FIELD_NUMBER: _ClassVar[int]
     ready: bool
     model: str
     device: str
@@ -64,7 +65,8 @@ class HealthReply(_message.Message):
     requests_served: int
     instance_id: str
     max_positions: int
-    def __init__(self, ready: bool = ..., model: _Optional[str] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., active_swaps: _Optional[int] = ..., requests_served: _Optional[int] = ..., instance_id: _Optional[str] = ..., max_positions: _Optional[int] = ...) -> None: ...
+    graphs_stale: int
+    def __init__(self, ready: bool = ..., model: _Optional[str] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., active_swaps: _Optional[int] = ..., requests_served: _Optional[int] = ..., instance_id: _Optional[str] = ..., max_positions: _Optional[int] = ..., graphs_stale: _Optional[int] = ...) -> None: ...
 
 class ServingLatencyRequest(_message.Message):
     __slots__ = ("window_s",)
