@@ -46,6 +46,14 @@ def decode_ratio(speedup: float, device: str) -> str:
     return f"x{speedup:.2f} {'faster' if speedup > 1 else 'slower'}, outside {where}"
 
 
+def _hold_parts(p) -> str:
+    """' (apply 0.01, replay 0.05, canary 0.21, served_canary 0.40; record_apart 0.20 before it)': where a swap's
+    hold went, and the canary recorded in a hold of its own before it; "" for a swap recorded without parts."""
+    inside = ", ".join(f"{h.name} {h.seconds:.2f}" for h in p.hold_parts if h.name != "record_apart")
+    apart = "".join(f"; record_apart {h.seconds:.2f} before it" for h in p.hold_parts if h.name == "record_apart")
+    return f" ({inside}{apart})" if inside or apart else ""
+
+
 def _short(class_path: str) -> str:
     return class_path.rsplit(".", 1)[-1] if class_path else "-"
 
@@ -121,7 +129,8 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
         p = m.observed
         return (
             f"{m.swap_id} patched {m.modules_patched} modules, parity max err {p.max_abs_err:.2e}, "
-            f"tokens equal={m.tokens_equal}" + (f", held the model {p.hold_s:.2f} s" if p.hold_s else "")
+            f"tokens equal={m.tokens_equal}"
+            + (f", held the model {p.hold_s:.2f} s{_hold_parts(p)}" if p.hold_s else "")
         )
     if type_name in ("SwapRejected", "SwapRolledBack"):
         return f"{m.candidate_id}: {m.reason}"

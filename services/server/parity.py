@@ -2,7 +2,9 @@
 
 Runs on the engine thread inside `Engine.exclusive`, so no request sees a half-checked kernel.
   1. hooks on the matching instances record their real calls during a canary request (inputs cloned,
-     original outputs cloned); the canary's greedy tokens and logits are kept;
+     original outputs cloned); the canary's greedy tokens and logits are kept. Nothing is patched yet, so the
+     server records this in a hold of its own (`record_before`), serving requests between it and the patch; the
+     patch's hold records it again only when a swap changed the model meanwhile;
   2. the kernel is patched in; each patched instance is called on its recorded inputs and compared with
      its original output through the shared tolerance table; the inputs must come back unmodified;
   3. the canary runs again, teacher-forced along the first run's tokens, so logits are compared over
@@ -16,7 +18,8 @@ Any exception, NaN or miss reverts the patch before returning.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +30,7 @@ from services.core.tolerances import tolerance, within
 from services.ops import rewrites_layer
 from services.server.engine import Engine
 from services.server.functions import FunctionSite, model_functions, site_of, wrapped
-from services.server.hotswap import KERNEL_MARK, PLAIN_VALUES, SwapHandle, SwapRefused, is_patched
+from services.server.hotswap import KERNEL_MARK, PLAIN_VALUES, SwapHandle, SwapRefused, is_patched, serving_kernels
 from services.server.introspection import class_path, instances_of
 
 CANARY_TOKENS = 8
@@ -253,41 +256,80 @@ def served_canary(
     observed.served_logit_max_diff = logit_max_diff(logits, reference)
 
 
+@dataclass
+class Before:
+    """Step 1's record: the target's live calls, the canary's tokens and logits, under the swaps serving then."""
+
+    calls: list[RecordedCall]
+    tokens: list[int]
+    logits: list[torch.Tensor]
+    kernels: frozenset[int]  # hotswap.serving_kernels() when recorded: another set means the model changed since
+
+
+def record_before(engine: Engine, contract: pb.Contract, canary_ids: list[int]) -> Before:
+    """Step 1, on the engine thread: the canary with the target's calls recorded, nothing patched (SwapRefused when
+    the model has nothing of the target; TypeError when a call cannot be recorded)."""
+    if contract.kind == "function":
+        site = site_of(contract.target)
+        if site is None:
+            raise SwapRefused(f"no function {contract.target} to swap in the served model's modules")
+        record = record_function_calls(engine, site, canary_ids, CANARY_TOKENS, 4 * CALLS_PER_INSTANCE)
+    else:
+        record = record_calls(engine, instances_of(engine.model, contract.target), canary_ids, CANARY_TOKENS)
+    return Before(*record, kernels=serving_kernels())
+
+
+@contextlib.contextmanager
+def hold_part(observed: pb.ParityObservation, name: str) -> Iterator[None]:
+    """Times one part of a swap's hold into observed.hold_parts (what a request arriving then waits behind)."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        observed.hold_parts.append(pb.HoldPart(name=name, seconds=time.perf_counter() - started))
+
+
 def swap_with_parity(
-    engine: Engine, contract: pb.Contract, entry: Callable, canary_ids: list[int], observed: pb.ParityObservation
+    engine: Engine,
+    contract: pb.Contract,
+    entry: Callable,
+    canary_ids: list[int],
+    observed: pb.ParityObservation,
+    before: Before | None = None,
 ) -> SwapHandle | None:
     """Patch the kernel in and fill `observed`; returns the live handle, or None when nothing stays patched.
+    `before`: step 1 recorded earlier (`record_before`, a hold of its own), recorded again here when another swap
+    has changed the model since.
 
     The caller decides commit or reject from `observed` and reverts the handle on reject.
     """
     observed.dtype = engine.dtype
     observed.tolerance = tolerance(engine.loaded.dtype)[0]
     try:
-        if contract.kind == "function":
-            site = site_of(contract.target)
-            if site is None:
-                raise SwapRefused(f"no function {contract.target} to swap in the served model's modules")
-            record = record_function_calls(engine, site, canary_ids, CANARY_TOKENS, 4 * CALLS_PER_INSTANCE)
-        else:
-            record = record_calls(engine, instances_of(engine.model, contract.target), canary_ids, CANARY_TOKENS)
-        calls, before, before_logits = record
-        handle = engine.apply(contract, entry)
+        if before is None or before.kernels != serving_kernels():
+            with hold_part(observed, "record"):
+                before = record_before(engine, contract, canary_ids)
+        with hold_part(observed, "apply"):
+            handle = engine.apply(contract, entry)
     except (SwapRefused, TypeError) as exc:
         observed.error = str(exc)
         return None
     observed.modules_matched = len(handle.patched)
-    observed.canary_tokens_before.extend(before)
-    observed.canary_logit_tolerance = canary_tolerance(engine.loaded.dtype, before_logits)
+    observed.canary_tokens_before.extend(before.tokens)
+    observed.canary_logit_tolerance = canary_tolerance(engine.loaded.dtype, before.logits)
     live = [c for c in engine.live_inputs.get(contract.target, []) if c.module in handle.modules]
     observed.profile_inputs_checked = len(live)
     try:
-        checked, passed, max_abs = replay_calls(calls + live)
+        with hold_part(observed, "replay"):
+            checked, passed, max_abs = replay_calls(before.calls + live)
         observed.activations_checked, observed.activations_passed = checked, passed
         observed.max_abs_err = max_abs
-        after, after_logits = engine.decode(canary_ids, CANARY_TOKENS, forced=before, keep_logits=True)
+        with hold_part(observed, "canary"):
+            after, after_logits = engine.decode(canary_ids, CANARY_TOKENS, forced=before.tokens, keep_logits=True)
         observed.canary_tokens_after.extend(after)
-        observed.canary_logit_max_diff = logit_max_diff(after_logits, before_logits)
-        served_canary(engine, canary_ids, before, before_logits, observed)
+        observed.canary_logit_max_diff = logit_max_diff(after_logits, before.logits)
+        with hold_part(observed, "served_canary"):
+            served_canary(engine, canary_ids, before.tokens, before.logits, observed)
     except Exception as exc:  # a kernel that crashes on live inputs is a rejection, never a crashed server
         engine.revert(handle)
         observed.error = f"parity failed: {type(exc).__name__}: {exc}"

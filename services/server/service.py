@@ -32,8 +32,8 @@ from services.core.settings import Settings
 from services.server import call_watch, domain, shadow
 from services.server.call_watch import EXIT_HUNG, HUNG_GRACE_S, LiveClock
 from services.server.engine import Engine
-from services.server.hotswap import planned
-from services.server.parity import CANARY_TOKENS, swap_with_parity, warm_kernel
+from services.server.hotswap import SwapRefused, planned
+from services.server.parity import CANARY_TOKENS, Before, hold_part, record_before, swap_with_parity, warm_kernel
 from services.server.swaps import SwapRegistry
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,20 @@ class ServerService:
             return domain.swap_outcome(prior, trigger, observed)
         canary = self._canary_ids(prior)
         await asyncio.to_thread(warm_kernel, self.engine, proposed.contract, entry)  # compiles outside the hold
-        return await self.engine.exclusive(self._swap, prior, trigger, proposed.contract, entry, canary, observed)
+        # the canary before the patch in a hold of its own: requests run between it and the patch's hold
+        before = await self.engine.exclusive(self._record_before, proposed.contract, canary, observed)
+        return await self.engine.exclusive(
+            self._swap, prior, trigger, proposed.contract, entry, canary, observed, before
+        )
+
+    def _record_before(self, contract: pb.Contract, canary: list[int], observed: pb.ParityObservation) -> Before | None:
+        """Parity's step 1 on the engine thread; None when it cannot be recorded (the patch's hold then tries again
+        and records why)."""
+        with hold_part(observed, "record_apart"):
+            try:
+                return record_before(self.engine, contract, canary)
+            except (SwapRefused, TypeError):
+                return None
 
     async def _static_check_and_load(self, proposed: pb.CandidateProposed, observed: pb.ParityObservation):
         try:
@@ -137,7 +150,16 @@ class ServerService:
             observed.error = str(exc)
             return None
 
-    def _swap(self, prior, trigger, contract: pb.Contract, entry, canary: list[int], observed: pb.ParityObservation):
+    def _swap(
+        self,
+        prior,
+        trigger,
+        contract: pb.Contract,
+        entry,
+        canary: list[int],
+        observed: pb.ParityObservation,
+        before: Before | None = None,
+    ):
         """On the engine thread, under the lock: patch, check, decide, and revert unless committed."""
         active = self.swaps.active_for(contract.target)
         if active is not None:
@@ -145,7 +167,7 @@ class ServerService:
             return domain.swap_outcome(prior, trigger, observed)
         started = time.perf_counter()
         with planned(domain.serving_plan(prior, trigger.msg)):  # the kernel checked and captured where it serves
-            handle = swap_with_parity(self.engine, contract, entry, canary, observed)
+            handle = swap_with_parity(self.engine, contract, entry, canary, observed, before)
         observed.hold_s = time.perf_counter() - started  # apply + parity; a revert is dropping one attribute each
         self.engine.stats.swap_held(observed.hold_s)
         outcome = domain.swap_outcome(prior, trigger, observed)

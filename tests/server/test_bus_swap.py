@@ -178,6 +178,9 @@ async def test_a_kernel_silently_wrong_on_long_inputs_is_found_by_the_shadow_che
     log = await wait_for_log(bus, run_id, has("SwapCommitted"))  # parity's canary is short: the wrong launch is not met
     committed = ev.last(log, "SwapCommitted")
     assert committed.msg.observed.hold_s > 0
+    # parity's canary before the patch ran in a hold of its own, first; nothing was recorded again in the patch's
+    parts = [h.name for h in committed.msg.observed.hold_parts]
+    assert parts == ["record_apart", "apply", "replay", "canary", "served_canary"]
     assert await serving.shadow_check() == []  # the canary's own short inputs: right
     [entry] = [e for e in serving.swaps.serving_entries() if e.swap_id == committed.msg.swap_id]
     assert entry.handle.shadow_calls == serving.shadow_calls  # the window the commit opened

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from services.server.engine import Engine
 from services.server.hotswap import SwapRefused, apply_swap, is_patched
 from services.server.introspection import instances_of
 from services.server.models import load_model
-from services.server.parity import swap_with_parity
+from services.server.parity import record_before, swap_with_parity
 
 
 def _norms(engine, target=QWEN_NORM):
@@ -243,3 +244,30 @@ def test_instances_without_a_bound_attribute_keep_their_own_forward(engine, kern
     finally:
         weightless.weight = saved
     assert not any(is_patched(m) for m in engine.model.modules())
+
+
+def _parts(observed: pb.ParityObservation) -> list[str]:
+    return [h.name for h in observed.hold_parts]
+
+
+def test_the_canary_before_recorded_apart_is_used_unless_a_swap_changed_the_model_since(engine, contract, kernel_path):
+    # the server records parity's step 1 in a hold of its own (requests run between it and the patch's hold)
+    before = record_before(engine, contract, [72, 105])
+    observed = pb.ParityObservation()
+    handle = swap_with_parity(engine, contract, load_candidate(kernel_path), [72, 105], observed, before)
+    try:
+        assert handle is not None and not observed.error and observed.activations_checked == 5 * 4
+        assert _parts(observed) == ["apply", "replay", "canary", "served_canary"]  # nothing recorded in this hold
+        assert list(observed.canary_tokens_before) == before.tokens == list(observed.canary_tokens_after)
+        assert all(h.seconds >= 0 for h in observed.hold_parts)
+    finally:
+        handle.revert()
+    # recorded under another set of swaps (one committed or reverted between the two holds): recorded again, inside
+    stale = replace(record_before(engine, contract, [72, 105]), kernels=frozenset({-1}))
+    observed = pb.ParityObservation()
+    handle = swap_with_parity(engine, contract, load_candidate(kernel_path), [72, 105], observed, stale)
+    try:
+        assert handle is not None and not observed.error and observed.activations_checked == 5 * 4
+        assert _parts(observed) == ["record", "apply", "replay", "canary", "served_canary"]
+    finally:
+        handle.revert()
