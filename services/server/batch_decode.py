@@ -11,7 +11,10 @@ No capture on the request path. Every (rows, span) graph a step can need is capt
 before the server takes traffic. A graph holds whatever forward each module had when captured, so each records
 the swaps serving then (`hotswap.serving_kernels`):
 - after a commit the old graphs keep serving (the kernels they hold are all still served; the new one is not in
-  them yet) while `capture_stale` captures fresh ones when the engine is idle (services.server.engine);
+  them yet) while `capture_stale` captures fresh ones when the engine is idle (services.server.engine), and under
+  traffic that never pauses the batch loop captures the next step's between its holds (`refresh`, at most once in
+  engine.CAPTURE_UNDER_LOAD_S); a capture while requests run re-runs their last step in its warm-up, which rewrites
+  the keys it wrote and would advance a state: a stateful model's busy rows get theirs back;
 - after a revert a graph holding the kernel taken out is never replayed again. Each key keeps its stock graph
   (captured with no swap serving: the model's own forwards) beside its latest, so a revert falls back to the stock
   graph at once, never to eager steps (measured on the H200 before this: a run that rolled its four swaps back left
@@ -331,10 +334,15 @@ class SlotDecoder:
             forward = lambda: self._prefill_forward(k, length)  # noqa: E731
         else:
             forward = lambda: self._step(*key)  # noqa: E731
+        # Re-running a step rewrites the keys it wrote (positions are explicit), but advances a state: a stateful
+        # model's busy rows get theirs back after the warm-up (a capture while requests run: a swap's, or under load)
+        held = [s for s in range(self.slots) if self.busy[s]] if self.plan.stateful else []
+        states = [layer for layer in self.cache.layers if hasattr(layer, "hold")] if held else []
+        saved = [layer.hold(held) for layer in states]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with graph_lane():  # a swap serves here where it wins on GPU time, warm-up included (hotswap.serve)
-            with torch.cuda.stream(stream):  # positions are explicit: re-running a step moves nothing
+            with torch.cuda.stream(stream):
                 for _ in range(WARMUP_STEPS):
                     forward()
             torch.cuda.current_stream().wait_stream(stream)
@@ -343,6 +351,8 @@ class SlotDecoder:
             # thread-local: a swap compiling its kernels on a worker thread meanwhile (parity.warm_kernel) is no error
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 logits = forward()
+        for layer, kept in zip(states, saved, strict=True):
+            layer.restore(held, kept)
         self._graphs[key] = Graph(graph, logits, kernels)
         if not kernels:
             self._stock[key] = self._graphs[key]

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import math
 import statistics
 import threading
 import time
@@ -41,7 +42,7 @@ from services.server.calibrate import calibrate
 from services.server.functions import function_state
 from services.server.hotswap import SwapHandle, apply_swap, first_forward
 from services.server.introspection import dtype_name, instances_of, introspect_module
-from services.server.latency_parts import FIRST_HANDOFF, HANDOFF, PREFILL, QUEUE, TICK
+from services.server.latency_parts import CAPTURE, FIRST_HANDOFF, HANDOFF, PREFILL, QUEUE, TICK
 from services.server.models import LoadedModel, error_line
 from services.server.profiling import ModuleProfiler
 from services.server.sampling import GREEDY, Sampling, choose, generator
@@ -61,6 +62,10 @@ SLOT_TOKENS = 2048
 # The idle engine captures stale graphs one at a time, this long apart: a request arriving meanwhile waits for
 # one capture at most (~0.1-0.7 s on the H200), never for all of them.
 FILL_PAUSE_S = 0.05
+# Under traffic that never pauses the engine is never idle, and a kernel committed then would never serve in the
+# graphs the steps replay. So between holds of the batch loop, at most once this often, the graph the running
+# requests step through next is captured with the kernels serving now: every stream waits for that one capture.
+CAPTURE_UNDER_LOAD_S = 5.0
 
 
 class BadRequest(ValueError):
@@ -68,6 +73,11 @@ class BadRequest(ValueError):
 
 
 _MORE = object()  # take_ready: the request goes on
+
+
+def capture_due(since_last_s: float, every_s: float) -> bool:
+    """Whether the batch loop may stall its streams for a capture now: none in the last `every_s` seconds."""
+    return since_last_s >= every_s
 
 
 def take_ready(first, queue: asyncio.Queue) -> tuple[list[int], object]:
@@ -168,6 +178,7 @@ class Engine:
         self.graphs = self.decoder is not None and self.decoder.graphs
         self._batches: asyncio.Task | None = None
         self._filler: asyncio.Task | None = None
+        self._captured_under_load = -math.inf  # when the batch loop last captured a graph (`_capture_under_load`)
         problem = self._solo_refusal()
         if problem:
             self.close()
@@ -371,6 +382,7 @@ class Engine:
                 request.out.put_nowait(item)
 
         def ticks() -> None:
+            self._capture_under_load()
             for _ in range(TICKS_PER_HOLD):
                 start = time.perf_counter()
                 deliveries = self.batcher.tick()
@@ -385,6 +397,17 @@ class Engine:
                 await self.exclusive(ticks)
             except Exception as exc:
                 deliver(self.batcher.fail_all(exc))
+
+    def _capture_under_load(self) -> None:
+        """At the start of a hold of the batch loop (engine thread): the next step's graph captured with the kernels
+        serving now when it holds others and none was captured so in the last CAPTURE_UNDER_LOAD_S (the idle
+        engine captures the rest, `_fill_graphs`)."""
+        if not self.graphs or not capture_due(time.monotonic() - self._captured_under_load, CAPTURE_UNDER_LOAD_S):
+            return
+        start = time.perf_counter()
+        if self.decoder.refresh():
+            self._captured_under_load = time.monotonic()
+            self.stats.latency(CAPTURE, time.perf_counter() - start)
 
     async def _solo(self, ids, max_new, eos, sampling) -> AsyncIterator[list[int]]:
         """One request alone over a dynamic cache, the lock taken per step (requests longer than a slot)."""

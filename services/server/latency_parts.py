@@ -20,7 +20,8 @@ from collections import deque
 from dataclasses import dataclass
 
 QUEUE, PREFILL, FIRST_HANDOFF, HANDOFF, TICK = "queue", "prefill", "first_handoff", "handoff", "tick"
-PARTS = (QUEUE, PREFILL, FIRST_HANDOFF, HANDOFF, TICK)
+CAPTURE = "capture"  # a graph captured between holds of the batch loop under load: every stream waited for it
+PARTS = (QUEUE, PREFILL, FIRST_HANDOFF, HANDOFF, TICK, CAPTURE)
 MAX_SAMPLES = 20_000
 
 

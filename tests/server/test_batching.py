@@ -7,6 +7,7 @@ On a CPU the batched lane steps eagerly; the same SlotDecoder captures each step
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 import pytest
@@ -14,7 +15,7 @@ import torch
 from server_fixtures import HERE, load_candidate, rmsnorm_contract
 
 from services.server.batch_decode import PREFILL, Graph, SlotDecoder, runnable
-from services.server.engine import Engine
+from services.server.engine import CAPTURE_UNDER_LOAD_S, Engine, capture_due
 from services.server.hotswap import is_patched
 from services.server.models import load_model
 from services.server.sampling import Sampling
@@ -236,3 +237,9 @@ def test_a_key_replays_its_latest_graph_while_it_holds_only_served_kernels_else_
     assert runnable([two, stock], frozenset()) is stock  # every swap reverted: the stock graph is fresh again
     assert runnable([two, None], frozenset({1})) is None  # no graph may run: the step runs eagerly
     assert runnable([None, None], frozenset()) is None
+
+
+def test_the_batch_loop_stalls_its_streams_for_a_capture_at_most_once_in_its_interval():
+    assert capture_due(math.inf, CAPTURE_UNDER_LOAD_S)  # none yet
+    assert capture_due(CAPTURE_UNDER_LOAD_S, CAPTURE_UNDER_LOAD_S)
+    assert not capture_due(CAPTURE_UNDER_LOAD_S - 0.01, CAPTURE_UNDER_LOAD_S)

@@ -10,10 +10,12 @@ import statistics
 from pathlib import Path
 
 import pytest
+import torch
 from server_fixtures import HERE, QWEN_NORM, as_log, load_candidate, rmsnorm_contract, swap_run
 
 from services.core import events as ev
 from services.core.pb import events_pb2 as pb
+from services.server import engine as engine_module
 from services.server.batch_decode import PREFILL, PREFILL_GRAPH_LENGTHS
 from services.server.engine import Engine
 from services.server.hotswap import apply_swap, is_patched
@@ -130,6 +132,57 @@ async def test_no_graph_is_captured_on_the_request_path_after_a_start_a_swap_or_
         assert decoder.stale_keys() == [] and decoder.captures == captures
         assert await _burst(engine, prompts, 12) == expected
         assert decoder.eager_steps == eager and decoder.captures == captures
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("model", ["tiny-qwen2", "tiny-jamba"])
+def test_a_graph_captured_while_requests_run_leaves_every_stream_its_own_tokens(model):
+    # A capture between steps (a swap's canary, or the batch loop's under load) re-runs the last step in its warm-up:
+    # keys are rewritten as they were, and a stateful model's states are put back (else advanced twice more).
+    engine = Engine(load_model(model, "cuda"), slots=8)
+    try:
+        decoder = engine.decoder
+        prompts = [engine.encode(p) for p in PROMPTS]
+
+        def streams(capture_at: int | None) -> list[list[int]]:
+            with torch.inference_mode():
+                tokens = [[int(decoder.prefill(slot, ids).argmax())] for slot, ids in enumerate(prompts)]
+                for step in range(12):
+                    if step == capture_at:
+                        decoder._capture(decoder._next_key())
+                    logits = decoder.step({slot: t[-1] for slot, t in enumerate(tokens)})
+                    for slot, t in enumerate(tokens):
+                        t.append(int(logits[slot].argmax()))
+            for slot in range(len(prompts)):
+                decoder.release(slot)
+            return tokens
+
+        captures = decoder.captures
+        assert streams(None) == streams(5) and decoder.captures == captures + 1
+    finally:
+        engine.close()
+
+
+async def test_under_traffic_that_never_idles_the_batch_loop_captures_the_swapped_kernel_into_its_graphs(
+    good_source, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(engine_module, "CAPTURE_UNDER_LOAD_S", 0.0)
+    monkeypatch.setattr(engine_module, "FILL_PAUSE_S", 3600.0)  # the idle engine's filler never gets its turn
+    monkeypatch.setattr(engine_module, "TICKS_PER_HOLD", 4)  # holds begin while the burst's slots are busy
+    engine = Engine(load_model("tiny-qwen2", "cuda"), slots=8)
+    try:
+        decoder = engine.decoder
+        prompts = [PROMPTS[i % 3] + " " * i for i in range(6)]
+        expected = [engine.decode(engine.encode(p), 24)[0] for p in prompts]
+        service, log, outcome = await _swap(engine, good_source, tmp_path, "gpu-load")
+        assert isinstance(outcome, pb.SwapCommitted), outcome
+        stale = len(decoder.stale_keys())
+        assert await _burst(engine, prompts, 24) == expected
+        # the steps the burst ran met graphs of the old kernels; the batch loop captured the next one between holds
+        assert len(decoder.stale_keys()) < stale
+        captured = {p.name: p.count for p in engine.stats.parts.window()}
+        assert captured["capture"] >= 1, captured
     finally:
         engine.close()
 

@@ -59,6 +59,7 @@ async def test_each_first_token_is_split_into_its_parts_and_every_tick_is_timed(
     counted = {name: after[name].count - before.get(name, 0) for name in PARTS}
     assert counted["queue"] == counted["prefill"] == counted["first_handoff"] == 3, counted  # one each a request
     assert counted["tick"] >= 4 and counted["handoff"] == counted["tick"], counted  # 5 tokens: the prefill's + 4 steps
+    assert counted["capture"] == 0  # a CPU steps eagerly: no graph is ever captured under load
     for part in after.values():
         assert 0 <= part.p50_ms <= part.p99_ms <= part.max_ms and part.mean_ms <= part.max_ms, part
     assert after["prefill"].max_ms > 0 and after["tick"].max_ms > 0
