@@ -71,6 +71,11 @@ LOG_DECADES_DEFAULT = (-8.0, 8.0)
 OFFSET_DECADES = {torch.float32: (-1.0, 4.0), torch.bfloat16: (-1.0, 1.5), torch.float16: (-1.0, 2.5)}
 SPIKE = 2e3  # spike-walk: the spike's size against the row's scale (fp16: 2e3 x 4 is inside its range)
 REGIME_ROWS = {"log-scale": 10, "spike-walk": 8, "offset": 10}  # the fixed case's rows (the others: SMALL_ROWS)
+# log-scale on a GPU: rows enough that the grid's step (16 decades / 2048: 1/38 of an octave of scale, 1/19 of the
+# mean square's) leaves no band of a sixteenth of an octave of the mean square undrawn: a kernel that is wrong only
+# there by arithmetic alone (a ramp of log2 of the mean square, no branch) meets a row. A GPU runs the rows at once;
+# the interpreter would take ~10 ms a row. At most an eighth of the element budget (fewer rows at wide widths).
+GPU_LOG_SCALE_ROWS = 2048
 # The served model's row range on a GPU: the largest case is capped at this many elements (64 Mi: 128 MiB of
 # bf16, a second or two of the parent's CPU reference); past it the family's wrapper has nothing new to show (its
 # grid and the kernel's loops are shape arithmetic, checked statically: services.core.kernel_dataflow).
@@ -132,6 +137,13 @@ def _pick(g: torch.Generator, options):
     return options[int(torch.randint(len(options), (1,), generator=g))]
 
 
+def regime_rows(regime: str, width: int, gpu: bool) -> int:
+    """The rows of a regime's fixed case."""
+    if gpu and regime == "log-scale":
+        return max(REGIME_ROWS[regime], min(GPU_LOG_SCALE_ROWS, GPU_ELEMENT_BUDGET // 8 // width))
+    return REGIME_ROWS.get(regime, SMALL_ROWS)
+
+
 def log_scales(rows: int, dtype: torch.dtype, g: torch.Generator, decades=None) -> torch.Tensor:
     """One scale per row, 10**U over `decades` (the dtype's LOG_DECADES): a regular grid of `rows` points at one
     random phase, in a random order of rows, so every band of decades wider than the grid's step meets a row."""
@@ -168,7 +180,9 @@ def _values(shape: tuple[int, ...], regime: str, dtype: torch.dtype, g: torch.Ge
                 col = int(torch.randint(width, (1,), generator=g))
                 rows[row, col] = _pick(g, (math.nan, math.inf, -math.inf))
     elif regime == "log-scale":  # rows of every size: eps against the row's scale, a constant folded into a sum
-        rows *= log_scales(len(rows), dtype, g)[:, None]
+        # each row's mean square made exactly its scale squared: the grid's step bounds the bands left undrawn (a
+        # row's own spread, ~4% at 1536 wide, would leave gaps of a fifth of an octave between 2,048 rows)
+        rows *= log_scales(len(rows), dtype, g)[:, None] / rows.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-30)
     elif regime == "offset":  # a large common offset per row plus the noise: E[x^2] - E[x]^2 cancels
         # on a grid of the decades, as log-scale's: the top of the band is drawn however few the rows (three
         # independent draws all fell in its lowest fifth about once a hundred judgings, and a one-pass variance passed)
@@ -313,7 +327,7 @@ def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
     live = _live_shape(spec)
     live_rows = _rows(live)
     plan: list[tuple[str, tuple[int, ...], str, str]] = [("live", live, "normal", "contiguous")]
-    plan += [("regime", (REGIME_ROWS.get(regime, SMALL_ROWS), w), regime, "contiguous") for regime in REGIMES]
+    plan += [("regime", (regime_rows(regime, w, spec.gpu), w), regime, "contiguous") for regime in REGIMES]
     plan += [("decode", (batch, 1, w), "normal", "contiguous") for batch in ((2, 4) if spec.gpu else (2,))]
     cap = 0 if spec.gpu else spec.max_rows
     plan += [("rows-residue", (rows, w), "normal", "contiguous") for rows in residue_rows(spec.row_blocks, cap)]

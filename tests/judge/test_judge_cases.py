@@ -13,7 +13,9 @@ from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 from services.judge.cases import (
     CPU_ROW_BUDGET,
     GPU_ELEMENT_BUDGET,
+    GPU_LOG_SCALE_ROWS,
     LAYOUTS,
+    REGIME_ROWS,
     REGIMES,
     WEIGHTS,
     CaseSpec,
@@ -209,3 +211,14 @@ def test_the_modules_own_output_passes_the_honest_bound_on_every_case(dtypes):
             hi = copy.deepcopy(module).float()(x.float())
         result = compare(own, hi, honest_bound([x.dtype, case.weight.dtype, own.dtype], case.width, own.numel()))
         assert result.ok, f"{case.name}: {result.rule}: {result.detail}"
+
+
+def test_on_a_gpu_the_log_scale_rows_leave_no_sixteenth_of_an_octave_of_mean_square_undrawn(cpu_cases, gpu_cases):
+    # a kernel wrong by arithmetic alone in a narrow band of the mean square (a ramp of its log2) meets a row there
+    [dense] = [c for c in gpu_cases if c.name.startswith("regime") and c.regime == "log-scale"]
+    x = dense.base.double()
+    octaves = torch.log2((x * x).mean(-1)).sort().values
+    assert rows(dense.shape) == GPU_LOG_SCALE_ROWS and float(octaves[1:].sub(octaves[:-1]).max()) < 1 / 16
+    assert float(octaves[-1] - octaves[0]) > 100  # 16 decades of scale, 32 of the mean square
+    [sparse] = [c for c in cpu_cases if c.name.startswith("regime") and c.regime == "log-scale"]
+    assert rows(sparse.shape) == REGIME_ROWS["log-scale"]  # the interpreter: ~10 ms a row

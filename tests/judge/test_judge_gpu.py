@@ -202,5 +202,49 @@ def test_a_wrong_kernel_fails_on_the_gpu(tmp_path):
     assert not judged.observed.timing.measured
 
 
+# Right but on rows whose mean square lies within 1/32 of an octave of 2**7.3 (a row of scale ~12.6), by arithmetic
+# alone: a ramp of log2 of the mean square, no branch, so the dataflow check has nothing to refuse. Up to 25% off in
+# that band; a CPU's ten log-scale rows 1.6 decades apart rarely meet it, a GPU's 2,048 (1/19 of an octave apart) do.
+NARROW_BAND = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    mean_square = tl.sum(x * x, axis=0) / n_cols
+    ramp = tl.maximum(1.0 - tl.abs(tl.log2(mean_square + 1e-30) - 7.3) * 32.0, 0.0)
+    normed = (x * tl.rsqrt(mean_square + eps)).to(x_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(y_ptr + row * n_cols + cols, (w * normed * (1.0 + 0.25 * ramp)).to(y_ptr.dtype.element_ty), mask=mask)
+"""
+NARROW_BAND_PLAN = {
+    "family": "row_reduction",
+    "launches": [
+        {
+            "kernel": "_rms_kernel",
+            "args": ["x", "w", "y", "cols", "eps"],
+            "constexprs": {"BLOCK": "block_cols"},
+            "grid": "rows",
+            "num_warps": 4,
+        }
+    ],
+}
+
+
+def test_a_kernel_wrong_in_a_narrow_band_of_the_mean_square_meets_a_log_scale_row(tmp_path):
+    from google.protobuf import json_format
+
+    plan = json_format.ParseDict(NARROW_BAND_PLAN, pb.LaunchPlan())
+    judged = _judge(NARROW_BAND, tmp_path, plan=plan)
+    cor = judged.observed.correctness
+    assert judged.reward < 0 and not cor.passed and cor.rule_id == "outside-tolerance", (judged.reason, cor.error)
+    assert "log-scale" in cor.error, cor.error  # the first case it failed: the dense log-scale rows
+
+
 def test_the_gpu_is_healthy_after_a_child():
     assert asyncio.run(gpu_health.probe()) == "ok"
