@@ -212,7 +212,7 @@ async def test_a_concurrency_sweep_against_the_live_server(server, tmp_path):
         assert lv["e2e_ms"]["max"] / 1e3 <= lv["wall_s"]
         assert lv["warmup"]["requests"] == lv["concurrency"] and lv["warmup"]["failed"] == 0
         parts = lv["server_latency"]  # the server's own split of the level's window
-        assert set(parts) == {"queue", "prefill", "first_handoff", "handoff", "tick"}, parts
+        assert set(parts) == {"queue", "prefill", "first_handoff", "handoff", "tick", "capture"}, parts
         assert parts["prefill"]["count"] >= 1 and parts["tick"]["count"] >= 1, parts
         assert all(0 <= p["p50_ms"] <= p["p99_ms"] <= p["max_ms"] for p in parts.values()), parts
     assert "server parts p50/p99 ms: queue" in out.decode()
