@@ -49,6 +49,15 @@ class Stopped(Exception):
     """SIGTERM (a caller's timeout): every step after it is skipped, the stack stopped, the result written."""
 
 
+_HELD = re.compile(r"SwapCommitted\s+(\S+) .*?held the model ([\d.]+) s(?: \((.*)\))?$", re.M)
+
+
+def swap_holds(output: str) -> list[dict]:
+    """Each SwapCommitted line of `yantra optimize`'s output: the swap, its hold of the model in seconds and the
+    hold's parts as the line gives them (services.core.describe)."""
+    return [{"swap_id": m[1], "hold_s": float(m[2]), "parts": m[3] or ""} for m in _HELD.finditer(output)]
+
+
 def left(budget: float) -> float:
     return budget - (time.monotonic() - START)
 
@@ -242,6 +251,8 @@ class Run:
             "max_targets": a.max_targets,
             "outcome": end.group(1) if end and not end.group(1).startswith(":") else None,
             "output": out,
+            # how long each swap held the model: a request arriving then waited that long (target 250 ms)
+            "holds": swap_holds(text),
         }
         if code == 0:
             self.step("optimize", True, note=self.result["run"]["outcome"] or "")

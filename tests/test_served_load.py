@@ -265,6 +265,7 @@ def test_before_after_script_runs_the_whole_sequence_and_stops_the_stack(tmp_pat
     assert list(result["steps"]) == ["up", "sweep_before", "optimize", "sweep_after", "stop"], result["steps"]
     assert all(s["ok"] for s in result["steps"].values())
     assert result["run"]["run_id"] and result["run"]["exit"] == 0 and result["run"]["outcome"]
+    assert result["run"]["holds"] == [] or all(h["hold_s"] > 0 for h in result["run"]["holds"])
     for label in ("before", "after"):
         assert [lv["completed"] for lv in result[label]["levels"]] == [1, 2]
         assert result[label]["server"]["instance_id"] == result["before"]["server"]["instance_id"]
@@ -292,3 +293,22 @@ def test_before_after_script_stopped_midway_still_writes_and_stops(tmp_path):
     assert result["steps"]["stopped"]["ok"] is False and result["steps"]["stop"]["ok"] is True
     assert result["before"]["levels"] and result["after"] is None
     assert _stack_gone(result)
+
+
+def test_the_script_reads_each_swaps_hold_from_the_runs_event_lines():
+    from services.core import events as ev
+    from services.core.describe import describe
+    from services.core.pb import events_pb2 as pb
+
+    parts = [pb.HoldPart(name=n, seconds=t) for n, t in (("record_apart", 0.2), ("apply", 0.01), ("canary", 0.3))]
+    observed = pb.ParityObservation(hold_s=0.62, hold_parts=parts)
+    lines = []
+    for swap_id, seen in (("swap-a", observed), ("swap-b", pb.ParityObservation(hold_s=1.03))):
+        msg = pb.SwapCommitted(swap_id=swap_id, candidate_id="c1", modules_patched=5, observed=seen)
+        lines.append("  " + describe(ev.Recorded(1, ev.make_envelope("run-1", msg, producer="server", time_ns=1))))
+    script = _load("served_before_after")
+    holds = script.swap_holds("\n".join(["  12:00:00.000 coder      CandidateProposed c1", *lines]))
+    assert holds == [
+        {"swap_id": "swap-a", "hold_s": 0.62, "parts": "apply 0.01, canary 0.30; record_apart 0.20 before it"},
+        {"swap_id": "swap-b", "hold_s": 1.03, "parts": ""},  # recorded before the parts
+    ]
