@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -232,6 +233,7 @@ class _Kernel:
         # set to a literal (a row's factor: its sign and size)
         self.values: dict[str, float] = dict(values or {})
         self.params = frozenset(a.arg for a in fn.args.args)  # set again in the body: no longer as passed
+        self.constexprs = frozenset(a.arg for a in fn.args.args if a.annotation is not None)  # the schema's rule
         self.returns: list[Taint] = []
         # what the statements being walked run under: an `if` on a window of counts makes everything it stores or
         # assigns depend on that window (`window_test`)
@@ -239,6 +241,9 @@ class _Kernel:
         # which rows the statements being walked run for: `if row < n_rows` holds below a bound, its `else` above
         # one; a store under bounds from both sides (an `if` inside an `if`, an `if` and a mask) can single out rows
         self.rows = INDEX
+        # the bounds of which row a call of this kernel (a helper) sits under in its callers, outermost first: the
+        # rows that reach its loads and stores, for the tensors' sides (`mask`)
+        self.called_under = INDEX
         self.defs: dict[str, ast.expr | None] = {}  # each name's last plain assignment: a tile count by name
 
     # ------------------------------------------------------------------ statements
@@ -265,6 +270,8 @@ class _Kernel:
             self.expr(s.value)
         elif isinstance(s, ast.Return):
             self.returns.append(self.expr(s.value) if s.value is not None else INDEX)
+        elif isinstance(s, ast.If) and (fixed := self.fixed_test(s.test)) is not None:
+            self.block(s.body if fixed else s.orelse)  # on constexprs the plan gives: compiled one way only
         elif isinstance(s, ast.If):
             tested = self.test(s.test, "an if")
             outer, outer_rows = self.control, self.rows
@@ -376,6 +383,13 @@ class _Kernel:
             self.control = outer | WINDOWED
         self.loop_body(s.body + s.orelse)
         self.control = outer
+
+    def fixed_test(self, node: ast.expr) -> bool | None:
+        """An `if`'s outcome when it depends only on constexprs whose values the launch fixes (`if TOGETHER:`,
+        `if POSITIONS == 0:`): Triton compiles only that branch, so the other never runs; None otherwise."""
+        known = {name: self.values[name] for name in self.constexprs if name in self.values}
+        value = _static_value(node, known)
+        return None if value is None else bool(value)
 
     def loop_body(self, body: list[ast.stmt]) -> None:
         """Run the body until the names it changes stop changing (a value can flow from one iteration to the
@@ -812,7 +826,10 @@ class _Kernel:
         callee = _Kernel(self.ctx, fn, env, self.depth + 1, frozenset(positive), values)
         callee.control = self.control  # called under an `if` on a window: its stores are too
         # its rows start unbounded: its parameters are rows of its own (RoPE's k programs take `pid - units` under
-        # `pid >= units` and bound the positions of their tile from the other side)
+        # `pid >= units` and bound the positions of their tile from the other side); but the rows that reach its
+        # stores are those of the `if`s around the call: two calls under bounds from two sides leave the rows
+        # between them unwritten (`3 * row <= 2 * n_rows` around one, `1024 * row >= 683 * n_rows` around another)
+        callee.called_under = self.called_under if _bounds(self.called_under) else self.rows
         return callee.run()
 
     def address(self, node: ast.expr | None, allowed: frozenset[str], verb: str, call: ast.Call) -> Taint:
@@ -843,9 +860,13 @@ class _Kernel:
         t = self.expr(node) if node is not None else INDEX
         under = self.rows | t
         self.one_sided(under, f"a {verb}'s mask and the ifs around it", call)
+        # A store in a helper: the rows that reach it are its callers' (their `if`s around the call), when those bound
+        # them. Loads keep their own: RoPE's q programs and k programs both read cos, each through a helper.
+        stored = verb == "store" and _bounds(self.called_under)
+        reach = self.called_under if stored else under
         for tensor in tensors:
             side = self.ctx.sides.setdefault(tensor, {})
-            for name, holds in (("below", under.below), ("above", under.above)):
+            for name, holds in (("below", reach.below), ("above", reach.above)):
                 if holds:
                     side.setdefault(name, call)
         if t.data:
@@ -854,6 +875,30 @@ class _Kernel:
             self.ctx.add("count-window", "a mask picks lanes by a window of row counts", call)
         if t.pointer:
             self.ctx.add("pointer-origin", "a mask is computed from a pointer", call)
+
+
+_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+            ast.Gt: operator.gt, ast.GtE: operator.ge}  # fmt: skip
+
+
+def _static_value(node: ast.expr, known: Mapping[str, float]) -> float | None:
+    """The number an expression of literals and `known` names is (a comparison or `not` as 0 or 1), else None."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
+        return float(node.value)
+    if isinstance(node, ast.Name):
+        return known.get(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        inner = _static_value(node.operand, known)
+        return None if inner is None else float(not inner)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+        left, right = _static_value(node.left, known), _static_value(node.comparators[0], known)
+        return None if left is None or right is None else float(_COMPARE[type(node.ops[0])](left, right))
+    return None
+
+
+def _bounds(t: Taint) -> bool:
+    """Whether a condition bounds which row from some side."""
+    return t.below or t.above
 
 
 def _carried(body: list[ast.stmt]) -> set[str]:

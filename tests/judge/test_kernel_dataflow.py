@@ -217,6 +217,55 @@ def test_a_helper_kernel_is_followed_with_its_arguments():
     assert "reads-output" in _rules(body)
 
 
+HELPER_STORES = """
+@triton.jit
+def _put(y_ptr, row, n_cols, cols, value):
+    tl.store(y_ptr + row * n_cols + cols, value, mask=cols < n_cols)
+
+@triton.jit
+def k(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, BLOCK: tl.constexpr, SPLIT: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)
+    {calls}
+"""
+
+
+@pytest.mark.parametrize(
+    ("calls", "refused"),
+    [
+        # one output's stores under bounds from two sides, each around a call of the helper holding the store:
+        # the rows between 2n/3 and 683n/1024 are never written
+        (
+            "if row * 3 <= n_rows * 2:\n        _put(y_ptr, row, n_cols, cols, x)\n"
+            "    if row * 1024 >= n_rows * 683:\n        _put(y_ptr, row, n_cols, cols, x)",
+            True,
+        ),
+        # an if and its else around the calls: the rows past 2n/3 get another answer, as in one kernel
+        (
+            "if row * 3 <= n_rows * 2:\n        _put(y_ptr, row, n_cols, cols, x)\n"
+            "    else:\n        _put(y_ptr, row, n_cols, cols, x * 2)",
+            True,
+        ),
+        # one call, under one bound: the rows past it are no rows of the call
+        ("if row < n_rows:\n        _put(y_ptr, row, n_cols, cols, x)", False),
+        # a constexpr's branch the launch does not take is never compiled: its store under the other bound neither
+        (
+            "if row < n_rows:\n        _put(y_ptr, row, n_cols, cols, x)\n"
+            "    if SPLIT:\n        if row >= n_rows:\n            _put(y_ptr, row, n_cols, cols, x)",
+            False,
+        ),
+    ],
+)
+def test_a_store_in_a_helper_is_reached_by_the_rows_of_the_ifs_around_its_call(calls, refused):
+    launch = _launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols", SPLIT="0")
+    rules = _rules(HELPER_STORES.replace("{calls}", calls), launch=launch)
+    assert ("row-pick" in rules) == refused, rules
+    if "SPLIT" in calls:  # the branch the launch takes: the two bounds meet
+        taken = _launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols", SPLIT="1")
+        assert "row-pick" in _rules(HELPER_STORES.replace("{calls}", calls), launch=taken)
+
+
 def test_a_constexpr_step_given_zero_by_the_plan_is_refused():
     body = """
     @triton.jit
