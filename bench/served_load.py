@@ -53,6 +53,7 @@ from load_stats import Request, summarize  # noqa: E402
 from services.core.admin_auth import metadata  # noqa: E402
 from services.core.pb import inference_pb2 as ipb  # noqa: E402
 from services.core.pb import inference_pb2_grpc as igrpc  # noqa: E402
+from services.core.server_client import ServerUnavailable, graphs_captured  # noqa: E402
 
 PROG = "served_load"
 FAR_PAST_ANY_VOCAB = 2**62
@@ -232,16 +233,6 @@ async def wait_ready(addr: str, token: str, wait_s: float) -> ipb.HealthReply:
         await asyncio.sleep(0.5)
 
 
-async def wait_graphs(addr: str, token: str, wait_s: float, reply: ipb.HealthReply) -> tuple[ipb.HealthReply, float]:
-    """Wait up to `wait_s` for the server's stale graphs (a swap's or a revert's, captured by the idle engine one at
-    a time) to be captured: a load sent meanwhile meets a capture's wait in its bursts. (last Health, seconds)."""
-    start = time.monotonic()
-    while reply.graphs_stale and time.monotonic() - start < wait_s:
-        await asyncio.sleep(0.25)
-        reply = await health(addr, token, timeout=2.0)
-    return reply, time.monotonic() - start
-
-
 async def probe_vocab(addr: str) -> int:
     """The server's vocabulary size, read from its refusal of an id past any vocabulary."""
     async with grpc.aio.insecure_channel(addr) as channel:
@@ -320,9 +311,12 @@ async def run(args: argparse.Namespace, argv: list[str]) -> dict:
     addr = server_address(args)
     token = os.environ.get("YANTRA_ADMIN_TOKEN", "")
     reply = await wait_ready(addr, token, args.wait_ready)
-    reply, graphs_wait_s = await wait_graphs(addr, token, args.wait_graphs, reply)
-    if reply.graphs_stale:
-        print(f"{reply.graphs_stale} graphs still stale after {graphs_wait_s:.0f} s: measuring anyway", flush=True)
+    try:  # the graphs of the kernels serving now, before the load (services.core.server_client)
+        graphs_stale, graphs_wait_s = await graphs_captured(addr, args.wait_graphs)
+    except ServerUnavailable as exc:
+        raise LoadError(str(exc)) from exc
+    if graphs_stale:
+        print(f"{graphs_stale} graphs still stale after {graphs_wait_s:.0f} s: measuring anyway", flush=True)
     vocab = args.vocab or await probe_vocab(addr)
     longest = (
         length_bounds(args.input_len, args.input_spread)[1] + length_bounds(args.output_len, args.output_spread)[1]
@@ -340,7 +334,7 @@ async def run(args: argparse.Namespace, argv: list[str]) -> dict:
         "instance_id": reply.instance_id,
         "max_positions": reply.max_positions,
         "requests_served_before": reply.requests_served,
-        "graphs_stale": reply.graphs_stale,
+        "graphs_stale": graphs_stale,
         "graphs_wait_s": round(graphs_wait_s, 2),
         "vocab": vocab,
     }

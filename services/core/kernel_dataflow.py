@@ -233,7 +233,7 @@ class _Kernel:
         # set to a literal (a row's factor: its sign and size)
         self.values: dict[str, float] = dict(values or {})
         self.params = frozenset(a.arg for a in fn.args.args)  # set again in the body: no longer as passed
-        self.constexprs = frozenset(a.arg for a in fn.args.args if a.annotation is not None)  # the schema's rule
+        self.constexprs = _constexpr_params(fn)
         self.returns: list[Taint] = []
         # what the statements being walked run under: an `if` on a window of counts makes everything it stores or
         # assigns depend on that window (`window_test`)
@@ -1010,6 +1010,11 @@ def _constants(tree: ast.Module) -> dict[str, float]:
     return {k: v for k, v in values.items() if counts[k] == 1}
 
 
+def _constexpr_params(fn: ast.FunctionDef) -> frozenset[str]:
+    """A kernel's constexpr parameters: the annotated ones (the kernel schema allows no other annotation)."""
+    return frozenset(a.arg for a in fn.args.args if a.annotation is not None)
+
+
 def _literal_defaults(fn: ast.FunctionDef) -> dict[str, float]:
     """A kernel's parameters whose defaults are numbers (`POSITIONS: tl.constexpr = 0`)."""
     params = [a.arg for a in fn.args.args]
@@ -1041,7 +1046,7 @@ def check_launch(
     if fn is None:
         return []  # the plan check reports it
     params = [p.arg for p in fn.args.args]
-    constexprs = {p.arg for p in fn.args.args if p.annotation is not None}
+    constexprs = _constexpr_params(fn)
     runtime = [p for p in params if p not in constexprs]
     env: dict[str, Taint] = dict.fromkeys(params, INDEX)
     for param, arg in zip(runtime, launch.args, strict=False):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -56,6 +57,16 @@ async def wait_ready(
                 return reply
         await asyncio.sleep(0.5)
     raise ServerUnavailable(f"the inference server at {addr} was not ready after {timeout:.0f}s ({last})")
+
+
+async def graphs_captured(addr: str, wait_s: float, poll_s: float = 0.25) -> tuple[int, float]:
+    """Wait up to `wait_s` until the server's Health counts no stale graph (after a swap or a revert the idle engine
+    captures them one at a time, and a load sent meanwhile waits behind a capture in its bursts); (graphs still
+    stale, seconds waited). A Health that fails raises ServerUnavailable."""
+    start = time.perf_counter()
+    while (stale := (await health(addr, timeout=10.0)).graphs_stale) and time.perf_counter() - start < wait_s:
+        await asyncio.sleep(poll_s)
+    return stale, time.perf_counter() - start
 
 
 async def generate(addr: str, prompt: str, max_new_tokens: int) -> AsyncIterator[ipb.GenerateChunk]:

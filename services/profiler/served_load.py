@@ -19,7 +19,7 @@ import grpc
 from services.core.pb import events_pb2 as pb
 from services.core.pb import inference_pb2 as ipb
 from services.core.pb import inference_pb2_grpc as igrpc
-from services.core.server_client import ServerUnavailable, health
+from services.core.server_client import ServerUnavailable, graphs_captured
 from services.profiler import served_stats
 from services.profiler.served_stats import Timed
 
@@ -66,27 +66,15 @@ class ServedLoadClient:
 
     async def measure(self, plan: pb.ServedLoadPlan, device: str) -> pb.ServedLoadObservation:
         out = pb.ServedLoadObservation(plan=plan, device=device)
-        out.graphs_stale, out.graphs_wait_s = await self._graphs_captured()
+        try:
+            out.graphs_stale, out.graphs_wait_s = await graphs_captured(self.addr, self.graphs_wait_s, GRAPHS_POLL_S)
+        except ServerUnavailable as exc:  # the levels then record what Generate answers
+            log.warning("no Health before measuring (%s)", exc)
         if out.graphs_stale:
             log.warning("measuring with %d graphs still stale after %.0f s", out.graphs_stale, out.graphs_wait_s)
         for streams in plan.streams:
             out.levels.append(await self._level(plan, streams))
         return out
-
-    async def _graphs_captured(self) -> tuple[int, float]:
-        """Wait (up to graphs_wait_s) until the server's Health counts no stale graph; (stale at the end, seconds
-        waited). A Health that fails ends the wait: the levels then record what Generate answers."""
-        start, stale = time.perf_counter(), 0
-        while True:
-            try:
-                stale = (await health(self.addr, timeout=10.0)).graphs_stale
-            except ServerUnavailable as exc:
-                log.warning("no Health before measuring (%s)", exc)
-                break
-            if not stale or time.perf_counter() - start >= self.graphs_wait_s:
-                break
-            await asyncio.sleep(GRAPHS_POLL_S)
-        return stale, time.perf_counter() - start
 
     async def _level(self, plan: pb.ServedLoadPlan, streams: int) -> pb.ServedLevel:
         level = pb.ServedLevel(streams=streams)

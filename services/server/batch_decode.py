@@ -335,13 +335,11 @@ class SlotDecoder:
         else:
             forward = lambda: self._step(*key)  # noqa: E731
         # Re-running a step rewrites the keys it wrote (positions are explicit), but advances a state: a stateful
-        # model's busy rows get theirs back after the warm-up (a capture while requests run: a swap's, or under load)
-        held = [s for s in range(self.slots) if self.busy[s]] if self.plan.stateful else []
-        states = [layer for layer in self.cache.layers if hasattr(layer, "hold")] if held else []
-        saved = [layer.hold(held) for layer in states]
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with graph_lane():  # a swap serves here where it wins on GPU time, warm-up included (hotswap.serve)
+        # model's busy rows get theirs back after the warm-up (a capture while requests run: a swap's, or under load).
+        # In graph_lane a swap serves where it wins on GPU time, warm-up included (hotswap.serve).
+        with self._states_kept([s for s in range(self.slots) if self.busy[s]]), graph_lane():
+            stream = torch.cuda.Stream()  # after the states are copied: the warm-up waits for the copies
+            stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(WARMUP_STEPS):
                     forward()
@@ -351,12 +349,20 @@ class SlotDecoder:
             # thread-local: a swap compiling its kernels on a worker thread meanwhile (parity.warm_kernel) is no error
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 logits = forward()
-        for layer, kept in zip(states, saved, strict=True):
-            layer.restore(held, kept)
         self._graphs[key] = Graph(graph, logits, kernels)
         if not kernels:
             self._stock[key] = self._graphs[key]
         self.captures += 1
+
+    @contextlib.contextmanager
+    def _states_kept(self, rows: list[int]) -> Iterator[None]:
+        """A stateful model's states of `rows` as they were before the block (steps that must not advance them); a
+        model without states keeps nothing."""
+        states = [layer for layer in self.cache.layers if hasattr(layer, "hold")] if self.plan.stateful and rows else []
+        saved = [layer.hold(rows) for layer in states]
+        yield
+        for layer, kept in zip(states, saved, strict=True):
+            layer.restore(rows, kept)
 
     def _ready(self, key: tuple) -> Graph | None:
         """The graph `key` replays now: its runnable one, or (under `fresh()`) one captured now with the kernels
@@ -464,10 +470,8 @@ class SlotDecoder:
             positions[slot] = self.lengths[slot] if self.busy[slot] else 0
         span = self.span_for(max(positions) + 1)
         # a state advances with every token a step feeds it: a busy slot not fed keeps the one it had
-        held = [s for s in range(n) if self.busy[s] and s not in feeds] if self.plan.stateful else []
-        states = [layer for layer in self.cache.layers if hasattr(layer, "hold")] if held else []
-        with torch.inference_mode():
-            saved = [layer.hold(held) for layer in states]
+        unfed = [s for s in range(n) if self.busy[s] and s not in feeds]
+        with torch.inference_mode(), self._states_kept(unfed):
             self.ids[:n].copy_(torch.tensor(ids, dtype=torch.long).view(n, 1))
             self.index.positions[:n].copy_(torch.tensor(positions, dtype=torch.long).view(n, 1))
             if not self.graphs:
@@ -480,8 +484,6 @@ class SlotDecoder:
                 else:
                     graph.graph.replay()
                     logits = graph.logits
-            for layer, kept in zip(states, saved, strict=True):
-                layer.restore(held, kept)
         for slot in feeds:
             self.lengths[slot] += 1
         return logits
