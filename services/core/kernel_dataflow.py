@@ -241,9 +241,13 @@ class _Kernel:
         # which rows the statements being walked run for: `if row < n_rows` holds below a bound, its `else` above
         # one; a store under bounds from both sides (an `if` inside an `if`, an `if` and a mask) can single out rows
         self.rows = INDEX
-        # the bounds of which row a call of this kernel (a helper) sits under in its callers, outermost first: the
-        # rows that reach its loads and stores, for the tensors' sides (`mask`)
+        # the bounds of which row a call of this kernel (a helper) sits under in its callers: joined with its own
+        # around each load and store (`mask`), as one kernel's nested `if`s are
         self.called_under = INDEX
+        # for each `if` the statements being walked sit under that holds the row above a bound, that bound's side
+        # (`ast.dump`; None when the condition is no plain `row >= side`): a call passing `row - side` under it
+        # starts its rows at 0 (`rebased`)
+        self.floors: tuple[str | None, ...] = ()
         self.defs: dict[str, ast.expr | None] = {}  # each name's last plain assignment: a tile count by name
 
     # ------------------------------------------------------------------ statements
@@ -269,7 +273,7 @@ class _Kernel:
         elif isinstance(s, ast.Expr):
             self.expr(s.value)
         elif isinstance(s, ast.Return):
-            self.returns.append(self.expr(s.value) if s.value is not None else INDEX)
+            self.returns.append((self.expr(s.value) if s.value is not None else INDEX) | self.row_bounds())
         elif isinstance(s, ast.If) and (fixed := self.fixed_test(s.test)) is not None:
             self.block(s.body if fixed else s.orelse)  # on constexprs the plan gives: compiled one way only
         elif isinstance(s, ast.If):
@@ -278,15 +282,18 @@ class _Kernel:
             bound = Taint(below=tested.below, above=tested.above)
             if self.window_test(s.test):
                 self.control = outer | WINDOWED
-            before = dict(self.env)
+            before, outer_floors = dict(self.env), self.floors
+            floor, floor_in_body = self.floor_of(s.test)
             self.rows = outer_rows | bound
+            self.floors = outer_floors + ((floor if floor_in_body else None,) if bound.above else ())
             self.block(s.body)
             taken = self.env
             self.env = dict(before)
             self.rows = outer_rows | bound.inverted()
+            self.floors = outer_floors + ((None if floor_in_body else floor,) if bound.below else ())
             self.block(s.orelse)
             self.env = _merge(taken, self.env)
-            self.control, self.rows = outer, outer_rows
+            self.control, self.rows, self.floors = outer, outer_rows, outer_floors
         elif isinstance(s, ast.For):
             self.for_loop(s)
         elif isinstance(s, ast.While):
@@ -300,7 +307,8 @@ class _Kernel:
         # pass, break, continue: no flow of values
 
     def assign(self, target: ast.expr, value_node: ast.expr | None, value: Taint) -> None:
-        value = value | self.control
+        # set under `if`s on which row, it holds for those rows only after them: picked as a `tl.where` picks
+        value = value | self.control | self.row_bounds()
         if isinstance(target, ast.Name):
             self.env[target.id] = value
             if target.id in self.params:
@@ -720,7 +728,7 @@ class _Kernel:
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         if name == "tl.load":
             pointer = self.address(args.get(0, kw.get("pointer")), self.ctx.readable, "load", node)
-            self.mask(args.get(1, kw.get("mask")), node, "load", pointer.points)
+            self.mask(args.get(1, kw.get("mask")), node, "load", pointer.points, pointer)
             filled = _join(self.expr(other) for other in (args.get(2), kw.get("other")))
             return DATA | Taint(count=filled.count, stepped=filled.stepped)  # masked lanes hold `other`
         if name == "tl.store":
@@ -733,7 +741,7 @@ class _Kernel:
                     node,
                 )
             pointer = self.address(args.get(0, kw.get("pointer")), self.ctx.writable, "store", node)
-            self.mask(args.get(2, kw.get("mask")), node, "store", pointer.points)
+            self.mask(args.get(2, kw.get("mask")), node, "store", pointer.points, pointer | value)
             return INDEX
         if name == "tl.where":
             cond = args.get(0, kw.get("condition"))
@@ -800,6 +808,44 @@ class _Kernel:
             return Taint(data=True, shifted=True)  # a number now, and not one an address may be built from
         return everything
 
+    def row_bounds(self) -> Taint:
+        """The sides of which row the statements being walked are bounded from (a helper's callers' too)."""
+        rows = self.called_under | self.rows
+        return Taint(below=rows.below, above=rows.above)
+
+    def floor_of(self, test: ast.expr) -> tuple[str | None, bool]:
+        """For a plain bound of which row (`pid < units`, `pid >= units`): the side it bounds the row by
+        (`ast.dump`), and whether the row is above it in the `if`'s body (else in its `else`). (None, False)
+        otherwise."""
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+            return None, False
+        op, sides = test.ops[0], (test.left, test.comparators[0])
+        if not isinstance(op, ast.Lt | ast.LtE | ast.Gt | ast.GtE):
+            return None, False
+        parts = [self.expr(side) for side in sides]
+        rows = [i for i, p in enumerate(parts) if p.index]
+        if len(rows) != 1 or parts[rows[0]].falling or parts[rows[0]].curved:
+            return None, False
+        row_left = rows[0] == 0
+        below_in_body = isinstance(op, ast.Lt | ast.LtE) == row_left
+        return ast.dump(sides[1 - rows[0]]), not below_in_body
+
+    def rebased(self, arg: ast.expr) -> bool:
+        """Whether a call's argument is a row less the one side every bound from below the call sits under holds it
+        above (`else: helper(pid - units)` under `if pid < units`): in the callee that row starts at 0, above no
+        bound."""
+        floors = set(self.floors)
+        if len(floors) != 1 or None in floors or self.called_under.above:
+            return False
+        if isinstance(arg, ast.Name) and self.defs.get(arg.id) is not None:
+            arg = self.defs[arg.id]  # a name set once: `kp = pid - units`
+        return (
+            isinstance(arg, ast.BinOp)
+            and isinstance(arg.op, ast.Sub)
+            and ast.dump(arg.right) == floors.pop()
+            and self.expr(arg.left).index
+        )
+
     def inline(self, name: str, node: ast.Call) -> Taint:
         fn = self.ctx.kernels[name]
         if self.depth >= _MAX_DEPTH:
@@ -807,29 +853,33 @@ class _Kernel:
             return DATA
         params = [p.arg for p in fn.args.args]
         env = {p: INDEX for p in params}  # defaults are literals
+        passed = [*zip(params, node.args, strict=False), *((k.arg, k.value) for k in node.keywords if k.arg in env)]
+        # Its loads and stores sit under the `if`s around the call as well as its own: a bound around the call and
+        # another inside the helper single out the rows between, as nested `if`s do; two calls under bounds from
+        # two sides leave the rows between them unwritten (`3 * row <= 2 * n_rows` around one, `1024 * row >= 683 *
+        # n_rows` around another). Unless the call rebases its row on the bound it sits above (RoPE's k programs
+        # take `pid - units` under `pid >= units`, and bound their tile's positions from the other side): that
+        # row starts at 0 in the callee, which bounds nothing.
+        reach = self.called_under | self.rows
+        rebased = {p for p, a in passed if reach.above and self.rebased(a)}
+        if rebased:
+            reach = replace(reach, above=False)
         positive = set()
-        for p, a in zip(params, node.args, strict=False):
+        for p, a in passed:
             env[p] = self.expr(a)
+            if p in rebased:
+                env[p] = replace(env[p], above=False)  # set under the bound it is rebased on
             if self.positive_step(a):
                 positive.add(p)
-        for k in node.keywords:
-            if k.arg in env:
-                env[k.arg] = self.expr(k.value)
-                if self.positive_step(k.value):
-                    positive.add(k.arg)
         values = {k: v for k, v in self.values.items() if k not in params}  # the source's constants
         values |= _literal_defaults(fn)  # a parameter left at its default, unless the call passes it (below)
-        for p, a in [*zip(params, node.args, strict=False), *((k.arg, k.value) for k in node.keywords)]:
-            number = self.factor(a) if p in env else None
+        for p, a in passed:
+            number = self.factor(a)
             if number is not None and number != math.inf:
                 values[p] = number
         callee = _Kernel(self.ctx, fn, env, self.depth + 1, frozenset(positive), values)
         callee.control = self.control  # called under an `if` on a window: its stores are too
-        # its rows start unbounded: its parameters are rows of its own (RoPE's k programs take `pid - units` under
-        # `pid >= units` and bound the positions of their tile from the other side); but the rows that reach its
-        # stores are those of the `if`s around the call: two calls under bounds from two sides leave the rows
-        # between them unwritten (`3 * row <= 2 * n_rows` around one, `1024 * row >= 683 * n_rows` around another)
-        callee.called_under = self.called_under if _bounds(self.called_under) else self.rows
+        callee.called_under = Taint(below=reach.below, above=reach.above)
         return callee.run()
 
     def address(self, node: ast.expr | None, allowed: frozenset[str], verb: str, call: ast.Call) -> Taint:
@@ -854,16 +904,16 @@ class _Kernel:
                 self.ctx.add("writes-input", f"a store to an input of the plan ({', '.join(outside)})", call)
         return t
 
-    def mask(self, node: ast.expr | None, call: ast.Call, verb: str, tensors: frozenset[str]) -> None:
-        """Checks a load's or store's mask; notes the sides of which row it and the ifs around it bound `tensors`
-        (those its address may point into) from."""
+    def mask(self, node: ast.expr | None, call: ast.Call, verb: str, tensors: frozenset[str], picked: Taint) -> None:
+        """Checks a load's or store's mask; notes the sides of which row it, the ifs around it and the bounds that
+        picked its address or value (`picked`) bound `tensors` (those its address may point into) from."""
         t = self.expr(node) if node is not None else INDEX
-        under = self.rows | t
-        self.one_sided(under, f"a {verb}'s mask and the ifs around it", call)
-        # A store in a helper: the rows that reach it are its callers' (their `if`s around the call), when those bound
-        # them. Loads keep their own: RoPE's q programs and k programs both read cos, each through a helper.
-        stored = verb == "store" and _bounds(self.called_under)
-        reach = self.called_under if stored else under
+        # a helper's: the `if`s around its call too; and what picked its address or value: `y * 2` set under two
+        # nested `if`s, or picked by two nested `tl.where`s, holds for the rows between their bounds
+        reach = self.called_under | self.rows | t | Taint(below=picked.below, above=picked.above)
+        self.one_sided(
+            reach, f"a {verb}'s mask, the ifs around it (and its helper's call) and what picked its value", call
+        )
         for tensor in tensors:
             side = self.ctx.sides.setdefault(tensor, {})
             for name, holds in (("below", reach.below), ("above", reach.above)):
@@ -894,11 +944,6 @@ def _static_value(node: ast.expr, known: Mapping[str, float]) -> float | None:
         left, right = _static_value(node.left, known), _static_value(node.comparators[0], known)
         return None if left is None or right is None else float(_COMPARE[type(node.ops[0])](left, right))
     return None
-
-
-def _bounds(t: Taint) -> bool:
-    """Whether a condition bounds which row from some side."""
-    return t.below or t.above
 
 
 def _carried(body: list[ast.stmt]) -> set[str]:

@@ -266,6 +266,110 @@ def test_a_store_in_a_helper_is_reached_by_the_rows_of_the_ifs_around_its_call(c
         assert "row-pick" in _rules(HELPER_STORES.replace("{calls}", calls), launch=taken)
 
 
+HELPER_BOUNDS = """
+@triton.jit
+def _put_from(x_ptr, y_ptr, row, n_rows, n_cols, cols):
+    {inside}
+
+@triton.jit
+def k(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    {calls}
+"""
+_STORE = "tl.store(y_ptr + row * n_cols + cols, tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols), mask=cols < n_cols)"
+_LOAD_ZERO = (
+    "x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)\n"
+    "    if row * 1000 >= n_rows * 667:\n"
+    "        x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)\n"
+    "    tl.store(y_ptr + row * n_cols + cols, x, mask=cols < n_cols)"
+)
+
+
+@pytest.mark.parametrize(
+    ("calls", "inside", "refused"),
+    [
+        # a bound around the call and the other inside the helper: only the rows between 667n/1000 and 2n/3 written
+        ("if pid * 3 <= n_rows * 2:\n        _put_from(x_ptr, y_ptr, pid, n_rows, n_cols, cols)",
+         f"if row * 1000 >= n_rows * 667:\n        {_STORE}", True),
+        # the same split with the load under the helper's bound (what the rows outside it store is the `other`)
+        ("if pid * 3 <= n_rows * 2:\n        _put_from(x_ptr, y_ptr, pid, n_rows, n_cols, cols)", _LOAD_ZERO, True),
+        # the same bound on both sides of the call, as one kernel's nested ifs: one side
+        ("if pid < n_rows:\n        _put_from(x_ptr, y_ptr, pid, n_rows, n_cols, cols)",
+         f"if row < n_rows:\n        {_STORE}", False),
+        # RoPE's split: the programs past `units` rebase their row on it, and bound it from the other side inside
+        ("units = n_rows - n_cols\n    if pid < units:\n        _put_from(x_ptr, y_ptr, pid, units, n_cols, cols)\n"
+         "    else:\n        _put_from(x_ptr, y_ptr + units * n_cols, pid - units, n_rows - units, n_cols, cols)",
+         f"if row < n_rows:\n        {_STORE}", False),
+        # the same through a name set once
+        ("units = n_rows - n_cols\n    if pid >= units:\n        kp = pid - units\n"
+         "        _put_from(x_ptr, y_ptr + units * n_cols, kp, n_rows - units, n_cols, cols)",
+         f"if row < n_rows:\n        {_STORE}", False),
+        # rebased on one bound while another holds it above a second: the rows between are still singled out
+        ("if pid * 1000 >= n_rows * 667:\n        if pid >= n_cols:\n"
+         "            _put_from(x_ptr, y_ptr, pid - n_cols, n_rows, n_cols, cols)",
+         f"if row * 3 <= n_rows * 2:\n        {_STORE}", True),
+        # rebased on a side other than the bound's: no rebasing
+        ("if pid >= n_cols:\n        _put_from(x_ptr, y_ptr, pid - n_rows, n_rows, n_cols, cols)",
+         f"if row < n_rows:\n        {_STORE}", True),
+    ],
+)
+def test_a_bound_around_a_helper_call_is_joined_with_its_own(calls, inside, refused):
+    """A helper's loads and stores sit under the `if`s around its call and its own, as nested `if`s in one kernel:
+    bounds from two sides single out rows a CPU's sample of programs may never run. A call that rebases its row on
+    the bound it sits above (`else: helper(pid - units)`, RoPE's k programs) starts the helper's rows at 0."""
+    launch = _launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols")
+    source = HELPER_BOUNDS.replace("{calls}", calls).replace("{inside}", inside)
+    rules = _rules(source, launch=launch)
+    assert "row-pick" in rules if refused else rules == [], rules
+
+
+PICKED = """
+@triton.jit
+def k(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    r = row
+    y = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)
+    {pick}
+    tl.store(y_ptr + r * n_cols + cols, y, mask=cols < n_cols)
+"""
+
+
+@pytest.mark.parametrize(
+    ("pick", "refused"),
+    [
+        # a value set under two nested ifs holds for the rows between their bounds after them
+        ("if row * 3 > n_rows * 2:\n        if row * 1024 < n_rows * 683:\n            y = y * 2", True),
+        # the same picked by nested tl.wheres, or by two wheres' picks combined
+        ("y = tl.where(row * 3 > n_rows * 2, tl.where(row * 1024 < n_rows * 683, y * 2, y), y)", True),
+        ("s = tl.where(row * 3 > n_rows * 2, 2.0, 1.0)\n    t = tl.where(row * 1024 < n_rows * 683, 2.0, 1.0)\n"
+         "    y = y * tl.maximum(s * t - 3.0, 1.0)", True),
+        # which row is stored picked so: the rows between store their neighbour's answer
+        ("if row * 3 > n_rows * 2:\n        if row * 1024 < n_rows * 683:\n            r = row + 1", True),
+        # a value returned by a helper called under one bound, set inside it under the other
+        ("y = _twice_above(y, row, n_rows) if row * 1024 < n_rows * 683 else y", True),
+        # one side: the rows past a bound (the last programs a sample runs) get another answer
+        ("if row < n_rows:\n        y = y * 1.0", False),
+        ("y = tl.where(row < n_rows, y, 0.0)", False),
+    ],
+)
+def test_a_value_or_an_address_picked_by_bounds_from_two_sides_is_refused(pick, refused):
+    """What is set under `if`s on which row, or picked by `tl.where`s on it, holds for those rows only: stored, the
+    bounds it was picked by join the store's own, so nested bounds from two sides single out the rows between."""
+    helper = """
+@triton.jit
+def _twice_above(y, row, n_rows):
+    out = y
+    if row * 3 > n_rows * 2:
+        out = y * 2
+    return out
+"""
+    launch = _launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols")
+    rules = _rules(helper + PICKED.replace("{pick}", pick), launch=launch)
+    assert "row-pick" in rules if refused else rules == [], rules
+
+
 def test_a_constexpr_step_given_zero_by_the_plan_is_refused():
     body = """
     @triton.jit
