@@ -894,6 +894,14 @@ class _Kernel:
             self.ctx.add("value-address", f"a {verb} whose address depends on loaded values", call)
         if t.window:
             self.ctx.add("count-window", f"a {verb} whose address moves with a window of row counts", call)
+        if t.curved:
+            self.ctx.add(
+                "row-pick",
+                f"a {verb} whose address is built from which row made curved (a product of rows, a remainder, "
+                "quotient or power of one by a fixed number, a function of one): some rows read or write another "
+                "row's place (`row - row % 1531 // 1530`), and a CPU's sample of programs meets them only when drawn",
+                call,
+            )
         if self.control.stepped:  # under an `if` or a loop that runs at a window of counts only
             self.ctx.add("count-window", f"a {verb} issued at some row counts only (under a window of them)", call)
         outside = sorted(t.points - allowed)

@@ -370,6 +370,30 @@ def _twice_above(y, row, n_rows):
     assert "row-pick" in rules if refused else rules == [], rules
 
 
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("row - row % 1531 // 1530", True),  # rows 1530, 3061, ... read the row before theirs
+        ("row * row % 2", True),  # a product of rows
+        ("row + 0 * (row // 1531)", True),  # a quotient by a fixed number, even when it cancels
+        ("row // n_cols", False),  # a place in a tile: divided by a size
+        ("row % n_rows", False),
+        ("row * 2 + 1", False),  # a row scaled and moved: still one row a program
+    ],
+)
+def test_an_address_built_from_a_curved_row_is_refused(address, refused):
+    body = f"""
+    @triton.jit
+    def k(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + ({address}) * n_cols + cols, mask=cols < n_cols, other=0.0)
+        tl.store(y_ptr + row * n_cols + cols, x, mask=cols < n_cols)
+    """
+    rules = _rules(body, launch=_launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols"))
+    assert ("row-pick" in rules) == refused, rules
+
+
 def test_a_constexpr_step_given_zero_by_the_plan_is_refused():
     body = """
     @triton.jit

@@ -2,7 +2,8 @@
 
 What a fused RoPE kernel gets wrong: q and k as attention really passes them (transposed views of the
 projections, so strides that are not the contiguous ones), k with fewer heads than q (grouped and multi-query
-attention), one batch of cos and sin broadcast over several of q, a decode step and a prefill, value regimes
+attention), one batch of cos and sin broadcast over several of q, each sequence at its own positions (a
+decode step of several, as the server's slots step), a decode step and a prefill, value regimes
 (huge, zeros, tiny, NaN/Inf in q and k), angles of far positions; the longest sequence the server sends, on a GPU
 whole, on a CPU as a sample of each launch's programs (services.judge.sampled_grid). Each case keeps contiguous
 CPU bases and the layout that views them (`operands`), so the sandbox child and the parent build the same inputs.
@@ -34,6 +35,7 @@ CPU_BOUNDARY_POSITIONS = 64  # dispatch limits the interpreter still draws both 
 
 DOMAIN_ELEMENTS = 64 * 2**20  # q's elements in the longest sequence drawn (as services.judge.cases caps a case)
 MAX_BATCH_DRAWN = 64  # sequences in the batch case: the served model's most, up to this
+MAX_BATCH_CPU = 8  # the interpreter's batch case: a decode step of this many sequences at most (at least 3)
 MAX_KV_DRAWN = 2  # other kv-head counts drawn beyond 1, half and all of q's
 
 
@@ -92,8 +94,12 @@ def operands(case_or_bases, layout: str, heads: tuple[int, int], dim: int, place
 
 
 def _angles(batch: int, seq: int, dim: int, variant_half: bool, g: torch.Generator, far: bool) -> torch.Tensor:
-    start = float(torch.randint(int(MAX_POSITION) - seq, (1,), generator=g)) if far else 0.0
-    positions = start + torch.arange(seq, dtype=torch.float64).repeat(batch, 1)
+    # each sequence its own start, as the server's batched decode steps each slot at its own position (the first
+    # from 0 unless `far`): a kernel that reads one sequence's angles for all of them meets the others'
+    starts = torch.randint(int(MAX_POSITION) - seq, (batch,), generator=g).double()
+    if not far:
+        starts[0] = 0.0
+    positions = starts[:, None] + torch.arange(seq, dtype=torch.float64)
     inv = 1.0 / (1e4 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
     theta = positions[..., None] * inv  # (batch, seq, dim/2)
     return torch.cat((theta, theta), -1) if variant_half else torch.repeat_interleave(theta, 2, -1)
@@ -159,10 +165,15 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
             plan.append(
                 ("batch", (min(spec.max_batch, MAX_BATCH_DRAWN), hq, 3, d), gqa, "normal", "attention", 1, True)
             )
+            batch = min(spec.max_batch, MAX_BATCH_DRAWN)  # a decode step of them, each at its own position
+            plan.append(("batch-decode", (batch, hq, 1, d), gqa, "normal", "attention", batch, True))
         longest = min(spec.max_positions, DOMAIN_ELEMENTS // max(1, hq * d))
         if longest > s:
             plan.append(("domain", (1, hq, longest, d), gqa, "normal", "attention", 1, False))
-    else:  # the positions up to the longest, as a GPU spreads them, each a sample of each launch's programs
+    else:  # a decode step of more sequences than the others draw, each at its own position; the positions up
+        # to the longest, as a GPU spreads them, each a sample of each launch's programs
+        batch = min(max(spec.max_batch, 3), MAX_BATCH_CPU)
+        plan.append(("batch-decode", (batch, hq, 1, d), gqa, "normal", "attention", batch, True))
         for positions in sampled_rows(spec.max_positions, hq * d, PREFILL_CPU):
             plan.append((SAMPLED_HEADS_CASE, (1, hq, positions, d), gqa, "normal", "attention", 1, False))
     if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)

@@ -212,3 +212,41 @@ async def test_gpt_j_rope_is_judged_on_one_seq_major_tensor():
     assert rejected.reward == -1 and rejected.reason.startswith("correctness failed: outside-tolerance"), (
         rejected.reason
     )
+
+
+def test_every_sequence_of_a_batch_has_its_own_positions_and_a_cpu_draws_a_decode_of_several():
+    """The server's batched decode steps each slot at its own position: cos and sin differ across the batch in every
+    case of several sequences with their own angles, and a CPU draws a decode step of more than two of them."""
+    spec = RopeSpec((1, 4, 5, 16), torch.float32, gpu=False, max_batch=16)
+    cases = draw_rope_cases(spec, "rope_half", seed=3)
+    own = [c for c in cases if c.cos.shape[0] > 1]
+    assert own and all(not torch.equal(c.cos[0], c.cos[1]) for c in own), [c.name for c in own]
+    [decode] = [c for c in cases if c.name.startswith("batch-decode")]
+    assert decode.shape[0] == 8 and decode.cos.shape[0] == 8 and decode.shape[2] == 1
+
+
+@pytest.mark.parametrize(
+    ("honest", "hostile"),
+    [
+        # every sequence turned by the first one's angles: the cos batch stride left out
+        ("b * c_sb + s * c_ss", "s * c_ss"),
+        # sequences 2 and 3 read sequences 0's and 1's q and k (`b * b % 2` is b for 0 and 1 only): refused before
+        # anything runs (`row-pick`: an address built from a curved row); the batch-decode case meets it too
+        ("x_ptr + b * x_sb + s * x_ss", "x_ptr + b * b % 2 * x_sb + s * x_ss"),
+    ],
+)
+async def test_a_kernel_wrong_for_sequences_past_the_first_two_is_rejected(honest, hostile):
+    """Two kernels a red-team author wrote against the judge of 2026-12-05, each accepted then: right for a batch of
+    one or two sequences at the same positions, which were all a CPU judging drew."""
+    captured = _captured(QWEN2, "rope_half")
+    proposal = _proposal(captured, template.search_configs("rope_half")[0])
+    assert honest in proposal.source, "the template changed: find the line again"
+    proposal.source = proposal.source.replace(honest, hostile)
+    proposal.source_sha256 = candidate_sha256(proposal.source, proposal.plan)
+    prior = log_of(captured, proposal)
+    [judged] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
+    assert judged.reward == -1, judged.reason
+    if "b * b" in hostile:
+        assert judged.observed.static_check.findings[0].rule_id == "row-pick", judged.reason
+    else:
+        assert judged.reason.startswith("correctness failed: outside-tolerance"), judged.reason
