@@ -277,7 +277,10 @@ def k(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, BLOCK: tl.constexpr):
     cols = tl.arange(0, BLOCK)
     {calls}
 """
-_STORE = "tl.store(y_ptr + row * n_cols + cols, tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols), mask=cols < n_cols)"
+_STORE = (
+    "tl.store(y_ptr + row * n_cols + cols, tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols), "
+    "mask=cols < n_cols)"
+)
 _LOAD_ZERO = (
     "x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=0.0)\n"
     "    if row * 1000 >= n_rows * 667:\n"
@@ -290,28 +293,46 @@ _LOAD_ZERO = (
     ("calls", "inside", "refused"),
     [
         # a bound around the call and the other inside the helper: only the rows between 667n/1000 and 2n/3 written
-        ("if pid * 3 <= n_rows * 2:\n        _put_from(x_ptr, y_ptr, pid, n_rows, n_cols, cols)",
-         f"if row * 1000 >= n_rows * 667:\n        {_STORE}", True),
+        (
+            "if pid * 3 <= n_rows * 2:\n        _put_from(x_ptr, y_ptr, pid, n_rows, n_cols, cols)",
+            f"if row * 1000 >= n_rows * 667:\n        {_STORE}",
+            True,
+        ),
         # the same split with the load under the helper's bound (what the rows outside it store is the `other`)
         ("if pid * 3 <= n_rows * 2:\n        _put_from(x_ptr, y_ptr, pid, n_rows, n_cols, cols)", _LOAD_ZERO, True),
         # the same bound on both sides of the call, as one kernel's nested ifs: one side
-        ("if pid < n_rows:\n        _put_from(x_ptr, y_ptr, pid, n_rows, n_cols, cols)",
-         f"if row < n_rows:\n        {_STORE}", False),
+        (
+            "if pid < n_rows:\n        _put_from(x_ptr, y_ptr, pid, n_rows, n_cols, cols)",
+            f"if row < n_rows:\n        {_STORE}",
+            False,
+        ),
         # RoPE's split: the programs past `units` rebase their row on it, and bound it from the other side inside
-        ("units = n_rows - n_cols\n    if pid < units:\n        _put_from(x_ptr, y_ptr, pid, units, n_cols, cols)\n"
-         "    else:\n        _put_from(x_ptr, y_ptr + units * n_cols, pid - units, n_rows - units, n_cols, cols)",
-         f"if row < n_rows:\n        {_STORE}", False),
+        (
+            "units = n_rows - n_cols\n    if pid < units:\n        _put_from(x_ptr, y_ptr, pid, units, n_cols, cols)\n"
+            "    else:\n        _put_from(x_ptr, y_ptr + units * n_cols, pid - units, n_rows - units, n_cols, cols)",
+            f"if row < n_rows:\n        {_STORE}",
+            False,
+        ),
         # the same through a name set once
-        ("units = n_rows - n_cols\n    if pid >= units:\n        kp = pid - units\n"
-         "        _put_from(x_ptr, y_ptr + units * n_cols, kp, n_rows - units, n_cols, cols)",
-         f"if row < n_rows:\n        {_STORE}", False),
+        (
+            "units = n_rows - n_cols\n    if pid >= units:\n        kp = pid - units\n"
+            "        _put_from(x_ptr, y_ptr + units * n_cols, kp, n_rows - units, n_cols, cols)",
+            f"if row < n_rows:\n        {_STORE}",
+            False,
+        ),
         # rebased on one bound while another holds it above a second: the rows between are still singled out
-        ("if pid * 1000 >= n_rows * 667:\n        if pid >= n_cols:\n"
-         "            _put_from(x_ptr, y_ptr, pid - n_cols, n_rows, n_cols, cols)",
-         f"if row * 3 <= n_rows * 2:\n        {_STORE}", True),
+        (
+            "if pid * 1000 >= n_rows * 667:\n        if pid >= n_cols:\n"
+            "            _put_from(x_ptr, y_ptr, pid - n_cols, n_rows, n_cols, cols)",
+            f"if row * 3 <= n_rows * 2:\n        {_STORE}",
+            True,
+        ),
         # rebased on a side other than the bound's: no rebasing
-        ("if pid >= n_cols:\n        _put_from(x_ptr, y_ptr, pid - n_rows, n_rows, n_cols, cols)",
-         f"if row < n_rows:\n        {_STORE}", True),
+        (
+            "if pid >= n_cols:\n        _put_from(x_ptr, y_ptr, pid - n_rows, n_rows, n_cols, cols)",
+            f"if row < n_rows:\n        {_STORE}",
+            True,
+        ),
     ],
 )
 def test_a_bound_around_a_helper_call_is_joined_with_its_own(calls, inside, refused):
@@ -343,8 +364,11 @@ def k(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, BLOCK: tl.constexpr):
         ("if row * 3 > n_rows * 2:\n        if row * 1024 < n_rows * 683:\n            y = y * 2", True),
         # the same picked by nested tl.wheres, or by two wheres' picks combined
         ("y = tl.where(row * 3 > n_rows * 2, tl.where(row * 1024 < n_rows * 683, y * 2, y), y)", True),
-        ("s = tl.where(row * 3 > n_rows * 2, 2.0, 1.0)\n    t = tl.where(row * 1024 < n_rows * 683, 2.0, 1.0)\n"
-         "    y = y * tl.maximum(s * t - 3.0, 1.0)", True),
+        (
+            "s = tl.where(row * 3 > n_rows * 2, 2.0, 1.0)\n    t = tl.where(row * 1024 < n_rows * 683, 2.0, 1.0)\n"
+            "    y = y * tl.maximum(s * t - 3.0, 1.0)",
+            True,
+        ),
         # which row is stored picked so: the rows between store their neighbour's answer
         ("if row * 3 > n_rows * 2:\n        if row * 1024 < n_rows * 683:\n            r = row + 1", True),
         # a value returned by a helper called under one bound, set inside it under the other
