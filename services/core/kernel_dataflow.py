@@ -435,6 +435,14 @@ class _Kernel:
         # R any number fixed for the launch: a zero is a division by zero when it compiles, never a window
         return not (counted.stepped or counted.window or counted.data or counted.pointer) and self.expr(tile).static
 
+    def divides_into_tiles(self, node: ast.expr | None) -> bool:
+        """Whether a row divided by (or reduced modulo) `node` is a place in tiles: `node` a shape or count
+        parameter as passed (`unit // seq`) or a tile count (`unit % tl.cdiv(positions, P)`). By anything else
+        built from sizes (`row % (heads * 100 + 1)`) it singles out rows as a fixed number would."""
+        if isinstance(node, ast.Name) and node.id in self.params:
+            return True
+        return node is not None and self.tile_count(node)
+
     def as_tile_count(self, node: ast.expr, out: Taint) -> Taint:
         """`out` as a tile count where `node` is one (`tl.cdiv(rows, R)`): a size, no window and no fixed offset."""
         return replace(out, window=False, size=True, nudged=False, tiled=True) if self.tile_count(node) else out
@@ -714,6 +722,8 @@ class _Kernel:
             return out
         if right.index or (left.index and right.static):  # `n // row`, `row % 77777`, `row ** 2`, `row & 1`
             out = replace(out, curved=True)
+        elif left.index and not self.divides_into_tiles(sides[1]):  # `row % (heads * 100 + 1)`
+            out = replace(out, curved=True)
         # a size divided (or reduced, a power, bits of it) changes at some sizes only; an index divided by anything
         # is a place in a tile (`unit // blocks`), unless what divides it is itself such a window
         windowed = left.window or right.window or (left.size and not left.index)
@@ -898,8 +908,9 @@ class _Kernel:
             self.ctx.add(
                 "row-pick",
                 f"a {verb} whose address is built from which row made curved (a product of rows, a remainder, "
-                "quotient or power of one by a fixed number, a function of one): some rows read or write another "
-                "row's place (`row - row % 1531 // 1530`), and a CPU's sample of programs meets them only when drawn",
+                "quotient or power of one by a fixed number or by sizes combined, a function of one): some rows read "
+                "or write another row's place (`row - row % 1531 // 1530`), and a CPU's sample of programs meets them "
+                "only when drawn",
                 call,
             )
         if self.control.stepped:  # under an `if` or a loop that runs at a window of counts only

@@ -48,6 +48,7 @@ REGIMES = (
     "leading-zeros",
     "spike-walk",
 )
+MIXED = "mixed"  # a case's rows split among every regime (`_mixed`): past each dispatch limit
 WEIGHTS = ("around-one", "signed-normal", "near-zero", "large", "with-zeros", "trained")
 
 CPU_ROW_BUDGET = 220  # rows over all cases on CPU: the interpreter runs ~10 ms per row program (offset's ten: +7)
@@ -153,7 +154,23 @@ def log_scales(rows: int, dtype: torch.dtype, g: torch.Generator, decades=None) 
     return (10 ** (lo + (hi - lo) * u)).float()
 
 
+def _mixed(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    """Rows of every regime, a block of rows each (in an order drawn from `g`): the case past a dispatch limit, so
+    the launch beyond it meets outlier channels, offsets, spikes and the rest, not only normal rows (a second kernel
+    that softened each square against the row's mean dropped outlier channels and was judged on normal rows only)."""
+    width, rows = shape[-1], math.prod(shape[:-1])
+    order = [REGIMES[i] for i in torch.randperm(len(REGIMES), generator=g).tolist()]
+    edges = [round(rows * k / len(order)) for k in range(len(order) + 1)]
+    out = torch.empty(rows, width, dtype=dtype)
+    for regime, lo, hi in zip(order, edges, edges[1:], strict=False):
+        if hi > lo:
+            out[lo:hi] = _values((hi - lo, width), regime, dtype, g)
+    return out.view(shape)
+
+
 def _values(shape: tuple[int, ...], regime: str, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
+    if regime == MIXED:
+        return _mixed(shape, dtype, g)
     width = shape[-1]
     fp16 = dtype == torch.float16
     if regime == "huge":
@@ -341,7 +358,12 @@ def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
     # too. On CPU only up to CPU_BOUNDARY_ROWS (the interpreter); a GPU always reaches the family's limit.
     for limit in sorted(set(spec.boundaries)):
         if spec.gpu or limit < CPU_BOUNDARY_ROWS:
-            plan += [("dispatch-edge", (rows, w), "normal", "contiguous") for rows in (limit, limit + 1)]
+            # past it, rows of every regime: the launch beyond meets outlier channels, offsets, spikes, not only
+            # normal rows
+            plan += [
+                ("dispatch-edge", (limit, w), "normal", "contiguous"),
+                ("dispatch-edge", (limit + 1, w), MIXED, "contiguous"),
+            ]
             # past it at the odd width too: the launch beyond meets a ragged block where the live width is a power of 2
             plan.append(("dispatch-edge", (limit + 1, spec.odd_width), "normal", "contiguous"))
     plan.append(("odd-width", (SMALL_ROWS, spec.odd_width), "normal", "contiguous"))

@@ -10,7 +10,8 @@ of a case share its shape and layout; each is drawn on its own from the case's g
 The served model's input domain, as the norm family's judge draws it (services.judge.cases), after those:
 - the residual norm's plan dispatches by row count and launches row programs (services.ops.row_reduction's
   vocabulary): each dispatch limit is drawn at and one past it ("dispatch-edge"; the row past it also as
-  log-scale rows, so the launch past a limit meets an epsilon's rows too, not only normal ones; on CPU only
+  rows of every regime, so the launch past a limit meets an epsilon's rows, outlier channels and offsets too, not
+  only normal ones; on CPU only
   limits below CPU_BOUNDARY_ROWS, the judge refusing a plan that dispatches above), and every residue of each
   rows-per-program block ("rows-residue"; on CPU residues up to CPU_RESIDUES). The MLPs' plans are one launch
   over blocks of elements: neither applies.
@@ -37,6 +38,7 @@ import torch
 from services.judge.cases import (
     CPU_BOUNDARY_ROWS,
     LAYOUTS,
+    MIXED,
     REGIME_ROWS,
     _base,
     _generator,
@@ -146,15 +148,16 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES, alike: bool = False) -> list[tu
     plan.append(("odd-width-rows", (beyond, ODD_WIDTH), "normal", "contiguous"))  # ragged in both (cases.py)
     plan += [("layout", (2, 2, w), "normal", layout) for layout in LAYOUTS]
     # The served domain after the cases above (a spec without it draws them as before). Every residue of each
-    # block of rows per program; both sides of each row dispatch limit, the row past it also in log-scale rows
-    # (an epsilon or a scale mishandled only by the launch past the limit); on CPU only the limits below
+    # block of rows per program; both sides of each row dispatch limit, the row past it also in rows of every
+    # regime (an epsilon, a scale or an outlier channel mishandled only by the launch past the limit); on CPU only the
+    # limits below
     # CPU_BOUNDARY_ROWS (services.judge.cases.undrawn_boundaries refuses a plan dispatching above them).
     cap = 0 if spec.gpu else CPU_RESIDUES
     plan += [("rows-residue", (n, w), "normal", "contiguous") for n in residue_rows(spec.row_blocks, cap)]
     limits = sorted({int(n) for n in spec.boundaries if n > 0 and (spec.gpu or n < CPU_BOUNDARY_ROWS)})
     edges = sorted({n for limit in limits for n in (limit, limit + 1)})
     plan += [("dispatch-edge", (n, w), "normal", "contiguous") for n in edges]
-    plan += [("dispatch-edge", (limit + 1, w), "log-scale", "contiguous") for limit in limits]
+    plan += [("dispatch-edge", (limit + 1, w), MIXED, "contiguous") for limit in limits]  # every row regime
     # past each limit at the odd width too: the launch beyond it meets a ragged block even where the live width is a
     # power of two (its unmasked loads would read past a tensor only there)
     plan += [("dispatch-edge", (limit + 1, ODD_WIDTH), "normal", "contiguous") for limit in limits]

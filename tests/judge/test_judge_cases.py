@@ -15,6 +15,7 @@ from services.judge.cases import (
     GPU_ELEMENT_BUDGET,
     GPU_LOG_SCALE_ROWS,
     LAYOUTS,
+    MIXED,
     REGIME_ROWS,
     REGIMES,
     WEIGHTS,
@@ -167,11 +168,31 @@ def test_nonfinite_and_zeros_cases_hold_what_they_say(cpu_cases, gpu_cases):
                 assert bool(torch.isfinite(x).all(-1).any()), case.name  # some rows stay finite
             seen |= {"nan"} if bool(x.isnan().any()) else set()
             seen |= {v for v in ("inf", "-inf") if bool((x == float(v)).any())}
-        else:
+        elif case.regime != MIXED:
             assert bool(torch.isfinite(x).all()), case.name
         if case.regime == "zeros":
             assert bool((x == 0).all(-1).any()), case.name
     assert seen == {"nan", "inf", "-inf"}
+
+
+@pytest.mark.parametrize("spec", [CPU, GPU], ids=["cpu", "gpu"])
+def test_the_row_past_a_dispatch_limit_is_drawn_as_rows_of_every_regime(spec):
+    """A launch serving only calls past a limit meets zero rows, non-finite ones, huge and tiny ones, outlier channels
+    and offsets, not only normal rows: a second kernel that dropped outlier channels from the mean square passed."""
+    spec = dataclasses.replace(spec, boundaries=(128,), examples=0)
+    [past] = [c for c in draw_cases(spec, seed=5) if c.name.startswith("dispatch-edge") and c.regime == MIXED]
+    assert rows(past.shape) == 129
+    x = past.base.float().reshape(-1, past.width)
+    finite = torch.isfinite(x).all(-1)
+    assert bool((x == 0).all(-1).any()) and not bool(finite.all()) and bool(finite.any())
+    rms = x[finite].pow(2).mean(-1).sqrt()
+    assert float(rms[rms > 0].max() / rms[rms > 0].min()) > 1e6  # huge rows beside tiny ones
+    size = x[finite].abs()
+    peak = (size.max(-1).values / size.median(-1).values.clamp_min(1e-30)).max()
+    assert float(peak) > 100  # a channel or a spike far above the rest of its row
+    mean = x[finite].mean(-1).abs()
+    std = x[finite].std(-1)
+    assert bool((mean > 10 * std).any())  # a common offset far above the noise
 
 
 def test_weights_are_drawn_apart_from_the_init(cpu_cases, gpu_cases):

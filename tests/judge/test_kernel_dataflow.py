@@ -400,7 +400,9 @@ def _twice_above(y, row, n_rows):
         ("row - row % 1531 // 1530", True),  # rows 1530, 3061, ... read the row before theirs
         ("row * row % 2", True),  # a product of rows
         ("row + 0 * (row // 1531)", True),  # a quotient by a fixed number, even when it cancels
-        ("row // n_cols", False),  # a place in a tile: divided by a size
+        ("row - row % (n_cols * 100 + 1) // (n_cols * 100)", True),  # the same by sizes combined (a red-team's)
+        ("row // n_cols", False),  # a place in a tile: divided by a size as passed
+        ("row % tl.cdiv(n_rows, 4)", False),  # or by a tile count
         ("row % n_rows", False),
         ("row * 2 + 1", False),  # a row scaled and moved: still one row a program
     ],

@@ -96,7 +96,7 @@ def operands(case_or_bases, layout: str, heads: tuple[int, int], dim: int, place
 def _angles(batch: int, seq: int, dim: int, variant_half: bool, g: torch.Generator, far: bool) -> torch.Tensor:
     # each sequence its own start, as the server's batched decode steps each slot at its own position (the first
     # from 0 unless `far`): a kernel that reads one sequence's angles for all of them meets the others'
-    starts = torch.randint(int(MAX_POSITION) - seq, (batch,), generator=g).double()
+    starts = torch.randint(max(1, int(MAX_POSITION) - seq), (batch,), generator=g).double()
     if not far:
         starts[0] = 0.0
     positions = starts[:, None] + torch.arange(seq, dtype=torch.float64)

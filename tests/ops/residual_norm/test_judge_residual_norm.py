@@ -142,6 +142,15 @@ def _dispatching(wrong: str = "") -> tuple[str, pb.LaunchPlan]:
         "": ("", ""),
         "sum-write": (store, "        if r < ROWS - 1:\n    " + store),
         "eps": ("tl.rsqrt(variance + eps)", "tl.rsqrt(variance + 10.0 * eps)"),
+        # each square softened against the row's mean magnitude, by arithmetic alone: ~1e-9 off on normal rows, it
+        # drops a channel ten times the row's typical size (a red-team kernel of 2026-12-05, accepted then)
+        "outliers": (
+            "variance = tl.sum(x * x, axis=0)",
+            "m1 = tl.sum(tl.abs(x), axis=0) / N_COLS\n"
+            "        t = x * x / (100.0 * m1 * m1 + 1e-30)\n"
+            "        t = t * t\n        t = t * t\n        t = t * t\n        t = t * t\n"
+            "        variance = tl.sum(x * x / (1.0 + t), axis=0)",
+        ),
     }
     past = honest.replace(*edits[wrong]) if wrong else honest
     assert (past != honest) == bool(wrong)
@@ -158,11 +167,12 @@ async def test_a_plan_dispatching_by_rows_to_the_same_kernel_passes():
     assert evidence.checks_passed == evidence.checks_run and not evidence.error
 
 
-@pytest.mark.parametrize("wrong", ["sum-write", "eps"])
+@pytest.mark.parametrize("wrong", ["sum-write", "eps", "outliers"])
 async def test_a_kernel_wrong_only_past_the_plans_row_dispatch_is_rejected(wrong):
     """Past LIMIT rows the plan launches a kernel that is wrong there alone: the judge draws LIMIT and LIMIT + 1
-    rows (the row past it also as log-scale rows, where an epsilon shows) and every residue of PAST_ROWS, so the
-    launch past the limit meets the judge. Before it drew the plan's dispatch, no case reached it and this passed."""
+    rows (the row past it also as rows of every regime: an epsilon, outlier channels, offsets show) and every residue
+    of PAST_ROWS, so the launch past the limit meets the judge. Before it drew the plan's dispatch, no case reached it
+    and this passed; before it drew every regime past it, "outliers" passed."""
     source, plan = _dispatching(wrong)
     judged = await _judge(_layer("llama"), source=source, plan=plan)
     assert judged.reward == -1 and "correctness failed" in judged.reason, judged.reason
