@@ -54,7 +54,12 @@ from services.judge.sampled_grid import SAMPLED_CASE, SAMPLED_ELEMENTS_CASE
 
 # The rows' regimes, and gates in the band between normal's tail (|g| ~ 16) and huge's bulk: an activation
 # approximated, clamped or computed in a narrower type is right at both ends and wrong only there.
-REGIMES = (*ROW_REGIMES, "gate-band")
+# shared-channels: the same few channels of gate and up large in every row (10-300x, either sign), as the massive
+# activations at a SwiGLU's down projection come from: each operand's regimes drawn on its own never put a gate and
+# an up of moderate size in one element, where a kernel wrong only for such products was accepted.
+REGIMES = (*ROW_REGIMES, "gate-band", "shared-channels")
+SHARED_SIZES = {torch.float16: (0.7, 1.2)}  # log10 of the channels' factor: fp16's gate * up stays finite
+SHARED_SIZES_DEFAULT = (1.0, 2.5)
 GATE_BAND = {torch.float16: (8.0, 250.0)}  # |gate| log-uniform in it, either sign (fp16's huge is 300 x N(0, 1))
 GATE_BAND_DEFAULT = (8.0, 1e3)
 # Regimes of the gate alone: up stays normal (huge x huge, a spike times a spike, 1e3 x 1e3 in fp16 only overflow)
@@ -103,11 +108,26 @@ def _gate_band(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -
     return ((2.0 * torch.randint(2, shape, generator=g) - 1) * size).to(dtype)
 
 
+def _shared_channels(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator):
+    """(gate, up): normal, with the same one to three channels of both scaled in every row by factors of their own."""
+    width = shape[-1]
+    channels = torch.randperm(width, generator=g)[: 1 + int(torch.randint(3, (1,), generator=g))]
+    lo, hi = SHARED_SIZES.get(dtype, SHARED_SIZES_DEFAULT)
+    pair = []
+    for _ in range(2):
+        t = _values(shape, "normal", torch.float32, g)
+        t.view(-1, width)[:, channels] *= 10 ** (lo + (hi - lo) * torch.rand(len(channels), generator=g))
+        pair.append(t.to(dtype))
+    return tuple(pair)
+
+
 def _operands(shape, regime: str, dtype: torch.dtype, g: torch.Generator, alike: bool):
     """(gate, up). `alike` (the residual norm's attention output and residual): both follow a row regime but huge,
     log-scale rows sharing one scale a row (else the sum's scale is the larger one's, and small rows go undrawn)."""
     if regime == "gate-band":
         return _gate_band(shape, dtype, g), _values(shape, "normal", dtype, g)
+    if regime == "shared-channels":
+        return _shared_channels(shape, dtype, g)
     if alike and regime == "log-scale":
         scales = log_scales(math.prod(shape[:-1]), dtype, g)[:, None]
         a, b = (_values(shape, "normal", torch.float32, g) for _ in range(2))

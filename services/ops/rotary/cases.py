@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from services.judge.cases import _generator, _values, sampled_rows
+from services.judge.cases import MIXED, _generator, _values, sampled_rows
 from services.judge.sampled_grid import SAMPLED_HEADS_CASE
 from services.ops import rotary
 
@@ -113,7 +113,7 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
         full = (b, s, heads * d) if layout == "attention" else (b, heads, s, d)
         if not heads:  # a function of one tensor: k has no heads
             return torch.empty(full, dtype=dtype)
-        if regime == "log-scale":  # each head's vector at each position its own scale (services.judge.cases)
+        if regime in ("log-scale", MIXED):  # each head's vector at each position its own scale, or regime
             return _values((math.prod(full) // d, d), regime, dtype, g).view(full)
         return _values(full, regime, dtype, g).contiguous()
 
@@ -157,7 +157,9 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     # only up to CPU_BOUNDARY_POSITIONS, the interpreter; a GPU always reaches the family's limit)
     for limit in sorted(set(spec.boundaries)):
         if spec.gpu or limit < CPU_BOUNDARY_POSITIONS:
-            plan += [("dispatch-edge", (1, hq, n, d), gqa, "normal", "attention", 1, False) for n in (limit, limit + 1)]
+            # past it, vectors of every regime: the launch beyond meets huge, tiny, non-finite ones, not only normal
+            plan += [("dispatch-edge", (1, hq, limit, d), gqa, "normal", "attention", 1, False)]
+            plan += [("dispatch-edge", (1, hq, limit + 1, d), gqa, MIXED, "attention", 1, False)]
     # every other kv-head count that divides q's (the common three are above): a kernel's head arithmetic meets them
     plan += [("kv-heads", (1, hq, 3, d), kv, "normal", "attention", 1, False) for kv in other_kv_heads(hq)]
     if spec.gpu:  # the served domain: a batch of the most sequences stepped together, a sequence near the longest

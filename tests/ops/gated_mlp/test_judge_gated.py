@@ -157,3 +157,47 @@ async def test_a_sigmoid_flushed_to_zero_in_the_gate_band_is_rejected():
     assert honest in source
     judged = await _judge(_mlp("llama"), "swiglu", source=source.replace(honest, flushed))
     assert judged.reward == -1 and judged.reason.startswith("correctness failed: outside-tolerance"), judged.reason
+
+
+# Right everywhere but where a gate and an up of moderate size (20-300) each hold most of their group of 16
+# elements: a SwiGLU's massive activations, in the same channel of both. A red-team kernel of 2026-12-05, accepted
+# then: each operand's regime was drawn on its own, so no case put a moderate spike in both at one element.
+SPIKE_WEIGHT = """
+@triton.jit
+def _spike_weight(v, BLOCK: tl.constexpr):
+    sq = tl.minimum(v * v, 1e30)
+    energy = tl.sum(sq, axis=1)[:, None]
+    share = sq * 16.0 / (energy + 1e-30) / 12.0
+    share = share * share
+    share = share * share
+    share = share * share
+    share = share * share
+    spiky = 1.0 - 1.0 / (1.0 + share)
+    lo = sq / 400.0
+    lo = lo * lo
+    lo = lo * lo
+    lo = lo * lo
+    hi = sq / 90000.0
+    hi = hi * hi
+    hi = hi * hi
+    hi = hi * hi
+    return spiky * (1.0 - 1.0 / (1.0 + lo)) / (1.0 + hi)
+
+
+@triton.jit
+def _swiglu_kernel("""
+DAMPED = (
+    "    both = _spike_weight(tl.reshape(g, (BLOCK // 16, 16)), BLOCK) * "
+    "_spike_weight(tl.reshape(u, (BLOCK // 16, 16)), BLOCK)\n"
+    "    tl.store(y_ptr + offsets, (act * u * (1.0 - 0.5 * tl.reshape(both, (BLOCK,)))).to(y_ptr.dtype.element_ty), "
+    "mask=mask)"
+)
+
+
+async def test_a_kernel_wrong_only_where_gate_and_up_share_a_large_channel_is_rejected():
+    source = gated.render(gated.search_configs("swiglu")[0])
+    store = "    tl.store(y_ptr + offsets, (act * u).to(y_ptr.dtype.element_ty), mask=mask)"
+    assert store in source and "\n@triton.jit\ndef _swiglu_kernel(" in source, "the template changed"
+    hostile = source.replace("\n@triton.jit\ndef _swiglu_kernel(", SPIKE_WEIGHT).replace(store, DAMPED)
+    judged = await _judge(_mlp("llama"), "swiglu", source=hostile, dtype="torch.float32")
+    assert judged.reward == -1 and "shared-channels" in judged.reason, judged.reason

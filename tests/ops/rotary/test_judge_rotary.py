@@ -250,3 +250,14 @@ async def test_a_kernel_wrong_for_sequences_past_the_first_two_is_rejected(hones
         assert judged.observed.static_check.findings[0].rule_id == "row-pick", judged.reason
     else:
         assert judged.reason.startswith("correctness failed: outside-tolerance"), judged.reason
+
+
+def test_past_a_dispatch_limit_the_vectors_are_of_every_regime():
+    """A second kernel for calls past 48 positions that flattened elements over ~30 was judged on normal vectors only
+    there (a red-team kernel of 2026-12-05): the call one past each limit now holds vectors of every regime."""
+    spec = RopeSpec((1, 4, 5, 16), torch.float32, gpu=False, boundaries=(48,))
+    [past] = [c for c in draw_rope_cases(spec, "rope_half", seed=2) if c.name.startswith("dispatch-edge q 1x4x49")]
+    assert past.regime == "mixed"
+    vectors = past.q.reshape(-1, 16)
+    finite = torch.isfinite(vectors).all(-1)
+    assert not bool(finite.all()) and float(vectors[finite].abs().max()) > 1e3  # non-finite ones, huge ones
