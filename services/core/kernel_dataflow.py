@@ -492,6 +492,8 @@ class _Kernel:
                 return replace(out, curved=True)  # a name of unknown sign: rising or falling, no bound
             if number < 0:
                 out = out.negated()
+            if number != math.inf and number != int(number):
+                return replace(out, curved=True)  # a row times a fraction: cast back, it steps at chosen rows
             big = abs(number) > _SAFE_FACTOR
         overflow = not row.wide and (big or row.scaled)
         return replace(out, scaled=True, overflow=out.overflow or overflow)
@@ -810,6 +812,10 @@ class _Kernel:
                 )
         if method == "to" and any(_dotted(a) in _WIDE_TYPES for a in [*node.args, *kw.values()]):
             everything = replace(everything, wide=True)  # products after it do not wrap (what wrapped before stays)
+        elif cast and target is not None and _dotted(target) not in _INT_TYPES:
+            # a row made a float: scaled and cast back (`(row.to(tl.float32) * 0.000653).to(tl.int32)`) it steps at
+            # rows of the author's choosing
+            everything = everything.curve_if_row()
         if everything.pointer and not shaping:
             what = f"`{name or method}`"
             self.ctx.add(

@@ -280,6 +280,25 @@ def _rows(shape) -> int:
     return math.prod(shape[:-1])
 
 
+MIXED_MIN_ROWS = 2 * len(REGIMES)  # a mixed case of this many rows holds two rows of every regime
+
+
+def launch_regimes(limits) -> list[tuple[int, str]]:
+    """(rows, regime) of the cases that give every launch of a plan dispatching at `limits` rows every regime: each
+    launch's share of row counts (up to the first limit, between two, past the last) meets a mixed case inside it,
+    or, where its share is too narrow for one (a launch of calls of one row, a decode step), each regime at its most
+    rows. A kernel dropping outlier channels served only the calls of one row, and every regime case had more."""
+    out: list[tuple[int, str]] = []
+    bounds = sorted({int(n) for n in limits if n > 0})
+    for lo, hi in zip([0, *bounds], [*bounds, 0], strict=True):  # hi 0: the last launch, no limit above
+        rows = max(lo + 1, MIXED_MIN_ROWS)
+        if hi and rows > hi:
+            out += [(hi, regime) for regime in REGIMES]
+        else:
+            out.append((rows, MIXED))
+    return out if bounds else []
+
+
 def residue_rows(blocks, cap: int = 0) -> list[int]:
     """Row counts covering every residue r of every block R with at least one full block (count >= R).
 
@@ -356,16 +375,13 @@ def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
     plan.append(("rows-beyond", (beyond, w), "normal", "contiguous"))
     # Either side of each row dispatch boundary of the plan: a launch meant for long inputs meets the judge
     # too. On CPU only up to CPU_BOUNDARY_ROWS (the interpreter); a GPU always reaches the family's limit.
-    for limit in sorted(set(spec.boundaries)):
-        if spec.gpu or limit < CPU_BOUNDARY_ROWS:
-            # past it, rows of every regime: the launch beyond meets outlier channels, offsets, spikes, not only
-            # normal rows
-            plan += [
-                ("dispatch-edge", (limit, w), "normal", "contiguous"),
-                ("dispatch-edge", (limit + 1, w), MIXED, "contiguous"),
-            ]
-            # past it at the odd width too: the launch beyond meets a ragged block where the live width is a power of 2
-            plan.append(("dispatch-edge", (limit + 1, spec.odd_width), "normal", "contiguous"))
+    limits = sorted({n for n in spec.boundaries if spec.gpu or n < CPU_BOUNDARY_ROWS})
+    for limit in limits:
+        plan += [("dispatch-edge", (rows, w), "normal", "contiguous") for rows in (limit, limit + 1)]
+        # past it at the odd width too: the launch beyond meets a ragged block where the live width is a power of 2
+        plan.append(("dispatch-edge", (limit + 1, spec.odd_width), "normal", "contiguous"))
+    # every launch meets every regime: outlier channels, offsets, spikes, not only normal rows
+    plan += [("dispatch-launch", (rows, w), regime, "contiguous") for rows, regime in launch_regimes(limits)]
     plan.append(("odd-width", (SMALL_ROWS, spec.odd_width), "normal", "contiguous"))
     # the odd width past the live rows too: a ragged last block in both dimensions, at program counts (a persistent
     # grid's one program a row, several rows a program) the few rows above never reach

@@ -9,8 +9,8 @@ of a case share its shape and layout; each is drawn on its own from the case's g
 
 The served model's input domain, as the norm family's judge draws it (services.judge.cases), after those:
 - the residual norm's plan dispatches by row count and launches row programs (services.ops.row_reduction's
-  vocabulary): each dispatch limit is drawn at and one past it ("dispatch-edge"; the row past it also as
-  rows of every regime, so the launch past a limit meets an epsilon's rows, outlier channels and offsets too, not
+  vocabulary): each dispatch limit is drawn at and one past it ("dispatch-edge"), and each launch's share of row
+  counts meets rows of every regime ("dispatch-launch": an epsilon's rows, outlier channels and offsets too, not
   only normal ones; on CPU only
   limits below CPU_BOUNDARY_ROWS, the judge refusing a plan that dispatches above), and every residue of each
   rows-per-program block ("rows-residue"; on CPU residues up to CPU_RESIDUES). The MLPs' plans are one launch
@@ -38,13 +38,13 @@ import torch
 from services.judge.cases import (
     CPU_BOUNDARY_ROWS,
     LAYOUTS,
-    MIXED,
     REGIME_ROWS,
     _base,
     _generator,
     _pick,
     _values,
     domain_rows,
+    launch_regimes,
     log_scales,
     residue_rows,
     sampled_rows,
@@ -168,8 +168,8 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES, alike: bool = False) -> list[tu
     plan.append(("odd-width-rows", (beyond, ODD_WIDTH), "normal", "contiguous"))  # ragged in both (cases.py)
     plan += [("layout", (2, 2, w), "normal", layout) for layout in LAYOUTS]
     # The served domain after the cases above (a spec without it draws them as before). Every residue of each
-    # block of rows per program; both sides of each row dispatch limit, the row past it also in rows of every
-    # regime (an epsilon, a scale or an outlier channel mishandled only by the launch past the limit); on CPU only the
+    # block of rows per program; both sides of each row dispatch limit, and rows of every regime inside each launch's
+    # share of row counts (an epsilon, a scale or an outlier channel mishandled by one launch only); on CPU only the
     # limits below
     # CPU_BOUNDARY_ROWS (services.judge.cases.undrawn_boundaries refuses a plan dispatching above them).
     cap = 0 if spec.gpu else CPU_RESIDUES
@@ -177,7 +177,7 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES, alike: bool = False) -> list[tu
     limits = sorted({int(n) for n in spec.boundaries if n > 0 and (spec.gpu or n < CPU_BOUNDARY_ROWS)})
     edges = sorted({n for limit in limits for n in (limit, limit + 1)})
     plan += [("dispatch-edge", (n, w), "normal", "contiguous") for n in edges]
-    plan += [("dispatch-edge", (limit + 1, w), MIXED, "contiguous") for limit in limits]  # every row regime
+    plan += [("dispatch-launch", (n, w), regime, "contiguous") for n, regime in launch_regimes(limits)]  # all regimes
     # past each limit at the odd width too: the launch beyond it meets a ragged block even where the live width is a
     # power of two (its unmasked loads would read past a tensor only there)
     plan += [("dispatch-edge", (limit + 1, ODD_WIDTH), "normal", "contiguous") for limit in limits]

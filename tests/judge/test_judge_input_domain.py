@@ -18,6 +18,9 @@ from services.judge.cases import (
     DOMAIN_ELEMENTS,
     GPU_ELEMENT_BUDGET,
     MAX_DRAWN_ROWS,
+    MIXED,
+    MIXED_MIN_ROWS,
+    REGIMES,
     CaseSpec,
     domain_rows,
     draw_cases,
@@ -114,8 +117,10 @@ def test_the_residual_norm_draws_both_sides_of_each_dispatch_limit_and_every_res
     cases = draw_add_norm_cases(cpu, seed=3, bias=False)
     edges = {(rows(c.shape), c.regime) for c in named(cases, "dispatch-edge")}
     # 4096 is past what the interpreter draws: such a plan is refused on CPU before anything runs (undrawn_boundaries)
-    # the row past each limit also as rows of every regime: the launch past it meets outliers, offsets, eps's rows
-    assert edges == {(n, "normal") for n in (5, 6, 200, 201)} | {(6, "mixed"), (201, "mixed")}
+    assert edges == {(n, "normal") for n in (5, 6, 200, 201)}
+    # every launch meets rows of every regime: the one of up to 5 rows each regime at 5 rows, the others mixed cases
+    launches = [(rows(c.shape), c.regime) for c in named(cases, "dispatch-launch")]
+    assert launches == [(5, r) for r in REGIMES] + [(MIXED_MIN_ROWS, MIXED), (201, MIXED)]
     residues = [rows(c.shape) for c in named(cases, "rows-residue")]
     for block in blocks:  # on CPU the residues up to CPU_RESIDUES, past one full block
         assert all(any(n >= block and n % block == r for n in residues) for r in range(min(block, CPU_RESIDUES + 1)))

@@ -401,7 +401,14 @@ def _twice_above(y, row, n_rows):
         ("row * row % 2", True),  # a product of rows
         ("row + 0 * (row // 1531)", True),  # a quotient by a fixed number, even when it cancels
         ("row - row % (n_cols * 100 + 1) // (n_cols * 100)", True),  # the same by sizes combined (a red-team's)
+        # a row made a float, scaled and cast back: the row before wherever row * 0.000653 crosses an integer
+        (
+            "row - ((row + 1).to(tl.float32) * 0.000653).to(tl.int32) + (row.to(tl.float32) * 0.000653).to(tl.int32)",
+            True,
+        ),
+        ("(row * 0.5).to(tl.int32)", True),  # a row times a fraction
         ("row // n_cols", False),  # a place in a tile: divided by a size as passed
+        ("row.to(tl.int64)", False),  # widened
         ("row % tl.cdiv(n_rows, 4)", False),  # or by a tile count
         ("row % n_rows", False),
         ("row * 2 + 1", False),  # a row scaled and moved: still one row a program

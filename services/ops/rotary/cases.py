@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from services.judge.cases import MIXED, _generator, _values, sampled_rows
+from services.judge.cases import MIXED, _generator, _values, launch_regimes, sampled_rows
 from services.judge.sampled_grid import SAMPLED_HEADS_CASE
 from services.ops import rotary
 
@@ -155,11 +155,13 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     plan.append(("prefill", (1, hq, PREFILL_CPU if not spec.gpu else 1024, d), gqa, "normal", "attention", 1, True))
     # either side of each dispatch by position count: a launch meant for long calls meets the judge too (on CPU
     # only up to CPU_BOUNDARY_POSITIONS, the interpreter; a GPU always reaches the family's limit)
-    for limit in sorted(set(spec.boundaries)):
-        if spec.gpu or limit < CPU_BOUNDARY_POSITIONS:
-            # past it, vectors of every regime: the launch beyond meets huge, tiny, non-finite ones, not only normal
-            plan += [("dispatch-edge", (1, hq, limit, d), gqa, "normal", "attention", 1, False)]
-            plan += [("dispatch-edge", (1, hq, limit + 1, d), gqa, MIXED, "attention", 1, False)]
+    limits = sorted({n for n in spec.boundaries if spec.gpu or n < CPU_BOUNDARY_POSITIONS})
+    for limit in limits:
+        plan += [("dispatch-edge", (1, hq, n, d), gqa, "normal", "attention", 1, False) for n in (limit, limit + 1)]
+    # every launch meets vectors of every regime (huge, tiny, non-finite, offsets), not only normal ones
+    plan += [
+        ("dispatch-launch", (1, hq, n, d), gqa, regime, "attention", 1, False) for n, regime in launch_regimes(limits)
+    ]
     # every other kv-head count that divides q's (the common three are above): a kernel's head arithmetic meets them
     plan += [("kv-heads", (1, hq, 3, d), kv, "normal", "attention", 1, False) for kv in other_kv_heads(hq)]
     if spec.gpu:  # the served domain: a batch of the most sequences stepped together, a sequence near the longest

@@ -176,7 +176,20 @@ async def test_a_kernel_wrong_only_past_the_plans_row_dispatch_is_rejected(wrong
     source, plan = _dispatching(wrong)
     judged = await _judge(_layer("llama"), source=source, plan=plan)
     assert judged.reward == -1 and "correctness failed" in judged.reason, judged.reason
-    assert f"dispatch-edge {LIMIT + 1}x" in judged.observed.correctness.error, judged.observed.correctness.error
+    error = judged.observed.correctness.error
+    assert f"dispatch-edge {LIMIT + 1}x" in error or f"dispatch-launch {LIMIT + 1}x" in error, error
+
+
+async def test_a_kernel_wrong_only_for_calls_of_one_row_is_rejected():
+    """The outlier-dropping kernel first, for calls of one row only (a decode step, the commonest call a server
+    makes), the honest one past it: every regime case had three rows or more, so no regime but normal reached the
+    one-row launch (a red-team plan of 2026-12-05, accepted then). Each regime is now drawn at one row too."""
+    source, plan = _dispatching("outliers")
+    first, past = plan.launches
+    first.kernel, past.kernel = past.kernel, first.kernel  # the wrong kernel serves the calls up to the limit
+    first.max_rows = 1
+    judged = await _judge(_layer("llama"), source=source, plan=plan)
+    assert judged.reward == -1 and "dispatch-launch 1x" in judged.observed.correctness.error, judged.reason
 
 
 async def test_on_cpu_a_residual_norm_plan_dispatching_above_what_the_interpreter_runs_is_refused():
