@@ -724,7 +724,9 @@ class _Kernel:
             return out
         if right.index or (left.index and right.static):  # `n // row`, `row % 77777`, `row ** 2`, `row & 1`
             out = replace(out, curved=True)
-        elif left.index and not self.divides_into_tiles(sides[1]):  # `row % (heads * 100 + 1)`
+        elif left.index and not (  # `row % (heads * 100 + 1)`, `row ^ n_cols`, `row >> n_cols`
+            isinstance(op, ast.FloorDiv | ast.Mod | ast.Div) and self.divides_into_tiles(sides[1])
+        ):
             out = replace(out, curved=True)
         # a size divided (or reduced, a power, bits of it) changes at some sizes only; an index divided by anything
         # is a place in a tile (`unit // blocks`), unless what divides it is itself such a window

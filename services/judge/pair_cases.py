@@ -60,6 +60,13 @@ from services.judge.sampled_grid import SAMPLED_CASE, SAMPLED_ELEMENTS_CASE
 REGIMES = (*ROW_REGIMES, "gate-band", "shared-channels")
 SHARED_SIZES = {torch.float16: (0.7, 1.2)}  # log10 of the channels' factor: fp16's gate * up stays finite
 SHARED_SIZES_DEFAULT = (1.0, 2.5)
+# lone-spike: decode steps of one row whose one channel of gate and up is large, its magnitude the k-th of a grid over
+# these decades (a kernel damping only a spike alone in its block, of moderate size in both, was met by a
+# shared-channels case in about a third of judgings: gate and up each N(0, 1) times a factor, several rows a block)
+LONE_SPIKE = "lone-spike"
+LONE_SPIKES = 6
+LONE_SPIKE_DECADES = {torch.float16: (0.5, 2.2)}  # fp16: the product stays finite
+LONE_SPIKE_DECADES_DEFAULT = (0.5, 3.0)
 GATE_BAND = {torch.float16: (8.0, 250.0)}  # |gate| log-uniform in it, either sign (fp16's huge is 300 x N(0, 1))
 GATE_BAND_DEFAULT = (8.0, 1e3)
 # Regimes of the gate alone: up stays normal (huge x huge, a spike times a spike, 1e3 x 1e3 in fp16 only overflow)
@@ -121,6 +128,23 @@ def _shared_channels(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Genera
     return tuple(pair)
 
 
+def _lone_spike(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator, k: int):
+    """(gate, up): normal, with one channel of both set to the k-th of LONE_SPIKES magnitudes on a grid of the decades
+    at a random phase (either sign each): a decode step's lone massive activation. Over the LONE_SPIKES cases no band
+    of magnitudes wider than the grid's step goes undrawn, in gate and up at once."""
+    width = shape[-1]
+    lo, hi = LONE_SPIKE_DECADES.get(dtype, LONE_SPIKE_DECADES_DEFAULT)
+    phase = float(torch.rand((), generator=g))  # g is the judging's one generator of these cases: one phase
+    size = 10 ** (lo + (hi - lo) * (k + phase) / LONE_SPIKES)
+    channel = int(torch.randint(width, (1,), generator=g))
+    pair = []
+    for _ in range(2):
+        t = _values(shape, "normal", torch.float32, g)
+        t.view(-1, width)[:, channel] = size * (2.0 * float(torch.randint(2, (1,), generator=g)) - 1)
+        pair.append(t.to(dtype))
+    return tuple(pair)
+
+
 def _operands(shape, regime: str, dtype: torch.dtype, g: torch.Generator, alike: bool):
     """(gate, up). `alike` (the residual norm's attention output and residual): both follow a row regime but huge,
     log-scale rows sharing one scale a row (else the sum's scale is the larger one's, and small rows go undrawn)."""
@@ -128,6 +152,8 @@ def _operands(shape, regime: str, dtype: torch.dtype, g: torch.Generator, alike:
         return _gate_band(shape, dtype, g), _values(shape, "normal", dtype, g)
     if regime == "shared-channels":
         return _shared_channels(shape, dtype, g)
+    if regime.startswith(LONE_SPIKE):  # "lone-spike k": the k-th magnitude of the grid
+        return _lone_spike(shape, dtype, g, int(regime.split()[1]))
     if alike and regime == "log-scale":
         scales = log_scales(math.prod(shape[:-1]), dtype, g)[:, None]
         a, b = (_values(shape, "normal", torch.float32, g) for _ in range(2))
@@ -156,6 +182,8 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES, alike: bool = False) -> list[tu
     more = budget // 64 // w
     plan += [("regime", (max(SMALL_ROWS, min(REGIME_ROWS.get(r, 0), more)), w), r, "contiguous") for r in regimes]
     plan += [("decode", (batch, 1, w), "normal", "contiguous") for batch in ((2, 4) if spec.gpu else (2,))]
+    if "shared-channels" in regimes:  # decode steps of one row, a lone large channel in gate and up at once
+        plan += [("decode", (1, 1, w), f"{LONE_SPIKE} {k}", "contiguous") for k in range(LONE_SPIKES)]
     # A block's edges: one element short of it, exactly it, one past it and past two blocks (the mask's work).
     for block in sorted(set(spec.blocks)):
         for n in (block - 1, block, block + 1, 2 * block + 1):
@@ -191,12 +219,17 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES, alike: bool = False) -> list[tu
     return plan
 
 
+def _fixed_generator(seed: int, i: int, regime: str) -> torch.Generator:
+    """The i-th fixed case's generator; the lone-spike cases share one, so their magnitudes share one grid's phase."""
+    return _generator(seed, LONE_SPIKE) if regime.startswith(LONE_SPIKE) else _generator(seed, "pair-fixed", i)
+
+
 def draw_pair_cases(spec: PairSpec, seed: int, alike: bool = False) -> list[PairCase]:
     """The fixed cases (the live shape first), then `spec.examples` drawn ones: deterministic in (spec, seed).
     `alike`: two operands of one kind (a residual norm's, summed): the rows' regimes on both (`_operands`)."""
     regimes = ROW_REGIMES if alike else REGIMES
     cases = [
-        _case(kind, shape, regime, layout, spec, _generator(seed, "pair-fixed", i), alike)
+        _case(kind, shape, regime, layout, spec, _fixed_generator(seed, i, regime), alike)
         for i, (kind, shape, regime, layout) in enumerate(_fixed_plan(spec, regimes, alike))
     ]
     used = sum(c.gate.numel() for c in cases if not c.name.startswith(("domain ", SAMPLED_CASE)))  # outside it

@@ -407,6 +407,7 @@ def _twice_above(y, row, n_rows):
             True,
         ),
         ("(row * 0.5).to(tl.int32)", True),  # a row times a fraction
+        ("row ^ n_cols", True),  # bits of a row: rows swapped in pairs
         ("row // n_cols", False),  # a place in a tile: divided by a size as passed
         ("row.to(tl.int64)", False),  # widened
         ("row % tl.cdiv(n_rows, 4)", False),  # or by a tile count

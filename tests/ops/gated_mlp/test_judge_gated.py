@@ -5,6 +5,8 @@ past a block's edge, is rejected for what it got wrong."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from judge_testkit import log_of
@@ -194,10 +196,49 @@ DAMPED = (
 )
 
 
-async def test_a_kernel_wrong_only_where_gate_and_up_share_a_large_channel_is_rejected():
+# the same, damped only where the spike is alone in its block of 2,048 (a single token's massive activation): met by a
+# shared-channels case in about a third of judgings (several rows a block at the test's width), by a lone-spike
+# decode step in every one
+LONE = (
+    "    both = _spike_weight(tl.reshape(g, (BLOCK // 16, 16)), BLOCK) * "
+    "_spike_weight(tl.reshape(u, (BLOCK // 16, 16)), BLOCK)\n"
+    "    count = tl.sum(tl.sum(both, axis=1), axis=0) / 1.4\n"
+    + "    count = count * count\n" * 6
+    + "    crisp = both * both\n"
+    + "    crisp = crisp * crisp\n" * 4
+    + "    damp = 1.0 - 0.5 * tl.reshape(crisp, (BLOCK,)) / (1.0 + count)\n"
+    "    tl.store(y_ptr + offsets, (act * u * damp).to(y_ptr.dtype.element_ty), mask=mask)"
+)
+
+
+@pytest.mark.parametrize(("store_as", "met_by"), [(DAMPED, ("shared-channels",)), (LONE, ("shared", "lone-spike"))])
+async def test_a_kernel_wrong_only_where_gate_and_up_share_a_large_channel_is_rejected(store_as, met_by):
     source = gated.render(gated.search_configs("swiglu")[0])
     store = "    tl.store(y_ptr + offsets, (act * u).to(y_ptr.dtype.element_ty), mask=mask)"
     assert store in source and "\n@triton.jit\ndef _swiglu_kernel(" in source, "the template changed"
-    hostile = source.replace("\n@triton.jit\ndef _swiglu_kernel(", SPIKE_WEIGHT).replace(store, DAMPED)
-    judged = await _judge(_mlp("llama"), "swiglu", source=hostile, dtype="torch.float32")
-    assert judged.reward == -1 and "shared-channels" in judged.reason, judged.reason
+    hostile = source.replace("\n@triton.jit\ndef _swiglu_kernel(", SPIKE_WEIGHT).replace(store, store_as)
+    captured = _captured(_mlp("llama"), "torch.float32")
+    config = gated.search_configs("swiglu")[0]
+    prior = log_of(captured, _proposal(captured, hostile, gated.plan(config)))
+    [judged] = await JudgeService(device="cpu", examples=0).handle(prior[-1], prior)  # the fixed cases alone
+    assert judged.reward == -1 and any(case in judged.reason for case in met_by), judged.reason
+
+
+def test_the_lone_spike_decode_steps_put_one_magnitude_grid_in_one_channel_of_gate_and_up():
+    """Six one-row cases, each one channel of gate and up at the same magnitude, the magnitudes a grid of the decades
+    at one random phase: no band of moderate spikes wider than the grid's step goes undrawn in both at once."""
+    from services.judge.pair_cases import LONE_SPIKE, LONE_SPIKE_DECADES_DEFAULT, LONE_SPIKES, PairSpec, draw_pair_cases
+
+    spec = PairSpec(width=128, live_shape=(1, 1, 128), dtype=torch.float32, gpu=False, examples=0)
+    for seed in (1, 2):
+        lone = [c for c in draw_pair_cases(spec, seed) if c.regime.startswith(LONE_SPIKE)]
+        assert len(lone) == LONE_SPIKES and all(c.shape == (1, 1, 128) for c in lone)
+        sizes = []
+        for case in lone:
+            gate, up = case.gate.reshape(-1).abs(), case.up.reshape(-1).abs()
+            [channel] = (gate == up).nonzero().reshape(-1).tolist()  # the one element both set to the magnitude
+            sizes.append(float(gate[channel]))
+        steps = torch.tensor(sizes).log10().diff()
+        lo, hi = LONE_SPIKE_DECADES_DEFAULT
+        assert torch.allclose(steps, torch.full_like(steps, (hi - lo) / LONE_SPIKES), atol=1e-5)
+        assert lo <= math.log10(sizes[0]) < lo + (hi - lo) / LONE_SPIKES
