@@ -85,7 +85,7 @@ def test_fixed_cases_then_exactly_the_examples(cpu_cases, gpu_cases):
 def test_every_regime_weights_kind_and_layout_appears_among_the_fixed_cases(cpu_cases, gpu_cases):
     for cases in (cpu_cases, gpu_cases):
         fixed = [c for c in cases if not c.name.startswith("drawn ")]
-        assert {c.regime for c in fixed} == set(REGIMES)
+        assert {c.regime for c in fixed} == {*REGIMES, MIXED}  # and every launch a case of them all
         assert {c.weights for c in fixed} == set(WEIGHTS)
         assert {c.layout for c in fixed} == set(LAYOUTS)
 
@@ -180,7 +180,7 @@ def test_the_row_past_a_dispatch_limit_is_drawn_as_rows_of_every_regime(spec):
     """A launch serving only calls past a limit meets zero rows, non-finite ones, huge and tiny ones, outlier channels
     and offsets, not only normal rows: a second kernel that dropped outlier channels from the mean square passed."""
     spec = dataclasses.replace(spec, boundaries=(128,), examples=0)
-    [past] = [c for c in draw_cases(spec, seed=5) if c.name.startswith("dispatch-launch 129x")]
+    [past] = [c for c in draw_cases(spec, seed=5) if c.name.startswith("launch-regimes 129x")]
     assert past.regime == MIXED
     x = past.base.float().reshape(-1, past.width)
     finite = torch.isfinite(x).all(-1)

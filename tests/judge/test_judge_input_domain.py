@@ -119,7 +119,7 @@ def test_the_residual_norm_draws_both_sides_of_each_dispatch_limit_and_every_res
     # 4096 is past what the interpreter draws: such a plan is refused on CPU before anything runs (undrawn_boundaries)
     assert edges == {(n, "normal") for n in (5, 6, 200, 201)}
     # every launch meets rows of every regime: the one of up to 5 rows each regime at 5 rows, the others mixed cases
-    launches = [(rows(c.shape), c.regime) for c in named(cases, "dispatch-launch")]
+    launches = [(rows(c.shape), c.regime) for c in named(cases, "launch-regimes")]
     assert launches == [(5, r) for r in REGIMES] + [(MIXED_MIN_ROWS, MIXED), (201, MIXED)]
     residues = [rows(c.shape) for c in named(cases, "rows-residue")]
     for block in blocks:  # on CPU the residues up to CPU_RESIDUES, past one full block

@@ -160,7 +160,7 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
         plan += [("dispatch-edge", (1, hq, n, d), gqa, "normal", "attention", 1, False) for n in (limit, limit + 1)]
     # every launch meets vectors of every regime (huge, tiny, non-finite, offsets), not only normal ones
     plan += [
-        ("dispatch-launch", (1, hq, n, d), gqa, regime, "attention", 1, False) for n, regime in launch_regimes(limits)
+        ("launch-regimes", (1, hq, n, d), gqa, regime, "attention", 1, False) for n, regime in launch_regimes(limits)
     ]
     # every other kv-head count that divides q's (the common three are above): a kernel's head arithmetic meets them
     plan += [("kv-heads", (1, hq, 3, d), kv, "normal", "attention", 1, False) for kv in other_kv_heads(hq)]

@@ -177,7 +177,7 @@ async def test_a_kernel_wrong_only_past_the_plans_row_dispatch_is_rejected(wrong
     judged = await _judge(_layer("llama"), source=source, plan=plan)
     assert judged.reward == -1 and "correctness failed" in judged.reason, judged.reason
     error = judged.observed.correctness.error
-    assert f"dispatch-edge {LIMIT + 1}x" in error or f"dispatch-launch {LIMIT + 1}x" in error, error
+    assert f"dispatch-edge {LIMIT + 1}x" in error or f"launch-regimes {LIMIT + 1}x" in error, error
 
 
 async def test_a_kernel_wrong_only_for_calls_of_one_row_is_rejected():
@@ -189,7 +189,7 @@ async def test_a_kernel_wrong_only_for_calls_of_one_row_is_rejected():
     first.kernel, past.kernel = past.kernel, first.kernel  # the wrong kernel serves the calls up to the limit
     first.max_rows = 1
     judged = await _judge(_layer("llama"), source=source, plan=plan)
-    assert judged.reward == -1 and "dispatch-launch 1x" in judged.observed.correctness.error, judged.reason
+    assert judged.reward == -1 and "launch-regimes 1x" in judged.observed.correctness.error, judged.reason
 
 
 async def test_on_cpu_a_residual_norm_plan_dispatching_above_what_the_interpreter_runs_is_refused():

@@ -256,8 +256,44 @@ def test_past_a_dispatch_limit_the_vectors_are_of_every_regime():
     """A second kernel for calls past 48 positions that flattened elements over ~30 was judged on normal vectors only
     there (a red-team kernel of 2026-12-05): the call one past each limit now holds vectors of every regime."""
     spec = RopeSpec((1, 4, 5, 16), torch.float32, gpu=False, boundaries=(48,))
-    [past] = [c for c in draw_rope_cases(spec, "rope_half", seed=2) if c.name.startswith("dispatch-launch q 1x4x49")]
+    [past] = [c for c in draw_rope_cases(spec, "rope_half", seed=2) if c.name.startswith("launch-regimes q 1x4x49")]
     assert past.regime == "mixed"
     vectors = past.q.reshape(-1, 16)
     finite = torch.isfinite(vectors).all(-1)
     assert not bool(finite.all()) and float(vectors[finite].abs().max()) > 1e3  # non-finite ones, huge ones
+
+
+# Each head's vector passed through x / (1 + (x² / (100 m²))^24), m its mean magnitude: exact on vectors Gaussian
+# inside a head (every RoPE regime), it flattens a channel ten times the rest, as a k projection's bias puts in every
+# key (a red-team kernel against the judge of 2026-12-05, accepted in a plan of one launch).
+FLATTEN = """    x1 = x1.to(tl.float32)
+    x2 = x2.to(tl.float32)
+    m = (tl.sum(tl.minimum(tl.abs(x1), 1e30), axis=1) + tl.sum(tl.minimum(tl.abs(x2), 1e30), axis=1)) / (2 * HALF)
+    m2 = (m * m)[:, None] * 100.0 + 1e-30
+    t1 = x1 * x1 / m2
+    t2 = x2 * x2 / m2
+    t1 = t1 * t1 * t1
+    t2 = t2 * t2 * t2
+    t1 = t1 * t1
+    t2 = t2 * t2
+    t1 = t1 * t1
+    t2 = t2 * t2
+    t1 = t1 * t1
+    t2 = t2 * t2
+    x1 = x1 / (1.0 + t1)
+    x2 = x2 / (1.0 + t2)
+"""
+
+
+async def test_a_kernel_flattening_a_heads_large_channels_is_rejected_in_a_plan_of_one_launch():
+    """Every plan, of one launch too, meets a case of every row regime per head vector (outlier channels, spikes,
+    offsets), not only RoPE's own regimes."""
+    captured = _captured(QWEN2, "rope_half")
+    proposal = _proposal(captured, template.search_configs("rope_half")[0])
+    honest = "    x1 = x1.to(tl.float32)\n    x2 = x2.to(tl.float32)\n"
+    assert honest in proposal.source and len(proposal.plan.launches) == 1, "the template changed"
+    proposal.source = proposal.source.replace(honest, FLATTEN)
+    proposal.source_sha256 = candidate_sha256(proposal.source, proposal.plan)
+    prior = log_of(captured, proposal)
+    [judged] = await JudgeService(device="cpu", examples=0).handle(prior[-1], prior)
+    assert judged.reward == -1 and "launch-regimes" in judged.reason and "mixed" in judged.reason, judged.reason
