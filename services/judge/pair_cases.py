@@ -9,7 +9,8 @@ of a case share its shape and layout; each is drawn on its own from the case's g
 
 The served model's input domain, as the norm family's judge draws it (services.judge.cases), after those:
 - the residual norm's plan dispatches by row count and launches row programs (services.ops.row_reduction's
-  vocabulary): each dispatch limit is drawn at and one past it ("dispatch-edge"), and each launch's share of row
+  vocabulary): each dispatch limit is drawn at and one past it ("dispatch-edge"; the row past it also as log-scale
+  rows, a grid of scales where an epsilon shows), and each launch's share of row
   counts meets rows of every regime ("launch-regimes": an epsilon's rows, outlier channels and offsets too, not
   only normal ones; on CPU only
   limits below CPU_BOUNDARY_ROWS, the judge refusing a plan that dispatches above), and every residue of each
@@ -205,6 +206,7 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES, alike: bool = False) -> list[tu
     limits = sorted({int(n) for n in spec.boundaries if n > 0 and (spec.gpu or n < CPU_BOUNDARY_ROWS)})
     edges = sorted({n for limit in limits for n in (limit, limit + 1)})
     plan += [("dispatch-edge", (n, w), "normal", "contiguous") for n in edges]
+    plan += [("dispatch-edge", (limit + 1, w), "log-scale", "contiguous") for limit in limits]  # a grid of scales
     plan += [("launch-regimes", (n, w), regime, "contiguous") for n, regime in launch_regimes(limits)]  # all regimes
     # past each limit at the odd width too: the launch beyond it meets a ragged block even where the live width is a
     # power of two (its unmasked loads would read past a tensor only there)

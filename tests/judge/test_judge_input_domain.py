@@ -117,7 +117,7 @@ def test_the_residual_norm_draws_both_sides_of_each_dispatch_limit_and_every_res
     cases = draw_add_norm_cases(cpu, seed=3, bias=False)
     edges = {(rows(c.shape), c.regime) for c in named(cases, "dispatch-edge")}
     # 4096 is past what the interpreter draws: such a plan is refused on CPU before anything runs (undrawn_boundaries)
-    assert edges == {(n, "normal") for n in (5, 6, 200, 201)}
+    assert edges == {(n, "normal") for n in (5, 6, 200, 201)} | {(6, "log-scale"), (201, "log-scale")}
     # every launch meets rows of every regime: the one of up to 5 rows each regime at 5 rows, the others mixed cases
     launches = [(rows(c.shape), c.regime) for c in named(cases, "launch-regimes")]
     assert launches == [(5, r) for r in REGIMES] + [(MIXED_MIN_ROWS, MIXED), (201, MIXED)]
