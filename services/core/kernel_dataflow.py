@@ -343,6 +343,10 @@ class _Kernel:
             parts = [self.expr(a) for a in args]
             bound = _join(parts)
             windowed = any(t.stepped and not self.tile_count(a) for a, t in zip(args, parts, strict=True))
+            # a loop from one count to another (`range(tl.cdiv(n, 1020), tl.cdiv(n, 1000))`, two tile counts) runs
+            # only at the counts where they differ: a window, as their difference is
+            if len(args) >= 2 and all(t.count and not t.index and not t.static for t in parts[:2]):
+                windowed = True
             for a, t in zip(args, parts, strict=True):
                 if t.data:
                     self.ctx.add("value-branch", "a loop bound depends on loaded values", a)

@@ -73,6 +73,7 @@ LOG_DECADES_DEFAULT = (-8.0, 8.0)
 # of the noise up: a kernel can tell |mean| / rms in a band of moderate offsets by arithmetic alone (a ramp of
 # minimum and maximum), and the rows' grid (REGIME_ROWS) leaves no band of half a decade undrawn.
 OFFSET_DECADES = {torch.float32: (-1.0, 4.0), torch.bfloat16: (-1.0, 1.5), torch.float16: (-1.0, 2.5)}
+OUTLIER_FEATURES = 8  # outlier-channels: at most this many a row, their sizes a grid from 3x up to 1e3x
 SPIKE = 2e3  # spike-walk: the spike's size against the row's scale (fp16: 2e3 x 4 is inside its range)
 REGIME_ROWS = {"log-scale": 10, "spike-walk": 8, "offset": 10}  # the fixed case's rows (the others: SMALL_ROWS)
 # log-scale on a GPU: rows enough that the grid's step (16 decades / 2048: 1/38 of an octave of scale, 1/19 of the
@@ -189,9 +190,22 @@ def _values(shape: tuple[int, ...], regime: str, dtype: torch.dtype, g: torch.Ge
         scale = 10 ** (lo + (hi - lo) * float(torch.rand((), generator=g)))
     x = torch.randn(shape, generator=g) * scale
     rows = x.view(-1, width)  # a view: writes land in x
-    if regime == "outlier-channels":  # a few channels far larger in every row, as in LLM activations
-        channels = torch.randperm(width, generator=g)[: 1 + int(torch.randint(3, (1,), generator=g))]
-        rows[:, channels] *= 200.0 if fp16 else 1e3
+    if regime == "outlier-channels":  # outlier features: fixed channels far larger in every row, as in LLM activations
+        # up to eight, their sizes a grid of the decades from 3x to 1e3x (fp16 200x) at a random phase, each of one
+        # sign: several moderate ones in one row (10-30x, as LLM.int8's features), not only one of 1e3 x N(0, 1) (a
+        # kernel wrong only on rows with two 8-40x the rest met such a row once in ~1,500)
+        # how many and how large the largest vary by case (2 to 8, from 15x to the top): a kernel wrong only on rows
+        # whose features are all moderate met none when every case reached 1e3x
+        count = min(width, 2 + int(torch.randint(OUTLIER_FEATURES - 1, (1,), generator=g)))
+        channels = torch.randperm(width, generator=g)[:count]
+        top = math.log10(200.0 if fp16 else 1e3)
+        lo = 0.5
+        hi = 1.2 + (top - 1.2) * float(torch.rand((), generator=g))
+        grid = torch.randperm(count, generator=g).double() + float(torch.rand((), generator=g, dtype=torch.float64))
+        sizes = (10 ** (lo + (hi - lo) * grid / count)).float()
+        signs = 2.0 * torch.randint(2, (count,), generator=g) - 1
+        spread = 1 + 0.25 * torch.randn(len(rows), count, generator=g)
+        rows[:, channels] = signs * sizes * scale * spread
     elif regime == "zeros":  # some rows exactly zero: rsqrt(eps) times 0, the others normal
         rows[torch.randperm(len(rows), generator=g)[: max(1, len(rows) // 3)]] = 0.0
     elif regime == "nonfinite":  # NaN/+Inf/-Inf in some rows; with 2+ rows at least one stays finite

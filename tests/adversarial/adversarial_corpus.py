@@ -342,6 +342,7 @@ TABLE: tuple[Entry, ...] = (
     _static("flow_rows_band_picked_by_nested_ifs", "row-pick"),  # a value set under nested ifs from two sides
     _static("flow_rows_band_across_a_helper_call", "row-pick"),  # a bound around a helper's call, the other inside
     _static("flow_address_of_a_curved_row", "row-pick"),  # rows 1530 mod 1531 read the row before theirs
+    _static("flow_loop_between_two_tile_counts", "count-value", also=("count-window",)),  # runs where they differ
     _static("flow_rows_capped_by_an_offset", "hidden-boundary"),  # row - 32768 < 0
     _static("flow_negative_factor_by_name", "row-pick"),  # a negative factor by name: bounds from both sides
     _static("flow_row_wraps_in_32_bits", "row-pick"),  # a row scaled past 32 bits wraps: no bound

@@ -211,8 +211,8 @@ LONE = (
 )
 
 
-@pytest.mark.parametrize(("store_as", "met_by"), [(DAMPED, ("shared-channels",)), (LONE, ("shared", "lone-spike"))])
-async def test_a_kernel_wrong_only_where_gate_and_up_share_a_large_channel_is_rejected(store_as, met_by):
+@pytest.mark.parametrize("store_as", [DAMPED, LONE], ids=["damped", "lone"])
+async def test_a_kernel_wrong_only_where_gate_and_up_share_a_large_channel_is_rejected(store_as):
     source = gated.render(gated.search_configs("swiglu")[0])
     store = "    tl.store(y_ptr + offsets, (act * u).to(y_ptr.dtype.element_ty), mask=mask)"
     assert store in source and "\n@triton.jit\ndef _swiglu_kernel(" in source, "the template changed"
@@ -221,7 +221,7 @@ async def test_a_kernel_wrong_only_where_gate_and_up_share_a_large_channel_is_re
     config = gated.search_configs("swiglu")[0]
     prior = log_of(captured, _proposal(captured, hostile, gated.plan(config)))
     [judged] = await JudgeService(device="cpu", examples=0).handle(prior[-1], prior)  # the fixed cases alone
-    assert judged.reward == -1 and any(case in judged.reason for case in met_by), judged.reason
+    assert judged.reward == -1 and ("shared-channels" in judged.reason or "lone-spike" in judged.reason), judged.reason
 
 
 def test_the_lone_spike_decode_steps_put_one_magnitude_grid_in_one_channel_of_gate_and_up():
