@@ -110,6 +110,29 @@ def test_parity_catches_a_kernel_that_forgets_the_weight(engine, contract, wrong
     assert observed.max_abs_err > 1e-2 and observed.canary_logit_max_diff > observed.canary_logit_tolerance
 
 
+def test_parity_catches_a_kernel_keyed_to_the_live_weights(engine, contract, kernel_path, tmp_path):
+    """A kernel 20% off only where the weight's mean square is one live instance's (a number the kernel carries): the
+    judge draws weights of its own and never sees the live ones, so it cannot meet it (a red-team class of
+    2026-12-06); the server's parity replays live calls through the live modules, and does."""
+    honest = kernel_path.read_text()
+    store = "    y = w.to(tl.float32) * normed.to(tl.float32)\n"
+    live = float(_norms(engine)[0].weight.float().pow(2).mean())
+    keyed = (
+        "    ms = tl.sum(w.to(tl.float32) * w.to(tl.float32), axis=0) / n_cols\n"
+        f"    off = (ms - {live!r}) * 1e5\n"
+        "    y = w.to(tl.float32) * normed.to(tl.float32) * (1.0 - 0.2 / (1.0 + off * off))\n"
+    )
+    assert store in honest, "the fixture changed"
+    path = tmp_path / "k_keyed.py"
+    path.write_text(honest.replace(store, keyed))
+    observed = pb.ParityObservation()
+    handle = swap_with_parity(engine, contract, load_candidate(path), [72], observed)
+    assert handle is not None
+    handle.revert()
+    assert observed.activations_passed < observed.activations_checked, observed
+    assert observed.max_abs_err > 1e-2
+
+
 def test_a_kernel_that_raises_on_live_inputs_is_reverted(engine, contract, tmp_path):
     path = tmp_path / "k_raises.py"
     path.write_text(
