@@ -159,6 +159,9 @@ def _operands(shape, regime: str, dtype: torch.dtype, g: torch.Generator, alike:
         scales = log_scales(math.prod(shape[:-1]), dtype, g)[:, None]
         a, b = (_values(shape, "normal", torch.float32, g) for _ in range(2))
         return tuple((t.view(-1, shape[-1]) * scales).view(shape).to(dtype) for t in (a, b))
+    if alike and regime == "outlier-channels":  # the residual's features, the attention output's noise: the sum's
+        # features are the residual's (two operands each with its own would rarely leave a row of moderate ones only)
+        return _values(shape, "normal", dtype, g), _values(shape, regime, dtype, g)
     up = "normal" if regime in (("huge", "spike-walk") if alike else GATE_ONLY) else regime  # one spike a row
     return _values(shape, regime, dtype, g), _values(shape, up, dtype, g)
 

@@ -85,7 +85,7 @@ def test_fixed_cases_then_exactly_the_examples(cpu_cases, gpu_cases):
 def test_every_regime_weights_kind_and_layout_appears_among_the_fixed_cases(cpu_cases, gpu_cases):
     for cases in (cpu_cases, gpu_cases):
         fixed = [c for c in cases if not c.name.startswith("drawn ")]
-        assert {c.regime for c in fixed} == {*REGIMES, MIXED}  # and every launch a case of them all
+        assert {c.regime for c in fixed} == set(REGIMES)
         assert {c.weights for c in fixed} == set(WEIGHTS)
         assert {c.layout for c in fixed} == set(LAYOUTS)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from services.judge.cases import MIXED, _generator, _values, launch_regimes, sampled_rows
+from services.judge.cases import MIXED, MIXED_MIN_ROWS, _generator, _values, launch_regimes, sampled_rows
 from services.judge.sampled_grid import SAMPLED_HEADS_CASE
 from services.ops import rotary
 
@@ -158,9 +158,12 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     limits = sorted({n for n in spec.boundaries if spec.gpu or n < CPU_BOUNDARY_POSITIONS})
     for limit in limits:
         plan += [("dispatch-edge", (1, hq, n, d), gqa, "normal", "attention", 1, False) for n in (limit, limit + 1)]
-    # every launch meets vectors of every regime (huge, tiny, non-finite, offsets), not only normal ones
+    # every launch meets vectors of every regime (huge, tiny, non-finite, offsets), not only normal ones; a plan of one
+    # launch a mixed case of the norms' row regimes per head vector (outlier channels, spikes, offsets: RoPE's own
+    # regimes are Gaussian inside a head, and a kernel flattening a head's large channels passed them)
     plan += [
-        ("launch-regimes", (1, hq, n, d), gqa, regime, "attention", 1, False) for n, regime in launch_regimes(limits)
+        ("launch-regimes", (1, hq, n, d), gqa, regime, "attention", 1, False)
+        for n, regime in launch_regimes(limits) or [(MIXED_MIN_ROWS, MIXED)]
     ]
     # every other kv-head count that divides q's (the common three are above): a kernel's head arithmetic meets them
     plan += [("kv-heads", (1, hq, 3, d), kv, "normal", "attention", 1, False) for kv in other_kv_heads(hq)]
