@@ -28,6 +28,7 @@ from services.ops import rotary
 
 LAYOUTS = ("attention", "contiguous")  # attention: (batch, seq, heads·dim) projections viewed and transposed
 REGIMES = ("normal", "huge", "zeros", "tiny", "nonfinite", "log-scale")  # log-scale: a scale per head and position
+ROPE_BASE_DECADES = (4.0, 7.0)  # each case's frequency base, 10**U over these
 MAX_POSITION = 32768.0  # angles of positions this far (theta 1e4): cos and sin of large arguments
 PREFILL_CPU = 33  # the interpreter's prefill: positions past every block of 32
 CPU_BOUNDARY_POSITIONS = 64  # dispatch limits the interpreter still draws both sides of (a program a position)
@@ -100,7 +101,11 @@ def _angles(batch: int, seq: int, dim: int, variant_half: bool, g: torch.Generat
     if not far:
         starts[0] = 0.0
     positions = starts[:, None] + torch.arange(seq, dtype=torch.float64)
-    inv = 1.0 / (1e4 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    # the base of the frequencies, log-uniform over those models use (1e4 Llama 2, 5e5 Llama 3, 1e6 Qwen2.5, past 1e7):
+    # a kernel keyed to one base (the ratio of two angles tells it) was right on 1e4 alone and 30% off on 1e6
+    lo, hi = ROPE_BASE_DECADES
+    base = 10 ** (lo + (hi - lo) * float(torch.rand((), generator=g, dtype=torch.float64)))
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
     theta = positions[..., None] * inv  # (batch, seq, dim/2)
     return torch.cat((theta, theta), -1) if variant_half else torch.repeat_interleave(theta, 2, -1)
 
@@ -125,6 +130,9 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
     name = f"{kind} q {b}x{hq}x{s}x{d} k-heads {heads_k} {regime} {layout}" + (" cos-batch-1" if cos_batch == 1 else "")
     name += f" rotary-dim {width}" if width != d else ""
     name += " far-positions" if far else ""
+    # far cases scale cos and sin as YaRN's attention factor does (1-1.3): they are no longer of unit norm, so a
+    # kernel taking sin from cos, or clamping them to [-1, 1], is wrong there
+    factor = 10 ** (0.11 * float(torch.rand((), generator=g))) if far else 1.0
     return RopeCase(
         name,
         (b, hq, s, d),
@@ -133,8 +141,8 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
         layout,
         base(hq),
         base(heads_k),
-        theta.cos().to(dtype),
-        theta.sin().to(dtype),
+        (theta.cos() * factor).to(dtype),
+        (theta.sin() * factor).to(dtype),
     )
 
 

@@ -297,3 +297,19 @@ async def test_a_kernel_flattening_a_heads_large_channels_is_rejected_in_a_plan_
     prior = log_of(captured, proposal)
     [judged] = await JudgeService(device="cpu", examples=0).handle(prior[-1], prior)
     assert judged.reward == -1 and "launch-regimes" in judged.reason and "mixed" in judged.reason, judged.reason
+
+
+def test_cos_and_sin_come_at_many_bases_and_far_cases_are_not_of_unit_norm():
+    """The frequency base varies by case (a kernel keyed to 1e4 was 30% off on Qwen2.5's 1e6, a red-team kernel of
+    2026-12-06), and far cases scale cos and sin as YaRN's attention factor does."""
+    cases = draw_rope_cases(RopeSpec((1, 4, 5, 16), torch.float32, gpu=False), "rope_half", seed=4)
+    # the second pair's angle against the first's, at a position past 0: base ** (-2 / dim)
+    ratios = {
+        round(float((c.cos[0, -1, 1].acos() / c.cos[0, -1, 0].acos()).log10()), 2)
+        for c in cases
+        if c.cos.shape[1] > 1 and "far" not in c.name
+    }
+    assert len(ratios) > 3, ratios
+    far = [c for c in cases if "far-positions" in c.name]
+    norm = [float((c.cos.double() ** 2 + c.sin.double() ** 2).mean()) for c in far]
+    assert far and max(norm) > 1.01 and min(norm) >= 1.0 - 1e-6, norm
