@@ -161,6 +161,10 @@ class Taint:
         """Times -1: a rising row falls, and a size may be negative (`0 - 3 * n_cols`, `-n_rows`)."""
         return replace(self, rising=self.falling, falling=self.rising, neg=self.neg or (self.grid and not self.index))
 
+    def bounds(self) -> Taint:
+        """Its sides of which row alone (a condition's, or what one picked or set): nothing else of it."""
+        return Taint(below=self.below, above=self.above)
+
     def inverted(self) -> Taint:
         """A condition's opposite: one that held below a bound holds above it."""
         return replace(self, below=self.above, above=self.below)
@@ -279,11 +283,11 @@ class _Kernel:
         elif isinstance(s, ast.If):
             tested = self.test(s.test, "an if")
             outer, outer_rows = self.control, self.rows
-            bound = Taint(below=tested.below, above=tested.above)
+            bound = tested.bounds()
             if self.window_test(s.test):
                 self.control = outer | WINDOWED
             before, outer_floors = dict(self.env), self.floors
-            floor, floor_in_body = self.floor_of(s.test)
+            floor, floor_in_body = self.floor_of(s.test) if bound.above or bound.below else (None, False)
             self.rows = outer_rows | bound
             self.floors = outer_floors + ((floor if floor_in_body else None,) if bound.above else ())
             self.block(s.body)
@@ -677,7 +681,7 @@ class _Kernel:
         if isinstance(node, ast.IfExp):
             tested = self.test(node.test, "a conditional expression")
             picked = (self.expr(node.body) | self.expr(node.orelse)).curve_if_row()  # a row picked is piecewise
-            picked = picked | Taint(below=tested.below, above=tested.above)
+            picked = picked | tested.bounds()
             return picked | WINDOWED if self.window_test(node.test) else picked
         if isinstance(node, ast.Subscript):
             return self.expr(node.value) | Taint(data=self.expr(node.slice).data)
@@ -769,7 +773,7 @@ class _Kernel:
             chosen = self.expr(cond) if cond is not None else INDEX
             if chosen.stepped:  # a window of counts picks the answer (a bound check `row < n_rows` only masks)
                 picked = picked | WINDOWED
-            bounds = Taint(below=chosen.below, above=chosen.above)  # what it picks holds on that side of the row
+            bounds = chosen.bounds()  # what it picks holds on that side of the row
             return picked.moved().curve_if_row() | bounds  # a row picked is piecewise
         if name == "tl.program_id":
             return INDEXED
@@ -832,8 +836,7 @@ class _Kernel:
 
     def row_bounds(self) -> Taint:
         """The sides of which row the statements being walked are bounded from (a helper's callers' too)."""
-        rows = self.called_under | self.rows
-        return Taint(below=rows.below, above=rows.above)
+        return (self.called_under | self.rows).bounds()
 
     def floor_of(self, test: ast.expr) -> tuple[str | None, bool]:
         """For a plain bound of which row (`pid < units`, `pid >= units`): the side it bounds the row by
@@ -859,12 +862,13 @@ class _Kernel:
         floors = set(self.floors)
         if len(floors) != 1 or None in floors or self.called_under.above:
             return False
+        [floor] = floors
         if isinstance(arg, ast.Name) and self.defs.get(arg.id) is not None:
             arg = self.defs[arg.id]  # a name set once: `kp = pid - units`
         return (
             isinstance(arg, ast.BinOp)
             and isinstance(arg.op, ast.Sub)
-            and ast.dump(arg.right) == floors.pop()
+            and ast.dump(arg.right) == floor
             and self.expr(arg.left).index
         )
 
@@ -882,7 +886,7 @@ class _Kernel:
         # n_rows` around another). Unless the call rebases its row on the bound it sits above (RoPE's k programs
         # take `pid - units` under `pid >= units`, and bound their tile's positions from the other side): that
         # row starts at 0 in the callee, which bounds nothing.
-        reach = self.called_under | self.rows
+        reach = self.row_bounds()
         rebased = {p for p, a in passed if reach.above and self.rebased(a)}
         if rebased:
             reach = replace(reach, above=False)
@@ -901,7 +905,7 @@ class _Kernel:
                 values[p] = number
         callee = _Kernel(self.ctx, fn, env, self.depth + 1, frozenset(positive), values)
         callee.control = self.control  # called under an `if` on a window: its stores are too
-        callee.called_under = Taint(below=reach.below, above=reach.above)
+        callee.called_under = reach
         return callee.run()
 
     def address(self, node: ast.expr | None, allowed: frozenset[str], verb: str, call: ast.Call) -> Taint:
@@ -941,7 +945,7 @@ class _Kernel:
         t = self.expr(node) if node is not None else INDEX
         # a helper's: the `if`s around its call too; and what picked its address or value: `y * 2` set under two
         # nested `if`s, or picked by two nested `tl.where`s, holds for the rows between their bounds
-        reach = self.called_under | self.rows | t | Taint(below=picked.below, above=picked.above)
+        reach = self.row_bounds() | t | picked.bounds()
         self.one_sided(
             reach, f"a {verb}'s mask, the ifs around it (and its helper's call) and what picked its value", call
         )

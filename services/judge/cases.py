@@ -48,7 +48,7 @@ REGIMES = (
     "leading-zeros",
     "spike-walk",
 )
-MIXED = "mixed"  # a case's rows split among every regime (`_mixed`): past each dispatch limit
+MIXED = "mixed"  # a case's rows split among every regime (`_mixed`): inside each launch's share of row counts
 WEIGHTS = ("around-one", "signed-normal", "near-zero", "large", "with-zeros", "trained")
 
 CPU_ROW_BUDGET = 220  # rows over all cases on CPU: the interpreter runs ~10 ms per row program (offset's ten: +7)
@@ -158,9 +158,10 @@ def log_scales(rows: int, dtype: torch.dtype, g: torch.Generator, decades=None) 
 
 
 def _mixed(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
-    """Rows of every regime, a block of rows each (in an order drawn from `g`): the case past a dispatch limit, so
-    the launch beyond it meets outlier channels, offsets, spikes and the rest, not only normal rows (a second kernel
-    that softened each square against the row's mean dropped outlier channels and was judged on normal rows only)."""
+    """Rows of every regime, a block of rows each (in an order drawn from `g`): a launch's case (`launch_regimes`), so
+    a launch serving only some row counts meets outlier channels, offsets, spikes and the rest, not only normal rows (a
+    second kernel that softened each square against the row's mean dropped outlier channels and was judged on normal
+    rows only)."""
     width, rows = shape[-1], math.prod(shape[:-1])
     order = [REGIMES[i] for i in torch.randperm(len(REGIMES), generator=g).tolist()]
     edges = [round(rows * k / len(order)) for k in range(len(order) + 1)]
@@ -190,11 +191,11 @@ def _values(shape: tuple[int, ...], regime: str, dtype: torch.dtype, g: torch.Ge
     x = torch.randn(shape, generator=g) * scale
     rows = x.view(-1, width)  # a view: writes land in x
     if regime == "outlier-channels":  # outlier features: fixed channels far larger in every row, as in LLM activations
-        # up to eight, their sizes a grid of the decades from 3x to 1e3x (fp16 200x) at a random phase, each of one
-        # sign: several moderate ones in one row (10-30x, as LLM.int8's features), not only one of 1e3 x N(0, 1) (a
-        # kernel wrong only on rows with two 8-40x the rest met such a row once in ~1,500)
-        # how many and how large the largest vary by case (2 to 8, from 15x to the top): a kernel wrong only on rows
-        # whose features are all moderate met none when every case reached 1e3x
+        # two to OUTLIER_FEATURES, each of one sign, their sizes a grid of the decades from 3x to a top drawn in
+        # 15x-1e3x (fp16 200x) at a random phase: several moderate ones in one row (10-30x, as LLM.int8's
+        # features), with or without a massive one (kernels wrong only on rows with two 8-40x the rest met such a
+        # row once in ~1,500 as 1-3 channels of 1e3 x N(0, 1), and none past 100x met none when every case reached
+        # 1e3x)
         count = min(width, 2 + int(torch.randint(OUTLIER_FEATURES - 1, (1,), generator=g)))
         channels = torch.randperm(width, generator=g)[:count]
         top = math.log10(200.0 if fp16 else 1e3)
@@ -306,15 +307,17 @@ def launch_regimes(limits) -> list[tuple[int, str]]:
     or, where its share is too narrow for one (a launch of calls of one row, a decode step), each regime at its most
     rows. A kernel dropping outlier channels served only the calls of one row, and every regime case had more. A plan
     of one launch (no limits) meets every regime in the regime cases: none."""
-    out: list[tuple[int, str]] = []
     bounds = sorted({int(n) for n in limits if n > 0})
+    if not bounds:
+        return []
+    out: list[tuple[int, str]] = []
     for lo, hi in zip([0, *bounds], [*bounds, 0], strict=True):  # hi 0: the last launch, no limit above
         rows = max(lo + 1, MIXED_MIN_ROWS)
         if hi and rows > hi:
             out += [(hi, regime) for regime in REGIMES]
         else:
             out.append((rows, MIXED))
-    return out if bounds else []
+    return out
 
 
 def residue_rows(blocks, cap: int = 0) -> list[int]:

@@ -17,6 +17,7 @@ from services.core.pb import events_pb2 as pb
 from services.ops import FAMILIES, family, template
 
 NORM_ARGS = ["x", "w", "y", "cols", "eps"]
+COUNT_ARGS = ["x", "w", "y", "rows", "cols", "eps"]  # the norm's arguments with its row count
 HEADER = "import triton\nimport triton.language as tl\n\n\n"
 
 
@@ -198,7 +199,7 @@ def test_persistent_loops_loop_carried_pointers_and_helpers_pass():
         for r in tl.static_range(ROWS):
             pass
     """
-    launch = _launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols", ROWS="2")
+    launch = _launch(args=COUNT_ARGS, BLOCK="block_cols", ROWS="2")
     assert _rules(body, launch=launch) == []
 
 
@@ -258,11 +259,11 @@ def k(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, BLOCK: tl.constexpr, SPLIT: tl.c
     ],
 )
 def test_a_store_in_a_helper_is_reached_by_the_rows_of_the_ifs_around_its_call(calls, refused):
-    launch = _launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols", SPLIT="0")
+    launch = _launch(args=COUNT_ARGS, BLOCK="block_cols", SPLIT="0")
     rules = _rules(HELPER_STORES.replace("{calls}", calls), launch=launch)
     assert ("row-pick" in rules) == refused, rules
     if "SPLIT" in calls:  # the branch the launch takes: the two bounds meet
-        taken = _launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols", SPLIT="1")
+        taken = _launch(args=COUNT_ARGS, BLOCK="block_cols", SPLIT="1")
         assert "row-pick" in _rules(HELPER_STORES.replace("{calls}", calls), launch=taken)
 
 
@@ -339,7 +340,7 @@ def test_a_bound_around_a_helper_call_is_joined_with_its_own(calls, inside, refu
     """A helper's loads and stores sit under the `if`s around its call and its own, as nested `if`s in one kernel:
     bounds from two sides single out rows a CPU's sample of programs may never run. A call that rebases its row on
     the bound it sits above (`else: helper(pid - units)`, RoPE's k programs) starts the helper's rows at 0."""
-    launch = _launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols")
+    launch = _launch(args=COUNT_ARGS, BLOCK="block_cols")
     source = HELPER_BOUNDS.replace("{calls}", calls).replace("{inside}", inside)
     rules = _rules(source, launch=launch)
     assert "row-pick" in rules if refused else rules == [], rules
@@ -389,7 +390,7 @@ def _twice_above(y, row, n_rows):
         out = y * 2
     return out
 """
-    launch = _launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols")
+    launch = _launch(args=COUNT_ARGS, BLOCK="block_cols")
     rules = _rules(helper + PICKED.replace("{pick}", pick), launch=launch)
     assert "row-pick" in rules if refused else rules == [], rules
 
@@ -424,7 +425,7 @@ def test_an_address_built_from_a_curved_row_is_refused(address, refused):
         x = tl.load(x_ptr + ({address}) * n_cols + cols, mask=cols < n_cols, other=0.0)
         tl.store(y_ptr + row * n_cols + cols, x, mask=cols < n_cols)
     """
-    rules = _rules(body, launch=_launch(args=["x", "w", "y", "rows", "cols", "eps"], BLOCK="block_cols"))
+    rules = _rules(body, launch=_launch(args=COUNT_ARGS, BLOCK="block_cols"))
     assert ("row-pick" in rules) == refused, rules
 
 

@@ -180,17 +180,17 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
             plan.append(
                 ("batch", (min(spec.max_batch, MAX_BATCH_DRAWN), hq, 3, d), gqa, "normal", "attention", 1, True)
             )
-            batch = min(spec.max_batch, MAX_BATCH_DRAWN)  # a decode step of them, each at its own position
-            plan.append(("batch-decode", (batch, hq, 1, d), gqa, "normal", "attention", batch, True))
         longest = min(spec.max_positions, DOMAIN_ELEMENTS // max(1, hq * d))
         if longest > s:
             plan.append(("domain", (1, hq, longest, d), gqa, "normal", "attention", 1, False))
-    else:  # a decode step of more sequences than the others draw, each at its own position; the positions up
-        # to the longest, as a GPU spreads them, each a sample of each launch's programs
-        batch = min(max(spec.max_batch, 3), MAX_BATCH_CPU)
-        plan.append(("batch-decode", (batch, hq, 1, d), gqa, "normal", "attention", batch, True))
+    else:  # the positions up to the longest, as a GPU spreads them, each a sample of each launch's programs
         for positions in sampled_rows(spec.max_positions, hq * d, PREFILL_CPU):
             plan.append((SAMPLED_HEADS_CASE, (1, hq, positions, d), gqa, "normal", "attention", 1, False))
+    # a decode step of more sequences than the others draw, each at its own position: the served batch's on a GPU,
+    # on a CPU at least 3 and at most MAX_BATCH_CPU
+    batch = min(spec.max_batch, MAX_BATCH_DRAWN) if spec.gpu else min(max(spec.max_batch, 3), MAX_BATCH_CPU)
+    if batch > 2:
+        plan.append(("batch-decode", (batch, hq, 1, d), gqa, "normal", "attention", batch, True))
     if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)
         plan = [(*row[:2], 0, *row[3:]) for row in plan]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]
