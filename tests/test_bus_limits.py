@@ -116,10 +116,12 @@ def test_the_mirrored_limits_are_their_sources():
     from services.judge import __main__ as judge_main
     from services.judge.service import CPU_TIMEOUT_S, GPU_TIMEOUT_S
     from services.profiler.adapters import CALL_TIMEOUT_S, TIMEOUT_ENV
+    from services.server.live_parameters import PROFILE_BUDGET_BYTES
 
     assert bl.JUDGE_TIMEOUT_S == CPU_TIMEOUT_S >= GPU_TIMEOUT_S
     assert f'"{bl.JUDGE_TIMEOUT_ENV}"' in inspect.getsource(judge_main)
     assert (bl.PROFILER_CALL_S, bl.PROFILER_CALL_ENV) == (CALL_TIMEOUT_S, TIMEOUT_ENV)
+    assert bl.PROFILE_LIVE_BYTES == PROFILE_BUDGET_BYTES
     dispatch = inspect.getsource(Bus._dispatch)
     assert f"ack_wait / {bl.KEEPALIVES_PER_ACK_WAIT}" in dispatch
     assert f"min(2.0 * attempts, {bl.MAX_NAK_DELAY_S})" in dispatch

@@ -40,10 +40,14 @@ MAX_NAK_DELAY_S = 10.0
 MIN_ACK_WAIT_S = 1.0
 # nats-server's default max_payload: the most one message may carry, headers included.
 NATS_DEFAULT_MAX_PAYLOAD = 1 << 20
+# The most bytes of live values one profile carries (services.server.live_parameters.PROFILE_BUDGET_BYTES: the served
+# model's own norm weights and rotary frequencies, the judge's `live-values` cases).
+PROFILE_LIVE_BYTES = 128 << 10
 # The largest event a service publishes: a CandidateProposed of MAX_SOURCE_CHARS characters of kernel source (a byte
 # each in ASCII; a non-ASCII source past the log's limit is refused at publish, in one line, and ends its run) with its
-# plan, contract and envelope, a few KB (the largest CandidateProposed of tests/tui/data/real_run.jsonl is 3.9 KB).
-LARGEST_EVENT_BYTES = MAX_SOURCE_CHARS + (64 << 10)
+# plan, contract and envelope, a few KB (the largest CandidateProposed of tests/tui/data/real_run.jsonl is 3.9 KB); or
+# a ProfileCaptured of its live values and a few KB of shapes per class, whichever is larger.
+LARGEST_EVENT_BYTES = max(MAX_SOURCE_CHARS, PROFILE_LIVE_BYTES) + (64 << 10)
 
 
 def dead_letter_header_bytes() -> int:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from services.judge import sampled_grid
+from services.judge import live_values, sampled_grid
 from services.judge.sampled_grid import SAMPLED_CASE, SAMPLED_ELEMENTS
 
 LAYOUTS = ("contiguous", "row-strided", "every-other-row")
@@ -102,6 +102,9 @@ class CaseSpec:
     bias: bool = False  # the module adds a bias (a LayerNorm's): every case draws one
     widths: tuple[int, ...] = ()  # every width the class is called at (the profile's): each is drawn
     domain_rows: int = 0  # the most rows one call can carry on the served model (0: unknown): a GPU draws up to it
+    # The served model's own norm states ((set index, weight, bias or None), services.judge.live_values): a case each
+    live: tuple = ()
+    live_sets: int = 0  # how many distinct sets the served model holds (more than `live` where not all were run)
 
 
 @dataclass(frozen=True)
@@ -418,7 +421,23 @@ def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
     for i, (kind, shape, regime, layout) in enumerate(plan):
         weights = "around-one" if kind == "live" else WEIGHTS[i % len(WEIGHTS)]  # every kind among the fixed
         cases.append(_case(kind, shape, regime, weights, layout, spec, _generator(seed, "fixed", i)))
-    return cases
+    return cases + _live_values(spec, seed)
+
+
+def _live_values(spec: CaseSpec, seed: int) -> list[Case]:
+    """A case of every regime's rows on each of the served model's own norm states (`spec.live`): a kernel keyed to
+    the live weight or bias meets them (every drawn weight differs from the live ones)."""
+    out = []
+    rows = MIXED_MIN_ROWS if spec.gpu else len(REGIMES)
+    for index, weight, bias in spec.live:
+        shape = (rows, int(weight.shape[0]))
+        x = _values(shape, MIXED, spec.input_dtype, _generator(seed, live_values.CASE, index))
+        if spec.bias and bias is None:  # the module has a bias the live set does not hold: its init, zeros
+            bias = torch.zeros_like(weight)
+        bias = bias.to(spec.param_dtype) if spec.bias else None
+        name = live_values.name(index, max(spec.live_sets, len(spec.live)), shape)
+        out.append(Case(name, shape, MIXED, "live", "contiguous", x.contiguous(), weight.to(spec.param_dtype), bias))
+    return out
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ def live_target(prior: list[Recorded], target_class: str) -> LiveTarget | None:
                 observed.max_rows_per_call,
                 observed.max_positions,
                 observed.max_batch,
+                tuple(module.live_parameters),
+                module.live_parameter_sets,
             )
     return None
 

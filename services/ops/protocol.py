@@ -38,6 +38,10 @@ class LiveTarget:
     max_rows: int = 0
     max_positions: int = 0
     max_batch: int = 0
+    # The served model's own values of what the op computes with (pb.LiveParameters, each distinct set once; as many
+    # as the profile's budget held) and how many distinct sets it has in all (services.judge.live_values).
+    live: tuple = ()
+    live_sets: int = 0
 
 
 @dataclass(frozen=True)

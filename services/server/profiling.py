@@ -9,6 +9,8 @@ before and after a swap, so rankings and before/after comparisons are not skewed
 from __future__ import annotations
 
 import contextlib
+import random
+import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -16,7 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from services.core.pb import events_pb2 as pb
-from services.ops import family, recognise
+from services.ops import family, family_of, recognise
+from services.server import live_parameters
 from services.server.functions import FunctionSite, function_params, model_functions, site_of, wrapped
 from services.server.introspection import class_path, dtype_name, introspect_module
 
@@ -175,8 +178,16 @@ class ModuleProfiler:
         """One profile per module class, in the order classes first appear in the model, then the functions."""
         if self.cuda:
             torch.cuda.synchronize()
-        return [self._function_profile(name, s) if name in self.functions else self._profile(s)
-                for name, s in self.stats.items()]  # fmt: skip
+        out = [self._function_profile(name, s) if name in self.functions else self._profile(s)
+               for name, s in self.stats.items()]  # fmt: skip
+        left, rng = live_parameters.PROFILE_BUDGET_BYTES, random.Random(secrets.randbits(64))
+        for profile, (name, s) in zip(out, self.stats.items(), strict=True):
+            name_of = family_of(profile.computes)
+            live_state = getattr(family(name_of), "live_state", None) if name_of else None
+            owners = [self.model] if name in self.functions else s.modules  # a function's values live on the model
+            budget = min(live_parameters.CLASS_BUDGET_BYTES, left)
+            left -= live_parameters.record(profile, owners, live_state, budget, rng)
+        return out
 
     def _function_profile(self, target: str, s: _ClassStats) -> pb.ModuleClassProfile:
         """A function's profile in a module class's shape: its parameters as the forward's, what it computes."""

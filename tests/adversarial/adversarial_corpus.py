@@ -20,6 +20,7 @@ the real JudgeService on it. Used by tests/adversarial/test_corpus.py and bench/
 
 from __future__ import annotations
 
+import random
 import re
 import time
 from collections.abc import Callable
@@ -33,9 +34,12 @@ from services.core import events as ev
 from services.core.events import Recorded
 from services.core.kernels import candidate_sha256
 from services.core.pb import events_pb2 as pb
+from services.ops import row_reduction
 from services.ops.row_reduction import template as rmsnorm
 from services.ops.row_reduction.contract import derive_contract
 from services.server.introspection import introspect_module as introspect  # what the server records
+from services.server.live_parameters import CLASS_BUDGET_BYTES
+from services.server.live_parameters import record as record_live
 
 HERE = Path(__file__).resolve().parent
 QWEN = "transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm"
@@ -330,6 +334,7 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("numeric_one_pass_variance", "correctness", "outside-tolerance", module=COHERE),  # offset
     _dynamic("numeric_strided_max_fp16", "correctness", "outside-tolerance", dtype="float16"),  # spike-walk
     _dynamic("numeric_eps_as_floor_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),  # log-scale
+    _dynamic("live_keyed_weight_mean_square", "correctness", "outside-tolerance"),  # the live weights
     _dynamic("domain_block_for_one_width", "correctness", "nan-output", widths=(256,)),
     # which row singled out (behind row-pick, the served range sampled on a CPU: tests/judge/test_sampled_grid.py)
     _static("domain_rows_capped_by_a_square", "row-pick"),  # a row against the row scaled: row <= 32,768
@@ -418,7 +423,8 @@ SERVED_DOMAIN = {"max_rows_per_call": 64 * 2048, "max_positions": 32768, "max_ba
 
 
 def profile_captured(entry: Entry, device: str) -> pb.ProfileCaptured:
-    intro = introspect(live_module(entry, device))
+    module = live_module(entry, device)
+    intro = introspect(module)
     dtype = f"torch.{entry.dtype}"
     observed = pb.ProfileObservation(
         model="corpus",
@@ -436,6 +442,8 @@ def profile_captured(entry: Entry, device: str) -> pb.ProfileCaptured:
         ],
         **SERVED_DOMAIN,
     )
+    # the two live instances' own values, as the server records them (one set: both hold the module's init)
+    record_live(observed.modules[0], [module, module], row_reduction.live_state, CLASS_BUDGET_BYTES, random.Random(0))
     fingerprint = pb.Fingerprint(op_family="row_reduction", row_width=entry.live_width(device))
     ranked = pb.RankedTarget(class_path=intro.class_path, supported=True, fingerprint=fingerprint)
     return pb.ProfileCaptured(observed=observed, ranking=[ranked], target_class=intro.class_path)

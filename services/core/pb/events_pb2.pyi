@@ -123,7 +123,7 @@ class RunRequested(_message.Message):
     def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ..., max_targets: _Optional[int] = ..., author: _Optional[str] = ..., served_streams: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ModuleClassProfile(_message.Message):
-    __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed", "child_time_us", "roles", "child_hook_us", "second_shape", "third_shape", "widths")
+    __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed", "child_time_us", "roles", "child_hook_us", "second_shape", "third_shape", "widths", "live_parameters", "live_parameter_sets")
     class ChildTimeUsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +155,8 @@ class ModuleClassProfile(_message.Message):
     SECOND_SHAPE_FIELD_NUMBER: _ClassVar[int]
     THIRD_SHAPE_FIELD_NUMBER: _ClassVar[int]
     WIDTHS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_PARAMETER_SETS_FIELD_NUMBER: _ClassVar[int]
     introspection: ModuleIntrospection
     instances: int
     calls: int
@@ -172,7 +174,29 @@ class ModuleClassProfile(_message.Message):
     second_shape: _containers.RepeatedScalarFieldContainer[int]
     third_shape: _containers.RepeatedScalarFieldContainer[int]
     widths: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., computes: _Optional[str] = ..., probed: bool = ..., child_time_us: _Optional[_Mapping[str, float]] = ..., roles: _Optional[_Mapping[str, str]] = ..., child_hook_us: _Optional[float] = ..., second_shape: _Optional[_Iterable[int]] = ..., third_shape: _Optional[_Iterable[int]] = ..., widths: _Optional[_Iterable[int]] = ...) -> None: ...
+    live_parameters: _containers.RepeatedCompositeFieldContainer[LiveParameters]
+    live_parameter_sets: int
+    def __init__(self, introspection: _Optional[_Union[ModuleIntrospection, _Mapping]] = ..., instances: _Optional[int] = ..., calls: _Optional[int] = ..., total_time_us: _Optional[float] = ..., input_shape: _Optional[_Iterable[int]] = ..., dtype: _Optional[str] = ..., param_bytes: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., computes: _Optional[str] = ..., probed: bool = ..., child_time_us: _Optional[_Mapping[str, float]] = ..., roles: _Optional[_Mapping[str, str]] = ..., child_hook_us: _Optional[float] = ..., second_shape: _Optional[_Iterable[int]] = ..., third_shape: _Optional[_Iterable[int]] = ..., widths: _Optional[_Iterable[int]] = ..., live_parameters: _Optional[_Iterable[_Union[LiveParameters, _Mapping]]] = ..., live_parameter_sets: _Optional[int] = ...) -> None: ...
+
+class LiveParameters(_message.Message):
+    __slots__ = ("instances", "tensors")
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    instances: int
+    tensors: _containers.RepeatedCompositeFieldContainer[LiveTensor]
+    def __init__(self, instances: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[LiveTensor, _Mapping]]] = ...) -> None: ...
+
+class LiveTensor(_message.Message):
+    __slots__ = ("name", "dtype", "shape", "data")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    data: bytes
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class ProfileObservation(_message.Message):
     __slots__ = ("model", "dtype", "hardware", "modules", "captured_time_us", "decode_tokens_per_s", "tokens_generated", "requests", "time_source", "max_rows_per_call", "max_positions", "max_batch", "served_before", "catalogue")

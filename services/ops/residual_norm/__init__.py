@@ -169,6 +169,12 @@ def roles_of(module) -> dict[str, str]:
     return dict(found[1]) if found else {}
 
 
+def live_state(module, roles) -> list[dict]:
+    """The post norm's live values (weight, bias), for the profile: by the norm's own attribute names."""
+    post = getattr(module, roles.get("post_norm", ""), None) if roles else None
+    return row_reduction.live_state(post) if post is not None else []
+
+
 def norm_variant(variant: str) -> str:
     """The post norm's variant (the norm family's name) of one of this family's."""
     return variant.removeprefix(PREFIX)

@@ -12,12 +12,14 @@ use the one it is given. Deterministic in (spec, seed).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from services.judge.cases import WEIGHTS, _bias, _generator, _weight
+from services.judge import live_values
+from services.judge.cases import MIXED, MIXED_MIN_ROWS, REGIMES, WEIGHTS, _bias, _generator, _weight
 from services.judge.pair_cases import PairCase, PairSpec, draw_pair_cases
+from services.judge.pair_cases import _case as pair_case
 from services.ops.row_judging import EpsilonCase
 
 EPSILONS = (1e-6, 1e-5)
@@ -39,14 +41,26 @@ class AddNormCase(EpsilonCase):
         return self.pair.layout
 
 
-def draw_add_norm_cases(spec: PairSpec, seed: int, bias: bool) -> list[AddNormCase]:
+def draw_add_norm_cases(
+    spec: PairSpec, seed: int, bias: bool, live: tuple = (), live_sets: int = 0
+) -> list[AddNormCase]:
     """The pair cases at the hidden width, each with a weight (its kind cycling through every kind), a bias when
-    the norm has one, and an epsilon."""
+    the norm has one, and an epsilon; then a case of every regime's rows on each of the served model's own post norm
+    states (`live`: (set index, weight, bias or None), services.judge.live_values) of `live_sets` in all."""
     out = []
     for i, pair in enumerate(draw_pair_cases(spec, seed, alike=True)):  # both operands in each regime
         g = _generator(seed, "add-norm-state", i)
         weight = _weight(WEIGHTS[i % len(WEIGHTS)], pair.width, spec.dtype, g)
         out.append(AddNormCase(pair, weight, _bias(pair.width, spec.dtype, g) if bias else None, EPSILONS[i % 2]))
+    rows = MIXED_MIN_ROWS if spec.gpu else len(REGIMES)
+    for k, (index, weight, b) in enumerate(live):
+        shape = (rows, int(weight.shape[0]))
+        pair = pair_case(live_values.CASE, shape, MIXED, "contiguous", spec, _generator(seed, live_values.CASE, index),
+                         alike=True)  # fmt: skip
+        pair = replace(pair, name=live_values.name(index, max(live_sets, len(live)), shape))
+        if bias and b is None:  # the norm has a bias the live set does not hold: its init, zeros
+            b = torch.zeros_like(weight)
+        out.append(AddNormCase(pair, weight.to(spec.dtype), b.to(spec.dtype) if bias else None, EPSILONS[k % 2]))
     return out
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from services.judge import live_values
 from services.judge.cases import CPU_BOUNDARY_ROWS, PAD, apply_layout
 from services.judge.module_factory import torch_dtype
 from services.judge.pair_cases import PairSpec
@@ -79,7 +80,8 @@ def prepare(ask: JudgeAsk) -> CaseSet:
         domain_rows=target.max_rows, **plan_draws(ask.proposal.plan),
     )  # fmt: skip
     bias = residual_norm.norm_variant(target.computes) in row_reduction.BIASED
-    cases = draw_add_norm_cases(spec, ask.seed_base, bias)
+    live = live_values.norm_states(target, "weight", "bias" if bias else None, ask.gpu, ask.seed_base)
+    cases = draw_add_norm_cases(spec, ask.seed_base, bias, live, target.live_sets)
     operands = Operands(
         actives=[c.pair.gate for c in cases],
         residuals=[c.pair.up for c in cases],

@@ -280,6 +280,21 @@ def find_functions(module) -> dict[str, str]:
     return {path: found.variant for path, found in find_ropes(module).items()}
 
 
+def live_state(model, roles=None) -> list[dict]:
+    """The served model's rotary frequencies, for the profile (services.server.live_parameters): every module holding
+    an `inv_freq` (transformers' rotary embeddings; two where local and global layers differ, Gemma 3's), its inverse
+    frequencies in float32 and the factor its cos and sin are scaled by (YaRN's attention factor; 1 for most)."""
+    import torch
+
+    out = []
+    for module in model.modules():
+        inv = getattr(module, "inv_freq", None)
+        if isinstance(inv, torch.Tensor) and inv.dim() == 1 and inv.is_floating_point():
+            scaling = float(getattr(module, "attention_scaling", 1.0) or 1.0)
+            out.append({"inv_freq": inv.float(), "attention_scaling": torch.tensor([scaling], dtype=torch.float32)})
+    return out
+
+
 def recognise(module) -> str | None:
     """A module instance is never this family's (its target is a function): None, for services.ops.recognise."""
     return None

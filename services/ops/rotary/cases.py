@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from services.judge import live_values
 from services.judge.cases import MIXED, MIXED_MIN_ROWS, _generator, _values, launch_regimes, sampled_rows
 from services.judge.sampled_grid import SAMPLED_HEADS_CASE
 from services.ops import rotary
@@ -60,6 +61,10 @@ class RopeSpec:
     # of the most sequences stepped together
     max_positions: int = 0
     max_batch: int = 0
+    # The served model's own rotaries ((set index, inverse frequencies, attention factor), services.judge.live_values)
+    # of `live_sets` in all: a case each
+    live: tuple = ()
+    live_sets: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,23 +99,28 @@ def operands(case_or_bases, layout: str, heads: tuple[int, int], dim: int, place
     return view(q, heads[0]), view(k, heads[1]), cos, sin
 
 
-def _angles(batch: int, seq: int, dim: int, variant_half: bool, g: torch.Generator, far: bool) -> torch.Tensor:
+def _angles(
+    batch: int, seq: int, dim: int, variant_half: bool, g: torch.Generator, far: bool, inv: torch.Tensor | None = None
+) -> torch.Tensor:
     # each sequence its own start, as the server's batched decode steps each slot at its own position (the first
     # from 0 unless `far`): a kernel that reads one sequence's angles for all of them meets the others'
     starts = torch.randint(max(1, int(MAX_POSITION) - seq), (batch,), generator=g).double()
     if not far:
         starts[0] = 0.0
     positions = starts[:, None] + torch.arange(seq, dtype=torch.float64)
-    # the base of the frequencies, log-uniform over those models use (1e4 Llama 2, 5e5 Llama 3, 1e6 Qwen2.5, past 1e7):
-    # a kernel keyed to one base (the ratio of two angles tells it) was right on 1e4 alone and 30% off on 1e6
-    lo, hi = ROPE_BASE_DECADES
-    base = 10 ** (lo + (hi - lo) * float(torch.rand((), generator=g, dtype=torch.float64)))
-    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-    theta = positions[..., None] * inv  # (batch, seq, dim/2)
+    if inv is None:
+        # the base of the frequencies, log-uniform over those models use (1e4 Llama 2, 5e5 Llama 3, 1e6 Qwen2.5, past
+        # 1e7): a kernel keyed to one base (the ratio of two angles tells it) was right on 1e4 alone and 30% off on 1e6
+        lo, hi = ROPE_BASE_DECADES
+        base = 10 ** (lo + (hi - lo) * float(torch.rand((), generator=g, dtype=torch.float64)))
+        inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    theta = positions[..., None] * inv.double()  # (batch, seq, dim/2)
     return torch.cat((theta, theta), -1) if variant_half else torch.repeat_interleave(theta, 2, -1)
 
 
-def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g) -> RopeCase:
+def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g, live=None) -> RopeCase:
+    """`live`: (set index, inverse frequencies, attention factor) of the served model's own rotary (cos and sin
+    from them, services.judge.live_values), instead of a drawn base and factor."""
     b, hq, s, d = shape
     dtype = spec.dtype
 
@@ -124,7 +134,7 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
 
     partial = variant in rotary.PARTIAL_VARIANTS  # cos in the half layout of the live rotary width
     width = (spec.rotary_dim or d) if partial else d
-    theta = _angles(cos_batch, s, width, variant != "rope_interleaved", g, far)
+    theta = _angles(cos_batch, s, width, variant != "rope_interleaved", g, far, live[1] if live else None)
     if variant in rotary.ANGLE_VARIANTS:  # one angle a pair (GPT-OSS's): the half layout's first half
         theta = theta[..., : width // 2]
     name = f"{kind} q {b}x{hq}x{s}x{d} k-heads {heads_k} {regime} {layout}" + (" cos-batch-1" if cos_batch == 1 else "")
@@ -133,6 +143,9 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
     # far cases scale cos and sin as YaRN's attention factor does (1-1.3): they are no longer of unit norm, so a
     # kernel taking sin from cos, or clamping them to [-1, 1], is wrong there
     factor = 10 ** (0.11 * float(torch.rand((), generator=g))) if far else 1.0
+    if live:
+        index, _, factor = live
+        name = live_values.name(index, max(spec.live_sets, len(spec.live)), (b, hq, s, d))
     return RopeCase(
         name,
         (b, hq, s, d),
@@ -194,6 +207,12 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)
         plan = [(*row[:2], 0, *row[3:]) for row in plan]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]
+    # the served model's own frequencies and factor: a kernel keyed to the live base meets them (two sequences, the
+    # first from position 0, every regime a head vector)
+    live_shape = (2, hq, 3 if not spec.gpu else 16, d)
+    for live in spec.live:
+        row = (live_values.CASE, live_shape, 0 if spec.one_tensor else gqa, MIXED, "attention", 2, False)
+        cases.append(_case(*row, spec, variant, _generator(seed, live_values.CASE, live[0]), live=live))
     g = _generator(seed, "rope-drawn")
     for i in range(spec.examples):
         pick = lambda options: options[int(torch.randint(len(options), (1,), generator=g))]  # noqa: E731

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from services.judge import live_values
 from services.judge.module_factory import ModuleBuildError, import_function, torch_dtype
 from services.judge.subjects import OpSubject
 from services.ops import rotary
@@ -48,6 +49,7 @@ def prepare(ask: JudgeAsk) -> CaseSet:
         live, torch_dtype(ask.dtype), ask.gpu, examples=max(2, ask.examples // 4), rotary_dim=rotary_dim,
         boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
         one_tensor=one, max_positions=target.max_positions, max_batch=target.max_batch,
+        live=live_values.rotaries(target, rotary_dim or width, ask.gpu, ask.seed_base), live_sets=target.live_sets,
     )  # fmt: skip
     cases = draw_rope_cases(spec, target.computes, ask.seed_base)
     refs = rope_references(cases, one_tensor_form(fn, proposal.contract))

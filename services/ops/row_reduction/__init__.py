@@ -72,6 +72,13 @@ class Grid:
         return min(sms, count) if self.capped else count
 
 
+def live_state(module, roles=None) -> list[dict]:
+    """The norm's live values, for the profile (services.server.live_parameters): its own vectors (weight, bias), by
+    their attribute names; the judge runs every candidate on each distinct set."""
+    vectors = {name: p for name, p in module.named_parameters(recurse=False) if p.dim() == 1 and p.is_floating_point()}
+    return [vectors] if vectors else []
+
+
 def rows_per_program(plan: pb.LaunchPlan) -> set[int]:
     """The rows one program covers in each of a checked plan's grids (a persistent grid's are not fixed)."""
     return {parse_grid(launch.grid).per_program for launch in plan.launches} - {0}

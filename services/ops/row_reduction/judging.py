@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from services.judge import live_values
 from services.judge.cases import CPU_BOUNDARY_ROWS, CaseSpec, apply_layout, draw_cases
 from services.judge.module_factory import (
     build,
@@ -95,6 +96,8 @@ def prepare(ask: JudgeAsk) -> CaseSet:
         bias=bias_attr is not None,  # the module's, bound or not: a contract dropping it reads no bias
         widths=target.widths,
         domain_rows=target.max_rows,
+        live=live_values.norm_states(target, weight_attr, bias_attr, ask.gpu, ask.seed_base),
+        live_sets=target.live_sets,
         **plan_draws(proposal.plan),
     )
     cases = draw_cases(spec, ask.seed_base)

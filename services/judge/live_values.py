@@ -1,0 +1,64 @@
+"""The served model's own values (pb.LiveParameters: a norm's weight and bias, a RoPE's inverse frequencies, recorded
+by the profile, services.server.live_parameters) as the judge's cases read them.
+
+Every other case draws its own weights, so a kernel keyed to the live ones (off only where its weight sums to the
+served sum, or its bias is exactly zero, as a preset's init is) would pass them all and be wrong on every served
+call. A `live-values` case runs the candidate on one recorded set, on rows of every regime: a GPU judging on every
+set recorded, a CPU judging on `CPU_SETS` of them drawn from its seed (the interpreter is slow; which ones an author
+cannot know).
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from services.core.pb import events_pb2 as pb
+from services.judge.module_factory import torch_dtype
+
+CASE = "live-values"
+CPU_SETS = 4
+
+
+def decoded(tensor: pb.LiveTensor) -> torch.Tensor:
+    """The recorded tensor, bit for bit, on the CPU."""
+    dtype = torch_dtype(tensor.dtype)
+    if not tensor.data:
+        return torch.empty(tuple(tensor.shape), dtype=dtype)
+    return torch.frombuffer(bytearray(tensor.data), dtype=torch.uint8).view(dtype).reshape(tuple(tensor.shape)).clone()
+
+
+def chosen(recorded, gpu: bool, seed: int) -> list[tuple[int, dict[str, torch.Tensor]]]:
+    """(index of the recorded set, its tensors by name) of the sets this judging runs: all on a GPU, `CPU_SETS`
+    drawn from `seed` on a CPU, in recorded order."""
+    indices = list(range(len(recorded)))
+    if not gpu and len(indices) > CPU_SETS:
+        indices = sorted(random.Random(seed).sample(indices, CPU_SETS))
+    return [(i, {t.name: decoded(t) for t in recorded[i].tensors}) for i in indices]
+
+
+def name(index: int, total: int, shape: tuple[int, ...]) -> str:
+    """A live case's name: which recorded set of how many the model holds."""
+    return f"{CASE} set {index + 1} of {total} {'x'.join(map(str, shape))} mixed"
+
+
+def norm_states(target, weight_attr: str, bias_attr: str | None, gpu: bool, seed: int) -> tuple:
+    """((set index, weight, bias or None), ...) of a norm's live sets for this judging, by the module's attribute
+    names; sets without the weight are skipped."""
+    out = []
+    for i, state in chosen(target.live, gpu, seed):
+        if weight_attr in state and state[weight_attr].dim() == 1:
+            out.append((i, state[weight_attr], state.get(bias_attr) if bias_attr else None))
+    return tuple(out)
+
+
+def rotaries(target, width: int, gpu: bool, seed: int) -> tuple:
+    """((set index, inverse frequencies, attention factor), ...) of a RoPE's live rotaries for this judging: those of
+    the live rotary width (a model's other rotaries, of other widths, serve other calls)."""
+    out = []
+    for i, state in chosen(target.live, gpu, seed):
+        inv, factor = state.get("inv_freq"), state.get("attention_scaling")
+        if inv is not None and inv.dim() == 1 and 2 * inv.numel() == width:
+            out.append((i, inv, float(factor.reshape(-1)[0]) if factor is not None and factor.numel() else 1.0))
+    return tuple(out)

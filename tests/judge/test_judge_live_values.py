@@ -1,0 +1,93 @@
+"""The judge runs every candidate on the served model's own values (the profile's `live_parameters`): a norm's weight
+and bias, the residual norm's post norm's, a RoPE's inverse frequencies and attention factor, bit for bit, on rows of
+every regime. Every other case draws its own, so a kernel keyed to the live values passed them all (a red-team class
+of 2026-12-06); tests/adversarial's `live_keyed_weight_mean_square` is one, judged end to end there."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from services.core.pb import events_pb2 as pb
+from services.judge import live_values
+from services.judge.cases import MIXED, MIXED_MIN_ROWS, REGIMES, CaseSpec, draw_cases
+from services.judge.pair_cases import PairSpec
+from services.ops.protocol import LiveTarget
+from services.ops.residual_norm.cases import draw_add_norm_cases
+from services.ops.rotary.cases import RopeSpec, draw_rope_cases
+from services.server.live_parameters import tensor_message
+
+BF16 = torch.bfloat16
+WIDTH = 64
+
+
+def _target(*sets: dict[str, torch.Tensor], total: int = 0) -> LiveTarget:
+    recorded = tuple(
+        pb.LiveParameters(instances=1, tensors=[tensor_message(n, t) for n, t in sorted(s.items())]) for s in sets
+    )
+    return LiveTarget(pb.ModuleIntrospection(), (1, WIDTH), "bfloat16", live=recorded, live_sets=total or len(sets))
+
+
+def _live(cases) -> list:
+    return [c for c in cases if c.name.startswith(live_values.CASE)]
+
+
+def test_a_norm_meets_each_live_weight_and_bias_bit_for_bit_on_rows_of_every_regime():
+    weights = [torch.randn(WIDTH).to(BF16) for _ in range(6)]
+    sets = [{"weight": w, "bias": torch.zeros(WIDTH, dtype=BF16)} for w in weights]  # the init bias: exactly zero
+    target = _target(*sets, total=9)  # the budget held 6 of the model's 9
+    gpu = live_values.norm_states(target, "weight", "bias", gpu=True, seed=3)
+    assert [i for i, _, _ in gpu] == list(range(6))  # a GPU runs every set recorded
+    cpu = live_values.norm_states(target, "weight", "bias", gpu=False, seed=3)
+    assert len(cpu) == live_values.CPU_SETS and len({i for i, _, _ in cpu}) == live_values.CPU_SETS
+    other = {tuple(i for i, _, _ in live_values.norm_states(target, "weight", "bias", False, seed)) for seed in range(6)}
+    assert len(other) > 1  # which sets a CPU judging runs follows its seed
+
+    spec = CaseSpec(WIDTH, (1, WIDTH), BF16, BF16, gpu=False, max_rows=8, examples=2, bias=True, live=cpu, live_sets=9)
+    live = _live(draw_cases(spec, seed=5))
+    assert len(live) == live_values.CPU_SETS
+    for case, (index, weight, _) in zip(live, cpu, strict=True):
+        assert torch.equal(case.weight, weight) and torch.equal(case.bias, torch.zeros(WIDTH, dtype=BF16))
+        assert case.name.startswith(f"live-values set {index + 1} of 9 ") and case.regime == MIXED
+        assert case.shape == (len(REGIMES), WIDTH)  # a row of every regime
+    gpu_spec = dataclasses.replace(spec, gpu=True, max_rows=0, live=gpu)
+    assert {c.shape for c in _live(draw_cases(gpu_spec, seed=5))} == {(MIXED_MIN_ROWS, WIDTH)}
+    # a module with a bias the recorded set lacks meets its init, zeros; none recorded: no live case
+    no_bias = dataclasses.replace(spec, live=((0, weights[0], None),))
+    assert torch.equal(_live(draw_cases(no_bias, seed=5))[0].bias, torch.zeros(WIDTH, dtype=BF16))
+    assert _live(draw_cases(dataclasses.replace(spec, live=()), seed=5)) == []
+
+
+def test_a_norm_set_without_the_weight_the_contract_reads_is_skipped():
+    target = _target({"scale": torch.ones(WIDTH)}, {"weight": torch.ones(WIDTH)})
+    assert [i for i, _, _ in live_values.norm_states(target, "weight", None, gpu=True, seed=0)] == [1]
+
+
+def test_the_residual_norm_meets_its_post_norms_live_weights():
+    weight = torch.randn(WIDTH).to(BF16)
+    spec = PairSpec(WIDTH, (1, 4, WIDTH), BF16, gpu=False, examples=2)
+    cases = draw_add_norm_cases(spec, seed=2, bias=False, live=((4, weight, None),), live_sets=7)
+    [live] = _live(cases)
+    assert torch.equal(live.weight, weight) and live.bias is None
+    assert live.name.startswith("live-values set 5 of 7 ") and live.pair.shape == (len(REGIMES), WIDTH)
+
+
+@pytest.mark.parametrize("variant", ["rope_half", "rope_interleaved"])
+def test_rope_meets_the_live_frequencies_and_attention_factor(variant):
+    dim, base, factor = 16, 1e6, 1.2
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    other = torch.ones(dim)  # a rotary of another width (a model's second one): not this call's
+    target = _target({"inv_freq": inv, "attention_scaling": torch.tensor([factor])}, {"inv_freq": other})
+    live = live_values.rotaries(target, dim, gpu=False, seed=0)
+    assert len(live) == 1 and live[0][0] == 0 and torch.equal(live[0][1], inv) and live[0][2] == pytest.approx(factor)
+
+    spec = RopeSpec((1, 4, 2, dim), torch.float32, gpu=False, examples=0, live=live, live_sets=2)
+    [case] = _live(draw_rope_cases(spec, variant, seed=1))
+    assert case.name.startswith("live-values set 1 of 2 ")
+    # the first sequence from position 0: its angles are the live frequencies times 0, 1, 2, scaled by the factor
+    theta = torch.arange(3, dtype=torch.float64)[:, None] * inv.double()
+    theta = torch.cat((theta, theta), -1) if variant == "rope_half" else torch.repeat_interleave(theta, 2, -1)
+    torch.testing.assert_close(case.cos[0].double(), theta.cos() * factor, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(case.sin[0].double(), theta.sin() * factor, rtol=1e-6, atol=1e-6)
