@@ -42,7 +42,7 @@ MIN_ACK_WAIT_S = 1.0
 NATS_DEFAULT_MAX_PAYLOAD = 1 << 20
 # The most bytes of live values one profile carries (services.server.live_parameters.PROFILE_BUDGET_BYTES: the served
 # model's own norm weights and rotary frequencies, the judge's `live-values` cases).
-PROFILE_LIVE_BYTES = 128 << 10
+PROFILE_LIVE_BYTES = 320 << 10
 # The largest event a service publishes: a CandidateProposed of MAX_SOURCE_CHARS characters of kernel source (a byte
 # each in ASCII; a non-ASCII source past the log's limit is refused at publish, in one line, and ends its run) with its
 # plan, contract and envelope, a few KB (the largest CandidateProposed of tests/tui/data/real_run.jsonl is 3.9 KB); or

@@ -25,8 +25,9 @@ METRICS_MAX_MSGS = 100_000
 # YANTRA_RUNS is the event-sourced log: no old event may ever be dropped, so when a limit is reached the
 # stream refuses new events (DiscardPolicy.NEW: the publisher gets an error) instead of making room.
 # The largest legit event is a CandidateProposed: at most the judge's MAX_SOURCE_CHARS (200,000) of kernel
-# source plus its contract, about 200 KB (a ProfileCaptured is a few KB: 4.3 KB in tests/tui/data/real_run.jsonl,
-# whose largest CandidateProposed is 3.9 KB). 512 KiB leaves more than twice that, and is half of nats-server's
+# source plus its contract, about 200 KB, or a ProfileCaptured holding the served model's own norm weights (at most
+# 320 KiB of them, services.server.live_parameters; without them a few KB: 4.3 KB in tests/tui/data/real_run.jsonl,
+# whose largest CandidateProposed is 3.9 KB). 512 KiB leaves room beside either, and is half of nats-server's
 # default max_payload (1 MiB), which bounds a message with its headers: a dead letter is a copy of the message
 # plus a few KB of headers (the reason, where it came from), so any event the log accepts can be dead-lettered
 # whole. At 1 MiB an event the log accepted could not be: its copy broke the payload limit, and the server closed

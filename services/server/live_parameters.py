@@ -19,11 +19,12 @@ from services.core.pb import events_pb2 as pb
 from services.server.introspection import dtype_name
 
 # Bytes of live tensors one class's profile may carry (the log's messages are at most 512 KiB, and a run's profile
-# holds a few classes): 57 bf16 norm weights of a 1.5B model's width (1,536) are 175 KB, so a model of that size is
-# judged on a quarter of its sets; a GPU judging runs every set recorded.
-CLASS_BUDGET_BYTES = 48 << 10
-# ... and the whole profile (every class's): bus_limits holds the largest event past it.
-PROFILE_BUDGET_BYTES = 128 << 10
+# holds a few classes): the 57 bf16 norm weights of a 1.5B model's width (1,536) are 175 KB, all of them; a 7B model's
+# 65 of width 4,096 (532 KB) a third. A GPU judging runs every set recorded.
+CLASS_BUDGET_BYTES = 192 << 10
+# ... and the whole profile (every class's, in the order the classes were met): bus_limits holds the largest event
+# past it (a 1.5B model's norms, its 28 decoder layers' post norms and its rotary: 261 KB).
+PROFILE_BUDGET_BYTES = 320 << 10
 
 
 def tensor_message(name: str, tensor: torch.Tensor) -> pb.LiveTensor:

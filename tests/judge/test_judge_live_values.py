@@ -91,3 +91,13 @@ def test_rope_meets_the_live_frequencies_and_attention_factor(variant):
     theta = torch.cat((theta, theta), -1) if variant == "rope_half" else torch.repeat_interleave(theta, 2, -1)
     torch.testing.assert_close(case.cos[0].double(), theta.cos() * factor, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(case.sin[0].double(), theta.sin() * factor, rtol=1e-6, atol=1e-6)
+
+
+def test_the_parallel_norm_meets_both_live_norms_each_with_its_own_weight():
+    from services.ops.parallel_norm.judging import draw_dual_cases
+
+    first, second = torch.randn(WIDTH).to(BF16), torch.randn(WIDTH).to(BF16)
+    spec = CaseSpec(WIDTH, (1, WIDTH), BF16, BF16, False, max_rows=8, examples=2, bias=True, live=((0, first, None),))
+    [live] = [c for c in draw_dual_cases(spec, seed=4, seconds=((second, None),)) if c.row.weights == "live"]
+    assert torch.equal(live.row.weight, first) and torch.equal(live.second_weight, second)
+    assert torch.equal(live.second_bias, torch.zeros(WIDTH, dtype=BF16))  # the norms' init bias where none recorded

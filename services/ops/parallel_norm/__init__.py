@@ -57,6 +57,18 @@ def rows_per_program(plan: pb.LaunchPlan) -> set[int]:
     return row_reduction.rows_per_program(plan)
 
 
+def live_state(module, roles) -> list[dict]:
+    """Both norms' live values, for the profile: each named by its role ("input_norm.weight", "post_norm.bias")."""
+    out = {}
+    for role in ("input_norm", "post_norm"):
+        norm = getattr(module, roles.get(role, ""), None) if roles else None
+        if norm is None:
+            return []
+        for state in row_reduction.live_state(norm):
+            out |= {f"{role}.{name}": t for name, t in state.items()}
+    return [out]
+
+
 def norm_variant(variant: str) -> str:
     """The norms' variant (the norm family's name) of one of this family's."""
     return variant.removeprefix(PREFIX)

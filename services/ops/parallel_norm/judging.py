@@ -7,10 +7,12 @@ and in float64; the family's op called on each case in the child, its two output
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
+from services.judge import live_values
 from services.judge.cases import (
     CPU_BOUNDARY_ROWS,
     WEIGHTS,
@@ -58,15 +60,22 @@ class DualCase(EpsilonCase):
         return self.row
 
 
-def draw_dual_cases(spec: CaseSpec, seed: int) -> list[DualCase]:
+def draw_dual_cases(spec: CaseSpec, seed: int, seconds: tuple = ()) -> list[DualCase]:
     """The norm's row cases, each with a second weight of the kind two along the first's (so the two norms' weights
-    always differ in kind: a kernel applying one norm's weight twice is wrong on every case) and an epsilon."""
-    out = []
+    always differ in kind: a kernel applying one norm's weight twice is wrong on every case) and an epsilon. The cases
+    on the served model's own first norm (`spec.live`) take its second norm's from `seconds` ((weight, bias), in the
+    same order)."""
+    out, live = [], iter(seconds)
     for i, row in enumerate(draw_cases(spec, seed)):
         g = _generator(seed, "dual-norm-second", i)
-        kind = WEIGHTS[(WEIGHTS.index(row.weights) + 2) % len(WEIGHTS)]
-        weight = _weight(kind, row.width, spec.param_dtype, g)
-        bias = _bias(row.width, spec.param_dtype, g) if spec.bias else None
+        if row.weights == "live":
+            weight, bias = next(live)
+            weight = weight.to(spec.param_dtype)
+            bias = (bias if bias is not None else torch.zeros_like(weight)).to(spec.param_dtype) if spec.bias else None
+        else:
+            kind = WEIGHTS[(WEIGHTS.index(row.weights) + 2) % len(WEIGHTS)]
+            weight = _weight(kind, row.width, spec.param_dtype, g)
+            bias = _bias(row.width, spec.param_dtype, g) if spec.bias else None
         out.append(DualCase(row, weight, bias, EPSILONS[i % len(EPSILONS)]))
     return out
 
@@ -122,7 +131,12 @@ def prepare(ask: JudgeAsk) -> CaseSet:
         max_rows=0 if ask.gpu else ask.cpu_max_rows, examples=ask.examples, bias=biased, widths=target.widths,
         domain_rows=target.max_rows, **plan_draws(ask.proposal.plan),
     )  # fmt: skip
-    cases = draw_dual_cases(spec, ask.seed_base)
+    # the served model's own two norms, by role (services.ops.parallel_norm.live_state): sets holding both weights
+    firsts = live_values.norm_states(target, "input_norm.weight", "input_norm.bias", ask.gpu, ask.seed_base)
+    seconds = live_values.norm_states(target, "post_norm.weight", "post_norm.bias", ask.gpu, ask.seed_base)
+    both = sorted({i for i, _, _ in firsts} & {i for i, _, _ in seconds})
+    spec = dataclasses.replace(spec, live=tuple(s for s in firsts if s[0] in both), live_sets=target.live_sets)
+    cases = draw_dual_cases(spec, ask.seed_base, tuple((w, b) for i, w, b in seconds if i in both))
     operands = Operands(
         inputs=[c.row.base for c in cases],
         weights=[c.row.weight for c in cases],

@@ -80,8 +80,8 @@ def prepare(ask: JudgeAsk) -> CaseSet:
         domain_rows=target.max_rows, **plan_draws(ask.proposal.plan),
     )  # fmt: skip
     bias = residual_norm.norm_variant(target.computes) in row_reduction.BIASED
-    live = live_values.norm_states(target, "weight", "bias" if bias else None, ask.gpu, ask.seed_base)
-    cases = draw_add_norm_cases(spec, ask.seed_base, bias, live, target.live_sets)
+    states = live_values.norm_states(target, "weight", "bias" if bias else None, ask.gpu, ask.seed_base)
+    cases = draw_add_norm_cases(spec, ask.seed_base, bias, states, target.live_sets)
     operands = Operands(
         actives=[c.pair.gate for c in cases],
         residuals=[c.pair.up for c in cases],
