@@ -102,7 +102,8 @@ class CaseSpec:
     bias: bool = False  # the module adds a bias (a LayerNorm's): every case draws one
     widths: tuple[int, ...] = ()  # every width the class is called at (the profile's): each is drawn
     domain_rows: int = 0  # the most rows one call can carry on the served model (0: unknown): a GPU draws up to it
-    # The served model's own norm states ((set index, weight, bias or None), services.judge.live_values): a case each
+    # The served model's own norm states ((set index, weight, bias or None, full), services.judge.live_values): a
+    # case each
     live: tuple = ()
     live_sets: int = 0  # how many distinct sets the served model holds (more than `live` where not all were run)
 
@@ -428,9 +429,8 @@ def _live_values(spec: CaseSpec, seed: int) -> list[Case]:
     """A case of every regime's rows on each of the served model's own norm states (`spec.live`): a kernel keyed to
     the live weight or bias meets them (every drawn weight differs from the live ones)."""
     out = []
-    rows = MIXED_MIN_ROWS if spec.gpu else len(REGIMES)
-    for index, weight, bias in spec.live:
-        shape = (rows, int(weight.shape[0]))
+    for index, weight, bias, full in spec.live:
+        shape = (live_values.rows(full, spec.gpu, len(REGIMES)), int(weight.shape[0]))
         x = _values(shape, MIXED, spec.input_dtype, _generator(seed, live_values.CASE, index))
         if spec.bias and bias is None:  # the module has a bias the live set does not hold: its init, zeros
             bias = torch.zeros_like(weight)

@@ -39,36 +39,37 @@ def test_a_norm_meets_each_live_weight_and_bias_bit_for_bit_on_rows_of_every_reg
     sets = [{"weight": w, "bias": torch.zeros(WIDTH, dtype=BF16)} for w in weights]  # the init bias: exactly zero
     target = _target(*sets, total=9)  # the budget held 6 of the model's 9
     gpu = live_values.norm_states(target, "weight", "bias", gpu=True, seed=3)
-    assert [i for i, _, _ in gpu] == list(range(6))  # a GPU runs every set recorded
+    assert [i for i, *_ in gpu] == list(range(6)) and all(full for *_, full in gpu)  # a GPU: every set in full
     cpu = live_values.norm_states(target, "weight", "bias", gpu=False, seed=3)
-    assert len(cpu) == live_values.CPU_SETS and len({i for i, _, _ in cpu}) == live_values.CPU_SETS
+    assert [i for i, *_ in cpu] == list(range(6))  # a CPU: every set too, CPU_SETS of them in full
+    assert sum(full for *_, full in cpu) == live_values.CPU_SETS
     picks = [live_values.norm_states(target, "weight", "bias", False, seed) for seed in range(6)]
-    assert len({tuple(i for i, _, _ in pick) for pick in picks}) > 1  # which sets a CPU judging runs follows its seed
+    assert len({tuple(full for *_, full in pick) for pick in picks}) > 1  # which, follows the judging's seed
 
     spec = CaseSpec(WIDTH, (1, WIDTH), BF16, BF16, gpu=False, max_rows=8, examples=2, bias=True, live=cpu, live_sets=9)
     live = _live(draw_cases(spec, seed=5))
-    assert len(live) == live_values.CPU_SETS
-    for case, (index, weight, _) in zip(live, cpu, strict=True):
+    assert len(live) == len(cpu)
+    for case, (index, weight, _, full) in zip(live, cpu, strict=True):
         assert torch.equal(case.weight, weight) and torch.equal(case.bias, torch.zeros(WIDTH, dtype=BF16))
         assert case.name.startswith(f"live-values set {index + 1} of 9 ") and case.regime == MIXED
-        assert case.shape == (len(REGIMES), WIDTH)  # a row of every regime
+        assert case.shape == ((len(REGIMES) if full else live_values.BRIEF_ROWS), WIDTH)  # full: a row of every regime
     gpu_spec = dataclasses.replace(spec, gpu=True, max_rows=0, live=gpu)
     assert {c.shape for c in _live(draw_cases(gpu_spec, seed=5))} == {(MIXED_MIN_ROWS, WIDTH)}
     # a module with a bias the recorded set lacks meets its init, zeros; none recorded: no live case
-    no_bias = dataclasses.replace(spec, live=((0, weights[0], None),))
+    no_bias = dataclasses.replace(spec, live=((0, weights[0], None, True),))
     assert torch.equal(_live(draw_cases(no_bias, seed=5))[0].bias, torch.zeros(WIDTH, dtype=BF16))
     assert _live(draw_cases(dataclasses.replace(spec, live=()), seed=5)) == []
 
 
 def test_a_norm_set_without_the_weight_the_contract_reads_is_skipped():
     target = _target({"scale": torch.ones(WIDTH)}, {"weight": torch.ones(WIDTH)})
-    assert [i for i, _, _ in live_values.norm_states(target, "weight", None, gpu=True, seed=0)] == [1]
+    assert [i for i, *_ in live_values.norm_states(target, "weight", None, gpu=True, seed=0)] == [1]
 
 
 def test_the_residual_norm_meets_its_post_norms_live_weights():
     weight = torch.randn(WIDTH).to(BF16)
     spec = PairSpec(WIDTH, (1, 4, WIDTH), BF16, gpu=False, examples=2)
-    cases = draw_add_norm_cases(spec, seed=2, bias=False, live=((4, weight, None),), live_sets=7)
+    cases = draw_add_norm_cases(spec, seed=2, bias=False, live=((4, weight, None, True),), live_sets=7)
     [live] = _live(cases)
     assert torch.equal(live.weight, weight) and live.bias is None
     assert live.name.startswith("live-values set 5 of 7 ") and live.pair.shape == (len(REGIMES), WIDTH)
@@ -97,7 +98,8 @@ def test_the_parallel_norm_meets_both_live_norms_each_with_its_own_weight():
     from services.ops.parallel_norm.judging import draw_dual_cases
 
     first, second = torch.randn(WIDTH).to(BF16), torch.randn(WIDTH).to(BF16)
-    spec = CaseSpec(WIDTH, (1, WIDTH), BF16, BF16, False, max_rows=8, examples=2, bias=True, live=((0, first, None),))
+    live = ((0, first, None, True),)
+    spec = CaseSpec(WIDTH, (1, WIDTH), BF16, BF16, False, max_rows=8, examples=2, bias=True, live=live)
     [live] = [c for c in draw_dual_cases(spec, seed=4, seconds=((second, None),)) if c.row.weights == "live"]
     assert torch.equal(live.row.weight, first) and torch.equal(live.second_weight, second)
     assert torch.equal(live.second_bias, torch.zeros(WIDTH, dtype=BF16))  # the norms' init bias where none recorded

@@ -134,9 +134,9 @@ def prepare(ask: JudgeAsk) -> CaseSet:
     # the served model's own two norms, by role (services.ops.parallel_norm.live_state): sets holding both weights
     firsts = live_values.norm_states(target, "input_norm.weight", "input_norm.bias", ask.gpu, ask.seed_base)
     seconds = live_values.norm_states(target, "post_norm.weight", "post_norm.bias", ask.gpu, ask.seed_base)
-    both = sorted({i for i, _, _ in firsts} & {i for i, _, _ in seconds})
+    both = {first[0] for first in firsts} & {second[0] for second in seconds}
     spec = dataclasses.replace(spec, live=tuple(s for s in firsts if s[0] in both), live_sets=target.live_sets)
-    cases = draw_dual_cases(spec, ask.seed_base, tuple((w, b) for i, w, b in seconds if i in both))
+    cases = draw_dual_cases(spec, ask.seed_base, tuple((w, b) for i, w, b, _ in seconds if i in both))
     operands = Operands(
         inputs=[c.row.base for c in cases],
         weights=[c.row.weight for c in cases],

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from services.judge import live_values
-from services.judge.cases import MIXED, MIXED_MIN_ROWS, REGIMES, WEIGHTS, _bias, _generator, _weight
+from services.judge.cases import MIXED, REGIMES, WEIGHTS, _bias, _generator, _weight
 from services.judge.pair_cases import PairCase, PairSpec, draw_pair_cases
 from services.judge.pair_cases import _case as pair_case
 from services.ops.row_judging import EpsilonCase
@@ -46,15 +46,14 @@ def draw_add_norm_cases(
 ) -> list[AddNormCase]:
     """The pair cases at the hidden width, each with a weight (its kind cycling through every kind), a bias when
     the norm has one, and an epsilon; then a case of every regime's rows on each of the served model's own post norm
-    states (`live`: (set index, weight, bias or None), services.judge.live_values) of `live_sets` in all."""
+    states (`live`: (set index, weight, bias or None, full), services.judge.live_values) of `live_sets` in all."""
     out = []
     for i, pair in enumerate(draw_pair_cases(spec, seed, alike=True)):  # both operands in each regime
         g = _generator(seed, "add-norm-state", i)
         weight = _weight(WEIGHTS[i % len(WEIGHTS)], pair.width, spec.dtype, g)
         out.append(AddNormCase(pair, weight, _bias(pair.width, spec.dtype, g) if bias else None, EPSILONS[i % 2]))
-    rows = MIXED_MIN_ROWS if spec.gpu else len(REGIMES)
-    for k, (index, weight, b) in enumerate(live):
-        shape = (rows, int(weight.shape[0]))
+    for k, (index, weight, b, full) in enumerate(live):
+        shape = (live_values.rows(full, spec.gpu, len(REGIMES)), int(weight.shape[0]))
         pair = pair_case(live_values.CASE, shape, MIXED, "contiguous", spec, _generator(seed, live_values.CASE, index),
                          alike=True)  # fmt: skip
         pair = replace(pair, name=live_values.name(index, max(live_sets, len(live)), shape))
