@@ -7,10 +7,15 @@ from google.protobuf.json_format import MessageToDict
 from services.core.events import Recorded
 
 INLINE_LIST = 80  # a list of scalars this short stays on one line
+# A single-line string past this (the base64 of a profile's live tensors: up to 192 KiB a class) shows its start and
+# its length, not a screen of characters.
+LONG_LINE = 240
 
 
 def _scalar(value) -> str:
     if isinstance(value, str):
+        if len(value) > LONG_LINE:
+            return f"{value[:48]}… ({len(value):,} characters)"
         return repr(value) if value == "" or value.strip() != value else value
     if isinstance(value, bool):
         return "true" if value else "false"

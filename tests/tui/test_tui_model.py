@@ -243,3 +243,17 @@ def test_a_candidates_launch_plan_is_shown_with_its_contract():
     text = console.file.getvalue()
     assert "_rmsnorm_fwd_kernel(x, w, y, rows, eps; BLOCK=block_cols, N_COLS=cols, ROWS=2)" in text
     assert "grid cdiv(rows, 2), 8 warps (row_reduction, any rows)" in text
+
+
+def test_a_profiles_live_tensors_show_their_length_not_their_bytes():
+    from services.core import events as ev
+    from services.core.pb import events_pb2 as pb
+
+    tensor = pb.LiveTensor(name="weight", dtype="bfloat16", shape=[1536], data=bytes(range(256)) * 12)
+    module = pb.ModuleClassProfile(live_parameters=[pb.LiveParameters(instances=57, tensors=[tensor])])
+    captured = pb.ProfileCaptured(observed=pb.ProfileObservation(modules=[module]))
+    env = ev.make_envelope("20261101-123000-feed01", captured, producer="profiler", time_ns=1)
+    lines = payload_lines(Recorded(1, env), known=True)
+    data = next(line for line in lines if line.strip().startswith("data:"))
+    assert data.endswith("(4,096 characters)") and len(data) < 120  # 3,072 bytes in base64
+    assert any(line.strip() == "instances: 57" for line in lines)
