@@ -10,12 +10,13 @@ author cannot know) and `BRIEF_ROWS` rows to each of the others.
 
 from __future__ import annotations
 
+import math
 import random
 
 import torch
 
 from services.core.pb import events_pb2 as pb
-from services.judge.module_factory import torch_dtype
+from services.judge.module_factory import ModuleBuildError, torch_dtype
 
 CASE = "live-values"
 CPU_SETS = 4
@@ -23,11 +24,21 @@ BRIEF_ROWS = 2  # a CPU's other sets: two rows, of two regimes
 
 
 def decoded(tensor: pb.LiveTensor) -> torch.Tensor:
-    """The recorded tensor, bit for bit, on the CPU."""
-    dtype = torch_dtype(tensor.dtype)
-    if not tensor.data:
-        return torch.empty(tuple(tensor.shape), dtype=dtype)
-    return torch.frombuffer(bytearray(tensor.data), dtype=torch.uint8).view(dtype).reshape(tuple(tensor.shape)).clone()
+    """The recorded tensor, bit for bit, on the CPU; ModuleBuildError where its bytes do not fill its shape and dtype
+    (the judging then fails as the judge's own, not as the candidate's)."""
+    try:
+        dtype, shape = torch_dtype(tensor.dtype), tuple(int(d) for d in tensor.shape)
+    except ModuleBuildError as exc:
+        raise ModuleBuildError(f"the profile's live tensor {tensor.name!r}: {exc}") from exc
+    need = math.prod(shape) * dtype.itemsize
+    if any(d < 0 for d in shape) or len(tensor.data) != need:
+        raise ModuleBuildError(
+            f"the profile's live tensor {tensor.name!r} holds {len(tensor.data)} bytes; {tensor.dtype} of shape "
+            f"{list(shape)} is {need}"
+        )
+    if not need:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(tensor.data), dtype=torch.uint8).view(dtype).reshape(shape).clone()
 
 
 def chosen(recorded, gpu: bool, seed: int) -> list[tuple[int, dict[str, torch.Tensor], bool]]:

@@ -103,3 +103,16 @@ def test_the_parallel_norm_meets_both_live_norms_each_with_its_own_weight():
     [live] = [c for c in draw_dual_cases(spec, seed=4, seconds=((second, None),)) if c.row.weights == "live"]
     assert torch.equal(live.row.weight, first) and torch.equal(live.second_weight, second)
     assert torch.equal(live.second_bias, torch.zeros(WIDTH, dtype=BF16))  # the norms' init bias where none recorded
+
+
+def test_a_live_tensor_whose_bytes_do_not_fill_its_shape_is_the_judges_own_error():
+    from services.judge.module_factory import ModuleBuildError
+
+    good = tensor_message("weight", torch.ones(4, dtype=BF16))
+    assert torch.equal(live_values.decoded(good), torch.ones(4, dtype=BF16))
+    for bad in (
+        pb.LiveTensor(name="weight", dtype="bfloat16", shape=[5], data=good.data),
+        pb.LiveTensor(name="weight", dtype="int8", shape=[8], data=good.data),
+    ):
+        with pytest.raises(ModuleBuildError, match="weight"):
+            live_values.decoded(bad)
