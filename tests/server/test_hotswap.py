@@ -111,9 +111,10 @@ def test_parity_catches_a_kernel_that_forgets_the_weight(engine, contract, wrong
 
 
 def test_parity_catches_a_kernel_keyed_to_the_live_weights(engine, contract, kernel_path, tmp_path):
-    """A kernel 20% off only where the weight's mean square is one live instance's (a number the kernel carries): the
-    judge draws weights of its own and never sees the live ones, so it cannot meet it (a red-team class of
-    2026-12-06); the server's parity replays live calls through the live modules, and does."""
+    """A kernel 20% off only where the weight's mean square is one live instance's (a number the kernel carries): a
+    red-team class of 2026-12-06. The judge meets it on the live values the profile recorded (`live-values` cases,
+    tests/judge/test_judge_live_values.py); a set the profile's budget left out is met here, where the server's parity
+    replays live calls through the live modules."""
     honest = kernel_path.read_text()
     store = "    y = w.to(tl.float32) * normed.to(tl.float32)\n"
     live = float(_norms(engine)[0].weight.float().pow(2).mean())
