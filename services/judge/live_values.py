@@ -49,9 +49,9 @@ def chosen(recorded, gpu: bool, seed: int) -> list[tuple[int, dict[str, torch.Te
     return [(i, {t.name: decoded(t) for t in recorded[i].tensors}, i in full) for i in indices]
 
 
-def name(index: int, total: int, shape: tuple[int, ...]) -> str:
-    """A live case's name: which recorded set of how many the model holds."""
-    return f"{CASE} set {index + 1} of {total} {'x'.join(map(str, shape))} mixed"
+def name(index: int, total: int, shape: tuple[int, ...], what: str = "mixed") -> str:
+    """A live case's name: which recorded set of how many the model holds, its shape and what its rows are."""
+    return f"{CASE} set {index + 1} of {total} {'x'.join(map(str, shape))} {what}"
 
 
 def norm_states(target, weight_attr: str, bias_attr: str | None, gpu: bool, seed: int) -> tuple:

@@ -6,6 +6,7 @@ of 2026-12-06); tests/adversarial's `live_keyed_weight_mean_square` is one, judg
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from services.judge.cases import MIXED, MIXED_MIN_ROWS, REGIMES, CaseSpec, draw_
 from services.judge.pair_cases import PairSpec
 from services.ops.protocol import LiveTarget
 from services.ops.residual_norm.cases import draw_add_norm_cases
-from services.ops.rotary.cases import RopeSpec, draw_rope_cases
+from services.ops.rotary.cases import SWEEP, SWEEP_SEQUENCES, RopeSpec, _angles, draw_rope_cases
 from services.server.live_parameters import tensor_message
 
 BF16 = torch.bfloat16
@@ -84,9 +85,14 @@ def test_rope_meets_the_live_frequencies_and_attention_factor(variant):
     live = live_values.rotaries(target, dim, gpu=False, seed=0)
     assert len(live) == 1 and live[0][0] == 0 and torch.equal(live[0][1], inv) and live[0][2] == pytest.approx(factor)
 
-    spec = RopeSpec((1, 4, 2, dim), torch.float32, gpu=False, examples=0, live=live, live_sets=2)
-    [case] = _live(draw_rope_cases(spec, variant, seed=1))
+    spec = RopeSpec((1, 4, 2, dim), torch.float32, gpu=False, examples=0, live=live, live_sets=2, max_positions=4096)
+    case, sweep = _live(draw_rope_cases(spec, variant, seed=1))
     assert case.name.startswith("live-values set 1 of 2 ")
+    # and on the position sweep, one token at each of 16 positions up to the longest: its angles the live frequencies
+    assert sweep.name.endswith("positions 1-4096 log-grid") and sweep.cos.shape[:2] == (SWEEP_SEQUENCES[False], 1)
+    lowest = sweep.cos[:, 0, 0].double() / factor  # the first pair's cos, of frequency inv[0] = 1
+    positions = torch.tensor([round(p) for p in torch.acos(lowest.clamp(-1, 1)).tolist()])  # folded into [0, pi]
+    assert positions.numel() == SWEEP_SEQUENCES[False]
     # the first sequence from position 0: its angles are the live frequencies times 0, 1, 2, scaled by the factor
     theta = torch.arange(3, dtype=torch.float64)[:, None] * inv.double()
     theta = torch.cat((theta, theta), -1) if variant == "rope_half" else torch.repeat_interleave(theta, 2, -1)
@@ -116,3 +122,19 @@ def test_a_live_tensor_whose_bytes_do_not_fill_its_shape_is_the_judges_own_error
     ):
         with pytest.raises(ModuleBuildError, match="weight"):
             live_values.decoded(bad)
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_position_sweep_puts_a_position_in_every_band_wider_than_its_grid(gpu):
+    """A red-team kernel found the position from an angle and its frequency and was wrong at positions 48-600 only,
+    on the live base: no case's positions reached the band. The sweep's positions lie on a log grid from 1 to the
+    longest the server sends, at a random phase, one a sequence."""
+    count, top, dim = SWEEP_SEQUENCES[gpu], 32768.0, 8
+    inv = torch.ones(dim // 2, dtype=torch.float64)  # angle = position
+    theta = _angles(count, 1, dim, True, torch.Generator().manual_seed(5), SWEEP, inv, top)
+    positions = theta[:, 0, 0].sort().values
+    assert positions.numel() == count and positions[0] >= 1 and positions[-1] <= top
+    step = math.log10(top) / count
+    gaps = positions[1:].log10() - positions[:-1].log10()
+    assert (gaps <= step + (1 + 1 / positions[:-1]).log10() + 1e-9).all()  # the grid's step, and a position's floor
+    assert ((positions >= 48) & (positions <= 600)).any()  # the red-team band, on any phase

@@ -38,6 +38,10 @@ CPU_BOUNDARY_POSITIONS = 64  # dispatch limits the interpreter still draws both 
 DOMAIN_ELEMENTS = 64 * 2**20  # q's elements in the longest sequence drawn (as services.judge.cases caps a case)
 MAX_BATCH_DRAWN = 64  # sequences in the batch case: the served model's most, up to this
 MAX_BATCH_CPU = 8  # the interpreter's batch case: a decode step of this many sequences at most (at least 3)
+# A position sweep: this many sequences of one token, at positions on a log grid from 1 to the longest the server
+# sends (a random phase): a kernel wrong in a band of positions (found from an angle and its frequency) meets one
+SWEEP = "sweep"
+SWEEP_SEQUENCES = {False: 16, True: 1024}  # by gpu: the grid's step 0.28 decades on a CPU, 0.0044 on a GPU
 MAX_KV_DRAWN = 2  # other kv-head counts drawn beyond 1, half and all of q's
 
 
@@ -100,11 +104,22 @@ def operands(case_or_bases, layout: str, heads: tuple[int, int], dim: int, place
 
 
 def _angles(
-    batch: int, seq: int, dim: int, variant_half: bool, g: torch.Generator, far: bool, inv: torch.Tensor | None = None
+    batch: int,
+    seq: int,
+    dim: int,
+    variant_half: bool,
+    g: torch.Generator,
+    far: bool | str,
+    inv: torch.Tensor | None = None,
+    top: float = MAX_POSITION,
 ) -> torch.Tensor:
     # each sequence its own start, as the server's batched decode steps each slot at its own position (the first
     # from 0 unless `far`): a kernel that reads one sequence's angles for all of them meets the others'
-    starts = torch.randint(max(1, int(MAX_POSITION) - seq), (batch,), generator=g).double()
+    if far == SWEEP:  # one token a sequence, the positions a log grid from 1 to `top` at a random phase
+        u = torch.randperm(batch, generator=g).double() + float(torch.rand((), generator=g, dtype=torch.float64))
+        starts = torch.floor(max(2.0, top) ** (u / batch))
+    else:
+        starts = torch.randint(max(1, int(MAX_POSITION) - seq), (batch,), generator=g).double()
     if not far:
         starts[0] = 0.0
     positions = starts[:, None] + torch.arange(seq, dtype=torch.float64)
@@ -134,18 +149,20 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
 
     partial = variant in rotary.PARTIAL_VARIANTS  # cos in the half layout of the live rotary width
     width = (spec.rotary_dim or d) if partial else d
-    theta = _angles(cos_batch, s, width, variant != "rope_interleaved", g, far, live[1] if live else None)
+    top = float(spec.max_positions or MAX_POSITION)
+    theta = _angles(cos_batch, s, width, variant != "rope_interleaved", g, far, live[1] if live else None, top)
     if variant in rotary.ANGLE_VARIANTS:  # one angle a pair (GPT-OSS's): the half layout's first half
         theta = theta[..., : width // 2]
     name = f"{kind} q {b}x{hq}x{s}x{d} k-heads {heads_k} {regime} {layout}" + (" cos-batch-1" if cos_batch == 1 else "")
     name += f" rotary-dim {width}" if width != d else ""
-    name += " far-positions" if far else ""
+    name += {True: " far-positions", SWEEP: f" positions 1-{int(top)} log-grid"}.get(far, "")
     # far cases scale cos and sin as YaRN's attention factor does (1-1.3): they are no longer of unit norm, so a
     # kernel taking sin from cos, or clamping them to [-1, 1], is wrong there
-    factor = 10 ** (0.11 * float(torch.rand((), generator=g))) if far else 1.0
+    factor = 10 ** (0.11 * float(torch.rand((), generator=g))) if far is True else 1.0
     if live:
         index, _, factor = live
-        name = live_values.name(index, max(spec.live_sets, len(spec.live)), (b, hq, s, d))
+        what = regime + (f" positions 1-{int(top)} log-grid" if far == SWEEP else "")
+        name = live_values.name(index, max(spec.live_sets, len(spec.live)), (b, hq, s, d), what)
     return RopeCase(
         name,
         (b, hq, s, d),
@@ -204,15 +221,21 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     batch = min(spec.max_batch, MAX_BATCH_DRAWN) if spec.gpu else min(max(spec.max_batch, 3), MAX_BATCH_CPU)
     if batch > 2:
         plan.append(("batch-decode", (batch, hq, 1, d), gqa, "normal", "attention", batch, True))
+    sweep = SWEEP_SEQUENCES[spec.gpu]  # every band of positions wider than the grid's step meets a sequence
+    plan.append(("position-sweep", (sweep, hq, 1, d), gqa, "normal", "attention", sweep, SWEEP))
     if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)
         plan = [(*row[:2], 0, *row[3:]) for row in plan]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]
-    # the served model's own frequencies and factor: a kernel keyed to the live base meets them (two sequences, the
-    # first from position 0, every regime a head vector)
-    live_shape = (2, hq, 3 if not spec.gpu else 16, d)
+    # the served model's own frequencies and factor: a kernel keyed to the live base meets them, on two sequences (the
+    # first from position 0, every regime a head vector) and on the position sweep (keyed to the base and a band of
+    # positions, a red-team kernel passed the first alone)
+    heads_k = 0 if spec.one_tensor else gqa
     for live in spec.live:
-        row = (live_values.CASE, live_shape, 0 if spec.one_tensor else gqa, MIXED, "attention", 2, False)
-        cases.append(_case(*row, spec, variant, _generator(seed, live_values.CASE, live[0]), live=live))
+        g = _generator(seed, live_values.CASE, live[0])
+        cases.append(_case(live_values.CASE, (2, hq, 3 if not spec.gpu else 16, d), heads_k, MIXED, "attention", 2,
+                           False, spec, variant, g, live=live))  # fmt: skip
+        cases.append(_case(live_values.CASE, (sweep, hq, 1, d), heads_k, "normal", "attention", sweep, SWEEP, spec,
+                           variant, g, live=live))  # fmt: skip
     g = _generator(seed, "rope-drawn")
     for i in range(spec.examples):
         pick = lambda options: options[int(torch.randint(len(options), (1,), generator=g))]  # noqa: E731
