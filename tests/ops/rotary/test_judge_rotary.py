@@ -5,6 +5,7 @@ cos, sin) sets drawn as attention passes them, the live function itself as the o
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ NEOX = "transformers.models.gpt_neox.modeling_gpt_neox.apply_rotary_pos_emb"
 GEMMA4 = "transformers.models.gemma4.modeling_gemma4.apply_rotary_pos_emb"
 GPT_OSS = "transformers.models.gpt_oss.modeling_gpt_oss.apply_rotary_pos_emb"
 GPTJ = "transformers.models.gptj.modeling_gptj.apply_rotary_pos_emb"
+HERE = Path(__file__).resolve().parent
 
 
 def _captured(target: str, variant: str, dtype: str = "torch.bfloat16", cos=(1, 5, 16)) -> pb.ProfileCaptured:
@@ -313,3 +315,26 @@ def test_cos_and_sin_come_at_many_bases_and_far_cases_are_not_of_unit_norm():
     far = [c for c in cases if "far-positions" in c.name]
     norm = [float((c.cos.double() ** 2 + c.sin.double() ** 2).mean()) for c in far]
     assert far and max(norm) > 1.01 and min(norm) >= 1.0 - 1e-6, norm
+
+
+async def test_a_kernel_keyed_to_the_live_base_and_a_band_of_positions_meets_the_position_sweep():
+    """A red-team kernel of 2026-12-07 (`live_base_position_band.py`): 30% low at positions 48-600 of the served
+    base, exact elsewhere. The live rotary (base 1e4, as the tiny presets') is recorded in the profile; the judge's
+    position sweep on it reaches the band, where the live-values case's few positions did not."""
+    from candidate_files import load
+
+    from services.server.live_parameters import tensor_message
+
+    captured = _captured(QWEN2, "rope_half", dtype="torch.float32")
+    captured.observed.max_positions = 512
+    inv = 1.0 / (10000.0 ** (torch.arange(0, 16, 2, dtype=torch.float32) / 16))
+    live = [tensor_message("attention_scaling", torch.tensor([1.0])), tensor_message("inv_freq", inv)]
+    captured.observed.modules[0].live_parameters.add(instances=1, tensors=live)
+    captured.observed.modules[0].live_parameter_sets = 1
+    proposal = _proposal(captured, template.search_configs("rope_half")[0])
+    proposal.source, plan = load(HERE / "live_base_position_band.py")
+    proposal.plan.CopyFrom(plan)
+    proposal.source_sha256 = candidate_sha256(proposal.source, proposal.plan)
+    prior = log_of(captured, proposal)
+    [judged] = await JudgeService(device="cpu", examples=0).handle(prior[-1], prior)
+    assert judged.reward == -1 and "live-values" in judged.reason and "log-grid" in judged.reason, judged.reason
