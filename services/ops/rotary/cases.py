@@ -27,7 +27,12 @@ from services.judge.cases import MIXED, MIXED_MIN_ROWS, _generator, _values, lau
 from services.judge.sampled_grid import SAMPLED_HEADS_CASE
 from services.ops import rotary
 
-LAYOUTS = ("attention", "contiguous")  # attention: (batch, seq, heads·dim) projections viewed and transposed
+LAYOUTS = ("attention", "contiguous", "fused")  # attention: (batch, seq, heads·dim) projections viewed and transposed
+# fused: q and k as chunks of one fused projection, as GPT-NeoX splits its query_key_value per head: (batch, seq,
+# heads, FUSED · dim + FUSED_PAD) with a head's vector first, so no stride is the packed one (a red-team kernel that
+# took q's batch stride as heads · seq · dim passed the two layouts above, and was 5.4 off on Pythia's batched decode)
+FUSED = 3
+FUSED_PAD = 3
 REGIMES = ("normal", "huge", "zeros", "tiny", "nonfinite", "log-scale")  # log-scale: a scale per head and position
 ROPE_BASE_DECADES = (4.0, 7.0)  # each case's frequency base, 10**U over these
 MAX_POSITION = 32768.0  # angles of positions this far (theta 1e4): cos and sin of large arguments
@@ -98,6 +103,8 @@ def operands(case_or_bases, layout: str, heads: tuple[int, int], dim: int, place
         if layout == "attention":
             b, s, _ = t.shape
             return t.view(b, s, h, dim).transpose(1, 2)
+        if layout == "fused":
+            return t[..., :dim].transpose(1, 2)
         return t
 
     return view(q, heads[0]), view(k, heads[1]), cos, sin
@@ -140,7 +147,13 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
     dtype = spec.dtype
 
     def base(heads):
-        full = (b, s, heads * d) if layout == "attention" else (b, heads, s, d)
+        if layout == "fused":  # the head's vectors in a buffer of NaN: reading past them shows
+            buffer = torch.full((b, s, heads, FUSED * d + FUSED_PAD), math.nan, dtype=dtype)
+            buffer[..., :d] = values((b, s, heads * d), heads).view(b, s, heads, d)
+            return buffer
+        return values((b, s, heads * d) if layout == "attention" else (b, heads, s, d), heads)
+
+    def values(full, heads):
         if not heads:  # a function of one tensor: k has no heads
             return torch.empty(full, dtype=dtype)
         if regime in ("log-scale", MIXED):  # each head's vector at each position its own scale, or regime
@@ -188,6 +201,7 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
         ("decode", (2, hq, 1, d), gqa, "normal", "attention", 2, True),
         ("mha", (1, hq, 3, d), hq, "normal", "attention", 1, False),
         ("mqa", (2, hq, 3, d), 1, "normal", "contiguous", 1, False),
+        ("fused", (3, hq, 3, d), gqa, "normal", "fused", 3, True),
     ]
     plan += [("regime", (1, hq, 2, d), gqa, regime, "attention", 1, False) for regime in REGIMES[1:]]
     plan.append(("prefill", (1, hq, PREFILL_CPU if not spec.gpu else 1024, d), gqa, "normal", "attention", 1, True))
@@ -202,6 +216,13 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     plan += [
         ("launch-regimes", (1, hq, n, d), gqa, regime, "attention", 1, False)
         for n, regime in launch_regimes(limits) or [(MIXED_MIN_ROWS, MIXED)]
+    ]
+    # every launch meets a decode step of several sequences, each at its own position (as many as its share of position
+    # counts starts at): a second launch that read the first sequence's angles for all met one sequence only, and a
+    # decode of more slots than the first launch serves was wrong in all but one
+    plan += [
+        ("launch-batch", (n, hq, 1, d), gqa, "normal", "attention", n, True)
+        for n in sorted({rows for rows, _ in launch_regimes(limits)})
     ]
     # every other kv-head count that divides q's (the common three are above): a kernel's head arithmetic meets them
     plan += [("kv-heads", (1, hq, 3, d), kv, "normal", "attention", 1, False) for kv in other_kv_heads(hq)]

@@ -16,7 +16,7 @@ from services.core.pb import events_pb2 as pb
 from services.judge.service import JudgeService
 from services.ops import rotary
 from services.ops.rotary import template
-from services.ops.rotary.cases import RopeSpec, draw_rope_cases
+from services.ops.rotary.cases import RopeSpec, draw_rope_cases, operands
 
 QWEN2 = "transformers.models.qwen2.modeling_qwen2.apply_rotary_pos_emb"
 COHERE = "transformers.models.cohere.modeling_cohere.apply_rotary_pos_emb"
@@ -321,8 +321,6 @@ async def test_a_kernel_keyed_to_the_live_base_and_a_band_of_positions_meets_the
     """A red-team kernel of 2026-12-07 (`live_base_position_band.py`): 30% low at positions 48-600 of the served
     base, exact elsewhere. The live rotary (base 1e4, as the tiny presets') is recorded in the profile; the judge's
     position sweep on it reaches the band, where the live-values case's few positions did not."""
-    from candidate_files import load
-
     from services.server.live_parameters import tensor_message
 
     captured = _captured(QWEN2, "rope_half", dtype="torch.float32")
@@ -331,10 +329,50 @@ async def test_a_kernel_keyed_to_the_live_base_and_a_band_of_positions_meets_the
     live = [tensor_message("attention_scaling", torch.tensor([1.0])), tensor_message("inv_freq", inv)]
     captured.observed.modules[0].live_parameters.add(instances=1, tensors=live)
     captured.observed.modules[0].live_parameter_sets = 1
+    judged = await _judged_file("live_base_position_band.py", captured)
+    # refused on a live case: the sweep's, or now and then (its random start in the band) the two sequences'
+    assert judged.reward == -1 and "live-values" in judged.reason, judged.reason
+
+
+async def _judged_file(name: str, captured: pb.ProfileCaptured):
+    from candidate_files import load
+
     proposal = _proposal(captured, template.search_configs("rope_half")[0])
-    proposal.source, plan = load(HERE / "live_base_position_band.py")
+    proposal.source, plan = load(HERE / name)
     proposal.plan.CopyFrom(plan)
     proposal.source_sha256 = candidate_sha256(proposal.source, proposal.plan)
     prior = log_of(captured, proposal)
     [judged] = await JudgeService(device="cpu", examples=0).handle(prior[-1], prior)
-    assert judged.reward == -1 and "live-values" in judged.reason and "log-grid" in judged.reason, judged.reason
+    return judged
+
+
+async def test_a_second_launch_that_reads_the_first_sequences_angles_meets_a_decode_of_many_slots():
+    """A red-team kernel of 2026-12-07 (`second_launch_first_sequences_angles.py`): its launch past 16 positions drops
+    cos's batch offset. Every launch now meets a decode of several sequences at their own positions in its share."""
+    captured = _captured(QWEN2, "rope_half", dtype="torch.float32")
+    judged = await _judged_file("second_launch_first_sequences_angles.py", captured)
+    assert judged.reward == -1 and "launch-batch q 22x4x1x16" in judged.reason, judged.reason
+
+
+async def test_a_kernel_taking_q_packed_meets_q_and_k_as_chunks_of_a_fused_projection():
+    """A red-team kernel of 2026-12-07: q's batch offset as `b * heads * seq * head_dim` (the packed stride) instead of
+    its stride argument. The attention and contiguous layouts both have the packed batch stride; GPT-NeoX passes q and
+    k as chunks of its fused query_key_value, three times wider: every sequence past the first read other bytes (5.4
+    off on Pythia's batched decode). The fused layout's strides are none of the packed ones."""
+    captured = _captured(QWEN2, "rope_half", dtype="torch.float32")
+    proposal = _proposal(captured, template.search_configs("rope_half")[0])
+    assert proposal.source.count("b * x_sb") >= 1, "the template changed: find the batch offset again"
+    proposal.source = proposal.source.replace("b * x_sb", "b * (heads * seq * 2 * HALF)")
+    proposal.source_sha256 = candidate_sha256(proposal.source, proposal.plan)
+    prior = log_of(captured, proposal)
+    [judged] = await JudgeService(device="cpu", examples=0).handle(prior[-1], prior)
+    assert judged.reward == -1 and " fused" in judged.reason, judged.reason
+
+
+def test_the_fused_layout_views_q_and_k_inside_a_wider_buffer_of_nan():
+    spec = RopeSpec((1, 4, 5, 16), torch.float32, gpu=False)
+    [case] = [c for c in draw_rope_cases(spec, "rope_half", seed=3) if c.name.startswith("fused ")]
+    q, k, _, _ = operands((case.q, case.k, case.cos, case.sin), case.layout, (4, case.heads_k), 16)
+    assert q.shape == (3, 4, 3, 16) and q.stride()[-1] == 1 and torch.isfinite(q).all()
+    assert q.stride()[0] != 4 * 3 * 16 and q.stride()[1] != 16  # neither the packed batch stride nor a head's width
+    assert case.q.isnan().any()  # what lies beside the vectors reads as NaN
