@@ -74,7 +74,8 @@ LOG_DECADES_DEFAULT = (-8.0, 8.0)
 OFFSET_DECADES = {torch.float32: (-1.0, 4.0), torch.bfloat16: (-1.0, 1.5), torch.float16: (-1.0, 2.5)}
 OUTLIER_FEATURES = 8  # outlier-channels: at most this many a row, their sizes a grid from 3x up to 1e3x
 SPIKE = 2e3  # spike-walk: the spike's size against the row's scale (fp16: 2e3 x 4 is inside its range)
-TAIL_SIGMAS = (0.0, 1.2)  # each row's bulk a scale mixture of this spread (`tail_factors`): Gaussian to heavy
+TAIL_SIGMAS = (0.0, 1.2)  # each row's bulk a scale mixture of this spread (`bulk`): Gaussian to heavy
+TAIL_SKEWS = (-0.3, 0.3)  # ... and skewed by this much k (n + k(n² - 1)): a skewness of up to about 1.6 either way
 TAIL_CAP = 30.0  # no element past 30 times its row's scale from the mixture (fp16's huge rows: 300 x 30 < 65504)
 REGIME_ROWS = {"log-scale": 10, "spike-walk": 8, "offset": 10}  # the fixed case's rows (the others: SMALL_ROWS)
 # log-scale on a GPU: rows enough that the grid's step (16 decades / 2048: 1/38 of an octave of scale, 1/19 of the
@@ -163,18 +164,25 @@ def log_scales(rows: int, dtype: torch.dtype, g: torch.Generator, decades=None) 
     return (10 ** (lo + (hi - lo) * u)).float()
 
 
-def tail_factors(shape: tuple[int, int], g: torch.Generator) -> torch.Tensor:
-    """Per-element factors that give each of `shape[0]` rows of N(0, 1) noise a bulk of its own tail weight: a scale
-    mixture exp(s·m - s²) (m ~ N(0, 1), the row's mean square kept) with s on a grid over TAIL_SIGMAS at a random
-    phase, in a random order of rows: from Gaussian (s = 0) through Laplace-like (s ~ 0.6) to heavier. Real residual
-    streams are heavy-tailed in their bulk, not only in a few outlier channels: a kernel that measured the share of a
-    row past 2.5 times its mean magnitude and was 20% off where it is Laplace's passed every Gaussian regime (a
-    red-team kernel of 2026-12-07). Capped at TAIL_CAP, so fp16's huge rows stay finite."""
+def _grid(rows: int, g: torch.Generator, lo: float, hi: float) -> torch.Tensor:
+    """One value a row over [lo, hi]: a regular grid of `rows` points at a random phase, in a random order of rows."""
+    u = (torch.randperm(rows, generator=g).double() + float(torch.rand((), generator=g, dtype=torch.float64))) / rows
+    return (lo + (hi - lo) * u).float()[:, None]
+
+
+def bulk(shape: tuple[int, int], g: torch.Generator) -> torch.Tensor:
+    """`shape[0]` rows of noise of mean square about one, each row's shape its own: skewed by k·(n² − 1) (k on a grid
+    over TAIL_SKEWS) and heavy-tailed by a scale mixture exp(s·m − s²) (s on a grid over TAIL_SIGMAS, m ~ N(0, 1)),
+    from Gaussian through Laplace-like to heavier, either sign of skew. Real residual streams are neither symmetric
+    nor Gaussian in their bulk, not only in a few outlier channels: a kernel that measured the share of a row past 2.5
+    times its mean magnitude and was 20% off where it is Laplace's passed every Gaussian regime (a red-team kernel of
+    2026-12-07). The mixture is capped at TAIL_CAP, so fp16's huge rows stay finite."""
     rows, width = shape
-    lo, hi = TAIL_SIGMAS
-    grid = (torch.randperm(rows, generator=g).double() + float(torch.rand((), generator=g, dtype=torch.float64))) / rows
-    sigma = (lo + (hi - lo) * grid).float()[:, None]
-    return (sigma * torch.randn(rows, width, generator=g) - sigma * sigma).exp().clamp(max=TAIL_CAP)
+    n = torch.randn(rows, width, generator=g)
+    k = _grid(rows, g, *TAIL_SKEWS)
+    n = (n + k * (n * n - 1)) / (1 + 2 * k * k).sqrt()
+    s = _grid(rows, g, *TAIL_SIGMAS)
+    return n * (s * torch.randn(rows, width, generator=g) - s * s).exp().clamp(max=TAIL_CAP)
 
 
 def _mixed(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
@@ -208,9 +216,8 @@ def _values(shape: tuple[int, ...], regime: str, dtype: torch.dtype, g: torch.Ge
     else:
         lo, hi = (math.log10(v) for v in NORMAL_SCALES)
         scale = 10 ** (lo + (hi - lo) * float(torch.rand((), generator=g)))
-    x = torch.randn(shape, generator=g) * scale
+    x = bulk((math.prod(shape[:-1]), width), g).view(shape) * scale  # every row's bulk of its own shape
     rows = x.view(-1, width)  # a view: writes land in x
-    rows *= tail_factors(rows.shape, g)  # every row's bulk of its own tail weight, Gaussian to heavier than Laplace
     if regime == "outlier-channels":  # outlier features: fixed channels far larger in every row, as in LLM activations
         # two to OUTLIER_FEATURES, each of one sign, their sizes a grid of the decades from 3x to a top drawn in
         # 15x-1e3x (fp16 200x) at a random phase: several moderate ones in one row (10-30x, as LLM.int8's

@@ -280,14 +280,14 @@ def test_on_a_gpu_the_log_scale_rows_leave_no_sixteenth_of_an_octave_of_mean_squ
 def test_rows_bulks_range_from_gaussian_to_heavier_than_laplace_in_every_judging():
     """A red-team kernel of 2026-12-07 measured the share of a row's elements past 2.5 times its mean magnitude
     (Gaussian rows 0.05, Laplace's 0.08) and was 20% off only in a band around 0.09: every regime's bulk was Gaussian.
-    Each row's bulk now has a tail weight of its own: over one CPU judging at a served width, every band of that share
-    a hundredth wide between the Gaussian's and past Laplace's holds a row."""
+    Each row's bulk now has a tail weight and a skew of its own: over one CPU judging at a served width, every band of
+    that share a hundredth wide between the Gaussian's and past Laplace's holds a row, and rows skew either way."""
     from services.judge.cases import apply_layout
 
     spec = CaseSpec(width=1536, live_shape=(1, 8, 1536), input_dtype=torch.float32, param_dtype=torch.float32,
                     gpu=False, max_rows=8, examples=12)  # fmt: skip
     for seed in (1, 2, 3):
-        shares = []
+        shares, skews = [], []
         for case in draw_cases(spec, seed):
             if case.width != 1536 or case.regime not in ("normal", "log-scale", "outlier-channels", "offset", "mixed"):
                 continue
@@ -295,5 +295,8 @@ def test_rows_bulks_range_from_gaussian_to_heavier_than_laplace_in_every_judging
             rows = rows[torch.isfinite(rows).all(-1) & (rows.abs().sum(-1) > 0)]
             rows = rows - rows.median(-1, keepdim=True).values
             shares += (rows.abs() > 2.5 * rows.abs().mean(-1, keepdim=True)).double().mean(-1).tolist()
+            centred = rows - rows.mean(-1, keepdim=True)
+            skews += (centred.pow(3).mean(-1) / centred.pow(2).mean(-1).pow(1.5)).tolist()
         for lo in (0.05, 0.06, 0.07, 0.08, 0.09):
             assert any(lo <= share < lo + 0.01 for share in shares), (seed, lo, sorted(shares))
+        assert min(skews) < -0.5 and max(skews) > 0.5 and min(abs(k) for k in skews) < 0.1, sorted(skews)

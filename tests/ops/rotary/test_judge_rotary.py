@@ -299,7 +299,7 @@ async def test_a_kernel_flattening_a_heads_large_channels_is_rejected_in_a_plan_
     prior = log_of(captured, proposal)
     [judged] = await JudgeService(device="cpu", examples=0).handle(prior[-1], prior)
     # refused on the mixed case of every launch, or since 2026-12-07 on any case whose heavy-tailed bulk (each head
-    # vector's tail weight its own: services.judge.cases.tail_factors) holds an element ten times its mean
+    # vector's tail weight its own: services.judge.cases.bulk) holds an element ten times its mean
     assert judged.reward == -1 and "outside-tolerance" in judged.reason, judged.reason
 
 
