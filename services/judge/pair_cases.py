@@ -42,6 +42,7 @@ from services.judge.cases import (
     REGIME_ROWS,
     _base,
     _generator,
+    _grid,
     _pick,
     _values,
     domain_rows,
@@ -72,6 +73,10 @@ GATE_BAND = {torch.float16: (8.0, 250.0)}  # |gate| log-uniform in it, either si
 GATE_BAND_DEFAULT = (8.0, 1e3)
 # Regimes of the gate alone: up stays normal (huge x huge, a spike times a spike, 1e3 x 1e3 in fp16 only overflow)
 GATE_ONLY = ("huge", "gate-band", "log-scale", "spike-walk")
+# The two operands' rows correlated, ρ on a grid over these (`_correlated`), in every regime but the gate's alone and
+# those whose pattern a mixture would blur (rows repeated, leading zeros, zero or non-finite rows)
+CORRELATIONS = (-0.9, 0.9)
+UNCORRELATED = (*GATE_ONLY, "nonfinite", "zeros", "repeated-rows", "leading-zeros")
 
 CPU_ELEMENT_BUDGET = 60_000  # over all cases' operands on CPU (interpreted)
 GPU_ELEMENT_BUDGET = 32 * 2**20
@@ -166,11 +171,28 @@ def _operands(shape, regime: str, dtype: torch.dtype, g: torch.Generator, alike:
     return _values(shape, regime, dtype, g), _values(shape, up, dtype, g)
 
 
+def _correlated(gate: torch.Tensor, up: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """`up` with each row mixed with gate's, ρ·gate·(|up| / |gate|) + √(1 − ρ²)·up, ρ a row on a grid over
+    CORRELATIONS at a random phase (a row's mean square kept; a row of a zero or non-finite norm as drawn). Trained
+    SwiGLU layers align gate and up, and attention can write a multiple of a token's residual: drawn on their own the
+    two are uncorrelated but for a few large channels, and a kernel off only where their trimmed correlation lay in
+    0.37-0.73 passed every case (red-team kernels of 2026-12-07, a gated MLP's and a residual norm's)."""
+    w = up.shape[-1]
+    a, b = gate.reshape(-1, w).float(), up.reshape(-1, w).float()
+    rho = _grid(len(a), g, *CORRELATIONS)
+    ra, rb = (t.pow(2).mean(-1, keepdim=True).sqrt() for t in (a, b))
+    ok = torch.isfinite(ra) & torch.isfinite(rb) & (ra > 0)
+    mixed = rho * a * (rb / ra.clamp_min(1e-30)) + (1 - rho * rho).sqrt() * b
+    return torch.where(ok, mixed, b).to(up.dtype).reshape(up.shape)
+
+
 def _case(
     kind: str, shape, regime: str, layout: str, spec: PairSpec, g: torch.Generator, alike: bool = False
 ) -> PairCase:
     shape = tuple(int(d) for d in shape)
     gate, up = _operands(shape, regime, spec.dtype, g, alike)
+    if regime not in UNCORRELATED and not regime.startswith(LONE_SPIKE):  # a lone spike's grid stays as drawn
+        up = _correlated(gate, up, g)
     name = f"{kind} {'x'.join(map(str, shape))} {regime} {layout}"
     return PairCase(name, shape, regime, layout, _base(gate, layout), _base(up, layout))
 
