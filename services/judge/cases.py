@@ -155,19 +155,24 @@ def regime_rows(regime: str, width: int, gpu: bool) -> int:
     return REGIME_ROWS.get(regime, SMALL_ROWS)
 
 
+def grid_points(count: int, g: torch.Generator) -> torch.Tensor:
+    """`count` points in [0, 1) (float64): a regular grid at one random phase, in a random order. Every band wider than
+    the grid's step (1 / count) holds a point, wherever it lies: what the judge draws scales, tail weights, skews,
+    correlations and positions on."""
+    order = torch.randperm(count, generator=g).double()
+    return (order + float(torch.rand((), generator=g, dtype=torch.float64))) / count
+
+
 def log_scales(rows: int, dtype: torch.dtype, g: torch.Generator, decades=None) -> torch.Tensor:
-    """One scale per row, 10**U over `decades` (the dtype's LOG_DECADES): a regular grid of `rows` points at one
-    random phase, in a random order of rows, so every band of decades wider than the grid's step meets a row."""
+    """One scale per row, 10**U over `decades` (the dtype's LOG_DECADES), U on a grid (`grid_points`), so every band of
+    decades wider than the grid's step meets a row."""
     lo, hi = decades or LOG_DECADES.get(dtype, LOG_DECADES_DEFAULT)
-    grid = torch.randperm(rows, generator=g).double()
-    u = (grid + float(torch.rand((), generator=g, dtype=torch.float64))) / rows
-    return (10 ** (lo + (hi - lo) * u)).float()
+    return (10 ** (lo + (hi - lo) * grid_points(rows, g))).float()
 
 
 def _grid(rows: int, g: torch.Generator, lo: float, hi: float) -> torch.Tensor:
-    """One value a row over [lo, hi]: a regular grid of `rows` points at a random phase, in a random order of rows."""
-    u = (torch.randperm(rows, generator=g).double() + float(torch.rand((), generator=g, dtype=torch.float64))) / rows
-    return (lo + (hi - lo) * u).float()[:, None]
+    """One value a row over [lo, hi], on a grid (`grid_points`), as a column."""
+    return (lo + (hi - lo) * grid_points(rows, g)).float()[:, None]
 
 
 def bulk(shape: tuple[int, int], g: torch.Generator) -> torch.Tensor:
@@ -229,8 +234,7 @@ def _values(shape: tuple[int, ...], regime: str, dtype: torch.dtype, g: torch.Ge
         top = math.log10(200.0 if fp16 else 1e3)
         lo = 0.5
         hi = 1.2 + (top - 1.2) * float(torch.rand((), generator=g))
-        grid = torch.randperm(count, generator=g).double() + float(torch.rand((), generator=g, dtype=torch.float64))
-        sizes = (10 ** (lo + (hi - lo) * grid / count)).float()
+        sizes = (10 ** (lo + (hi - lo) * grid_points(count, g))).float()
         signs = 2.0 * torch.randint(2, (count,), generator=g) - 1
         spread = 1 + 0.25 * torch.randn(len(rows), count, generator=g)
         rows[:, channels] = signs * sizes * scale * spread
@@ -456,9 +460,7 @@ def _live_values(spec: CaseSpec, seed: int) -> list[Case]:
     for index, weight, bias, full in spec.live:
         shape = (live_values.rows(full, spec.gpu, len(REGIMES)), int(weight.shape[0]))
         x = _values(shape, MIXED, spec.input_dtype, _generator(seed, live_values.CASE, index))
-        if spec.bias and bias is None:  # the module has a bias the live set does not hold: its init, zeros
-            bias = torch.zeros_like(weight)
-        bias = bias.to(spec.param_dtype) if spec.bias else None
+        bias = live_values.live_bias(bias, weight, spec.param_dtype, spec.bias)
         name = live_values.name(index, max(spec.live_sets, len(spec.live)), shape)
         out.append(Case(name, shape, MIXED, "live", "contiguous", x.contiguous(), weight.to(spec.param_dtype), bias))
     return out

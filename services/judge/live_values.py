@@ -64,6 +64,14 @@ def norm_states(target, weight_attr: str, bias_attr: str | None, gpu: bool, seed
     return tuple(out)
 
 
+def live_bias(bias: torch.Tensor | None, weight: torch.Tensor, dtype: torch.dtype, biased: bool) -> torch.Tensor | None:
+    """A live case's bias in `dtype`: the recorded one; zeros (a norm's init) where the module has a bias the set does
+    not hold; None for a module without one."""
+    if not biased:
+        return None
+    return (bias if bias is not None else torch.zeros_like(weight)).to(dtype)
+
+
 def rows(full: bool, gpu: bool, regimes: int) -> int:
     """A live case's rows: two of each of `regimes` on a GPU, one of each on a CPU, `BRIEF_ROWS` for a brief one."""
     if not full:

@@ -27,18 +27,22 @@ CLASS_BUDGET_BYTES = 192 << 10
 PROFILE_BUDGET_BYTES = 320 << 10
 
 
-def tensor_message(name: str, tensor: torch.Tensor) -> pb.LiveTensor:
+def _raw(tensor: torch.Tensor) -> bytes:
+    """The tensor's bytes, C order, on the CPU."""
     t = tensor.detach().to("cpu").contiguous()
-    data = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-    return pb.LiveTensor(name=name, dtype=dtype_name(t.dtype), shape=list(t.shape), data=data)
+    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def tensor_message(name: str, tensor: torch.Tensor) -> pb.LiveTensor:
+    return pb.LiveTensor(name=name, dtype=dtype_name(tensor.dtype), shape=list(tensor.shape), data=_raw(tensor))
 
 
 def _digest(state: dict[str, torch.Tensor]) -> str:
     h = hashlib.sha256()
     for name in sorted(state):
-        t = state[name].detach().to("cpu").contiguous()
+        t = state[name]
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(_raw(t))
     return h.hexdigest()
 
 

@@ -70,8 +70,7 @@ def draw_dual_cases(spec: CaseSpec, seed: int, seconds: tuple = ()) -> list[Dual
         g = _generator(seed, "dual-norm-second", i)
         if row.weights == "live":
             weight, bias = next(live)
-            weight = weight.to(spec.param_dtype)
-            bias = (bias if bias is not None else torch.zeros_like(weight)).to(spec.param_dtype) if spec.bias else None
+            weight, bias = weight.to(spec.param_dtype), live_values.live_bias(bias, weight, spec.param_dtype, spec.bias)
         else:
             kind = WEIGHTS[(WEIGHTS.index(row.weights) + 2) % len(WEIGHTS)]
             weight = _weight(kind, row.width, spec.param_dtype, g)

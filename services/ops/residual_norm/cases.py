@@ -57,9 +57,8 @@ def draw_add_norm_cases(
         pair = pair_case(live_values.CASE, shape, MIXED, "contiguous", spec, _generator(seed, live_values.CASE, index),
                          alike=True)  # fmt: skip
         pair = replace(pair, name=live_values.name(index, max(live_sets, len(live)), shape))
-        if bias and b is None:  # the norm has a bias the live set does not hold: its init, zeros
-            b = torch.zeros_like(weight)
-        out.append(AddNormCase(pair, weight.to(spec.dtype), b.to(spec.dtype) if bias else None, EPSILONS[k % 2]))
+        b = live_values.live_bias(b, weight, spec.dtype, bias)
+        out.append(AddNormCase(pair, weight.to(spec.dtype), b, EPSILONS[k % 2]))
     return out
 
 

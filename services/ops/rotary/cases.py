@@ -23,7 +23,15 @@ from dataclasses import dataclass
 import torch
 
 from services.judge import live_values
-from services.judge.cases import MIXED, MIXED_MIN_ROWS, _generator, _values, launch_regimes, sampled_rows
+from services.judge.cases import (
+    MIXED,
+    MIXED_MIN_ROWS,
+    _generator,
+    _values,
+    grid_points,
+    launch_regimes,
+    sampled_rows,
+)
 from services.judge.sampled_grid import SAMPLED_HEADS_CASE
 from services.ops import rotary
 
@@ -123,8 +131,7 @@ def _angles(
     # each sequence its own start, as the server's batched decode steps each slot at its own position (the first
     # from 0 unless `far`): a kernel that reads one sequence's angles for all of them meets the others'
     if far == SWEEP:  # one token a sequence, the positions a log grid from 1 to `top` at a random phase
-        u = torch.randperm(batch, generator=g).double() + float(torch.rand((), generator=g, dtype=torch.float64))
-        starts = torch.floor(max(2.0, top) ** (u / batch))
+        starts = torch.floor(max(2.0, top) ** grid_points(batch, g))
     else:
         starts = torch.randint(max(1, int(MAX_POSITION) - seq), (batch,), generator=g).double()
     if not far:
@@ -168,14 +175,14 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
         theta = theta[..., : width // 2]
     name = f"{kind} q {b}x{hq}x{s}x{d} k-heads {heads_k} {regime} {layout}" + (" cos-batch-1" if cos_batch == 1 else "")
     name += f" rotary-dim {width}" if width != d else ""
-    name += {True: " far-positions", SWEEP: f" positions 1-{int(top)} log-grid"}.get(far, "")
+    swept = f" positions 1-{int(top)} log-grid" if far == SWEEP else ""
+    name += " far-positions" if far is True else swept
     # far cases scale cos and sin as YaRN's attention factor does (1-1.3): they are no longer of unit norm, so a
     # kernel taking sin from cos, or clamping them to [-1, 1], is wrong there
     factor = 10 ** (0.11 * float(torch.rand((), generator=g))) if far is True else 1.0
     if live:
         index, _, factor = live
-        what = regime + (f" positions 1-{int(top)} log-grid" if far == SWEEP else "")
-        name = live_values.name(index, max(spec.live_sets, len(spec.live)), (b, hq, s, d), what)
+        name = live_values.name(index, max(spec.live_sets, len(spec.live)), (b, hq, s, d), regime + swept)
     return RopeCase(
         name,
         (b, hq, s, d),
