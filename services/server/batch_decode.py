@@ -13,8 +13,8 @@ the swaps serving then (`hotswap.serving_kernels`):
 - after a commit the old graphs keep serving (the kernels they hold are all still served; the new one is not in
   them yet) while `capture_stale` captures fresh ones when the engine is idle (services.server.engine), and under
   traffic that never pauses the batch loop captures the next step's between its holds (`refresh`, at most once in
-  engine.CAPTURE_UNDER_LOAD_S); a capture while requests run re-runs their last step in its warm-up, which rewrites
-  the keys it wrote and would advance a state: a stateful model's busy rows get theirs back;
+  engine.CAPTURE_UNDER_LOAD_S); a capture while requests run writes their next positions in its warm-up (which
+  their next step overwrites before reading) and would advance a state: a stateful model's busy rows get theirs back;
 - after a revert a graph holding the kernel taken out is never replayed again. Each key keeps its stock graph
   (captured with no swap serving: the model's own forwards) beside its latest, so a revert falls back to the stock
   graph at once, never to eager steps (measured on the H200 before this: a run that rolled its four swaps back left
@@ -334,10 +334,12 @@ class SlotDecoder:
             forward = lambda: self._prefill_forward(k, length)  # noqa: E731
         else:
             forward = lambda: self._step(*key)  # noqa: E731
-        # Re-running a step rewrites the keys it wrote (positions are explicit), but advances a state: a stateful
-        # model's busy rows get theirs back after the warm-up (a capture while requests run: a swap's, or under load).
+        # The warm-up steps advance a state: a stateful model's busy rows get theirs back after it (a capture while
+        # requests run: a swap's, or under load), and they write each busy row at its next position (`_ahead`).
         # In graph_lane a swap serves where it wins on GPU time, warm-up included (hotswap.serve).
-        with self._states_kept([s for s in range(self.slots) if self.busy[s]]), graph_lane():
+        busy = [s for s in range(self.slots) if self.busy[s]]
+        ahead = self._ahead(*key) if key[0] != PREFILL and busy else contextlib.nullcontext()
+        with self._states_kept(busy), ahead, graph_lane():
             stream = torch.cuda.Stream()  # after the states are copied: the warm-up waits for the copies
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
@@ -353,6 +355,23 @@ class SlotDecoder:
         if not kernels:
             self._stock[key] = self._graphs[key]
         self.captures += 1
+
+    @contextlib.contextmanager
+    def _ahead(self, n: int, span: int) -> Iterator[None]:
+        """Inside the block a step writes each busy row at its next position (within `span`), which the row's own
+        next step overwrites before reading (a busy slot's throwaway write), not at the position its last step wrote:
+        re-run there from the state that step already advanced, a hybrid model's attention would rewrite that key
+        with another value (tiny-jamba's tokens parted after a capture under load). The positions are put back."""
+        kept = self.index.positions[:n].clone()
+        last = kept.view(-1).tolist()
+        ahead = [
+            self.lengths[s] if self.busy[s] and self.lengths[s] < min(span, self.max_len) else last[s] for s in range(n)
+        ]
+        self.index.positions[:n].copy_(torch.tensor(ahead, dtype=torch.long).view(n, 1))
+        try:
+            yield
+        finally:
+            self.index.positions[:n].copy_(kept)
 
     @contextlib.contextmanager
     def _states_kept(self, rows: list[int]) -> Iterator[None]:
