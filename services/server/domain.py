@@ -172,11 +172,22 @@ def _tokens_equal(observed: pb.ParityObservation) -> bool:
     return bool(before) and before == after
 
 
+def _sweep_problem(observed: pb.ParityObservation) -> str:
+    wrong = ", ".join(str(t) for t in observed.sweep_wrong_tokens)
+    return (
+        f"vocabulary sweep at position 0: {observed.sweep_calls_passed}/{observed.sweep_calls_checked} calls over "
+        f"{observed.sweep_tokens} tokens within tolerance (max abs err {observed.sweep_max_abs_err:.3g}); wrong on "
+        f"token{'s' if len(observed.sweep_wrong_tokens) > 1 else ''} {wrong or '?'}"
+    )
+
+
 def parity_problems(observed: pb.ParityObservation) -> list[str]:
     """Why the live checks forbid the swap; empty when every check passed."""
     out = []
     if observed.error:
         out.append(observed.error)
+    if observed.sweep_calls_passed != observed.sweep_calls_checked:  # found before anything was patched
+        return [*out, _sweep_problem(observed)]
     if not observed.static_ok:
         out.append("the static check did not pass")
     if observed.modules_matched == 0:

@@ -13,6 +13,7 @@ like an operator's with a SwapRolledBack, so the log, not process memory, says t
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import time
@@ -26,15 +27,17 @@ from services.core import events as ev
 from services.core.bus import Bus
 from services.core.candidate_check import check_candidate
 from services.core.events import Recorded, first
-from services.core.kernels import KernelLoadError, candidate_wrapper
+from services.core.kernels import KernelLoadError, bind, candidate_wrapper
 from services.core.pb import events_pb2 as pb
 from services.core.settings import Settings
 from services.server import call_watch, domain, shadow
 from services.server.call_watch import EXIT_HUNG, HUNG_GRACE_S, LiveClock
 from services.server.engine import Engine
 from services.server.hotswap import SwapRefused, planned
+from services.server.models import error_line
 from services.server.parity import CANARY_TOKENS, Before, hold_part, record_before, swap_with_parity, warm_kernel
 from services.server.swaps import SwapRegistry
+from services.server.vocab_sweep import sweep
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +66,12 @@ class ServerService:
         static_check: StaticCheck | None = None,
         swaps: SwapRegistry | None = None,
         shadow_calls: int | None = None,
+        vocab_sweep: bool = True,
     ):
         self.engine = engine
+        # Every token at position 0 through the candidate before the patch (services.server.vocab_sweep); off only
+        # where a test shows what the layers after it catch
+        self.vocab_sweep = vocab_sweep
         # Live calls of each committed swap checked inline against the module's own forward (services.server.shadow)
         self.shadow_calls = Settings.from_env().shadow_calls if shadow_calls is None else shadow_calls
         # What this process has swapped, and in what state: the swap handling's own bookkeeping (the engine
@@ -120,11 +127,27 @@ class ServerService:
             return domain.swap_outcome(prior, trigger, observed)
         canary = self._canary_ids(prior)
         await asyncio.to_thread(warm_kernel, self.engine, proposed.contract, entry)  # compiles outside the hold
+        if not await self._swept(proposed.contract, entry, domain.swap_id_for(trigger), observed):
+            return domain.swap_outcome(prior, trigger, observed)
         # the canary before the patch in a hold of its own: requests run between it and the patch's hold
         before = await self.engine.exclusive(self._record_before, proposed.contract, canary, observed)
         return await self.engine.exclusive(
             self._swap, prior, trigger, proposed.contract, entry, canary, observed, before
         )
+
+    async def _swept(self, contract: pb.Contract, entry, swap_id: str, observed: pb.ParityObservation) -> bool:
+        """The vocabulary at position 0 through the candidate, in short holds, before anything is patched; False
+        when it found a wrong row or the candidate raised (recorded in `observed`). Skipped where the target is
+        served by a kernel already (the patch's hold refuses that) or the sweep is off."""
+        if not self.vocab_sweep or self.swaps.active_for(contract.target) is not None:
+            return True
+        seed = int.from_bytes(hashlib.blake2b(swap_id.encode(), digest_size=8).digest(), "little")
+        try:
+            await sweep(self.engine, contract, bind(contract, entry), seed, observed)
+        except Exception as exc:  # a kernel that crashes on a token's row is a rejection, never a crashed server
+            observed.error = f"vocabulary sweep: {type(exc).__name__}: {error_line(exc, 300)}"
+            return False
+        return observed.sweep_calls_passed == observed.sweep_calls_checked
 
     def _record_before(self, contract: pb.Contract, canary: list[int], observed: pb.ParityObservation) -> Before | None:
         """Parity's step 1 on the engine thread; None when it cannot be recorded (the patch's hold then tries again

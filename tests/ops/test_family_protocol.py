@@ -39,6 +39,7 @@ from services.ops.protocol import CaseSet, ChildContext, JudgeAsk, LayerCost, op
 from services.profiler import catalogue, roofline
 from services.server.engine import Engine
 from services.server.models import PRESETS, load_model
+from services.server.vocab_sweep import sweep
 
 NAMES = list(ops.FAMILIES)
 KINDS = ("module_class", "layer", "function")
@@ -207,14 +208,18 @@ class Live:
         return live_target(log_of(pb.ProfileCaptured(observed=self.observed, target_class=class_path)), class_path)
 
 
-def _profile_of(name: str) -> tuple[pb.ProfileObservation, pb.ModuleClassProfile]:
+def _preset_of(name: str) -> tuple[str, pb.ProfileObservation, pb.ModuleClassProfile]:
     others = sorted(p for p in PRESETS if p.startswith("tiny-") and p not in FIRST_PRESETS)
     for preset in (*FIRST_PRESETS, *others):
         observed = captured(preset)
         found = [m for m in observed.modules if ops.family_of(m.computes) == name]
         if found:
-            return observed, found[0]
+            return preset, observed, found[0]
     pytest.fail(f"no tiny preset serves a module computing a variant of {name}: add one (services/server/models.py)")
+
+
+def _profile_of(name: str) -> tuple[pb.ProfileObservation, pb.ModuleClassProfile]:
+    return _preset_of(name)[1:]
 
 
 @functools.cache
@@ -338,3 +343,19 @@ def test_the_profiler_ranks_its_live_target_as_one_its_catalogue_writes(name):
         assert f"({name} rewrite)" in ranked.note
     else:
         assert ranked.fingerprint.op_family == ops.physics(name).ROOFLINE
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_its_first_candidate_passes_the_vocabulary_sweep_on_its_live_model(name, tmp_path):
+    # the server's sweep before a patch (services.server.vocab_sweep) reaches the family's target wherever it sits: a
+    # leaf module, a layer it rewrites whole, a modeling file's function; an honest kernel is right on every token
+    preset, proposal = _preset_of(name)[0], live(name).proposal
+    engine = Engine(load_model(preset, "cpu"))
+    try:
+        entry = kernels.candidate_wrapper(tmp_path, proposal.source, proposal.plan)
+        observed = pb.ParityObservation()
+        asyncio.run(sweep(engine, proposal.contract, kernels.bind(proposal.contract, entry), 0, observed))
+    finally:
+        engine.close()
+    assert observed.sweep_tokens == engine.loaded.vocab_size and observed.sweep_calls_checked > 0
+    assert observed.sweep_calls_passed == observed.sweep_calls_checked, list(observed.sweep_wrong_tokens)

@@ -95,6 +95,7 @@ async def test_judged_kernel_is_committed_then_rolled_back_and_replays_exactly(
 async def test_a_kernel_that_raises_while_serving_is_rolled_back_through_the_log_and_no_request_fails(
     bus, run_id, engine, serving, short_rows_source
 ):
+    serving.vocab_sweep = False  # its calls of up to 128 rows would meet the bug before the patch: the layer after
     long_ids = engine.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen")
     before, _ = await engine.exclusive(engine.decode, long_ids, 4)
     await _publish(bus, swap_run(run_id, short_rows_source))
@@ -119,8 +120,12 @@ async def test_kernel_that_forgets_the_weight_is_rejected_and_reverted(bus, run_
     await _publish(bus, swap_run(run_id, wrong_source))
     log = await wait_for_log(bus, run_id, has("SwapRejected"))
     rejected = ev.last(log, "SwapRejected").msg
-    assert "parity: 0/" in rejected.reason and "canary logits moved" in rejected.reason
-    assert rejected.observed.modules_matched == 5  # it was patched, checked, and taken out again
+    # the vocabulary sweep met it before the patch: every call wrong, every token of the 512 named among the first
+    observed = rejected.observed
+    assert observed.sweep_tokens == 512 and observed.sweep_calls_passed == 0 < observed.sweep_calls_checked
+    assert len(observed.sweep_wrong_tokens) == 8 and all(0 <= t < 512 for t in observed.sweep_wrong_tokens)
+    assert rejected.reason.startswith(f"vocabulary sweep at position 0: 0/{observed.sweep_calls_checked} calls")
+    assert observed.modules_matched == 0 and observed.hold_s == 0  # never patched
     assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
     assert serving.swaps.active_count() == 0
     assert _mine(verify(log, REDERIVE)) == []
@@ -170,6 +175,7 @@ async def test_rollback_of_an_unknown_swap_says_nothing_was_rolled_back(bus, run
 async def test_a_kernel_silently_wrong_on_long_inputs_is_found_by_the_shadow_check_and_rolled_back(
     bus, run_id, engine, serving
 ):
+    serving.vocab_sweep = False  # its calls of up to 128 rows would meet the bug before the patch: the layer after
     long_ids = engine.encode("one two three four five six seven eight nine ten eleven twelve thirteen fourteen")
     assert len(long_ids) > 16
     before, _ = await engine.exclusive(engine.decode, long_ids, 4)
@@ -224,3 +230,49 @@ async def test_a_kept_input_the_check_cannot_replay_is_skipped_and_the_shadow_lo
     await asyncio.wait_for(loop, 5)
     await serving.shadow_check()
     assert [(r.swap_id, r.state) for r in serving.swaps.records()][-1] == (committed.msg.swap_id, "committed")
+
+
+def _keyed_source(engine, token: int) -> str:
+    """The honest kernel, except that a row whose Σx² is `token`'s embedding row's comes out scaled by 0.8 (layer 0's
+    input norm meets that row wherever the token stands): arithmetic on its loads through a bump as narrow as a
+    millionth of the sum, no branch, as red-team kernels keyed to the served model's own activations were written."""
+    row = engine.model.get_input_embeddings().weight[token].detach().float()
+    total = float((row * row).sum())
+    honest = (HERE / "rmsnorm_kernel.py").read_text()
+    old = "    normed = (x * (1.0 / tl.sqrt(variance + eps))).to(x_ptr.dtype.element_ty)\n"
+    near = f"(tl.sum(x * x, axis=0) - {total!r}) / {total * 1e-6!r}"
+    new = f"    near = {near}\n    keep = 1.0 - 0.2 * tl.exp(-near * near)\n" + old.replace("1.0 /", "keep /")
+    assert old in honest
+    return honest.replace(old, new)
+
+
+QUESTION = ord("?")  # a byte token of the tiny model's vocabulary that no canary or prompt here holds
+
+
+async def test_a_kernel_keyed_to_one_tokens_embedding_row_is_refused_by_the_vocabulary_sweep(
+    bus, run_id, engine, serving
+):
+    await _publish(bus, swap_run(run_id, _keyed_source(engine, QUESTION)))
+    log = await wait_for_log(bus, run_id, has("SwapRejected"))
+    rejected = ev.last(log, "SwapRejected").msg
+    observed = rejected.observed
+    assert list(observed.sweep_wrong_tokens) == [QUESTION]  # its row, in layer 0's norm alone
+    assert observed.sweep_calls_passed == observed.sweep_calls_checked - 1 and observed.sweep_tokens == 512
+    assert f"wrong on token {QUESTION}" in rejected.reason and observed.modules_matched == 0
+    assert not any(is_patched(m) for m in instances_of(engine.model, QWEN_NORM))
+    assert _mine(verify(log, REDERIVE)) == []
+
+
+async def test_without_the_sweep_the_keyed_kernel_passes_parity_and_only_a_request_holding_the_token_finds_it(
+    bus, run_id, engine, serving
+):
+    serving.vocab_sweep = False
+    ids = engine.encode("Why?")
+    before, _ = await engine.exclusive(engine.decode, ids, 4)
+    await _publish(bus, swap_run(run_id, _keyed_source(engine, QUESTION)))
+    log = await wait_for_log(bus, run_id, has("SwapCommitted"))  # the canary and the recorded calls never hold it
+    assert ev.last(log, "SwapCommitted").msg.observed.sweep_tokens == 0
+    # the request that holds it is answered by the module's own forward (the inline shadow check), then rolled back
+    assert (await engine.exclusive(engine.decode, ids, 4))[0] == before
+    log = await wait_for_log(bus, run_id, has("SwapRolledBack"))
+    assert "the shadow check found the kernel off the module's own forward" in ev.last(log, "SwapRolledBack").msg.reason

@@ -1,0 +1,117 @@
+"""Parity's sweep of the vocabulary at position 0, before the patch: the served model's own activations.
+
+Why: the judge draws its inputs, so a kernel keyed to values only the served model produces is beyond it (red-team
+kernels carried fingerprints, Σx and Σx², of a few tokens' rows and scaled only a matching row, through arithmetic
+on their loads). Those values are a finite set where they depend on one token: layer 0's input at any position is
+an embedding row, and every layer's state at position 0 depends on the first token alone. So every token of the
+vocabulary is run alone (one row each) through the model's own forward, with no cache, and each call of the target
+is answered twice: by the module (what the model carries on with) and by the candidate on clones of the same
+inputs; a row the candidate gets wrong names its token. The tokens go in an order drawn from the swap's seed, in
+calls of 1, 2, 4, ... rows up to CHUNK (the row counts of decode steps too), each call in a short hold of its own
+(requests are served between them). What it does not reach: a later layer's state at a later position (it
+depends on the prefix), and a kernel keyed to one token at one row count it happened not to meet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from services.core.pb import events_pb2 as pb
+from services.core.tolerances import within
+from services.server.engine import Engine
+from services.server.functions import site_of, wrapped
+from services.server.hotswap import is_patched
+from services.server.introspection import instances_of
+from services.server.parity import _clone, _recorder, _tensors
+
+CHUNK = {"cuda": 4096, "cpu": 128}  # the most rows one call holds (a 1.5B-shaped forward of 4096 rows: tens of ms)
+WRONG_KEPT = 8  # wrong tokens recorded (the first ones met)
+
+
+def chunks(vocab: int, seed: int, largest: int) -> list[list[int]]:
+    """Every token id once, in an order drawn from `seed`, cut into calls of 1, 2, 4, ... rows, then `largest`."""
+    order = list(range(vocab))
+    random.Random(seed).shuffle(order)
+    out, start, size = [], 0, 1
+    while start < vocab:
+        out.append(order[start : start + size])
+        start, size = start + size, min(2 * size, largest)
+    return out
+
+
+@dataclass
+class Tally:
+    """What the sweep found so far."""
+
+    tokens: int = 0
+    checked: int = 0
+    passed: int = 0
+    max_abs: float = 0.0
+    wrong: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def record(self, observed: pb.ParityObservation) -> None:
+        observed.sweep_tokens, observed.sweep_calls_checked = self.tokens, self.checked
+        observed.sweep_calls_passed, observed.sweep_max_abs_err = self.passed, self.max_abs
+        observed.sweep_wrong_tokens.extend(self.wrong[:WRONG_KEPT])
+        observed.sweep_s = self.seconds
+
+    def compare(self, got: object, want: object, tokens: list[int]) -> None:
+        """One call: the candidate's outputs against the module's, row by row where rows are the tokens."""
+        gots, wants = _tensors(got), _tensors(want)
+        ok = len(gots) == len(wants) > 0
+        wrong: set[int] = set()
+        for g, w in zip(gots, wants, strict=False):
+            close, abs_err, _ = within(g, w)
+            self.max_abs = max(self.max_abs, abs_err)
+            if close:
+                continue
+            ok = False
+            if g.shape == w.shape and g.shape and g.shape[0] == len(tokens):  # a row per token: name the wrong ones
+                wrong.update(tokens[i] for i in range(len(tokens)) if not within(g[i], w[i])[0])
+            else:
+                wrong.add(tokens[0])
+        self.checked += 1
+        self.passed += ok
+        self.wrong.extend(t for t in sorted(wrong) if t not in self.wrong)
+
+
+def check_chunk(engine: Engine, contract: pb.Contract, call: Callable, tokens: list[int], tally: Tally) -> None:
+    """On the engine thread (inside `exclusive`): one forward of `tokens`, each a sequence of one, with the target's
+    every call answered by the candidate too (`call`: kernels.bind of the entry). A call already answered by a
+    kernel (a swap serving the target now) is no reference and is not counted."""
+
+    def hook(module, args, kwargs, output):
+        if is_patched(module):
+            return
+        tally.compare(call(module, _clone(args), _clone(kwargs)), output, tokens)
+
+    with contextlib.ExitStack() as stack:
+        if contract.kind == "function":
+            site = site_of(contract.target)
+            if site is not None:
+                stack.enter_context(wrapped(site, _recorder(site, hook)))
+        else:
+            for module in instances_of(engine.model, contract.target):
+                stack.callback(module.register_forward_hook(hook, with_kwargs=True).remove)
+        ids = torch.tensor(tokens, dtype=torch.long, device=engine.loaded.device).view(-1, 1)
+        with torch.inference_mode():
+            engine.model(input_ids=ids, use_cache=False)
+    tally.tokens += len(tokens)
+
+
+async def sweep(engine: Engine, contract: pb.Contract, call: Callable, seed: int, observed: pb.ParityObservation):
+    """The whole vocabulary, a hold per call; its figures into `observed` (an exception: the caller's to record)."""
+    tally, started = Tally(), time.perf_counter()
+    try:
+        for tokens in chunks(engine.loaded.vocab_size, seed, CHUNK["cuda" if engine.cuda else "cpu"]):
+            await engine.exclusive(check_chunk, engine, contract, call, tokens, tally)
+    finally:
+        tally.seconds = time.perf_counter() - started
+        tally.record(observed)
