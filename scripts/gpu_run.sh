@@ -3,7 +3,7 @@
 # the demo on the 1.5B-shaped model; results land in bench/results/ and are copied to $RESULTS_DIR.
 # Missing packages travel as wheels in .whl/ (scripts/fetch_gpu_wheels.sh downloads them).
 #   bash scripts/gpu_run.sh [tests|servertests|alltests|transfer|switch|layerkinds|memcheck|bench|layernorm|addnorm|rope|ropepartial|rotarytests|mlpact|mlprelu2|gated|familytests|serving|demo|
-#                            corpus-hostile|corpus-honest|corpus-names|prefilljoins|judgetests|joins|gqa ...]
+#                            corpus-hostile|corpus-honest|corpus-names|prefilljoins|judgetests|joins|gqa|vocabsweep ...]
 #   (default: tests bench demo; SERVED_ARGS=... goes to served_before_after.sh (default --budget-s 565: a full run's four targets need ~350 s of it); SWITCH_MS="5 0.5" the server thread switch intervals `switch` compares; PREFILL_GROUPS="1 4" the prefill groups `joins` compares; CORPUS_NAMES="a b" the corpus entries corpus-names judges again, merged into the result file; HONEST_PARTS="1/3 2/3" the parts of the honest corpus corpus-honest judges (default "1/2 2/2"); CORPUS_MERGE=1 makes corpus-hostile keep the honest entries of the result file; JUDGE_TESTS=path narrows judgetests (default tests/judge, ~6.5 min); TRANSFER_SCENARIOS="cold warm" the scenarios transfer runs (bench/transfer.py's; a file each set); TESTS_K=expr narrows familytests (pytest -k); ROPE_VARIANTS=... narrows ropepartial (the variants other than rope_half); DEMO_MODEL=preset picks the demo's model; BUNDLE=/path/run.tgz also writes one archive of the changed results and the logs;
 #    BUDGET_S=seconds stops the steps after that long, so the archive is still written before a caller's hard limit)
 # alltests: the CPU-side tests on the GPU machine's own versions (not the TUI: no textual there; not the
@@ -73,6 +73,7 @@ for step in $steps; do
             --out bench/results/layer_kinds_h200.json 2>&1 | tee "$RESULTS_DIR/layer_kinds.log" | tail -30 ;;
     gqa) timeout 400 python3 bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 1 16 64 --no-hf-eager \
             --repeated-gqa-too --out bench/results/gqa_decode_h200.json 2>&1 | tee "$RESULTS_DIR/gqa_decode.log" | tail -20 ;;
+    vocabsweep) timeout 300 python3 bench/vocab_sweep.py 2>&1 | tee "$RESULTS_DIR/vocab_sweep.log" | tail -8 ;;
     memcheck) timeout 560 python3 bench/gpu_memcheck.py 2>&1 | tee "$RESULTS_DIR/gpu_memcheck.log" | tail -30 ;;
     bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/bench.log" ;;
     layernorm) python3 bench/rmsnorm.py --variant layernorm --out bench/results 2>&1 | tee "$RESULTS_DIR/layernorm.log" ;;
