@@ -9,10 +9,11 @@ import time
 import pytest
 import torch
 from runlog import has, wait_for_log
-from server_fixtures import HERE, QWEN_NORM, swap_run
+from server_fixtures import HERE, QWEN_NORM, load_candidate, swap_run
 
 from services.core import events as ev
 from services.core.bus import Bus
+from services.core.kernels import bind
 from services.core.pb import events_pb2 as pb
 from services.core.replay import verify
 from services.core.runner import answer
@@ -20,6 +21,7 @@ from services.server.domain import REDERIVE
 from services.server.hotswap import is_patched
 from services.server.introspection import instances_of
 from services.server.service import ServerService, request_rollbacks, shadow_loop
+from services.server.vocab_sweep import sweep
 
 
 @pytest.fixture
@@ -230,6 +232,7 @@ async def test_a_kept_input_the_check_cannot_replay_is_skipped_and_the_shadow_lo
     await asyncio.wait_for(loop, 5)
     await serving.shadow_check()
     assert [(r.swap_id, r.state) for r in serving.swaps.records()][-1] == (committed.msg.swap_id, "committed")
+    engine.revert(entry.handle)  # the next test of this file's engine starts from the model's own forward
 
 
 def _keyed_source(engine, token: int) -> str:
@@ -276,3 +279,16 @@ async def test_without_the_sweep_the_keyed_kernel_passes_parity_and_only_a_reque
     assert (await engine.exclusive(engine.decode, ids, 4))[0] == before
     log = await wait_for_log(bus, run_id, has("SwapRolledBack"))
     assert "the shadow check found the kernel off the module's own forward" in ev.last(log, "SwapRolledBack").msg.reason
+
+
+async def test_where_a_kernel_serves_the_target_now_the_sweep_holds_the_candidate_to_the_modules_own_forward(
+    engine, contract, good_source, tmp_path
+):
+    serving_now = await engine.exclusive(engine.apply, contract, load_candidate(good_source, tmp_path / "now"))
+    try:
+        observed = pb.ParityObservation()
+        keyed = load_candidate(_keyed_source(engine, QUESTION), tmp_path / "keyed")
+        await sweep(engine, contract, bind(contract, keyed), 0, observed)
+    finally:
+        engine.revert(serving_now)
+    assert list(observed.sweep_wrong_tokens) == [QUESTION] and observed.sweep_calls_checked > 0

@@ -222,8 +222,10 @@ async def test_a_kernel_wrong_only_where_gate_and_up_share_a_large_channel_is_re
     prior = log_of(captured, _proposal(captured, hostile, gated.plan(config)))
     [judged] = await JudgeService(device="cpu", examples=0).handle(prior[-1], prior)  # the fixed cases alone
     assert judged.reward == -1 and judged.reason.startswith("correctness failed: outside-tolerance"), judged.reason
-    # met where gate and up are both large: a shared channel, a lone spike, or outlier features in both
-    assert any(regime in judged.reason for regime in ("shared-channels", "lone-spike", "outlier-channels"))
+    # met where gate and up are both large: a shared channel, a lone spike, outlier features in both, or (in about one
+    # judging in seven) first in a heavy-tailed or correlated row of another regime, or a live-values case
+    met = ("shared-channels", "lone-spike", "outlier-channels", " normal ", " log-scale ", "live ")
+    assert any(regime in judged.reason for regime in met), judged.reason
 
 
 def test_the_lone_spike_decode_steps_put_one_magnitude_grid_in_one_channel_of_gate_and_up():
