@@ -77,7 +77,9 @@ SPIKE = 2e3  # spike-walk: the spike's size against the row's scale (fp16: 2e3 x
 TAIL_SIGMAS = (0.0, 1.2)  # each row's bulk a scale mixture of this spread (`bulk`): Gaussian to heavy
 TAIL_SKEWS = (-0.3, 0.3)  # ... and skewed by this much k (n + k(n² - 1)): a skewness of up to about 1.6 either way
 TAIL_CAP = 30.0  # no element past 30 times its row's scale from the mixture (fp16's huge rows: 300 x 30 < 65504)
-REGIME_ROWS = {"log-scale": 10, "spike-walk": 8, "offset": 10}  # the fixed case's rows (the others: SMALL_ROWS)
+# the fixed case's rows (the others: SMALL_ROWS); repeated-rows: equal rows at distances up to 23, across two tiles
+# of 16 rows
+REGIME_ROWS = {"log-scale": 10, "spike-walk": 8, "offset": 10, "repeated-rows": 24}
 # log-scale on a GPU: rows enough that the grid's step (16 decades / 2048: 1/38 of an octave of scale, 1/19 of the
 # mean square's) leaves no band of a sixteenth of an octave of the mean square undrawn: a kernel that is wrong only
 # there by arithmetic alone (a ramp of log2 of the mean square, no branch) meets a row. A GPU runs the rows at once;
@@ -153,6 +155,18 @@ def regime_rows(regime: str, width: int, gpu: bool) -> int:
     if gpu and regime == "log-scale":
         return max(REGIME_ROWS[regime], min(GPU_LOG_SCALE_ROWS, GPU_ELEMENT_BUDGET // 8 // width))
     return REGIME_ROWS.get(regime, SMALL_ROWS)
+
+
+def repeated_sources(rows: int, g: torch.Generator) -> torch.Tensor:
+    """For each row, the row it is a copy of: one of the first third (at least one), drawn, and the second row the
+    first's. Equal rows then stand at every distance, inside a program's tile and across tiles, as a prefill's layer-0
+    rows do wherever a token recurs and a batched decode's rows do for requests alike. Equal rows only every other
+    row let a kernel keyed to a row equal to the one two before it pass (red-team kernels of 2026-12-05: an RMSNorm
+    and a residual norm 20% off there, past the vocabulary sweep, whose calls hold each token once)."""
+    src = torch.randint(max(1, rows // 3), (rows,), generator=g)
+    if rows > 1:
+        src[1] = src[0]
+    return src
 
 
 def grid_points(count: int, g: torch.Generator) -> torch.Tensor:
@@ -256,8 +270,8 @@ def _values(shape: tuple[int, ...], regime: str, dtype: torch.dtype, g: torch.Ge
         decades = OFFSET_DECADES.get(dtype, OFFSET_DECADES[torch.float32])
         sign = 2.0 * torch.randint(2, (len(rows), 1), generator=g) - 1
         rows += sign * scale * log_scales(len(rows), dtype, g, decades).unsqueeze(1)
-    elif regime == "repeated-rows":  # every odd row repeats the one before it: a result kept by content shows
-        rows[1::2] = rows[: len(rows) - 1 : 2].clone()
+    elif regime == "repeated-rows":  # rows copied from a few: a result kept by content, or keyed to equal rows, shows
+        rows[:] = rows[repeated_sources(len(rows), g)].clone()
     elif regime == "leading-zeros":  # each row begins with a run of zeros (1 to width - 1 long)
         runs = 1 + torch.randint(max(1, width - 1), (len(rows), 1), generator=g)
         rows[torch.arange(width) < runs.clamp(max=width - 1)] = 0.0

@@ -48,6 +48,7 @@ from services.judge.cases import (
     domain_rows,
     launch_regimes,
     log_scales,
+    repeated_sources,
     residue_rows,
     sampled_rows,
 )
@@ -193,6 +194,9 @@ def _case(
     gate, up = _operands(shape, regime, spec.dtype, g, alike)
     if regime not in UNCORRELATED and not regime.startswith(LONE_SPIKE):  # a lone spike's grid stays as drawn
         up = _correlated(gate, up, g)
+    if regime == "repeated-rows":  # the pair's rows repeat together (as a token's do), each operand's own beside
+        src = repeated_sources(math.prod(shape[:-1]), g)
+        gate, up = (t.reshape(-1, shape[-1])[src].reshape(shape) for t in (gate, up))
     name = f"{kind} {'x'.join(map(str, shape))} {regime} {layout}"
     return PairCase(name, shape, regime, layout, _base(gate, layout), _base(up, layout))
 

@@ -7,8 +7,11 @@ limit: a launch past it that is wrong only there (a sum unwritten, ten times the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from candidate_files import plan_of
 from judge_testkit import log_of
 from transformers import GemmaConfig, GPT2Config, LlamaConfig, NemotronConfig
 from transformers.models.gemma.modeling_gemma import GemmaDecoderLayer
@@ -112,6 +115,13 @@ async def test_a_kernel_that_normalises_the_sum_before_rounding_it_is_rejected()
     )
     judged = await _judge(_layer("llama"), source=source)
     assert judged.reward == -1 and "correctness failed" in judged.reason, judged.reason
+
+
+async def test_a_kernel_keyed_to_a_sum_equal_to_the_one_two_rows_before_is_rejected_on_repeated_rows():
+    source = (Path(__file__).parent / "sum_equal_two_back.py").read_text()
+    judged = await _judge(_layer("llama"), source=source, plan=plan_of(source))
+    assert judged.reward == -1 and judged.reason.startswith("correctness failed: outside-tolerance"), judged.reason
+    assert "repeated-rows" in judged.reason, judged.reason
 
 
 async def test_a_kernel_that_never_writes_the_sum_is_rejected():
