@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -51,6 +51,7 @@ CPU_BOUNDARY_POSITIONS = 64  # dispatch limits the interpreter still draws both 
 DOMAIN_ELEMENTS = 64 * 2**20  # q's elements in the longest sequence drawn (as services.judge.cases caps a case)
 MAX_BATCH_DRAWN = 64  # sequences in the batch case: the served model's most, up to this
 MAX_BATCH_CPU = 8  # the interpreter's batch case: a decode step of this many sequences at most (at least 3)
+ALIKE = "alike"  # the case of a decode step of requests alike (`_alike`)
 # A position sweep: this many sequences of one token, at positions on a log grid from 1 to the longest the server
 # sends (a random phase): a kernel wrong in a band of positions (found from an angle and its frequency) meets one
 SWEEP = "sweep"
@@ -196,6 +197,14 @@ def _case(kind, shape, heads_k, regime, layout, cos_batch, far, spec, variant, g
     )
 
 
+def _alike(case: RopeCase) -> RopeCase:
+    """Every sequence of `case` the first's (q, k, cos and sin): a batched decode of requests alike (the same prompt
+    sampled n times, a common prefix), whose rows are equal at every layer. The norms' repeated rows meet a kernel
+    keyed to a row equal to another of its call (red-team kernels of 2026-12-05); this is RoPE's."""
+    first = lambda t: t[:1].expand_as(t).contiguous() if len(t) else t  # noqa: E731
+    return replace(case, q=first(case.q), k=first(case.k), cos=first(case.cos), sin=first(case.sin))
+
+
 def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     """The fixed cases (the live shape first), then `spec.examples` drawn ones: deterministic in (spec, seed)."""
     live = tuple(int(x) for x in spec.live_shape) if len(spec.live_shape) == 4 else (1, 4, 1, 64)
@@ -251,9 +260,12 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
         plan.append(("batch-decode", (batch, hq, 1, d), gqa, "normal", "attention", batch, True))
     sweep = SWEEP_SEQUENCES[spec.gpu]  # every band of positions wider than the grid's step meets a sequence
     plan.append(("position-sweep", (sweep, hq, 1, d), gqa, "normal", "attention", sweep, SWEEP))
+    # a decode step of requests alike (`_alike`): every sequence the first's q, k and position
+    plan.append((ALIKE, (max(3, min(batch, MAX_BATCH_CPU)), hq, 1, d), gqa, "normal", "attention", 1, True))
     if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)
         plan = [(*row[:2], 0, *row[3:]) for row in plan]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]
+    cases = [_alike(case) if case.name.startswith(ALIKE) else case for case in cases]
     # the served model's own frequencies and factor: a kernel keyed to the live base meets them, on two sequences (the
     # first from position 0, every regime a head vector) and on the position sweep (keyed to the base and a band of
     # positions, a red-team kernel passed the first alone)

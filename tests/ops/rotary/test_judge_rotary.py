@@ -227,6 +227,16 @@ def test_every_sequence_of_a_batch_has_its_own_positions_and_a_cpu_draws_a_decod
     assert decode.shape[0] == 8 and decode.cos.shape[0] == 8 and decode.shape[2] == 1
 
 
+def test_a_decode_step_of_requests_alike_gives_every_sequence_the_firsts_q_k_and_angles():
+    """Requests alike (one prompt sampled n times) are equal row for row at every layer: a kernel keyed to a row equal
+    to another of its call meets them here, as the norms' repeated rows meet theirs."""
+    spec = RopeSpec((1, 4, 5, 16), torch.float32, gpu=False, max_batch=16)
+    [alike] = [c for c in draw_rope_cases(spec, "rope_half", seed=3) if c.name.startswith("alike")]
+    assert alike.shape[0] >= 3 and alike.shape[2] == 1 and alike.cos.shape[0] == 1
+    for t in (alike.q, alike.k):
+        assert all(torch.equal(t[0], t[i]) for i in range(1, len(t))) and t[0].abs().sum() > 0
+
+
 @pytest.mark.parametrize(
     ("honest", "hostile"),
     [
