@@ -112,12 +112,18 @@ def in_band(poisoned_us: float, others_us: list[float]) -> bool:
     return low / POISON_BAND - POISON_SLACK_US <= poisoned_us <= high * POISON_BAND + POISON_SLACK_US
 
 
-def poison_outputs(outputs: list[object]) -> None:
-    """Fill every output tensor a captured graph writes with NaN (non-floating ones with all bits set)."""
+def _output_tensors(outputs: list[object]) -> Iterator[torch.Tensor]:
+    """Every tensor the captured calls returned (a call of several outputs, RoPE's q and k, gives each)."""
     for out in outputs:
         for t in out if isinstance(out, (tuple, list)) else [out]:
             if isinstance(t, torch.Tensor):
-                t.fill_(float("nan") if t.is_floating_point() else -1)
+                yield t
+
+
+def poison_outputs(outputs: list[object]) -> None:
+    """Fill every output tensor a captured graph writes with NaN (non-floating ones with all bits set)."""
+    for t in _output_tensors(outputs):
+        t.fill_(float("nan") if t.is_floating_point() else -1)
 
 
 def _bench(fn: Callable[[], object]) -> float:
@@ -244,10 +250,8 @@ def rewrite_outputs(outputs: list[object]) -> None:
     """Write every output tensor a captured graph writes with what it already holds: the bytes a poisoning writes,
     so the replay after it meets the caches a poisoned replay meets (dirty lines of the outputs), with the outputs
     holding their right answer (what a kernel that trusts its output would skip on)."""
-    for out in outputs:
-        for t in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(t, torch.Tensor):
-                t.mul_(1) if t.is_floating_point() else t.copy_(t.clone())
+    for t in _output_tensors(outputs):
+        t.mul_(1) if t.is_floating_point() else t.copy_(t.clone())
 
 
 def poisoned_replays(captured: Captured, reference: Callable, others_us: list[float], text: str) -> float:
