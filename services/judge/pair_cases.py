@@ -65,9 +65,12 @@ SHARED_SIZES = {torch.float16: (0.7, 1.2)}  # log10 of the channels' factor: fp1
 SHARED_SIZES_DEFAULT = (1.0, 2.5)
 # lone-spike: decode steps of one row whose one channel of gate and up is large, its magnitude the k-th of a grid over
 # these decades (a kernel damping only a spike alone in its block, of moderate size in both, was met by a
-# shared-channels case in about a third of judgings: gate and up each N(0, 1) times a factor, several rows a block)
+# shared-channels case in about a third of judgings: gate and up each N(0, 1) times a factor, several rows a block),
+# at every pairing of signs: a negative gate's SiLU is about zero, so a grid whose gates were all negative (the signs
+# were drawn from the cases' one generator, so one draw for all of them: half of all judgings) met nothing there
 LONE_SPIKE = "lone-spike"
 LONE_SPIKES = 6
+LONE_SPIKE_SIGNS = ("++", "+-", "-+", "--")  # gate's, up's
 LONE_SPIKE_DECADES = {torch.float16: (0.5, 2.2)}  # fp16: the product stays finite
 LONE_SPIKE_DECADES_DEFAULT = (0.5, 3.0)
 GATE_BAND = {torch.float16: (8.0, 250.0)}  # |gate| log-uniform in it, either sign (fp16's huge is 300 x N(0, 1))
@@ -135,19 +138,19 @@ def _shared_channels(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Genera
     return tuple(pair)
 
 
-def _lone_spike(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator, k: int):
+def _lone_spike(shape: tuple[int, ...], dtype: torch.dtype, g: torch.Generator, k: int, signs: str):
     """(gate, up): normal, with one channel of both set to the k-th of LONE_SPIKES magnitudes on a grid of the decades
-    at a random phase (either sign each): a decode step's lone massive activation. Over the LONE_SPIKES cases no band
-    of magnitudes wider than the grid's step goes undrawn, in gate and up at once."""
+    at a random phase, gate's and up's signs `signs`: a decode step's lone massive activation. Over the cases no band
+    of magnitudes wider than the grid's step goes undrawn, in gate and up at once, at any pairing of signs."""
     width = shape[-1]
     lo, hi = LONE_SPIKE_DECADES.get(dtype, LONE_SPIKE_DECADES_DEFAULT)
     phase = float(torch.rand((), generator=g))  # g is the judging's one generator of these cases: one phase
     size = 10 ** (lo + (hi - lo) * (k + phase) / LONE_SPIKES)
     channel = int(torch.randint(width, (1,), generator=g))
     pair = []
-    for _ in range(2):
+    for sign in signs:
         t = _values(shape, "normal", torch.float32, g)
-        t.view(-1, width)[:, channel] = size * (2.0 * float(torch.randint(2, (1,), generator=g)) - 1)
+        t.view(-1, width)[:, channel] = size if sign == "+" else -size
         pair.append(t.to(dtype))
     return tuple(pair)
 
@@ -159,8 +162,9 @@ def _operands(shape, regime: str, dtype: torch.dtype, g: torch.Generator, alike:
         return _gate_band(shape, dtype, g), _values(shape, "normal", dtype, g)
     if regime == "shared-channels":
         return _shared_channels(shape, dtype, g)
-    if regime.startswith(LONE_SPIKE):  # "lone-spike k": the k-th magnitude of the grid
-        return _lone_spike(shape, dtype, g, int(regime.split()[1]))
+    if regime.startswith(LONE_SPIKE):  # "lone-spike k ±±": the k-th magnitude of the grid, gate's and up's signs
+        _, k, signs = regime.split()
+        return _lone_spike(shape, dtype, g, int(k), signs)
     if alike and regime == "log-scale":
         scales = log_scales(math.prod(shape[:-1]), dtype, g)[:, None]
         a, b = (_values(shape, "normal", torch.float32, g) for _ in range(2))
@@ -213,7 +217,11 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES, alike: bool = False) -> list[tu
     plan += [("regime", (max(SMALL_ROWS, min(REGIME_ROWS.get(r, 0), more)), w), r, "contiguous") for r in regimes]
     plan += [("decode", (batch, 1, w), "normal", "contiguous") for batch in ((2, 4) if spec.gpu else (2,))]
     if "shared-channels" in regimes:  # decode steps of one row, a lone large channel in gate and up at once
-        plan += [("decode", (1, 1, w), f"{LONE_SPIKE} {k}", "contiguous") for k in range(LONE_SPIKES)]
+        plan += [
+            ("decode", (1, 1, w), f"{LONE_SPIKE} {k} {signs}", "contiguous")
+            for k in range(LONE_SPIKES)
+            for signs in LONE_SPIKE_SIGNS
+        ]
     # A block's edges: one element short of it, exactly it, one past it and past two blocks (the mask's work).
     for block in sorted(set(spec.blocks)):
         for n in (block - 1, block, block + 1, 2 * block + 1):

@@ -198,7 +198,7 @@ DAMPED = (
 
 # the same, damped only where the spike is alone in its block of 2,048 (a single token's massive activation): met by a
 # shared-channels case in about a third of judgings (several rows a block at the test's width), by a lone-spike
-# decode step in every one
+# decode step in every one (since each grid is drawn at every pairing of signs: with one draw for all, in half)
 LONE = (
     "    both = _spike_weight(tl.reshape(g, (BLOCK // 16, 16)), BLOCK) * "
     "_spike_weight(tl.reshape(u, (BLOCK // 16, 16)), BLOCK)\n"
@@ -229,20 +229,36 @@ async def test_a_kernel_wrong_only_where_gate_and_up_share_a_large_channel_is_re
 
 
 def test_the_lone_spike_decode_steps_put_one_magnitude_grid_in_one_channel_of_gate_and_up():
-    """Six one-row cases, each one channel of gate and up at the same magnitude, the magnitudes a grid of the decades
-    at one random phase: no band of moderate spikes wider than the grid's step goes undrawn in both at once."""
-    from services.judge.pair_cases import LONE_SPIKE, LONE_SPIKE_DECADES_DEFAULT, LONE_SPIKES, PairSpec, draw_pair_cases
+    """One-row cases, each one channel of gate and up at the same magnitude, the magnitudes a grid of the decades at
+    one random phase, at every pairing of the two signs: no band of moderate spikes wider than the grid's step goes
+    undrawn in both at once, with a positive gate (a negative one's SiLU is about zero) and either up."""
+    from services.judge.pair_cases import (
+        LONE_SPIKE,
+        LONE_SPIKE_DECADES_DEFAULT,
+        LONE_SPIKE_SIGNS,
+        LONE_SPIKES,
+        PairSpec,
+        draw_pair_cases,
+    )
 
     spec = PairSpec(width=128, live_shape=(1, 1, 128), dtype=torch.float32, gpu=False, examples=0)
     for seed in (1, 2):
         lone = [c for c in draw_pair_cases(spec, seed) if c.regime.startswith(LONE_SPIKE)]
-        assert len(lone) == LONE_SPIKES and all(c.shape == (1, 1, 128) for c in lone)
-        sizes = []
+        assert len(lone) == LONE_SPIKES * len(LONE_SPIKE_SIGNS) and all(c.shape == (1, 1, 128) for c in lone)
+        grids = {}  # (gate's sign, up's sign): the magnitudes in order
         for case in lone:
-            gate, up = case.gate.reshape(-1).abs(), case.up.reshape(-1).abs()
-            [channel] = (gate == up).nonzero().reshape(-1).tolist()  # the one element both set to the magnitude
-            sizes.append(float(gate[channel]))
-        steps = torch.tensor(sizes).log10().diff()
+            gate, up = case.gate.reshape(-1), case.up.reshape(-1)
+            [channel] = (gate.abs() == up.abs()).nonzero().reshape(-1).tolist()  # the one element both set to it
+            signs = (bool(gate[channel] > 0), bool(up[channel] > 0))
+            grids.setdefault(signs, []).append(float(gate[channel].abs()))
+        assert set(grids) == {
+            (True, True),
+            (True, False),
+            (False, True),
+            (False, False),
+        }  # a negative gate's SiLU is ~0
         lo, hi = LONE_SPIKE_DECADES_DEFAULT
-        assert torch.allclose(steps, torch.full_like(steps, (hi - lo) / LONE_SPIKES), atol=1e-5)
-        assert lo <= math.log10(sizes[0]) < lo + (hi - lo) / LONE_SPIKES
+        for sizes in grids.values():
+            steps = torch.tensor(sizes).log10().diff()
+            assert torch.allclose(steps, torch.full_like(steps, (hi - lo) / LONE_SPIKES), atol=1e-5)
+            assert lo <= math.log10(sizes[0]) < lo + (hi - lo) / LONE_SPIKES
