@@ -2,6 +2,12 @@
 
     python bench/judge_corpus.py --out bench/results            # every entry of the corpus's TABLE
     python bench/judge_corpus.py --only honest --part 1/2 --merge   # a part, merged into the same file
+    python bench/judge_corpus.py --only dynamic --repeats 12        # each judged 12 times, 12 seeds
+
+Every judging draws its cases from a fresh secret seed, as the live judge does: a hole the judge meets only
+by chance shows as an entry refused in some judgings and not in others. `--repeats K` judges each entry K
+times and writes judge_corpus_<device>_repeats.json: per entry, how many of the K went as expected and the
+reasons of the others.
 
 Writes bench/results/judge_corpus_<cpu|h200|gpu-name>.json: for every candidate (a file of
 tests/adversarial, or a config of the shipped template) the layer and rule expected and got, the
@@ -110,8 +116,29 @@ def summary(results: dict) -> dict:
     }
 
 
+def repeated(judgings: list[dict]) -> dict:
+    """An entry judged several times: how many went as expected, and what the others got."""
+    first = judgings[0]
+    return {
+        "file": first["file"],
+        "expected": first["expected"],
+        "ok": all(r["ok"] for r in judgings),
+        "as_expected": f"{sum(r['ok'] for r in judgings)}/{len(judgings)}",
+        "others": [{"got": r["got"], "reward": r["reward"], "reason": r["reason"]} for r in judgings if not r["ok"]],
+        "judge_wall_s": [r["judge_wall_s"] for r in judgings],
+    }
+
+
+def repeats_summary(results: dict) -> dict:
+    return {
+        "as_expected_in_every_judging": f"{sum(r['ok'] for r in results.values())}/{len(results)}",
+        "not_every_time": {name: r["as_expected"] for name, r in sorted(results.items()) if not r["ok"]},
+    }
+
+
 def write(path: Path, meta: dict, results: dict) -> None:
-    data = {**meta, "summary": summary(results), "results": dict(sorted(results.items()))}
+    judged = repeats_summary(results) if meta.get("repeats", 1) > 1 else summary(results)
+    data = {**meta, "summary": judged, "results": dict(sorted(results.items()))}
     # a child's log may quote a path of this checkout (a warning's file): the file names it from the repository root
     path.write_text(json.dumps(data, indent=1).replace(f"{ROOT}/", "") + "\n")
 
@@ -120,7 +147,7 @@ async def run(args) -> int:
     import adversarial_corpus as corpus
 
     device, tag = device_tag()
-    out = Path(args.out) / f"judge_corpus_{tag}.json"
+    out = Path(args.out) / f"judge_corpus_{tag}{'_repeats' if args.repeats > 1 else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     results: dict = {}
     commands = [" ".join(sys.argv)]
@@ -143,12 +170,15 @@ async def run(args) -> int:
         "walls_switched_off": os.environ.get("YANTRA_JUDGE_WALLS", ""),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "commands": [c for c in commands if c],
+        "repeats": args.repeats,
     }
     jobs = 1 if device == "cuda" else max(1, args.jobs)
     limit = asyncio.Semaphore(jobs)
     scratch = Path(args.scratch) if args.scratch else None
 
-    async def one(entry) -> None:
+    judgings: dict[str, list[dict]] = {}
+
+    async def one(entry, k: int) -> None:
         async with limit:
             started = time.monotonic()
             try:
@@ -159,16 +189,27 @@ async def run(args) -> int:
                 print(f"ERR {entry.name}: {type(exc).__name__}: {exc}", flush=True)
                 return
             result = entry_result(entry, judged, time.monotonic() - started, device)
-            results[entry.name] = result
+            judgings.setdefault(entry.name, []).append(result)
+            results[entry.name] = result if args.repeats == 1 else repeated(judgings[entry.name])
             write(out, meta, results)
             mark = "ok " if result["ok"] else "BAD"
             got = f"{result['got']['layer']}/{','.join(result['got']['rules'])[:30]}"
-            print(f"{mark} {entry.name:36} {got:40} {judged.reward:+d} {result['judge_wall_s']:6.1f}s  "
+            nth = f" {k + 1}/{args.repeats}" if args.repeats > 1 else ""
+            print(f"{mark} {entry.name:36}{nth} {got:40} {judged.reward:+d} {result['judge_wall_s']:6.1f}s  "
                   f"{judged.reason[:110]}", flush=True)  # fmt: skip
 
     started = time.monotonic()
-    await asyncio.gather(*(one(e) for e in chosen))
+    await asyncio.gather(*(one(e, k) for k in range(args.repeats) for e in chosen))
     write(out, meta, results)
+    if args.repeats > 1:
+        s = repeats_summary(results)
+        print(
+            f"\n{len(chosen)} entries judged {args.repeats} times each in {time.monotonic() - started:.0f} s on "
+            f"{meta['device']}: as expected in every judging {s['as_expected_in_every_judging']}; wrote {out}"
+        )
+        for name, share in s["not_every_time"].items():
+            print(f"not every time: {name} as expected in {share}")
+        return 0 if not s["not_every_time"] else 1
     s = summary(results)
     print(f"\n{len(chosen)} judged in {time.monotonic() - started:.0f} s on {meta['device']}: "
           f"hostile rejected by the right layer {s['hostile_rejected_by_the_right_layer']}, "
@@ -187,7 +228,12 @@ def main() -> int:
     parser.add_argument("--part", default="1/1", help="K/N: judge every N-th entry from the K-th (split a long run)")
     parser.add_argument("--merge", action="store_true", help="keep the other entries of an existing result file")
     parser.add_argument("--scratch", default="", help="where sandbox scratch directories go (default: the temp dir)")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="judge each entry this many times, each a fresh seed (chance shows)"
+    )
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     if not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")
     return asyncio.run(run(args))
