@@ -174,8 +174,10 @@ def _tokens_equal(observed: pb.ParityObservation) -> bool:
 
 def _sweep_problem(observed: pb.ParityObservation) -> str:
     wrong = ", ".join(str(t) for t in observed.sweep_wrong_tokens)
+    top = observed.sweep_max_position
+    where = f"positions 0-{top}" if top else "position 0"
     return (
-        f"vocabulary sweep at position 0: {observed.sweep_calls_passed}/{observed.sweep_calls_checked} calls over "
+        f"vocabulary sweep at {where}: {observed.sweep_calls_passed}/{observed.sweep_calls_checked} calls over "
         f"{observed.sweep_tokens} tokens within tolerance (max abs err {observed.sweep_max_abs_err:.3g}); wrong on "
         f"token{'s' if len(observed.sweep_wrong_tokens) > 1 else ''} {wrong or '?'}"
     )

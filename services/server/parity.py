@@ -1,8 +1,8 @@
 """Parity of a swap on the LIVE model: real recorded activations, then a logits canary.
 
 Runs on the engine thread inside `Engine.exclusive`, so no request sees a half-checked kernel. Before it, outside
-any long hold, the server sweeps the vocabulary at position 0 through the candidate (services.server.vocab_sweep):
-every token's own rows, which no recorded call or canary needs to hold.
+any long hold, the server sweeps the vocabulary through the candidate (services.server.vocab_sweep): every token's
+own rows, alone (at a drawn position where a lone token's states allow), which no recorded call or canary holds.
   1. hooks on the matching instances record their real calls during a canary request (inputs cloned,
      original outputs cloned); the canary's greedy tokens and logits are kept. Nothing is patched yet, so the
      server records this in a hold of its own (`record_before`), serving requests between it and the patch; the

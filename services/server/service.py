@@ -69,7 +69,7 @@ class ServerService:
         vocab_sweep: bool = True,
     ):
         self.engine = engine
-        # Every token at position 0 through the candidate before the patch (services.server.vocab_sweep); off only
+        # Every token alone through the candidate before the patch (services.server.vocab_sweep); off only
         # where a test shows what the layers after it catch
         self.vocab_sweep = vocab_sweep
         # Live calls of each committed swap checked inline against the module's own forward (services.server.shadow)
@@ -136,7 +136,7 @@ class ServerService:
         )
 
     async def _swept(self, contract: pb.Contract, entry, swap_id: str, observed: pb.ParityObservation) -> bool:
-        """The vocabulary at position 0 through the candidate, in short holds, before anything is patched; False
+        """The vocabulary (each token alone) through the candidate, in short holds, before anything is patched; False
         when it found a wrong row or the candidate raised (recorded in `observed`). Skipped where the target is
         served by a kernel already (the patch's hold refuses that) or the sweep is off."""
         if not self.vocab_sweep or self.swaps.active_for(contract.target) is not None:

@@ -1,4 +1,4 @@
-"""Parity's sweep of the vocabulary at position 0, before the patch: the served model's own activations.
+"""Parity's sweep of the vocabulary, before the patch: the served model's own activations.
 
 Why: the judge draws its inputs, so a kernel keyed to values only the served model produces is beyond it (red-team
 kernels carried fingerprints, Σx and Σx², of a few tokens' rows and scaled only a matching row, through arithmetic
@@ -8,8 +8,11 @@ vocabulary is run alone (one row each) through the model's own forward, with no 
 is answered twice: by the module (what the model carries on with) and by the candidate on clones of the same
 inputs; a row the candidate gets wrong names its token. The tokens go in an order drawn from the swap's seed, in
 calls of 1, 2, 4, ... rows up to CHUNK (the row counts of decode steps too), each call in a short hold of its own
-(requests are served between them). What it does not reach: a later layer's state at a later position (it
-depends on the prefix), and a kernel keyed to one token at one row count it happened not to meet.
+(requests are served between them). Where a lone token's states do not depend on its position (a rotary model:
+with one key, attention is its own value), each token is given a position drawn over the served range, so a rotation
+meets real angles: at position 0 it is the identity, and a RoPE kernel keyed to a token's q and wrong only where it
+rotates would pass. What it does not reach: a later layer's state at a later position (it depends on the prefix), and
+a kernel keyed to one token at one row count, or one position, it happened not to meet.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from services.server.parity import _clone, _recorder, _tensors
 
 CHUNK = {"cuda": 4096, "cpu": 128}  # the most rows one call holds (a 1.5B-shaped forward of 4096 rows: tens of ms)
 WRONG_KEPT = 8  # wrong tokens recorded (the first ones met)
+PROBE_TOKENS = 8  # tokens run at position 0 and at drawn positions, to learn whether positions move the states
 
 
 def chunks(vocab: int, seed: int, largest: int) -> list[list[int]]:
@@ -55,12 +59,13 @@ class Tally:
     max_abs: float = 0.0
     wrong: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    max_position: int = 0
 
     def record(self, observed: pb.ParityObservation) -> None:
         observed.sweep_tokens, observed.sweep_calls_checked = self.tokens, self.checked
         observed.sweep_calls_passed, observed.sweep_max_abs_err = self.passed, self.max_abs
         observed.sweep_wrong_tokens.extend(self.wrong[:WRONG_KEPT])
-        observed.sweep_s = self.seconds
+        observed.sweep_s, observed.sweep_max_position = self.seconds, self.max_position
 
     def compare(self, got: object, want: object, tokens: list[int]) -> None:
         """One call: the candidate's outputs against the module's, row by row where rows are the tokens (only while
@@ -87,10 +92,40 @@ class Tally:
         self.wrong.extend(t for t in sorted(wrong) if t not in self.wrong)
 
 
-def check_chunk(engine: Engine, contract: pb.Contract, call: Callable, tokens: list[int], tally: Tally) -> None:
-    """On the engine thread (inside `exclusive`): one forward of `tokens`, each a sequence of one, with the target's
-    every call answered by the candidate too (`call`: kernels.bind of the entry). Where a kernel answers the module
-    now (a swap serving the target), the reference is the module's own forward, called on clones of the inputs."""
+def _lone(engine: Engine, tokens: list[int], positions: list[int] | None):
+    """One forward of `tokens`, each a sequence of one at its position (0 where `positions` is None): the logits."""
+    device = engine.loaded.device
+    ids = torch.tensor(tokens, dtype=torch.long, device=device).view(-1, 1)
+    where = {} if positions is None else {"position_ids": torch.tensor(positions, device=device).view(-1, 1)}
+    with torch.inference_mode():
+        return engine.model(input_ids=ids, use_cache=False, **where).logits
+
+
+def positions_stay(engine: Engine, seed: int) -> bool:
+    """On the engine thread: whether a few lone tokens give the same logits at position 0 and at positions drawn over
+    the served range (a rotary model's do: one key, attention is its own value; absolute position embeddings move
+    them, as may a model that takes no position ids)."""
+    rng = random.Random(seed)
+    tokens = [rng.randrange(engine.loaded.vocab_size) for _ in range(PROBE_TOKENS)]
+    positions = [1 + rng.randrange(max(1, engine.loaded.max_positions - 1)) for _ in tokens]
+    try:
+        return bool(within(_lone(engine, tokens, positions), _lone(engine, tokens, None))[0])
+    except (TypeError, ValueError, RuntimeError, IndexError):  # position ids it cannot take: position 0 alone
+        return False
+
+
+def check_chunk(
+    engine: Engine,
+    contract: pb.Contract,
+    call: Callable,
+    tokens: list[int],
+    tally: Tally,
+    positions: list[int] | None = None,
+) -> None:
+    """On the engine thread (inside `exclusive`): one forward of `tokens`, each a sequence of one (at `positions`, or
+    0), with the target's every call answered by the candidate too (`call`: kernels.bind of the entry). Where a kernel
+    answers the module now (a swap serving the target), the reference is the module's own forward, called on clones
+    of the inputs."""
 
     def hook(module, args, kwargs, output):
         if is_patched(module):  # the kernel's output is no reference
@@ -105,18 +140,21 @@ def check_chunk(engine: Engine, contract: pb.Contract, call: Callable, tokens: l
         else:
             for module in instances_of(engine.model, contract.target):
                 stack.callback(module.register_forward_hook(hook, with_kwargs=True).remove)
-        ids = torch.tensor(tokens, dtype=torch.long, device=engine.loaded.device).view(-1, 1)
-        with torch.inference_mode():
-            engine.model(input_ids=ids, use_cache=False)
+        _lone(engine, tokens, positions)
     tally.tokens += len(tokens)
+    tally.max_position = max(tally.max_position, *(positions or [0]))
 
 
 async def sweep(engine: Engine, contract: pb.Contract, call: Callable, seed: int, observed: pb.ParityObservation):
-    """The whole vocabulary, a hold per call; its figures into `observed` (an exception: the caller's to record)."""
+    """The whole vocabulary, a hold per call; its figures into `observed` (an exception: the caller's to record).
+    Each token at a position drawn over the served range where positions leave a lone token's states as they are."""
     tally, started = Tally(), time.perf_counter()
+    rng = random.Random(seed + 1)
     try:
+        drawn = await engine.exclusive(positions_stay, engine, seed)
         for tokens in chunks(engine.loaded.vocab_size, seed, CHUNK["cuda" if engine.cuda else "cpu"]):
-            await engine.exclusive(check_chunk, engine, contract, call, tokens, tally)
+            positions = [rng.randrange(engine.loaded.max_positions) for _ in tokens] if drawn else None
+            await engine.exclusive(check_chunk, engine, contract, call, tokens, tally, positions)
     finally:
         tally.seconds = time.perf_counter() - started
         tally.record(observed)

@@ -37,5 +37,7 @@ def test_a_sweep_that_found_a_wrong_row_refuses_the_swap_by_itself():
         "vocabulary sweep at position 0: 11/12 calls over 512 tokens within tolerance (max abs err 0.3); wrong on "
         "token 63"
     ]
+    observed.sweep_max_position = 300  # each token at a drawn position (a rotary model's)
+    assert parity_problems(observed)[0].startswith("vocabulary sweep at positions 0-300: 11/12 calls")
     clean = pb.ParityObservation(sweep_tokens=512, sweep_calls_checked=12, sweep_calls_passed=12)
     assert not any("vocabulary" in p for p in parity_problems(clean))
