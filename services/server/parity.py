@@ -68,16 +68,16 @@ class RecordedCall:
     output: object
 
 
-def _clone(value):
+def clone_values(value):
     """A deep copy of tensors inside tuples/lists/dicts; other objects cannot be replayed faithfully."""
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
     if isinstance(value, PLAIN_VALUES):
         return value
     if isinstance(value, (tuple, list)):
-        return type(value)(_clone(v) for v in value)
+        return type(value)(clone_values(v) for v in value)
     if isinstance(value, dict):
-        return {k: _clone(v) for k, v in value.items()}
+        return {k: clone_values(v) for k, v in value.items()}
     raise TypeError(f"parity cannot replay a call carrying a {type(value).__name__}")
 
 
@@ -91,13 +91,13 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def _tensors(value) -> list[torch.Tensor]:
+def tensors_in(value) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in tensors_in(v)]
     if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
+        return [t for v in value.values() for t in tensors_in(v)]
     return []
 
 
@@ -111,7 +111,7 @@ def record_calls(engine: Engine, modules: list[torch.nn.Module], ids: list[int],
         if counts.get(id(module), 0) >= CALLS_PER_INSTANCE:
             return
         try:
-            calls.append(RecordedCall(module, _clone(args), _clone(kwargs), _clone(output)))
+            calls.append(RecordedCall(module, clone_values(args), clone_values(kwargs), clone_values(output)))
         except TypeError as exc:  # a call carrying a cache object: not replayable, not kept
             problems.append(str(exc))
             return
@@ -137,9 +137,9 @@ def record_function_calls(engine: Engine, site: FunctionSite, ids: list[int], ma
     def hook(called, args, kwargs, out):
         if len(calls) < limit:
             with contextlib.suppress(TypeError):  # a call parity cannot replay: not kept
-                calls.append(RecordedCall(called, _clone(args), _clone(kwargs), _clone(out)))
+                calls.append(RecordedCall(called, clone_values(args), clone_values(kwargs), clone_values(out)))
 
-    with wrapped(site, _recorder(site, hook)):
+    with wrapped(site, call_recorder(site, hook)):
         tokens, logits = engine.decode(ids, max_new, keep_logits=True)
     return calls, tokens, logits
 
@@ -158,11 +158,11 @@ def record_live_inputs(engine: Engine, ids: list[int], max_new: int) -> dict[str
             return
         else:
             name = class_path(module)
-        key = tuple(tuple(a.shape) for a in _tensors(args))
+        key = tuple(tuple(a.shape) for a in tensors_in(args))
         if key in shapes.setdefault(name, set()) or len(recorded.get(name, [])) >= CALLS_PER_INSTANCE:
             return
         try:
-            call = RecordedCall(module, _clone(args), _clone(kwargs), _clone(output))
+            call = RecordedCall(module, clone_values(args), clone_values(kwargs), clone_values(output))
         except TypeError:
             return  # a call parity cannot replay (a cache object among its arguments): not kept
         shapes[name].add(key)
@@ -177,7 +177,7 @@ def record_live_inputs(engine: Engine, ids: list[int], max_new: int) -> dict[str
             for target in model_functions(engine.model):
                 site = site_of(target)
                 if site is not None:
-                    stack.enter_context(wrapped(site, _recorder(site, hook)))
+                    stack.enter_context(wrapped(site, call_recorder(site, hook)))
             engine.decode(ids, max_new)
             engine.forward_without_cache(ids)  # a decoder layer's calls, replayable without the KV cache
     finally:
@@ -186,7 +186,7 @@ def record_live_inputs(engine: Engine, ids: list[int], max_new: int) -> dict[str
     return recorded
 
 
-def _recorder(site: FunctionSite, hook: Callable) -> Callable:
+def call_recorder(site: FunctionSite, hook: Callable) -> Callable:
     """A wrapper factory for `functions.wrapped`: each call of the function reported to `hook` as a module's is."""
 
     def around(original):
@@ -207,11 +207,11 @@ def replay_calls(calls: list[RecordedCall]) -> tuple[int, int, float]:
     max_abs = 0.0
     with torch.inference_mode():
         for call in calls:
-            args, kwargs = _clone(call.args), _clone(call.kwargs)
+            args, kwargs = clone_values(call.args), clone_values(call.kwargs)
             out = call.module(*args, **kwargs)
             if not (_same(args, call.args) and _same(kwargs, call.kwargs)):
                 raise RuntimeError(f"the kernel modified its input in place on {type(call.module).__name__}")
-            got, ref = _tensors(out), _tensors(call.output)
+            got, ref = tensors_in(out), tensors_in(call.output)
             ok = len(got) == len(ref) > 0
             for g, r in zip(got, ref, strict=False):
                 close, abs_err, _rel = within(g, r)
@@ -234,7 +234,7 @@ def warm_kernel(engine: Engine, contract: pb.Contract, entry: Callable) -> int:
     with torch.inference_mode():
         for recorded in engine.live_inputs.get(contract.target, []):
             try:
-                call(recorded.module, _clone(recorded.args), _clone(recorded.kwargs))
+                call(recorded.module, clone_values(recorded.args), clone_values(recorded.kwargs))
                 ran += 1
             except Exception:
                 return ran

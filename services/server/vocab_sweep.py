@@ -31,7 +31,7 @@ from services.server.engine import Engine
 from services.server.functions import site_of, wrapped
 from services.server.hotswap import is_patched
 from services.server.introspection import instances_of
-from services.server.parity import _clone, _recorder, _tensors
+from services.server.parity import call_recorder, clone_values, tensors_in
 
 CHUNK = {"cuda": 4096, "cpu": 128}  # the most rows one call holds (a 1.5B-shaped forward of 4096 rows: tens of ms)
 WRONG_KEPT = 8  # wrong tokens recorded (the first ones met)
@@ -71,7 +71,7 @@ class Tally:
         """One call: the candidate's outputs against the module's, row by row where rows are the tokens (only while
         fewer than WRONG_KEPT wrong tokens are known: past them the rows are not named, and a kernel wrong everywhere
         is not checked row by row over the whole vocabulary)."""
-        gots, wants = _tensors(got), _tensors(want)
+        gots, wants = tensors_in(got), tensors_in(want)
         ok = len(gots) == len(wants) > 0
         naming = len(self.wrong) < WRONG_KEPT
         wrong: set[int] = set()
@@ -129,14 +129,14 @@ def check_chunk(
 
     def hook(module, args, kwargs, output):
         if is_patched(module):  # the kernel's output is no reference
-            output = type(module).forward(module, *_clone(args), **_clone(kwargs))
-        tally.compare(call(module, _clone(args), _clone(kwargs)), output, tokens)
+            output = type(module).forward(module, *clone_values(args), **clone_values(kwargs))
+        tally.compare(call(module, clone_values(args), clone_values(kwargs)), output, tokens)
 
     with contextlib.ExitStack() as stack:
         if contract.kind == "function":
             site = site_of(contract.target)
             if site is not None:
-                stack.enter_context(wrapped(site, _recorder(site, hook)))
+                stack.enter_context(wrapped(site, call_recorder(site, hook)))
         else:
             for module in instances_of(engine.model, contract.target):
                 stack.callback(module.register_forward_hook(hook, with_kwargs=True).remove)
