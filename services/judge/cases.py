@@ -78,10 +78,10 @@ SPIKE = 2e3  # spike-walk: the spike's size against the row's scale (fp16: 2e3 x
 TAIL_SIGMAS = (0.0, 1.2)  # each row's bulk a scale mixture of this spread (`bulk`): Gaussian to heavy
 TAIL_SKEWS = (-0.3, 0.3)  # ... and skewed by this much k (n + k(n² - 1)): a skewness of up to about 1.6 either way
 TAIL_CAP = 30.0  # no element past 30 times its row's scale from the mixture (fp16's huge rows: 300 x 30 < 65504)
-# the fixed case's rows (the others: SMALL_ROWS); repeated-rows: equal rows at every distance inside a tile of
-# REPEAT_TILE rows and up to 23 across two tiles (`repeated_sources`)
+# the fixed case's rows (the others: SMALL_ROWS); repeated-rows: two tiles of at least REPEAT_TILE rows, or of the
+# plan's largest rows per program (`repeated_rows`), equal rows at every distance inside and across them
 REPEAT_TILE = 16
-REGIME_ROWS = {"log-scale": 10, "spike-walk": 8, "offset": 10, "repeated-rows": 24}
+REGIME_ROWS = {"log-scale": 10, "spike-walk": 8, "offset": 10, "repeated-rows": 2 * REPEAT_TILE}
 # log-scale on a GPU: rows enough that the grid's step (16 decades / 2048: 1/38 of an octave of scale, 1/19 of the
 # mean square's) leaves no band of a sixteenth of an octave of the mean square undrawn: a kernel that is wrong only
 # there by arithmetic alone (a ramp of log2 of the mean square, no branch) meets a row. A GPU runs the rows at once;
@@ -152,35 +152,50 @@ def _pick(g: torch.Generator, options):
     return options[int(torch.randint(len(options), (1,), generator=g))]
 
 
-def regime_rows(regime: str, width: int, gpu: bool) -> int:
+def regime_rows(regime: str, width: int, gpu: bool, row_blocks: tuple[int, ...] = ()) -> int:
     """The rows of a regime's fixed case."""
     if gpu and regime == "log-scale":
         return max(REGIME_ROWS[regime], min(GPU_LOG_SCALE_ROWS, GPU_ELEMENT_BUDGET // 8 // width))
+    if regime == "repeated-rows":
+        return repeated_rows(row_blocks)
     return REGIME_ROWS.get(regime, SMALL_ROWS)
 
 
 def ruler(length: int) -> list[int]:
     """Marks in [0, length] whose differences hold every distance 1..length: a run 0..m-1, then every m-th row from
-    m-1, then `length` (m = ceil(sqrt(length + 1))). 15: 0, 1, 2, 3, 7, 11, 15. Every distance under a power of two
-    stands inside that power's first aligned tile (1-3 in rows 0-3, 4-7 in rows 0-7, 8-15 in rows 0-15)."""
+    m-1, then `length` (m = ceil(sqrt(length + 1))). 15: 0, 1, 2, 3, 7, 11, 15."""
     m = max(1, math.isqrt(length) + (math.isqrt(length) ** 2 < length + 1))
     return sorted({*range(min(m, length + 1)), *range(m - 1, length + 1, m), length})
 
 
+def nested_ruler(tile: int) -> list[int]:
+    """Marks in [0, tile) (a power of two) holding every distance d < t inside [0, t), for every power of two t up to
+    `tile`: the union of each t's ruler. 16: 0, 1, 2, 3, 5, 7, 11, 15."""
+    return sorted({m for t in (1 << k for k in range(1, tile.bit_length())) for m in ruler(t - 1)})
+
+
 def repeated_sources(rows: int, g: torch.Generator) -> torch.Tensor:
-    """For each row, the row it is a copy of. The rows at `ruler` marks of the first tile of REPEAT_TILE rows are
-    copies of row 0, the tile's others of a few drawn others, the rows past it of any: equal rows at every distance
-    inside a tile of 4, 8 and 16 rows, beside rows of other content, and across tiles, as a prefill's layer-0 rows
-    are wherever a token recurs and a batched decode's rows are for requests alike. Equal rows only every other row let
-    a kernel keyed to a row equal to the one two before it pass (red-team kernels of 2026-12-05: an RMSNorm and a
-    residual norm 20% off there, past the vocabulary sweep, whose calls hold each token once); drawing each row's
-    source at random then missed every such pair inside a tile in about one judging in fourteen (CI found one)."""
+    """For each row, the row it is a copy of: in every aligned tile of T rows (the largest power of two up to half
+    the rows) the rows at `nested_ruler(T)` marks copies of row 0, the others of a few drawn others. Equal rows then
+    stand at every distance d inside an aligned tile of every power of two past d up to T, and at every distance up
+    to 2T - 1 across two tiles, beside rows of other content: as a prefill's layer-0 rows are wherever a token
+    recurs, and a batched decode's rows for requests alike. A fixed case holds two tiles of the plan's largest rows
+    per program (`repeated_rows`). Red-team kernels keyed to a row equal to one two before it in a tile of 16 (an
+    RMSNorm, a residual norm, 2026-12-05) passed equal rows only every other row, then about one judging in fourteen
+    while each row's source was drawn at random; one keyed to distances 26-33 in tiles of 64 rows passed a case of 24
+    rows."""
     sources = max(2, rows // 3)
     src = torch.randint(1, sources, (rows,), generator=g)
-    tile = min(rows, REPEAT_TILE)
-    src[tile:] = torch.randint(sources, (rows - tile,), generator=g)
-    src[ruler(tile - 1)] = 0
+    tile = 1 << max(0, (rows // 2).bit_length() - 1) if rows >= 2 else 1
+    marks = torch.tensor(nested_ruler(tile) if tile > 1 else [0])
+    for start in range(0, rows, tile):
+        src[(start + marks)[start + marks < rows]] = 0
     return src
+
+
+def repeated_rows(row_blocks: tuple[int, ...]) -> int:
+    """The rows of repeated-rows' fixed case: two tiles of the plan's largest rows per program, at least 16 each."""
+    return 2 * max(REPEAT_TILE, 1 << max(0, max(row_blocks, default=1) - 1).bit_length())
 
 
 def grid_points(count: int, g: torch.Generator) -> torch.Tensor:
@@ -444,7 +459,7 @@ def _fixed(spec: CaseSpec, seed: int) -> list[Case]:
     live = _live_shape(spec)
     live_rows = _rows(live)
     plan: list[tuple[str, tuple[int, ...], str, str]] = [("live", live, "normal", "contiguous")]
-    plan += [("regime", (regime_rows(regime, w, spec.gpu), w), regime, "contiguous") for regime in REGIMES]
+    plan += [("regime", (regime_rows(r, w, spec.gpu, spec.row_blocks), w), r, "contiguous") for r in REGIMES]
     plan += [("decode", (batch, 1, w), "normal", "contiguous") for batch in ((2, 4) if spec.gpu else (2,))]
     cap = 0 if spec.gpu else spec.max_rows
     plan += [("rows-residue", (rows, w), "normal", "contiguous") for rows in residue_rows(spec.row_blocks, cap)]

@@ -48,6 +48,7 @@ from services.judge.cases import (
     domain_rows,
     launch_regimes,
     log_scales,
+    repeated_rows,
     repeated_sources,
     residue_rows,
     sampled_rows,
@@ -82,7 +83,14 @@ GATE_ONLY = ("huge", "gate-band", "log-scale", "spike-walk")
 CORRELATIONS = (-0.9, 0.9)
 UNCORRELATED = (*GATE_ONLY, "nonfinite", "zeros", "repeated-rows", "leading-zeros")
 
-CPU_ELEMENT_BUDGET = 60_000  # over all cases' operands on CPU (interpreted)
+CPU_ELEMENT_BUDGET = (
+    64_000  # over all cases' operands on CPU (interpreted; repeated rows alone in either operand: +4,000)
+)
+# repeated-rows: the pair's rows repeat together, or one operand's alone ("repeated-rows first" / "... second"): a
+# layer-0 residual repeats with its token while the attention output, which depends on the context, does not (a
+# red-team residual norm keyed to a residual row equal to one a row or two before, its attention row not, passed
+# while both operands repeated together)
+REPEATED = "repeated-rows"
 GPU_ELEMENT_BUDGET = 32 * 2**20
 ODD_WIDTH = 97
 SMALL_ROWS = 3
@@ -165,6 +173,8 @@ def _operands(shape, regime: str, dtype: torch.dtype, g: torch.Generator, alike:
     if regime.startswith(LONE_SPIKE):  # "lone-spike k ±±": the k-th magnitude of the grid, gate's and up's signs
         _, k, signs = regime.split()
         return _lone_spike(shape, dtype, g, int(k), signs)
+    if regime.startswith(REPEATED):  # normal rows, repeated by `_case` (together, or one operand's alone)
+        return _values(shape, "normal", dtype, g), _values(shape, "normal", dtype, g)
     if alike and regime == "log-scale":
         scales = log_scales(math.prod(shape[:-1]), dtype, g)[:, None]
         a, b = (_values(shape, "normal", torch.float32, g) for _ in range(2))
@@ -196,11 +206,15 @@ def _case(
 ) -> PairCase:
     shape = tuple(int(d) for d in shape)
     gate, up = _operands(shape, regime, spec.dtype, g, alike)
-    if regime not in UNCORRELATED and not regime.startswith(LONE_SPIKE):  # a lone spike's grid stays as drawn
+    if regime not in UNCORRELATED and not regime.startswith((LONE_SPIKE, REPEATED)):  # a lone spike's grid as drawn
         up = _correlated(gate, up, g)
-    if regime == "repeated-rows":  # the pair's rows repeat together (as a token's do), each operand's own beside
+    if regime.startswith(REPEATED):  # the pair's rows repeat together (as a token's do), or one operand's alone
         src = repeated_sources(math.prod(shape[:-1]), g)
-        gate, up = (t.reshape(-1, shape[-1])[src].reshape(shape) for t in (gate, up))
+        which = regime[len(REPEATED) :].strip()
+        gate, up = (
+            t.reshape(-1, shape[-1])[src].reshape(shape) if which in ("", name) else t
+            for t, name in ((gate, "first"), (up, "second"))
+        )
     name = f"{kind} {'x'.join(map(str, shape))} {regime} {layout}"
     return PairCase(name, shape, regime, layout, _base(gate, layout), _base(up, layout))
 
@@ -214,7 +228,12 @@ def _fixed_plan(spec: PairSpec, regimes=REGIMES, alike: bool = False) -> list[tu
     plan = [("live", live, "normal", "contiguous")]
     # log-scale's grid of row scales and spike-walk's walk want more rows, as far as a 64th of the budget allows
     more = budget // 64 // w
-    plan += [("regime", (max(SMALL_ROWS, min(REGIME_ROWS.get(r, 0), more)), w), r, "contiguous") for r in regimes]
+    plan += [("regime", (max(SMALL_ROWS, min(REGIME_ROWS.get(r, 0), more)), w), r, "contiguous") for r in regimes
+             if r != REPEATED]  # fmt: skip
+    # equal rows: two tiles of the plan's largest rows per program whatever the width, the pair's rows repeating
+    # together, then each operand's alone beside the other's fresh rows
+    repeat = repeated_rows(spec.row_blocks)
+    plan += [("regime", (repeat, w), f"{REPEATED}{which}", "contiguous") for which in ("", " first", " second")]
     plan += [("decode", (batch, 1, w), "normal", "contiguous") for batch in ((2, 4) if spec.gpu else (2,))]
     if "shared-channels" in regimes:  # decode steps of one row, a lone large channel in gate and up at once
         plan += [

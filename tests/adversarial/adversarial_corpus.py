@@ -336,6 +336,7 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("numeric_eps_as_floor_bf16", "correctness", "outside-tolerance", dtype="bfloat16"),  # log-scale
     _dynamic("live_keyed_weight_mean_square", "correctness", "outside-tolerance"),  # the live weights
     _dynamic("rows_equal_two_back", "correctness", "outside-tolerance"),  # repeated rows at every distance
+    _dynamic("rows_equal_far_in_a_tile_of_64", "correctness", "outside-tolerance"),  # ... across the plan's tiles
     _dynamic("domain_block_for_one_width", "correctness", "nan-output", widths=(256,)),
     # which row singled out (behind row-pick, the served range sampled on a CPU: tests/judge/test_sampled_grid.py)
     _static("domain_rows_capped_by_a_square", "row-pick"),  # a row against the row scaled: row <= 32,768

@@ -323,18 +323,21 @@ def test_the_two_operands_rows_are_correlated_over_a_range_of_both_signs(alike):
     assert any(0.37 <= r <= 0.73 for r in rhos), sorted(rhos)  # the red-team band
 
 
-@pytest.mark.parametrize("spec", [CPU, GPU], ids=["cpu", "gpu"])
-def test_the_repeated_rows_case_holds_equal_rows_at_every_distance_inside_a_tile_in_every_judging(spec):
-    """Equal rows at every distance d inside the first aligned tile of the least power of two past d, and rows of
-    other content beside them, whatever the seed: a kernel 20% off on a row equal to the one two before it in a tile
-    of 16 was accepted in about one judging in fourteen while each row's source was drawn at random."""
-    for seed in range(40):
+@pytest.mark.parametrize("spec", [CPU, GPU, dataclasses.replace(CPU, row_blocks=(1, 2, 4, 8, 64))], ids=str)
+def test_the_repeated_rows_case_holds_equal_rows_at_every_distance_inside_each_tile_in_every_judging(spec):
+    """Two tiles of the plan's largest rows per program (at least 16): equal rows at every distance d inside the
+    first aligned tile of every power of two past d, at every distance across the two tiles, and rows of other
+    content beside them, whatever the seed. Kernels keyed to a row equal to the one two before it in a tile of 16,
+    or to distances 26-33 in tiles of 64, passed while each row's source was drawn at random in a case of 24 rows."""
+    tile = max(REPEAT_TILE, max(spec.row_blocks))
+    for seed in range(20):
         [case] = [c for c in draw_cases(spec, seed=seed) if c.regime == "repeated-rows" and c.name.startswith("regime")]
         x = apply_layout(case.base, case.layout, case.width).reshape(-1, case.width)
-        assert len(x) == REGIME_ROWS["repeated-rows"], case.name
+        assert len(x) == 2 * tile, case.name
         equal = (x[:, None] == x[None, :]).all(-1)
-        for d in range(1, REPEAT_TILE):
-            tile = 1 << d.bit_length()
-            assert any(bool(equal[i, i - d]) for i in range(d, tile)), (seed, d)
+        for d in range(1, tile):
+            t = 1 << d.bit_length()
+            assert any(bool(equal[i, i - d]) for i in range(d, t)), (seed, d, t)
+        for d in range(1, 2 * tile):
+            assert any(bool(equal[i, i - d]) for i in range(d, 2 * tile)), (seed, d)
         assert not bool(equal.all()), seed
-        assert any(bool(equal[i, :REPEAT_TILE].any()) for i in range(REPEAT_TILE, len(x))), seed  # across tiles

@@ -124,6 +124,15 @@ async def test_a_kernel_keyed_to_a_sum_equal_to_the_one_two_rows_before_is_rejec
     assert "repeated-rows" in judged.reason, judged.reason
 
 
+async def test_a_kernel_keyed_to_a_residual_equal_to_one_before_while_the_attention_output_differs_is_rejected():
+    """A layer-0 residual repeats with its token; the attention output beside it does not (round 10's kernel): the
+    judge repeats each operand's rows alone too."""
+    source = (Path(__file__).parent / "residual_equal_attention_not.py").read_text()
+    judged = await _judge(_layer("llama"), source=source, plan=plan_of(source))
+    assert judged.reward == -1 and judged.reason.startswith("correctness failed: outside-tolerance"), judged.reason
+    assert "repeated-rows second" in judged.reason, judged.reason
+
+
 async def test_a_kernel_that_never_writes_the_sum_is_rejected():
     source = add_norm.render(add_norm.search_configs("add_rmsnorm")[0]).replace(
         "tl.store(s_ptr + offsets, summed, mask=mask)", "pass"
