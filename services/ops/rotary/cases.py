@@ -26,10 +26,12 @@ from services.judge import live_values
 from services.judge.cases import (
     MIXED,
     MIXED_MIN_ROWS,
+    REPEAT_TILE,
     _generator,
     _values,
     grid_points,
     launch_regimes,
+    repeated_sources,
     sampled_rows,
 )
 from services.judge.sampled_grid import SAMPLED_HEADS_CASE
@@ -52,6 +54,7 @@ DOMAIN_ELEMENTS = 64 * 2**20  # q's elements in the longest sequence drawn (as s
 MAX_BATCH_DRAWN = 64  # sequences in the batch case: the served model's most, up to this
 MAX_BATCH_CPU = 8  # the interpreter's batch case: a decode step of this many sequences at most (at least 3)
 ALIKE = "alike"  # the case of a decode step of requests alike (`_alike`)
+REPEATED = "repeated"  # the case of a prefill whose tokens recur (`_repeated`)
 # A position sweep: this many sequences of one token, at positions on a log grid from 1 to the longest the server
 # sends (a random phase): a kernel wrong in a band of positions (found from an angle and its frequency) meets one
 SWEEP = "sweep"
@@ -205,6 +208,16 @@ def _alike(case: RopeCase) -> RopeCase:
     return replace(case, q=first(case.q), k=first(case.k), cos=first(case.cos), sin=first(case.sin))
 
 
+def _repeated(case: RopeCase, g: torch.Generator) -> RopeCase:
+    """`case`'s positions' q and k copied from a few of its positions (`services.judge.cases.repeated_sources`: equal
+    at every distance inside and across two tiles), the angles each position's own: a prefill whose tokens recur,
+    whose layer-0 q and k repeat with the token at positions apart. A red-team residual norm keyed to one operand
+    repeating while the other did not passed while equal rows came only with equal everything; this is RoPE's."""
+    src = repeated_sources(case.shape[2], g)
+    along = 1 if case.layout == "attention" else 2  # the sequence's dim of the bases
+    return replace(case, q=case.q.index_select(along, src), k=case.k.index_select(along, src))
+
+
 def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     """The fixed cases (the live shape first), then `spec.examples` drawn ones: deterministic in (spec, seed)."""
     live = tuple(int(x) for x in spec.live_shape) if len(spec.live_shape) == 4 else (1, 4, 1, 64)
@@ -262,10 +275,15 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     plan.append(("position-sweep", (sweep, hq, 1, d), gqa, "normal", "attention", sweep, SWEEP))
     # a decode step of requests alike (`_alike`): every sequence the first's q, k and position
     plan.append((ALIKE, (max(3, min(batch, MAX_BATCH_CPU)), hq, 1, d), gqa, "normal", "attention", 1, True))
+    # a prefill whose tokens recur (`_repeated`): q and k equal at positions apart, each position's own angles
+    plan.append((REPEATED, (1, hq, 2 * REPEAT_TILE, d), gqa, "normal", "attention", 1, False))
     if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)
         plan = [(*row[:2], 0, *row[3:]) for row in plan]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]
     cases = [_alike(case) if case.name.startswith(ALIKE) else case for case in cases]
+    cases = [
+        _repeated(case, _generator(seed, REPEATED)) if case.name.startswith(f"{REPEATED} ") else case for case in cases
+    ]
     # the served model's own frequencies and factor: a kernel keyed to the live base meets them, on two sequences (the
     # first from position 0, every regime a head vector) and on the position sweep (keyed to the base and a band of
     # positions, a red-team kernel passed the first alone)

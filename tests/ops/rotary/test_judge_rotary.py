@@ -237,6 +237,22 @@ def test_a_decode_step_of_requests_alike_gives_every_sequence_the_firsts_q_k_and
         assert all(torch.equal(t[0], t[i]) for i in range(1, len(t))) and t[0].abs().sum() > 0
 
 
+def test_a_prefill_whose_tokens_recur_holds_equal_q_and_k_at_positions_apart_each_at_its_own_angle():
+    """A layer-0 q and k repeat with their token at positions apart, where the angles differ: a kernel keyed to a
+    position's q equal to another position's meets them here (the pairs' operands repeating alone are the norms')."""
+    spec = RopeSpec((1, 4, 5, 16), torch.float32, gpu=False)
+    [case] = [c for c in draw_rope_cases(spec, "rope_half", seed=5) if c.name.startswith("repeated ")]
+    b, hq, s, d = case.shape
+    assert (b, s) == (1, 32) and case.layout == "attention"
+    for t in (case.q, case.k):
+        rows = t.reshape(s, -1)  # a position's heads, as the attention layout holds them
+        equal = (rows[:, None] == rows[None, :]).all(-1)
+        assert all(any(bool(equal[i, i - dist]) for i in range(dist, s)) for dist in range(1, s)), "every distance"
+        assert not bool(equal.all()) and rows.abs().sum() > 0
+    angles = case.cos.reshape(s, -1)
+    assert all(not torch.equal(angles[i], angles[j]) for i in range(s) for j in range(i))  # each position its own
+
+
 @pytest.mark.parametrize(
     ("honest", "hostile"),
     [
