@@ -176,6 +176,8 @@ def _sweep_problem(observed: pb.ParityObservation) -> str:
     wrong = ", ".join(str(t) for t in observed.sweep_wrong_tokens)
     top = observed.sweep_max_position
     where = f"positions 0-{top}" if top else "position 0"
+    if observed.sweep_recurring_tokens:
+        where += f", then a prompt of {observed.sweep_recurring_tokens} recurring"
     return (
         f"vocabulary sweep at {where}: {observed.sweep_calls_passed}/{observed.sweep_calls_checked} calls over "
         f"{observed.sweep_tokens} tokens within tolerance (max abs err {observed.sweep_max_abs_err:.3g}); wrong on "

@@ -11,8 +11,12 @@ calls of 1, 2, 4, ... rows up to CHUNK (the row counts of decode steps too), eac
 (requests are served between them). Where a lone token's states do not depend on its position (a rotary model:
 with one key, attention is its own value), each token is given a position drawn over the served range, so a rotation
 meets real angles: at position 0 it is the identity, and a RoPE kernel keyed to a token's q and wrong only where it
-rotates would pass. What it does not reach: a later layer's state at a later position (it depends on the prefix), and
-a kernel keyed to one token at one row count, or one position, it happened not to meet.
+rotates would pass. Then a prompt whose tokens recur at every distance up to its length (`recurring_prompt`, the
+judge's nested ruler: services.core.recurrence) through the same forward: a prefill's layer-0 rows (a norm's, a
+residual's beside an attention output that does not repeat, RoPE's q and k at positions apart) equal at every
+distance, where kernels keyed to equal rows farther apart than the judge's cases are wrong. What it does not reach: a
+later layer's state at a later position (it depends on the prefix), a kernel keyed to one token at one row count, or
+one position, it happened not to meet, and equal rows farther apart than the prompt is long.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from services.core.pb import events_pb2 as pb
+from services.core.recurrence import repeated_sources
 from services.core.tolerances import within
 from services.server.engine import Engine
 from services.server.functions import site_of, wrapped
@@ -60,12 +65,14 @@ class Tally:
     wrong: list[int] = field(default_factory=list)
     seconds: float = 0.0
     max_position: int = 0
+    recurring: int = 0  # the recurring prompt's tokens
 
     def record(self, observed: pb.ParityObservation) -> None:
         observed.sweep_tokens, observed.sweep_calls_checked = self.tokens, self.checked
         observed.sweep_calls_passed, observed.sweep_max_abs_err = self.passed, self.max_abs
         observed.sweep_wrong_tokens.extend(self.wrong[:WRONG_KEPT])
         observed.sweep_s, observed.sweep_max_position = self.seconds, self.max_position
+        observed.sweep_recurring_tokens = self.recurring
 
     def compare(self, got: object, want: object, tokens: list[int]) -> None:
         """One call: the candidate's outputs against the module's, row by row where rows are the tokens (only while
@@ -83,8 +90,10 @@ class Tally:
             ok = False
             if not naming:
                 continue
-            if g.shape == w.shape and g.shape and g.shape[0] == len(tokens):  # a row per token: name the wrong ones
-                wrong.update(tokens[i] for i in range(len(tokens)) if not within(g[i], w[i])[0])
+            along = [d for d in range(g.dim() - 1) if g.shape[d] == len(tokens)] if g.shape == w.shape else []
+            if along:  # a row per token (a lone token's call, or a position of the prompt's): name the wrong ones
+                d = along[-1]
+                wrong.update(t for i, t in enumerate(tokens) if not within(g.select(d, i), w.select(d, i))[0])
             else:
                 wrong.add(tokens[0])
         self.checked += 1
@@ -92,10 +101,19 @@ class Tally:
         self.wrong.extend(t for t in sorted(wrong) if t not in self.wrong)
 
 
-def _lone(engine: Engine, tokens: list[int], positions: list[int] | None):
-    """One forward of `tokens`, each a sequence of one at its position (0 where `positions` is None): the logits."""
+def recurring_prompt(vocab: int, length: int, seed: int) -> list[int]:
+    """`length` tokens, a few drawn from the vocabulary, recurring at every distance up to `length` - 1: the token at
+    the nested ruler's marks of each of two halves one token (services.core.recurrence.repeated_sources)."""
+    src = repeated_sources(length, torch.Generator().manual_seed(seed)).tolist()
+    chosen = random.Random(seed).sample(range(vocab), min(vocab, max(src) + 1))
+    return [chosen[i % len(chosen)] for i in src]
+
+
+def _lone(engine: Engine, tokens: list[int], positions: list[int] | None, sequence: bool = False):
+    """One forward of `tokens`, each a sequence of one at its position (0 where `positions` is None), or all of them
+    one sequence (`sequence`): the logits."""
     device = engine.loaded.device
-    ids = torch.tensor(tokens, dtype=torch.long, device=device).view(-1, 1)
+    ids = torch.tensor(tokens, dtype=torch.long, device=device).view((1, -1) if sequence else (-1, 1))
     where = {} if positions is None else {"position_ids": torch.tensor(positions, device=device).view(-1, 1)}
     with torch.inference_mode():
         return engine.model(input_ids=ids, use_cache=False, **where).logits
@@ -121,11 +139,12 @@ def check_chunk(
     tokens: list[int],
     tally: Tally,
     positions: list[int] | None = None,
+    sequence: bool = False,
 ) -> None:
     """On the engine thread (inside `exclusive`): one forward of `tokens`, each a sequence of one (at `positions`, or
-    0), with the target's every call answered by the candidate too (`call`: kernels.bind of the entry). Where a kernel
-    answers the module now (a swap serving the target), the reference is the module's own forward, called on clones
-    of the inputs."""
+    0), or all one sequence (`sequence`), with the target's every call answered by the candidate too (`call`:
+    kernels.bind of the entry). Where a kernel answers the module now (a swap serving the target), the reference is
+    the module's own forward, called on clones of the inputs."""
 
     def hook(module, args, kwargs, output):
         if is_patched(module):  # the kernel's output is no reference
@@ -140,7 +159,10 @@ def check_chunk(
         else:
             for module in instances_of(engine.model, contract.target):
                 stack.callback(module.register_forward_hook(hook, with_kwargs=True).remove)
-        _lone(engine, tokens, positions)
+        _lone(engine, tokens, positions, sequence)
+    if sequence:
+        tally.recurring += len(tokens)
+        return
     tally.tokens += len(tokens)
     tally.max_position = max(tally.max_position, *(positions or [0]))
 
@@ -155,6 +177,10 @@ async def sweep(engine: Engine, contract: pb.Contract, call: Callable, seed: int
         for tokens in chunks(engine.loaded.vocab_size, seed, CHUNK["cuda" if engine.cuda else "cpu"]):
             positions = [rng.randrange(engine.loaded.max_positions) for _ in tokens] if drawn else None
             await engine.exclusive(check_chunk, engine, contract, call, tokens, tally, positions)
+        length = min(CHUNK["cuda" if engine.cuda else "cpu"], engine.loaded.max_positions)
+        prompt = recurring_prompt(engine.loaded.vocab_size, length, seed + 2)
+        if prompt:
+            await engine.exclusive(check_chunk, engine, contract, call, prompt, tally, None, True)
     finally:
         tally.seconds = time.perf_counter() - started
         tally.record(observed)

@@ -726,7 +726,7 @@ class CandidateJudged(_message.Message):
     def __init__(self, candidate_id: _Optional[str] = ..., source_sha256: _Optional[str] = ..., observed: _Optional[_Union[JudgeObservation, _Mapping]] = ..., reward: _Optional[int] = ..., reason: _Optional[str] = ..., speedup_vs_eager: _Optional[float] = ..., speedup_vs_best: _Optional[float] = ..., capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ParityObservation(_message.Message):
-    __slots__ = ("modules_matched", "activations_checked", "max_abs_err", "tolerance", "static_ok", "judged_ok", "error", "canary_tokens_before", "canary_tokens_after", "canary_logit_max_diff", "canary_logit_tolerance", "activations_passed", "dtype", "hold_s", "profile_inputs_checked", "graphs", "served_lane", "served_logit_max_diff", "graphs_captured", "routed", "hold_parts", "sweep_tokens", "sweep_calls_checked", "sweep_calls_passed", "sweep_max_abs_err", "sweep_wrong_tokens", "sweep_s", "sweep_max_position")
+    __slots__ = ("modules_matched", "activations_checked", "max_abs_err", "tolerance", "static_ok", "judged_ok", "error", "canary_tokens_before", "canary_tokens_after", "canary_logit_max_diff", "canary_logit_tolerance", "activations_passed", "dtype", "hold_s", "profile_inputs_checked", "graphs", "served_lane", "served_logit_max_diff", "graphs_captured", "routed", "hold_parts", "sweep_tokens", "sweep_calls_checked", "sweep_calls_passed", "sweep_max_abs_err", "sweep_wrong_tokens", "sweep_s", "sweep_max_position", "sweep_recurring_tokens")
     MODULES_MATCHED_FIELD_NUMBER: _ClassVar[int]
     ACTIVATIONS_CHECKED_FIELD_NUMBER: _ClassVar[int]
     MAX_ABS_ERR_FIELD_NUMBER: _ClassVar[int]
@@ -755,6 +755,7 @@ class ParityObservation(_message.Message):
     SWEEP_WRONG_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SWEEP_S_FIELD_NUMBER: _ClassVar[int]
     SWEEP_MAX_POSITION_FIELD_NUMBER: _ClassVar[int]
+    SWEEP_RECURRING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     modules_matched: int
     activations_checked: int
     max_abs_err: float
@@ -783,7 +784,8 @@ class ParityObservation(_message.Message):
     sweep_wrong_tokens: _containers.RepeatedScalarFieldContainer[int]
     sweep_s: float
     sweep_max_position: int
-    def __init__(self, modules_matched: _Optional[int] = ..., activations_checked: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., tolerance: _Optional[float] = ..., static_ok: bool = ..., judged_ok: bool = ..., error: _Optional[str] = ..., canary_tokens_before: _Optional[_Iterable[int]] = ..., canary_tokens_after: _Optional[_Iterable[int]] = ..., canary_logit_max_diff: _Optional[float] = ..., canary_logit_tolerance: _Optional[float] = ..., activations_passed: _Optional[int] = ..., dtype: _Optional[str] = ..., hold_s: _Optional[float] = ..., profile_inputs_checked: _Optional[int] = ..., graphs: bool = ..., served_lane: _Optional[str] = ..., served_logit_max_diff: _Optional[float] = ..., graphs_captured: _Optional[int] = ..., routed: bool = ..., hold_parts: _Optional[_Iterable[_Union[HoldPart, _Mapping]]] = ..., sweep_tokens: _Optional[int] = ..., sweep_calls_checked: _Optional[int] = ..., sweep_calls_passed: _Optional[int] = ..., sweep_max_abs_err: _Optional[float] = ..., sweep_wrong_tokens: _Optional[_Iterable[int]] = ..., sweep_s: _Optional[float] = ..., sweep_max_position: _Optional[int] = ...) -> None: ...
+    sweep_recurring_tokens: int
+    def __init__(self, modules_matched: _Optional[int] = ..., activations_checked: _Optional[int] = ..., max_abs_err: _Optional[float] = ..., tolerance: _Optional[float] = ..., static_ok: bool = ..., judged_ok: bool = ..., error: _Optional[str] = ..., canary_tokens_before: _Optional[_Iterable[int]] = ..., canary_tokens_after: _Optional[_Iterable[int]] = ..., canary_logit_max_diff: _Optional[float] = ..., canary_logit_tolerance: _Optional[float] = ..., activations_passed: _Optional[int] = ..., dtype: _Optional[str] = ..., hold_s: _Optional[float] = ..., profile_inputs_checked: _Optional[int] = ..., graphs: bool = ..., served_lane: _Optional[str] = ..., served_logit_max_diff: _Optional[float] = ..., graphs_captured: _Optional[int] = ..., routed: bool = ..., hold_parts: _Optional[_Iterable[_Union[HoldPart, _Mapping]]] = ..., sweep_tokens: _Optional[int] = ..., sweep_calls_checked: _Optional[int] = ..., sweep_calls_passed: _Optional[int] = ..., sweep_max_abs_err: _Optional[float] = ..., sweep_wrong_tokens: _Optional[_Iterable[int]] = ..., sweep_s: _Optional[float] = ..., sweep_max_position: _Optional[int] = ..., sweep_recurring_tokens: _Optional[int] = ...) -> None: ...
 
 class HoldPart(_message.Message):
     __slots__ = ("name", "seconds")
