@@ -323,6 +323,12 @@ def _parse_grid(text: str) -> tuple[int, int]:
     return (0 if match.group(2) else 2 if match.group(1) else 1), block
 
 
+def positions_per_program(plan: pb.LaunchPlan) -> int:
+    """The most positions one program of a checked plan rotates together (a block's N; 1 where a program is a
+    position): the judge's prefill of recurring tokens spans two such blocks (services.ops.rotary.cases)."""
+    return max((_parse_grid(launch.grid)[1] for launch in plan.launches), default=1)
+
+
 def _grid_mismatch(launch: pb.KernelLaunch) -> str:
     """Why a launch's grid and its kernel's POSITIONS and TOGETHER disagree ("" when they agree): a grid over
     blocks of N positions launches a kernel told POSITIONS = N and not TOGETHER; a grid over positions one told

@@ -26,11 +26,11 @@ from services.judge import live_values
 from services.judge.cases import (
     MIXED,
     MIXED_MIN_ROWS,
-    REPEAT_TILE,
     _generator,
     _values,
     grid_points,
     launch_regimes,
+    repeated_rows,
     repeated_sources,
     sampled_rows,
 )
@@ -86,6 +86,8 @@ class RopeSpec:
     # of `live_sets` in all: a case each
     live: tuple = ()
     live_sets: int = 0
+    positions_per_program: int = 1  # the plan's most positions a program rotates together: the recurring prefill
+    # spans two such blocks (at least REPEAT_TILE positions each)
 
 
 @dataclass(frozen=True)
@@ -276,7 +278,9 @@ def draw_rope_cases(spec: RopeSpec, variant: str, seed: int) -> list[RopeCase]:
     # a decode step of requests alike (`_alike`): every sequence the first's q, k and position
     plan.append((ALIKE, (max(3, min(batch, MAX_BATCH_CPU)), hq, 1, d), gqa, "normal", "attention", 1, True))
     # a prefill whose tokens recur (`_repeated`): q and k equal at positions apart, each position's own angles
-    plan.append((REPEATED, (1, hq, 2 * REPEAT_TILE, d), gqa, "normal", "attention", 1, False))
+    plan.append(
+        (REPEATED, (1, hq, repeated_rows((spec.positions_per_program,)), d), gqa, "normal", "attention", 1, False)
+    )
     if spec.one_tensor:  # q's heads alone: each row's k of no heads (the GQA and MQA rows differ only in q's use)
         plan = [(*row[:2], 0, *row[3:]) for row in plan]
     cases = [_case(*row, spec, variant, _generator(seed, "rope-fixed", i)) for i, row in enumerate(plan)]

@@ -49,6 +49,7 @@ def prepare(ask: JudgeAsk) -> CaseSet:
         live, torch_dtype(ask.dtype), ask.gpu, examples=max(2, ask.examples // 4), rotary_dim=rotary_dim,
         boundaries=tuple(launch.max_rows for launch in proposal.plan.launches if launch.max_rows),
         one_tensor=one, max_positions=target.max_positions, max_batch=target.max_batch,
+        positions_per_program=rotary.positions_per_program(proposal.plan),
         live=live_values.rotaries(target, rotary_dim or width, ask.gpu, ask.seed_base), live_sets=target.live_sets,
     )  # fmt: skip
     cases = draw_rope_cases(spec, target.computes, ask.seed_base)

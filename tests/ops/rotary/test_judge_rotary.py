@@ -4,6 +4,7 @@ cos, sin) sets drawn as attention passes them, the live function itself as the o
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -243,7 +244,9 @@ def test_a_prefill_whose_tokens_recur_holds_equal_q_and_k_at_positions_apart_eac
     spec = RopeSpec((1, 4, 5, 16), torch.float32, gpu=False)
     [case] = [c for c in draw_rope_cases(spec, "rope_half", seed=5) if c.name.startswith("repeated ")]
     b, hq, s, d = case.shape
-    assert (b, s) == (1, 32) and case.layout == "attention"
+    assert (b, s) == (1, 32) and case.layout == "attention"  # two blocks of 16 (a plan's of 64: two of 64)
+    blocks = dataclasses.replace(spec, positions_per_program=64)
+    assert [c.shape[2] for c in draw_rope_cases(blocks, "rope_half", seed=5) if c.name.startswith("repeated ")] == [128]
     for t in (case.q, case.k):
         rows = t.reshape(s, -1)  # a position's heads, as the attention layout holds them
         equal = (rows[:, None] == rows[None, :]).all(-1)
@@ -251,6 +254,22 @@ def test_a_prefill_whose_tokens_recur_holds_equal_q_and_k_at_positions_apart_eac
         assert not bool(equal.all()) and rows.abs().sum() > 0
     angles = case.cos.reshape(s, -1)
     assert all(not torch.equal(angles[i], angles[j]) for i in range(s) for j in range(i))  # each position its own
+
+
+async def test_a_kernel_keyed_to_positions_far_apart_in_its_tile_is_rejected_on_the_prefill_of_recurring_tokens():
+    """Red-team round 11's RoPE: one head at 64 positions a program, 20% off where a position's q or k equals one
+    32-63 positions before it in the tile; the recurring prefill spans two of the plan's blocks (128 positions)."""
+    from candidate_files import plan_of
+
+    captured = _captured(QWEN2, "rope_half")
+    proposal = _proposal(captured, template.search_configs("rope_half")[0])
+    proposal.source = (HERE / "rope_far_positions_in_a_tile.py").read_text()
+    proposal.plan.CopyFrom(plan_of(proposal.source))
+    proposal.source_sha256 = candidate_sha256(proposal.source, proposal.plan)
+    prior = log_of(captured, proposal)
+    [judged] = await JudgeService(device="cpu", examples=8).handle(prior[-1], prior)
+    assert judged.reward == -1 and judged.reason.startswith("correctness failed: outside-tolerance"), judged.reason
+    assert "repeated q 1x4x128x16" in judged.reason, judged.reason
 
 
 @pytest.mark.parametrize(
