@@ -330,7 +330,7 @@ def test_the_repeated_rows_case_holds_equal_rows_at_every_distance_inside_each_t
     content beside them, whatever the seed. Kernels keyed to a row equal to the one two before it in a tile of 16,
     or to distances 26-33 in tiles of 64, passed while each row's source was drawn at random in a case of 24 rows."""
     tile = max(REPEAT_TILE, max(spec.row_blocks))
-    for seed in range(20):
+    for seed in range(4 if spec.gpu else 20):  # a GPU's cases are large to draw; the structure is the same
         [case] = [c for c in draw_cases(spec, seed=seed) if c.regime == "repeated-rows" and c.name.startswith("regime")]
         x = apply_layout(case.base, case.layout, case.width).reshape(-1, case.width)
         assert len(x) == 2 * tile, case.name
