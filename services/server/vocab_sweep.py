@@ -11,12 +11,13 @@ calls of 1, 2, 4, ... rows up to CHUNK (the row counts of decode steps too), eac
 (requests are served between them). Where a lone token's states do not depend on its position (a rotary model:
 with one key, attention is its own value), each token is given a position drawn over the served range, so a rotation
 meets real angles: at position 0 it is the identity, and a RoPE kernel keyed to a token's q and wrong only where it
-rotates would pass. Then a prompt whose tokens recur at every distance up to its length (`recurring_prompt`, the
-judge's nested ruler: services.core.recurrence) through the same forward: a prefill's layer-0 rows (a norm's, a
-residual's beside an attention output that does not repeat, RoPE's q and k at positions apart) equal at every
-distance, where kernels keyed to equal rows farther apart than the judge's cases are wrong. What it does not reach: a
-later layer's state at a later position (it depends on the prefix), a kernel keyed to one token at one row count, or
-one position, it happened not to meet, and equal rows farther apart than the prompt is long.
+rotates would pass. Then a prompt whose tokens recur at every distance up to its length (`recurring_prompt`, as long
+as the model's longest sequence up to RECURRING; the judge's nested ruler: services.core.recurrence) through the same
+forward: a prefill's layer-0 rows (a norm's, a residual's beside an attention output that does not repeat, RoPE's q
+and k at positions apart) equal at every distance, where kernels keyed to equal rows farther apart than the judge's
+cases are wrong. What it does not reach: a later layer's state at a later position (it depends on the prefix), a
+kernel keyed to one token at one row count, or one position, it happened not to meet, and equal rows of two
+sequences of a batched prefill farther apart than one sequence is long.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ from services.server.parity import call_recorder, clone_values, tensors_in
 CHUNK = {"cuda": 4096, "cpu": 128}  # the most rows one call holds (a 1.5B-shaped forward of 4096 rows: tens of ms)
 WRONG_KEPT = 8  # wrong tokens recorded (the first ones met)
 PROBE_TOKENS = 8  # tokens run at position 0 and at drawn positions, to learn whether positions move the states
+# The recurring prompt's most tokens: the model's longest sequence up to these. Its distances must reach what one
+# call's rows can be apart: a persistent program looking 128 rows ahead passed a prompt of 128 (red-team round 12).
+# Rows of two sequences of a batched prefill can stand farther apart than one sequence is long: not reached.
+RECURRING = {"cuda": 32768, "cpu": 1024}
 
 
 def chunks(vocab: int, seed: int, largest: int) -> list[list[int]]:
@@ -177,7 +182,7 @@ async def sweep(engine: Engine, contract: pb.Contract, call: Callable, seed: int
         for tokens in chunks(engine.loaded.vocab_size, seed, CHUNK["cuda" if engine.cuda else "cpu"]):
             positions = [rng.randrange(engine.loaded.max_positions) for _ in tokens] if drawn else None
             await engine.exclusive(check_chunk, engine, contract, call, tokens, tally, positions)
-        length = min(CHUNK["cuda" if engine.cuda else "cpu"], engine.loaded.max_positions)
+        length = min(RECURRING["cuda" if engine.cuda else "cpu"], engine.loaded.max_positions)
         prompt = recurring_prompt(engine.loaded.vocab_size, length, seed + 2)
         if prompt:
             await engine.exclusive(check_chunk, engine, contract, call, prompt, tally, None, True)

@@ -130,7 +130,7 @@ async def test_kernel_that_forgets_the_weight_is_rejected_and_reverted(bus, run_
     top = observed.sweep_max_position
     assert 0 < top < engine.loaded.max_positions
     recurring = f", then a prompt of {observed.sweep_recurring_tokens} recurring"
-    assert observed.sweep_recurring_tokens == 128  # after the vocabulary, a prompt whose tokens recur (a CPU's chunk)
+    assert observed.sweep_recurring_tokens == 512  # after the vocabulary, a prompt whose tokens recur, the longest
     assert rejected.reason.startswith(
         f"vocabulary sweep at positions 0-{top}{recurring}: 0/{observed.sweep_calls_checked} calls"
     )
