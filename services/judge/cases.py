@@ -31,9 +31,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from services.core.recurrence import nested_ruler, repeated_sources, ruler  # noqa: F401 (the cases' vocabulary)
+from services.core.recurrence import repeated_sources
 from services.judge import live_values, sampled_grid
 from services.judge.sampled_grid import SAMPLED_CASE, SAMPLED_ELEMENTS
+from services.ops.launch import next_pow2
 
 LAYOUTS = ("contiguous", "row-strided", "every-other-row")
 REGIMES = (
@@ -52,7 +53,8 @@ REGIMES = (
 MIXED = "mixed"  # a case's rows split among every regime (`_mixed`): inside each launch's share of row counts
 WEIGHTS = ("around-one", "signed-normal", "near-zero", "large", "with-zeros", "trained")
 
-# rows over all cases on CPU: the interpreter runs ~10 ms per row program (offset's ten: +7; repeated rows' 24: +21)
+# rows over all cases on CPU: the interpreter runs ~10 ms per row program (offset's ten: +7; repeated rows' 24: +21;
+# their 32 since, from the drawn examples' share)
 CPU_ROW_BUDGET = 242
 GPU_ELEMENT_BUDGET = 32 * 2**20  # elements over all cases' bases on a GPU (and their CPU references)
 SMALL_ROWS = 3  # the regime and odd-width cases
@@ -164,7 +166,7 @@ def regime_rows(regime: str, width: int, gpu: bool, row_blocks: tuple[int, ...] 
 
 def repeated_rows(row_blocks: tuple[int, ...]) -> int:
     """The rows of repeated-rows' fixed case: two tiles of the plan's largest rows per program, at least 16 each."""
-    return 2 * max(REPEAT_TILE, 1 << max(0, max(row_blocks, default=1) - 1).bit_length())
+    return 2 * max(REPEAT_TILE, next_pow2(max(row_blocks, default=1)))
 
 
 def grid_points(count: int, g: torch.Generator) -> torch.Tensor:

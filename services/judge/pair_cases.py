@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from services.core.recurrence import repeated_sources
 from services.judge.cases import (
     CPU_BOUNDARY_ROWS,
     LAYOUTS,
@@ -49,7 +50,6 @@ from services.judge.cases import (
     launch_regimes,
     log_scales,
     repeated_rows,
-    repeated_sources,
     residue_rows,
     sampled_rows,
 )

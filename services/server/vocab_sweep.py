@@ -114,7 +114,7 @@ def recurring_prompt(vocab: int, length: int, seed: int) -> list[int]:
     return [chosen[i % len(chosen)] for i in src]
 
 
-def _lone(engine: Engine, tokens: list[int], positions: list[int] | None, sequence: bool = False):
+def _forward(engine: Engine, tokens: list[int], positions: list[int] | None, sequence: bool = False):
     """One forward of `tokens`, each a sequence of one at its position (0 where `positions` is None), or all of them
     one sequence (`sequence`): the logits."""
     device = engine.loaded.device
@@ -132,7 +132,7 @@ def positions_stay(engine: Engine, seed: int) -> bool:
     tokens = [rng.randrange(engine.loaded.vocab_size) for _ in range(PROBE_TOKENS)]
     positions = [1 + rng.randrange(max(1, engine.loaded.max_positions - 1)) for _ in tokens]
     try:
-        return bool(within(_lone(engine, tokens, positions), _lone(engine, tokens, None))[0])
+        return bool(within(_forward(engine, tokens, positions), _forward(engine, tokens, None))[0])
     except (TypeError, ValueError, RuntimeError, IndexError):  # position ids it cannot take: position 0 alone
         return False
 
@@ -164,7 +164,7 @@ def check_chunk(
         else:
             for module in instances_of(engine.model, contract.target):
                 stack.callback(module.register_forward_hook(hook, with_kwargs=True).remove)
-        _lone(engine, tokens, positions, sequence)
+        _forward(engine, tokens, positions, sequence)
     if sequence:
         tally.recurring += len(tokens)
         return
@@ -178,11 +178,12 @@ async def sweep(engine: Engine, contract: pb.Contract, call: Callable, seed: int
     tally, started = Tally(), time.perf_counter()
     rng = random.Random(seed + 1)
     try:
+        device = "cuda" if engine.cuda else "cpu"
         drawn = await engine.exclusive(positions_stay, engine, seed)
-        for tokens in chunks(engine.loaded.vocab_size, seed, CHUNK["cuda" if engine.cuda else "cpu"]):
+        for tokens in chunks(engine.loaded.vocab_size, seed, CHUNK[device]):
             positions = [rng.randrange(engine.loaded.max_positions) for _ in tokens] if drawn else None
             await engine.exclusive(check_chunk, engine, contract, call, tokens, tally, positions)
-        length = min(RECURRING["cuda" if engine.cuda else "cpu"], engine.loaded.max_positions)
+        length = min(RECURRING[device], engine.loaded.max_positions)
         prompt = recurring_prompt(engine.loaded.vocab_size, length, seed + 2)
         if prompt:
             await engine.exclusive(check_chunk, engine, contract, call, prompt, tally, None, True)

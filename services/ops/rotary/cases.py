@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from services.core.recurrence import repeated_sources
 from services.judge import live_values
 from services.judge.cases import (
     MIXED,
@@ -31,7 +32,6 @@ from services.judge.cases import (
     grid_points,
     launch_regimes,
     repeated_rows,
-    repeated_sources,
     sampled_rows,
 )
 from services.judge.sampled_grid import SAMPLED_HEADS_CASE
