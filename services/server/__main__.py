@@ -21,7 +21,7 @@ from services.server.metrics import default_server_id, metrics_loop
 from services.server.models import UnknownModel, load_model
 from services.server.prometheus import Exporter
 from services.server.restore import restore_swaps
-from services.server.service import ServerService, request_rollbacks, shadow_loop
+from services.server.service import ServerService, exit_after_hung_sweeps, request_rollbacks, shadow_loop
 from services.server.swaps import SwapRegistry
 
 log = logging.getLogger("services.server")
@@ -82,6 +82,7 @@ def make_setup(engine: Engine, instance_id: str) -> Setup:
             serve_grpc(engine, server, stop, ready, http),
             run_service(bus, service, stop, settings.ack_wait_s),
             request_rollbacks(bus, service, stop),
+            exit_after_hung_sweeps(bus, service, stop),
             shadow_loop(service, stop),
             metrics_loop(bus, engine, swaps, stop, default_server_id(settings.server_addr)),
         ]

@@ -248,6 +248,11 @@ class Watch:
         return sum(t.numel() * t.element_size() for _, t in kept)
 
 
+def module_bytes(module) -> int:
+    """The bytes of a module's parameters and persistent buffers: what a call of it reads beside its arguments."""
+    return sum(t.numel() * t.element_size() for _, t in _state(module))
+
+
 def _state(module) -> Iterator[tuple[str, torch.Tensor]]:
     """A module's parameters and persistent buffers, its children's included (non-persistent buffers, such as a
     dynamic RoPE's inv_freq, may legitimately change in its own forward)."""
@@ -333,7 +338,7 @@ class SwapHandle:
             return contextlib.nullcontext()
         leaves = [t for _, t in tensor_leaves((args, kwargs))]  # only for a timed call: every GPU call passes here
         if id(module) not in self.state_bytes:
-            self.state_bytes[id(module)] = sum(t.numel() * t.element_size() for _, t in _state(module))
+            self.state_bytes[id(module)] = module_bytes(module)
         moved = call_bytes([t.numel() * t.element_size() for t in leaves]) + self.state_bytes[id(module)]
         what = f"{call_watch.PREFIX}{self.target}"
         return self.clock.call(what, tuple(leaves[0].shape), moved, device, self.drifted)

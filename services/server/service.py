@@ -29,6 +29,7 @@ from services.core.candidate_check import check_candidate
 from services.core.events import Recorded, first
 from services.core.kernels import KernelLoadError, bind, candidate_wrapper
 from services.core.pb import events_pb2 as pb
+from services.core.runner import answers_given
 from services.core.settings import Settings
 from services.server import call_watch, domain, shadow
 from services.server.call_watch import EXIT_HUNG, HUNG_GRACE_S, LiveClock
@@ -37,7 +38,7 @@ from services.server.hotswap import SwapRefused, planned
 from services.server.models import error_line
 from services.server.parity import CANARY_TOKENS, Before, hold_part, record_before, swap_with_parity, warm_kernel
 from services.server.swaps import SwapRegistry
-from services.server.vocab_sweep import sweep
+from services.server.vocab_sweep import OverLimit, StillRunning, sweep
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,8 @@ class ServerService:
         self.kernel_dir = Path(data_dir) / "kernels"
         self.static_check = static_check or check_candidate
         self.live_failures: asyncio.Queue[LiveFailure] = asyncio.Queue()
+        # TargetConcluded triggers whose sweep left a candidate's call holding the engine (`exit_after_hung_sweeps`)
+        self.hung_sweeps: asyncio.Queue[Recorded] = asyncio.Queue()
         # Committed kernels' live calls held to the judge's per-call limit (services.server.call_watch)
         self.clock = LiveClock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -127,7 +130,7 @@ class ServerService:
             return domain.swap_outcome(prior, trigger, observed)
         canary = self._canary_ids(prior)
         await asyncio.to_thread(warm_kernel, self.engine, proposed.contract, entry)  # compiles outside the hold
-        if not await self._swept(proposed.contract, entry, domain.swap_id_for(trigger), observed):
+        if not await self._swept(proposed.contract, entry, trigger, observed):
             return domain.swap_outcome(prior, trigger, observed)
         # the canary before the patch in a hold of its own: requests run between it and the patch's hold
         before = await self.engine.exclusive(self._record_before, proposed.contract, canary, observed)
@@ -135,15 +138,22 @@ class ServerService:
             self._swap, prior, trigger, proposed.contract, entry, canary, observed, before
         )
 
-    async def _swept(self, contract: pb.Contract, entry, swap_id: str, observed: pb.ParityObservation) -> bool:
+    async def _swept(self, contract: pb.Contract, entry, trigger: Recorded, observed: pb.ParityObservation) -> bool:
         """The vocabulary (each token alone) through the candidate, in short holds, before anything is patched; False
-        when it found a wrong row or the candidate raised (recorded in `observed`). Skipped where the target is
+        when it found a wrong row, the candidate raised or a call ran past its per-call limit (recorded in
+        `observed`; one still running holds the engine: `exit_after_hung_sweeps`). Skipped where the target is
         served by a kernel already (the patch's hold refuses that) or the sweep is off."""
         if not self.vocab_sweep or self.swaps.active_for(contract.target) is not None:
             return True
+        swap_id = domain.swap_id_for(trigger)
         seed = int.from_bytes(hashlib.blake2b(swap_id.encode(), digest_size=8).digest(), "little")
         try:
-            await sweep(self.engine, contract, bind(contract, entry), seed, observed)
+            await sweep(self.engine, contract, bind(contract, entry), seed, observed, self.clock)
+        except OverLimit as exc:
+            observed.error = f"vocabulary sweep: {exc}"
+            if isinstance(exc, StillRunning):
+                self.hung_sweeps.put_nowait(trigger)
+            return False
         except Exception as exc:  # a kernel that crashes on a token's row is a rejection, never a crashed server
             observed.error = f"vocabulary sweep: {type(exc).__name__}: {error_line(exc, 300)}"
             return False
@@ -331,19 +341,49 @@ async def request_rollbacks(
                 await asyncio.sleep(retry_s)
         log.info("RollbackRequested %s: %s", failure.swap_id, failure.error)
         if service.clock.stuck():
-            await _exit_if_still_stuck(service.clock, failure, grace_s, exit)
+            await _exit_if_still_stuck(service.clock, f"swap {failure.swap_id}", "RollbackRequested", grace_s, exit)
 
 
-async def _exit_if_still_stuck(clock: LiveClock, failure: LiveFailure, grace_s: float, exit) -> None:
+async def exit_after_hung_sweeps(
+    bus: Bus,
+    service: ServerService,
+    stop: asyncio.Event,
+    poll_s: float = 0.2,
+    grace_s: float = HUNG_GRACE_S,
+    exit: Callable[[int], None] = os._exit,
+) -> None:
+    """A candidate's sweep call still running past its limit (services.server.vocab_sweep.StillRunning) holds the
+    engine thread, as a live call that does not return does: once the refusal that names it is on the log (the
+    runner publishes the handler's answer), the call gets `grace_s` to come back, then the process exits with
+    EXIT_HUNG. The refusal answers the trigger, so the restarted server does not sweep the candidate again."""
+    while not stop.is_set():
+        try:
+            trigger = await asyncio.wait_for(service.hung_sweeps.get(), timeout=0.5)
+        except TimeoutError:
+            continue
+        while not stop.is_set():
+            try:
+                if answers_given(await bus.read_run(trigger.env.run_id), trigger, service.name)[1]:
+                    break
+            except Exception as exc:  # NATS away: the refusal is not on the log yet, nor readable
+                log.warning("run %s not readable yet (%s); retrying", trigger.env.run_id, exc)
+            await asyncio.sleep(poll_s)
+        else:
+            return
+        swap = f"swap {domain.swap_id_for(trigger)}"
+        await _exit_if_still_stuck(service.clock, swap, "refusal (its vocabulary sweep)", grace_s, exit)
+
+
+async def _exit_if_still_stuck(clock: LiveClock, swap: str, record: str, grace_s: float, exit) -> None:
     waited = 0.0
     while clock.stuck() and waited < grace_s:
         await asyncio.sleep(0.1)
         waited += 0.1
     if clock.stuck():
         log.critical(
-            "swap %s: a kernel call is still running %.0f s past its limit and holds the model; exiting (status %d) "
-            "for the supervisor to restart the server without it (the log holds its RollbackRequested)",
-            failure.swap_id, grace_s, EXIT_HUNG,
+            "%s: a kernel call is still running %.0f s past its limit and holds the model; exiting (status %d) "
+            "for the supervisor to restart the server without it (the log holds its %s)",
+            swap, grace_s, EXIT_HUNG, record,
         )  # fmt: skip
         logging.shutdown()
         exit(EXIT_HUNG)

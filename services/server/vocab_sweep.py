@@ -18,24 +18,34 @@ and k at positions apart) equal at every distance, where kernels keyed to equal 
 cases are wrong. What it does not reach: a later layer's state at a later position (it depends on the prefix), a
 kernel keyed to one token at one row count, or one position, it happened not to meet, and equal rows of two
 sequences of a batched prefill farther apart than one sequence is long.
+
+Every candidate call is timed against the judge's per-call limit (services.server.call_watch, the server's one
+clock): the prompt can be far longer than anything the judge ran, and a kernel whose loops grow with the rows (the
+dataflow check bounds them by shapes, not by how fast they grow) would hold the model for minutes before the patch.
+A call that returns past its limit ends the sweep with the limit's line (`OverLimit`); one still running at its
+deadline ends it at once (`StillRunning`, the model left held by the call that cannot be stopped): the service
+records the refusal, then exits for its supervisor to restart it, as a live call that does not return does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from services.core.call_limits import call_bytes
 from services.core.pb import events_pb2 as pb
 from services.core.recurrence import repeated_sources
 from services.core.tolerances import within
+from services.server.call_watch import LiveClock
 from services.server.engine import Engine
 from services.server.functions import site_of, wrapped
-from services.server.hotswap import is_patched
+from services.server.hotswap import is_patched, module_bytes
 from services.server.introspection import instances_of
 from services.server.parity import call_recorder, clone_values, tensors_in
 
@@ -46,6 +56,15 @@ PROBE_TOKENS = 8  # tokens run at position 0 and at drawn positions, to learn wh
 # call's rows can be apart: a persistent program looking 128 rows ahead passed a prompt of 128 (red-team round 12).
 # Rows of two sequences of a batched prefill can stand farther apart than one sequence is long: not reached.
 RECURRING = {"cuda": 32768, "cpu": 1024}
+WHAT = "a sweep call of "  # how a sweep call's limit line begins
+
+
+class OverLimit(Exception):
+    """A candidate's sweep call came back past its per-call limit: its message is the limit's line."""
+
+
+class StillRunning(OverLimit):
+    """A candidate's sweep call was still running at its deadline: it holds the engine thread, which nothing frees."""
 
 
 def chunks(vocab: int, seed: int, largest: int) -> list[list[int]]:
@@ -137,6 +156,28 @@ def positions_stay(engine: Engine, seed: int) -> bool:
         return False
 
 
+def timed_call(call: Callable, what: str, clock: LiveClock, on_hung: Callable[[str], None]) -> Callable:
+    """`call(module, args, kwargs)` on `clock` against the per-call limit of the bytes it moves (its tensors, twice,
+    and the module's state); one that comes back past the limit raises OverLimit. A GPU call is waited for inside
+    the clock (a launch returns before its kernel ends; the comparison reads the output right after anyway)."""
+
+    def timed(module, args, kwargs):
+        leaves = tensors_in((args, kwargs))
+        if not leaves:
+            return call(module, args, kwargs)
+        moved = call_bytes(t.numel() * t.element_size() for t in leaves) + module_bytes(module)
+        device = leaves[0].device.type
+        with clock.call(what, tuple(leaves[0].shape), moved, device, on_hung) as t:
+            out = call(module, args, kwargs)
+            if device == "cuda":
+                torch.cuda.synchronize(leaves[0].device)
+        if t.late:
+            raise OverLimit(t.late)
+        return out
+
+    return timed
+
+
 def check_chunk(
     engine: Engine,
     contract: pb.Contract,
@@ -148,8 +189,8 @@ def check_chunk(
 ) -> None:
     """On the engine thread (inside `exclusive`): one forward of `tokens`, each a sequence of one (at `positions`, or
     0), or all one sequence (`sequence`), with the target's every call answered by the candidate too (`call`:
-    kernels.bind of the entry). Where a kernel answers the module now (a swap serving the target), the reference is
-    the module's own forward, called on clones of the inputs."""
+    kernels.bind of the entry, or `timed_call` of it). Where a kernel answers the module now (a swap serving the
+    target), the reference is the module's own forward, called on clones of the inputs."""
 
     def hook(module, args, kwargs, output):
         if is_patched(module):  # the kernel's output is no reference
@@ -172,21 +213,50 @@ def check_chunk(
     tally.max_position = max(tally.max_position, *(positions or [0]))
 
 
-async def sweep(engine: Engine, contract: pb.Contract, call: Callable, seed: int, observed: pb.ParityObservation):
+async def sweep(
+    engine: Engine,
+    contract: pb.Contract,
+    call: Callable,
+    seed: int,
+    observed: pb.ParityObservation,
+    clock: LiveClock | None = None,
+):
     """The whole vocabulary, a hold per call; its figures into `observed` (an exception: the caller's to record).
-    Each token at a position drawn over the served range where positions leave a lone token's states as they are."""
+    Each token at a position drawn over the served range where positions leave a lone token's states as they are.
+    With `clock`, every candidate call is timed against its limit (OverLimit, StillRunning: see the module)."""
     tally, started = Tally(), time.perf_counter()
     rng = random.Random(seed + 1)
+    loop = asyncio.get_running_loop()
+    hung: asyncio.Future[str] = loop.create_future()
+    if clock is not None:
+        on_hung = lambda detail: loop.call_soon_threadsafe(_settle, hung, detail)  # noqa: E731 (the watchdog thread)
+        call = timed_call(call, WHAT + contract.target, clock, on_hung)
     try:
         device = "cuda" if engine.cuda else "cpu"
         drawn = await engine.exclusive(positions_stay, engine, seed)
         for tokens in chunks(engine.loaded.vocab_size, seed, CHUNK[device]):
             positions = [rng.randrange(engine.loaded.max_positions) for _ in tokens] if drawn else None
-            await engine.exclusive(check_chunk, engine, contract, call, tokens, tally, positions)
+            await _unless_hung(engine.exclusive(check_chunk, engine, contract, call, tokens, tally, positions), hung)
         length = min(RECURRING[device], engine.loaded.max_positions)
         prompt = recurring_prompt(engine.loaded.vocab_size, length, seed + 2)
         if prompt:
-            await engine.exclusive(check_chunk, engine, contract, call, prompt, tally, None, True)
+            await _unless_hung(engine.exclusive(check_chunk, engine, contract, call, prompt, tally, None, True), hung)
     finally:
         tally.seconds = time.perf_counter() - started
         tally.record(observed)
+
+
+def _settle(future: asyncio.Future, detail: str) -> None:
+    if not future.done():
+        future.set_result(detail)
+
+
+async def _unless_hung(work: Awaitable, hung: asyncio.Future):
+    """`work`'s result, or StillRunning as soon as `hung` says a call in it is past its deadline: the work is left
+    running (cancelling it would wait for the call that does not come back) and the engine stays held."""
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no warning if it fails after
+    await asyncio.wait({task, hung}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        return task.result()
+    raise StillRunning(hung.result())

@@ -103,8 +103,8 @@ async def test_a_call_that_never_comes_back_is_logged_then_the_server_exits_and_
     engine = Engine(load_model("tiny-qwen2", "cpu"))
     service = ServerService(engine, tmp_path)
     service.clock = LiveClock(limit=_limit(0.05))
-    # the sweep's recurring prompt (512 rows) would run this kernel's rows^3/8 loop for minutes before the patch: the
-    # sweep's calls are not under the per-call limit yet (docs/judge.md); this test is about the live path
+    # the sweep's calls are under the same clock and limit: it would refuse this kernel before the patch
+    # (tests/server/test_sweep_call_limit.py); this test is about the live path, so the kernel must get there
     service.vocab_sweep = False
     for env in swap_run("hung-1", slow):
         await own_bus.publish(env)
