@@ -3,9 +3,11 @@
     python bench/vocab_sweep.py [--model qwen2.5-1.5b-shape] [--device cuda] [--prompt-tokens 256] [--out DIR]
 
 For each family with a live target in the model: its template's first candidate (as the coder proposes it) through
-the whole sweep, every token of the vocabulary at position 0; the wall time, the calls checked and passed (an honest
-kernel passes them all), and the longest single hold (one call of up to CHUNK rows) beside a serving decode step's
-time on the same model. Writes bench/results/vocab_sweep_<device>.json.
+the whole sweep, every token of the vocabulary (at drawn positions on a rotary model), then the recurring prompt (the
+model's longest sequence, up to RECURRING), every candidate call under the live per-call limit; the wall time, the
+calls checked and passed (an honest kernel passes them all), the longest vocabulary hold (one call of up to CHUNK
+rows) and the recurring prompt's hold (one forward of it, timed alone: the longest a request waits behind the sweep)
+beside a serving decode step's time on the same model. Writes bench/results/vocab_sweep_<model>_<device>.json.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from services import ops  # noqa: E402
 from services.core import kernels  # noqa: E402
 from services.core.pb import events_pb2 as pb  # noqa: E402
 from services.server import vocab_sweep  # noqa: E402
+from services.server.call_watch import LiveClock  # noqa: E402
 from services.server.engine import Engine  # noqa: E402
 from services.server.models import load_model  # noqa: E402
 
@@ -38,15 +41,15 @@ def first_candidate(family: str, profile: pb.ModuleClassProfile) -> tuple[pb.Con
     return template.contract_for(profile.introspection, profile), template.render(config), template.plan(config)
 
 
-def longest_hold(engine: Engine, contract: pb.Contract, call, vocab: int, rows: int) -> float:
-    """One call of the sweep's largest size, timed alone (the hold a request may wait behind)."""
+def longest_hold(engine: Engine, contract: pb.Contract, call, tokens: list[int], sequence: bool = False) -> float:
+    """One call of the sweep's largest size (or the recurring prompt: `sequence`), timed alone, warm (the hold a
+    request may wait behind)."""
     tally = vocab_sweep.Tally()
-    tokens = list(range(min(rows, vocab)))
-    vocab_sweep.check_chunk(engine, contract, call, tokens, tally)  # warm
+    vocab_sweep.check_chunk(engine, contract, call, tokens, tally, None, sequence)  # warm
     if engine.cuda:
         torch.cuda.synchronize()
     started = time.perf_counter()
-    vocab_sweep.check_chunk(engine, contract, call, tokens, tally)
+    vocab_sweep.check_chunk(engine, contract, call, tokens, tally, None, sequence)
     if engine.cuda:
         torch.cuda.synchronize()
     return time.perf_counter() - started
@@ -70,14 +73,18 @@ async def measure(args) -> dict:
                 families.append({"family": family, "skipped": f"{type(exc).__name__}: {exc}"})
                 continue
             call = kernels.bind(contract, kernels.candidate_wrapper(Path(tempfile.mkdtemp()), source, plan))
-            found = pb.ParityObservation()
-            await vocab_sweep.sweep(engine, contract, call, 0, found)
-            hold = await engine.exclusive(longest_hold, engine, contract, call, vocab, rows)
+            found, clock = pb.ParityObservation(), LiveClock()
+            await vocab_sweep.sweep(engine, contract, call, 0, found, clock)
+            hold = await engine.exclusive(longest_hold, engine, contract, call, list(range(min(rows, vocab))))
+            prompt = vocab_sweep.recurring_prompt(vocab, found.sweep_recurring_tokens, 2)
+            recurring = await engine.exclusive(longest_hold, engine, contract, call, prompt, True)
             families.append({
                 "family": family, "target": profile.introspection.class_path, "tokens": found.sweep_tokens,
                 "calls_checked": found.sweep_calls_checked, "calls_passed": found.sweep_calls_passed,
                 "wrong_tokens": list(found.sweep_wrong_tokens), "max_abs_err": found.sweep_max_abs_err,
                 "sweep_s": round(found.sweep_s, 3), "longest_hold_s": round(hold, 4), "rows_per_call": rows,
+                "max_position": found.sweep_max_position, "recurring_tokens": found.sweep_recurring_tokens,
+                "recurring_hold_s": round(recurring, 4), "calls_timed": clock.timed, "calls_over_limit": clock.over,
             })  # fmt: skip
             print(json.dumps(families[-1]), flush=True)
     finally:

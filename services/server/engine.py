@@ -151,7 +151,7 @@ class Engine:
         params = inspect.signature(self.model.forward).parameters
         # transformers 5.24 renamed past_key_values to cache; the GPU machine runs 5.17.
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._keep_last = "logits_to_keep" in params
+        self.keeps_last = "logits_to_keep" in params  # the forward can compute the last position's logits alone
         # The batched lane: slots stepped together, each step a CUDA graph on a GPU unless graphs=False.
         slots = BATCH_SLOTS["cuda" if self.cuda else "cpu"] if slots is None else slots
         length = min(slot_tokens, loaded.max_positions)
@@ -431,7 +431,7 @@ class Engine:
 
     def _forward(self, state: DecodeState, ids: list[int]) -> int:
         kwargs = {self._cache_kw: state.cache, "use_cache": True}
-        if self._keep_last:
+        if self.keeps_last:
             kwargs["logits_to_keep"] = 1
         with torch.inference_mode():
             input_ids = torch.tensor([ids], dtype=torch.long, device=self.loaded.device)

@@ -135,10 +135,13 @@ def recurring_prompt(vocab: int, length: int, seed: int) -> list[int]:
 
 def _forward(engine: Engine, tokens: list[int], positions: list[int] | None, sequence: bool = False):
     """One forward of `tokens`, each a sequence of one at its position (0 where `positions` is None), or all of them
-    one sequence (`sequence`): the logits."""
+    one sequence (`sequence`: only its last position's logits, where the model can say so; a 32,768-token prompt's
+    whole logits would be 10 GB on a vocabulary of 152k): the logits."""
     device = engine.loaded.device
     ids = torch.tensor(tokens, dtype=torch.long, device=device).view((1, -1) if sequence else (-1, 1))
     where = {} if positions is None else {"position_ids": torch.tensor(positions, device=device).view(-1, 1)}
+    if sequence and engine.keeps_last:
+        where["logits_to_keep"] = 1
     with torch.inference_mode():
         return engine.model(input_ids=ids, use_cache=False, **where).logits
 
