@@ -9,7 +9,7 @@ recorded before candidates became data has no plan and is refused: its host code
 
 from __future__ import annotations
 
-from services.core import kernel_dataflow, kernel_schema
+from services.core import kernel_dataflow, kernel_schema, row_locality
 from services.core.pb import events_pb2 as pb
 from services.ops import UnknownFamily, family
 
@@ -40,7 +40,9 @@ def check_candidate(source: str, plan: pb.LaunchPlan) -> pb.StaticEvidence:
             findings.extend(fam.check_plan(plan, report.kernels))
             if not findings:  # the plan fits: now where each launch's values flow, for every input
                 findings.extend(kernel_dataflow.check_plan(source, plan, fam.ARG_ROLES))
-    checked = [*report.rules_checked, *FORMAT_RULES, *kernel_dataflow.RULES]
+            if not findings:  # and which rows each program reads (services.core.row_locality)
+                findings.extend(row_locality.check_plan(source, plan, fam.ARG_ROLES, getattr(fam, "ROW_SPACES", None)))
+    checked = [*report.rules_checked, *FORMAT_RULES, *kernel_dataflow.RULES, *row_locality.RULES]
     return pb.StaticEvidence(passed=not findings, findings=findings, rules_checked=checked)
 
 

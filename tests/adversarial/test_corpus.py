@@ -20,6 +20,7 @@ from adversarial_corpus import HERE, LAYERS, TABLE, Entry, header, judge_entry
 from services.core.candidate_check import FORMAT_RULES
 from services.core.kernel_dataflow import RULES as DATAFLOW_RULES
 from services.core.kernel_schema import RULES as SCHEMA_RULES
+from services.core.row_locality import RULES as ROW_RULES
 from services.judge.cases import REGIMES
 from services.judge.domain import REDERIVE
 from services.judge.report import describe, verdict_layer
@@ -123,7 +124,7 @@ def test_the_corpus_is_large_enough_and_names_every_required_pattern():
     assert all(e.layer in LAYERS for e in TABLE)
     static_rules = {e.rule for e in TABLE if e.layer == "static"} | {r for e in TABLE for r in e.also}
     assert len(static_rules) >= 12, static_rules
-    assert static_rules <= set(SCHEMA_RULES) | set(FORMAT_RULES) | set(DATAFLOW_RULES), static_rules
+    assert static_rules <= set(SCHEMA_RULES) | set(FORMAT_RULES) | set(DATAFLOW_RULES) | set(ROW_RULES), static_rules
     assert {"correctness", "sandbox", "contract"} <= {e.layer for e in TABLE}  # some get past the schema by design
     assert any(e.template for e in HONEST)  # the shipped template, rendered now, passes too
 
@@ -195,6 +196,7 @@ def rule_tables() -> dict[str, dict[str, str]]:
         "services.core.kernel_schema.RULES": SCHEMA_RULES,
         "services.core.candidate_check.FORMAT_RULES": FORMAT_RULES,
         "services.core.kernel_dataflow.RULES": DATAFLOW_RULES,
+        "services.core.row_locality.RULES": ROW_RULES,
         "services.judge.contract_check.CONTRACT_RULES": CONTRACT_RULES,
         "services.judge.sandbox.SANDBOX_RULES": SANDBOX_RULES,
         "services.judge.verdict.RULES": CORRECTNESS_RULES,

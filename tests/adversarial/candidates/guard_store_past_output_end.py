@@ -8,8 +8,8 @@ so it ends at inaccessible memory (a CPU's page, a GPU's unmapped addresses), an
 """
 
 # pattern: a store one element past the output's end
-# layer: sandbox
-# rule: memory-fault
+# layer: static
+# rule: row-local
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

@@ -10,8 +10,8 @@ judging's large cases, on a CPU where a sample of the launch's programs runs at 
 """
 
 # pattern: a read past a tensor only at row counts a CPU never runs whole (a tile count's loop from 4,097)
-# layer: sandbox
-# rule: memory-fault
+# layer: static
+# rule: row-local
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "x_row_stride", "y_row_stride", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

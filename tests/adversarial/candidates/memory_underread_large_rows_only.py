@@ -12,8 +12,8 @@ sample of the launch's programs (services.judge.sampled_grid), each of which run
 """
 
 # pattern: a read before a tensor only at row counts a CPU never runs whole, its lanes discarded
-# layer: sandbox
-# rule: memory-fault
+# layer: static
+# rule: row-local
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "x_row_stride", "y_row_stride", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

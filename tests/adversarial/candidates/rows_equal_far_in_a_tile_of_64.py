@@ -12,8 +12,8 @@ rows at a nested ruler's marks of every tile copies of one: equal rows at every 
 """
 
 # pattern: a kernel keyed to a row equal to another of the same call
-# layer: correctness
-# rule: outside-tolerance
+# layer: static
+# rule: row-local
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "rows", "eps"], "constexprs": {"BLOCK": "block_cols", "LO": "33", "N_COLS": "cols", "ROWS": "64"}, "grid": "cdiv(rows, 64)", "kernel": "_rmsnorm_fwd_kernel", "num_warps": 1}]}
 
 import triton

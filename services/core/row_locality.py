@@ -1,0 +1,528 @@
+"""Which rows a program reads: only rows it writes (a static check of candidate kernel bodies).
+
+Why: a kernel that compares its row with a row far away (equal rows: a recurring token's, a repeated prompt's) can
+be wrong only where the two are equal, at one distance. The judge draws equal rows at every distance inside two of
+the plan's tiles and the server's sweep at every distance up to the model's longest sequence, but a distance can be
+set past any call drawn (a persistent program looking one grid stride ahead: 132 programs x 256 rows on an H100,
+33,792 rows; rows of two sequences of a batched prefill). Three red-team rounds found such kernels. No test reaches
+every distance, so this closes the door for every distance: each program's reads are addressed by the same row
+coordinates as its writes.
+
+How: every address is evaluated symbolically, as a polynomial over atoms (program ids and counts, loop variables,
+`tl.arange` lanes, the launch's arguments and constexprs; what is divided, reduced or picked becomes one atom named
+by its operands). A monomial holding a *row atom* (a program id or count, the family's count and stride arguments,
+a loop over them, what is built from them) is a row part; its **row coordinate** is the monomial without the stride
+arguments (each tensor has its own). A monomial without row atoms that is a row part's scale (`(row + 1) * N`, `row
+* N + 7 * N`) moves rows too, its coordinate a constant. Then, for each launch:
+
+- every store to one output, on paths through the kernel that can run together (`if`/`else` branches are
+  alternatives), has the same row coordinates: a program writes one set of rows of each output;
+- every load has row coordinates that a store on a path that can run with it has too: a program reads only rows it
+  writes (a weight or a table indexed by columns alone has none; RoPE's angles at a position are a part of its q's).
+
+A look-ahead (`row + num_programs * ROWS`, `rows + ROWS`, `(row + 1) * stride`, the next tile by a loop variable
+the stores do not use) has a coordinate no store has. Where an address cannot be followed (a pointer carried round
+a loop is one atom, so is a branch's merge) the load must still match a store by the same atom, or it is refused:
+written plainly, the rule costs an honest kernel nothing.
+
+Not covered: reads past the end of the row through the columns (`cols` wider than the row, into the next one): the
+column extent of an access is not bounded here; the judge's repeated rows meet it inside two tiles.
+Pure and stdlib-only, like kernel_dataflow.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from services.core.kernel_dataflow import COUNT, INPLACE, INPUT, OUTPUT, SCALAR, STRIDE, _carried, _constants
+from services.core.kernel_schema import dotted
+from services.core.pb import events_pb2 as pb
+
+RULES = {
+    "row-local": "a program reads only rows it writes: every load's row coordinates (program ids, loops over rows and "
+    "what is built from them, apart from each tensor's strides) are those of a store on a path that runs with it, "
+    "and a program writes one set of rows of each output",
+}
+
+# Which rows a family's tensors hold (its ROW_SPACES): by default every tensor's rows are one set (a norm's x and y, a
+# residual norm's x, r, s and y), so a load's rows are checked against every store of the program; a family whose
+# outputs hold different rows (RoPE: q's heads and k's) names each tensor's, and a table read at a part of every
+# output's rows (RoPE's cos and sin at a position) is ANY.
+ROWS, ANY = "rows", "any"
+Mono = tuple[str, ...]  # sorted atoms, repeated for powers
+Poly = dict  # Mono -> Fraction
+_PASS_THROUGH = frozenset(
+    "tl.multiple_of tl.max_contiguous tl.max_constancy tl.reshape tl.view tl.broadcast_to tl.broadcast "
+    "tl.expand_dims tl.trans tl.permute tl.cast int reshape view broadcast_to expand_dims trans permute to".split()
+)
+_LOOPS = ("range", "tl.range", "tl.static_range")
+_MAX_DEPTH = 8
+DATA = "data"  # a value loaded from memory (or built from one): no address, but it may be carried to another row
+_ROW = {("pid0",): Fraction(1)}  # a stand-in that says "a row" (a carried value is taken to be one, to be safe)
+
+
+@dataclass(frozen=True)
+class Ptr:
+    """A pointer into the plan's tensor argument `tensor`, `offset` elements on."""
+
+    tensor: str
+    offset: tuple  # a Poly's items, sorted: hashable
+
+
+def _poly(items) -> Poly:
+    return {m: c for m, c in items if c != 0}
+
+
+def _items(p: Poly) -> tuple:
+    return tuple(sorted(p.items()))
+
+
+def _add(a: Poly, b: Poly, sign: int = 1) -> Poly:
+    out = dict(a)
+    for m, c in b.items():
+        out[m] = out.get(m, Fraction(0)) + sign * c
+    return _poly(out.items())
+
+
+def _mul(a: Poly, b: Poly) -> Poly:
+    out: dict = {}
+    for ma, ca in a.items():
+        for mb, cb in b.items():
+            m = tuple(sorted(ma + mb))
+            out[m] = out.get(m, Fraction(0)) + ca * cb
+    return _poly(out.items())
+
+
+def _const(v) -> Poly:
+    return _poly([((), Fraction(v))])
+
+
+def _atom(name: str) -> Poly:
+    return {(name,): Fraction(1)}
+
+
+def _canon(p: Poly) -> str:
+    return "+".join(f"{c}*{'*'.join(m) or '1'}" for m, c in sorted(p.items())) or "0"
+
+
+@dataclass(frozen=True)
+class Access:
+    line: int
+    tensor: str
+    offset: tuple
+    path: tuple  # ((branch point, which side), ...): accesses whose paths disagree never run in one program
+    loops: tuple  # the atoms of the loops around it
+
+
+@dataclass
+class _Facts:
+    rows: set = field(default_factory=set)  # atoms that say which row
+    strides: set = field(default_factory=set)  # atoms of stride arguments (stripped from coordinates)
+    loads: list = field(default_factory=list)
+    stores: list = field(default_factory=list)
+    unfollowed: list = field(default_factory=list)  # (line, verb): an address not followed
+    constants: dict = field(default_factory=dict)  # the source's constants: name -> Poly
+    carried: list = field(default_factory=list)  # (line, loop atom, names): loaded values a loop hands its next trip
+
+
+class _Walk:
+    def __init__(self, facts: _Facts, kernels, fn: ast.FunctionDef, env: dict, site: tuple, path: tuple, depth: int):
+        self.facts, self.kernels, self.fn, self.env = facts, kernels, fn, env
+        self.site, self.path, self.depth = site, path, depth
+        self.loops: tuple = ()  # the atoms of the loops around the statements being walked
+        self.returned: list = []
+
+    def rowish(self, value) -> bool:
+        p = dict(value.offset) if isinstance(value, Ptr) else value
+        return isinstance(p, dict) and any(a in self.facts.rows for m in p for a in m)
+
+    def opaque(self, kind: str, *values) -> Poly | None:
+        """What is divided, reduced or picked: one atom named by its operands, a row atom if any operand says a row."""
+        if any(v == DATA for v in values):
+            return DATA
+        if any(v is None or isinstance(v, Ptr) for v in values):
+            return None
+        name = f"{kind}({','.join(_canon(v) for v in values)})"
+        if any(self.rowish(v) for v in values):
+            self.facts.rows.add(name)
+        return _atom(name)
+
+    # ---------------------------------------------------------------- statements
+
+    def block(self, body: list[ast.stmt]) -> None:
+        for s in body:
+            self.stmt(s)
+
+    def stmt(self, s: ast.stmt) -> None:
+        if isinstance(s, ast.Assign):
+            value = self.expr(s.value)
+            for t in s.targets:
+                self.assign(t, s.value, value)
+        elif isinstance(s, ast.AnnAssign) and s.value is not None:
+            self.assign(s.target, s.value, self.expr(s.value))
+        elif isinstance(s, ast.AugAssign):
+            self.assign(s.target, None, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
+        elif isinstance(s, ast.Expr):
+            self.expr(s.value)
+        elif isinstance(s, ast.Return):
+            self.returned.append(self.expr(s.value) if s.value is not None else None)
+        elif isinstance(s, ast.If):
+            self.branch(s)
+        elif isinstance(s, ast.For):
+            self.loop(s)
+        elif isinstance(s, ast.While):
+            self.expr(s.test)
+            self.block(s.body)
+
+    def assign(self, target: ast.expr, value_node: ast.expr | None, value) -> None:
+        if isinstance(target, ast.Name):
+            self.env[target.id] = value
+        elif isinstance(target, ast.Tuple):
+            parts = value_node.elts if isinstance(value_node, ast.Tuple) else [None] * len(target.elts)
+            for t, v in zip(target.elts, parts, strict=False):
+                self.assign(t, v, self.expr(v) if v is not None else None)
+
+    def branch(self, s: ast.If) -> None:
+        decided = self.truth(s.test)
+        if decided is not None:  # a constexpr's test (`if POSITIONS == 0`): one side is compiled, the other never
+            self.block(s.body if decided else s.orelse)
+            return
+        self.expr(s.test)
+        point = (*self.site, id(s))
+        before = dict(self.env)
+        outer = self.path
+        self.path = (*outer, (point, True))
+        self.block(s.body)
+        taken = self.env
+        self.env, self.path = dict(before), (*outer, (point, False))
+        self.block(s.orelse)
+        self.path = outer
+        for name in taken.keys() | self.env.keys():
+            a, b = taken.get(name), self.env.get(name)
+            if a != b:  # one name, two values after the branch: one atom (a row atom where either says a row)
+                self.env[name] = self.merged(f"if{s.lineno}:{name}", a, b)
+
+    def truth(self, test: ast.expr) -> bool | None:
+        """A test's value where it is fixed at compile time (constexprs and numbers only), else None."""
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            a, b = self.expr(test.left), self.expr(test.comparators[0])
+            if isinstance(a, dict) and isinstance(b, dict) and set(a) <= {()} and set(b) <= {()}:
+                x, y = a.get((), Fraction(0)), b.get((), Fraction(0))
+                op = {ast.Eq: x == y, ast.NotEq: x != y, ast.Lt: x < y, ast.LtE: x <= y, ast.Gt: x > y, ast.GtE: x >= y}
+                return op.get(type(test.ops[0]))
+            return None
+        value = self.expr(test)
+        if isinstance(value, dict) and set(value) <= {()}:
+            return bool(value.get((), 0))
+        return None
+
+    def merged(self, name: str, *values):
+        """One atom for what `values` may be (a branch's merge, a value carried round a loop), keeping a pointer a
+        pointer into its tensor; a row atom where any of them says a row."""
+        if any(v == DATA for v in values):
+            return DATA
+        atom = f"{name}@{'/'.join(map(str, self.site))}"
+        if any(v is not None and self.rowish(v) for v in values):
+            self.facts.rows.add(atom)
+        ptrs = {v.tensor for v in values if isinstance(v, Ptr)}
+        if len(ptrs) == 1 and all(isinstance(v, Ptr) for v in values):
+            return Ptr(ptrs.pop(), _items(_atom(atom)))
+        if ptrs or any(v is None for v in values):
+            return None
+        return _atom(atom)
+
+    def loop(self, s: ast.For) -> None:
+        bounds = [self.expr(a) for a in s.iter.args] if isinstance(s.iter, ast.Call) else []
+        var = f"loop{s.lineno}@{'/'.join(map(str, self.site))}"
+        if isinstance(s.target, ast.Name):
+            if any(not isinstance(b, dict) or self.rowish(b) for b in bounds) or not (
+                isinstance(s.iter, ast.Call) and dotted(s.iter.func) in _LOOPS
+            ):
+                self.facts.rows.add(var)  # a loop over rows (or over what cannot be followed): its variable says one
+            self.env[s.target.id] = _atom(var)
+        carried = _carried(s.body) & self.env.keys()
+        for name in carried:  # what one iteration hands the next: one atom, a row's
+            value = self.env[name]
+            if isinstance(value, Ptr | dict):
+                row = Ptr(value.tensor, _items(_ROW)) if isinstance(value, Ptr) else _ROW
+                self.env[name] = self.merged(f"carried{s.lineno}:{name}", value, row)
+        outer, self.loops = self.loops, (*self.loops, var)
+        self.block(s.body)
+        self.loops = outer
+        handed = sorted(n for n in carried if self.env.get(n) == DATA)
+        if handed:
+            self.facts.carried.append((s.lineno, var, handed))
+
+    # ---------------------------------------------------------------- expressions
+
+    def expr(self, node: ast.expr | None):
+        if node is None:
+            return None
+        if isinstance(node, ast.Constant):
+            return _const(node.value) if isinstance(node.value, int | float) else None
+        if isinstance(node, ast.Name):
+            return self.env[node.id] if node.id in self.env else self.facts.constants.get(node.id)
+        if isinstance(node, ast.BinOp):
+            return self.binop(node.op, self.expr(node.left), self.expr(node.right))
+        if isinstance(node, ast.UnaryOp):
+            value = self.expr(node.operand)
+            if isinstance(node.op, ast.USub) and isinstance(value, dict):
+                return _mul(value, _const(-1))
+            if isinstance(node.op, ast.UAdd):
+                return value
+            return self.opaque(type(node.op).__name__, value)
+        if isinstance(node, ast.Subscript):  # x[:, None]: the same values, broadcast
+            self.expr(node.slice)
+            return self.expr(node.value)
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        if isinstance(node, ast.IfExp):
+            self.expr(node.test)
+            return self.opaque("ifexp", self.expr(node.body), self.expr(node.orelse))
+        if isinstance(node, ast.Attribute):
+            return None
+        for sub in ast.iter_child_nodes(node):  # comparisons, tuples, bool ops: walked for the loads in them
+            if isinstance(sub, ast.expr):
+                self.expr(sub)
+        return None
+
+    def binop(self, op: ast.operator, a, b):
+        if a == DATA or b == DATA:
+            return DATA
+        if isinstance(op, ast.Add | ast.Sub):
+            sign = 1 if isinstance(op, ast.Add) else -1
+            if isinstance(a, Ptr) and isinstance(b, dict):
+                return Ptr(a.tensor, _items(_add(dict(a.offset), b, sign)))
+            if isinstance(b, Ptr) and isinstance(a, dict) and sign == 1:
+                return Ptr(b.tensor, _items(_add(dict(b.offset), a)))
+            if isinstance(a, dict) and isinstance(b, dict):
+                return _add(a, b, sign)
+            return None
+        if isinstance(op, ast.Mult) and isinstance(a, dict) and isinstance(b, dict):
+            return _mul(a, b)
+        return self.opaque(type(op).__name__, a, b)
+
+    def call(self, node: ast.Call):
+        name = dotted(node.func) or ""
+        args = node.args
+        if isinstance(node.func, ast.Attribute) and name not in _PASS_THROUGH and not name.startswith("tl."):
+            method = node.func.attr  # x.to(tl.int64), x.reshape(...)
+            receiver = self.expr(node.func.value)
+            for a in args:
+                self.expr(a)
+            return receiver if method in _PASS_THROUGH else None
+        if name in ("tl.program_id", "tl.num_programs"):
+            axis = _literal(args[0]) if args else _literal(_keyword(node, "axis"))
+            atom = f"{'pid' if name == 'tl.program_id' else 'programs'}{axis}"
+            self.facts.rows.add(atom)
+            return _atom(atom)
+        if name == "tl.arange":
+            bounds = [self.expr(a) for a in args]
+            return self.opaque("arange", *bounds) if all(isinstance(b, dict) for b in bounds) else None
+        if name in ("tl.load", "tl.store"):
+            self.access(node, name == "tl.store")
+            return DATA if name == "tl.load" else None
+        if name in _PASS_THROUGH:
+            first = self.expr(args[0]) if args else None
+            for a in args[1:]:
+                self.expr(a)
+            return first
+        if name in self.kernels:
+            if self.depth < _MAX_DEPTH:
+                return self.inline(self.kernels[name], node)
+            self.facts.unfollowed.append((node.lineno, f"call of {name} nested past {_MAX_DEPTH} kernels"))
+            return None
+        values = [self.expr(a) for a in args] + [self.expr(k.value) for k in node.keywords]
+        return self.opaque(name, *values)
+
+    def access(self, node: ast.Call, store: bool):
+        ptr = self.expr(node.args[0] if node.args else _keyword(node, "pointer"))
+        for a in node.args[1:]:
+            self.expr(a)
+        for k in node.keywords:
+            if k.arg != "pointer":
+                self.expr(k.value)
+        if isinstance(ptr, Ptr):
+            where = self.facts.stores if store else self.facts.loads
+            where.append(Access(node.lineno, ptr.tensor, ptr.offset, self.path, self.loops))
+        else:
+            verb = "store" if store else "load"
+            self.facts.unfollowed.append((node.lineno, f"{verb} whose address is no tensor argument plus an offset"))
+        return None
+
+    def inline(self, fn: ast.FunctionDef, node: ast.Call):
+        params = [a.arg for a in fn.args.args]
+        env: dict = {}
+        defaults = fn.args.defaults
+        for p, d in zip(params[len(params) - len(defaults) :], defaults, strict=True):
+            env[p] = self.expr(d)
+        for p, a in zip(params, node.args, strict=False):
+            env[p] = self.expr(a)
+        for k in node.keywords:
+            if k.arg in params:
+                env[k.arg] = self.expr(k.value)
+        for p in params:
+            if p not in env:
+                env[p] = _atom(f"{fn.name}.{p}")
+        sub = _Walk(self.facts, self.kernels, fn, env, (*self.site, id(node)), self.path, self.depth + 1)
+        sub.block(fn.body)
+        return sub.returned[0] if len(sub.returned) == 1 else None
+
+
+def _keyword(node: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in node.keywords if k.arg == name), None)
+
+
+def _literal(node: ast.expr | None) -> int:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, int) else 0
+
+
+# -------------------------------------------------------------------- the rule
+
+
+def coordinates(offset: tuple, facts: _Facts) -> dict:
+    """An address's row coordinates: its row monomials without their stride atoms (and a row part's scale met alone:
+    a whole number of rows on), each with its coefficient."""
+    poly = dict(offset)
+    rows = {m: c for m, c in poly.items() if any(a in facts.rows for a in m)}
+    scales = {tuple(a for a in m if a not in facts.rows) for m in rows}
+    scales.discard(())
+    out: dict = {}
+    for m, c in rows.items():
+        coord = tuple(a for a in m if a not in facts.strides)
+        out[coord] = out.get(coord, Fraction(0)) + c
+    for m, c in poly.items():
+        if m not in rows and m in scales:  # `row * N + 7 * N`: seven rows on
+            out[()] = out.get((), Fraction(0)) + c
+    return _poly(out.items())
+
+
+def _together(a: tuple, b: tuple) -> bool:
+    """Whether two accesses' paths can run in one program: no branch point taken both ways."""
+    sides = dict(a)
+    return all(sides.get(point, side) == side for point, side in b)
+
+
+def _text(coord: dict) -> str:
+    if not coord:
+        return "no row"
+    parts = []
+    for m, c in sorted(coord.items()):
+        atoms = "*".join(a.split("@")[0] for a in m) or "1"
+        parts.append(atoms if c == 1 else f"{c}*{atoms}")
+    return " + ".join(parts)
+
+
+def check_launch(
+    source: str,
+    launch: pb.KernelLaunch,
+    roles: Mapping[str, str],
+    spaces: Mapping[str, str] | None = None,
+    *,
+    tree: ast.Module | None = None,
+) -> list[pb.Finding]:
+    """`row-local` findings of one launch of a plan (`roles`: the family's role of each argument; `spaces`: the
+    family's ROW_SPACES, where its tensors' rows are not all one set)."""
+    tree = tree if tree is not None else ast.parse(source)
+    kernels = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef)}
+    fn = kernels.get(launch.kernel)
+    if fn is None:
+        return []
+    facts = _Facts()
+    constexprs = frozenset(a.arg for a in fn.args.args if a.annotation is not None)
+    runtime = [a.arg for a in fn.args.args if a.arg not in constexprs]
+    env: dict = {}
+    given = dict(launch.constexprs)
+    for a in fn.args.args:
+        if a.arg in constexprs:
+            try:
+                env[a.arg] = _const(int(given[a.arg]))
+            except (KeyError, ValueError):
+                env[a.arg] = _atom(f"constexpr:{a.arg}")
+    for param, arg in zip(runtime, launch.args, strict=False):
+        role = roles.get(arg, SCALAR)
+        if role in (INPUT, OUTPUT, INPLACE):
+            env[param] = Ptr(arg, ())
+        elif role == SCALAR:
+            env[param] = DATA
+        else:
+            atom = f"arg:{arg}"
+            env[param] = _atom(atom)
+            if role in (COUNT, STRIDE):
+                facts.rows.add(atom)
+            if role == STRIDE:
+                facts.strides.add(atom)
+    facts.constants = {k: _const(v) for k, v in _constants(tree).items()}
+    params = [a.arg for a in fn.args.args]
+    for name, default in zip(params[len(params) - len(fn.args.defaults) :], fn.args.defaults, strict=True):
+        if name in constexprs and name not in given and isinstance(default, ast.Constant):
+            env[name] = _const(default.value) if isinstance(default.value, int | float) else None
+    _Walk(facts, kernels, fn, env, (), (), 0).block(fn.body)
+    return _findings(facts, roles, spaces or {}, launch.kernel)
+
+
+def _findings(facts: _Facts, roles: Mapping[str, str], spaces: Mapping[str, str], kernel: str) -> list[pb.Finding]:
+    found: dict[int, str] = {}
+    stores = [(s, coordinates(s.offset, facts)) for s in facts.stores]
+    for i, (a, ca) in enumerate(stores):
+        for b, cb in stores[:i]:
+            if a.tensor == b.tensor and _together(a.path, b.path) and ca != cb:
+                found.setdefault(
+                    a.line,
+                    f"{a.tensor} is written at rows {_text(ca)} and at rows {_text(cb)} (line {b.line}) by one "
+                    "program: a program writes one set of rows of each output",
+                )
+    for load in facts.loads:
+        if roles.get(load.tensor) not in (INPUT, INPLACE):
+            continue
+        coord = coordinates(load.offset, facts)
+        if not coord:
+            continue  # a weight's columns, a table's: no row
+        space = spaces.get(load.tensor, ROWS)
+        mine = [
+            (s, cs)
+            for s, cs in stores
+            if _together(load.path, s.path) and (space == ANY or spaces.get(s.tensor, ROWS) == space)
+        ]
+        short = next((s for s, cs in mine if any(cs.get(m) != c for m, c in coord.items())), None)
+        if not mine or short is not None:
+            written = "none of its rows"
+            if short is not None:
+                written = f"rows {_text(coordinates(short.offset, facts))} of {short.tensor}"
+            found.setdefault(
+                load.line,
+                f"{load.tensor} is read at rows {_text(coord)} where the program writes {written}: a program reads "
+                "only rows it writes (a row further on is a distance no test reaches)",
+            )
+    rows_used = {a for access in facts.loads + facts.stores for m in coordinates(access.offset, facts) for a in m}
+    for line, loop, names in facts.carried:
+        if loop in rows_used:
+            found.setdefault(
+                line,
+                f"the loop hands loaded values ({', '.join(names)}) from one row to the next: a row's answer may "
+                "depend only on its own row",
+            )
+    for line, what in facts.unfollowed:
+        found.setdefault(line, f"a {what} this check can follow: which rows it reads or writes is unknown")
+    return [
+        pb.Finding(rule_id="row-local", reason=f"{reason} (in {kernel})", line=line)
+        for line, reason in sorted(found.items())
+    ]
+
+
+def check_plan(
+    source: str, plan: pb.LaunchPlan, roles: Mapping[str, str], spaces: Mapping[str, str] | None = None
+) -> list[pb.Finding]:
+    """`row-local` findings of every launch of a plan whose source passed the dataflow check."""
+    tree = ast.parse(source)
+    seen: set = set()
+    out = []
+    for launch in plan.launches:
+        for f in check_launch(source, launch, roles, spaces, tree=tree):
+            if (f.reason, f.line) not in seen:
+                seen.add((f.reason, f.line))
+                out.append(f)
+    return out

@@ -1,0 +1,151 @@
+"""A program reads only rows it writes (services.core.row_locality): look-aheads are refused before anything runs.
+
+Three red-team rounds got kernels keyed to a row equal to one far away past the judge (a persistent program
+looking one grid stride ahead, a tile looking 26 rows back); the recurring prompt of the server's sweep met them
+up to the model's longest sequence, not past it. The static rule meets them at every distance, and every config of
+every template (the honest kernels) passes it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from candidate_files import plan_of
+
+from services import ops
+from services.core import row_locality
+from services.core.candidate_check import check_candidate
+
+TESTS = Path(__file__).resolve().parent.parent
+
+HONEST = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _norm(x_ptr, w_ptr, y_ptr, stride_x, stride_y, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    variance = tl.sum(x * x, axis=0) / n_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    y = w * x / tl.sqrt(variance + eps)
+    tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+"""
+PLAN = (
+    '# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "x_row_stride", "y_row_stride", '
+    '"cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_norm", "num_warps": 4}]}\n'
+)
+
+
+def _findings(source: str, family: str = "row_reduction"):
+    plan = plan_of(source)
+    fam = ops.family(family)
+    return row_locality.check_plan(source, plan, fam.ARG_ROLES, getattr(fam, "ROW_SPACES", None))
+
+
+def _variant(old: str, new: str) -> str:
+    assert old in HONEST
+    return PLAN + HONEST.replace(old, new)
+
+
+def test_an_honest_one_row_kernel_passes_and_its_weight_read_by_columns_has_no_row():
+    assert _findings(PLAN + HONEST) == []
+    assert check_candidate(PLAN + HONEST, plan_of(PLAN + HONEST)).passed
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        # the next row, by the stride and by the width used as a stride
+        ("x_ptr + row * stride_x + cols", "x_ptr + (row + 1) * stride_x + cols", "read at rows 1 + pid0"),
+        ("x_ptr + row * stride_x + cols", "x_ptr + row * stride_x + 3 * stride_x + cols", "read at rows 3*1 + pid0"),
+        # one grid stride ahead: the next program's row
+        ("x_ptr + row * stride_x + cols", "x_ptr + (row + tl.num_programs(0)) * stride_x + cols", "programs0"),
+        # the row's answer written to a second set of rows as well
+        (
+            "tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)",
+            "tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)\n"
+            "    tl.store(y_ptr + (row + 7) * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)",
+            "a program writes one set of rows of each output",
+        ),
+    ],
+)
+def test_a_read_or_write_of_rows_other_than_the_programs_own_is_refused(old, new, said):
+    (finding,) = _findings(_variant(old, new))
+    assert finding.rule_id == "row-local" and said in finding.reason, finding.reason
+    evidence = check_candidate(_variant(old, new), plan_of(_variant(old, new)))
+    assert not evidence.passed and evidence.findings[0].rule_id == "row-local"
+
+
+PERSISTENT = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _norm(x_ptr, w_ptr, y_ptr, n_rows, stride_x, stride_y, n_cols, eps, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    prev = tl.zeros([BLOCK], dtype=tl.float32)
+    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+        variance = tl.sum(x * x, axis=0) / n_cols
+        y = w * x / tl.sqrt(variance + eps)
+        tl.store(y_ptr + row * stride_y + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+"""
+PERSISTENT_PLAN = (
+    '# plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "rows", "x_row_stride", '
+    '"y_row_stride", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "min(sms, rows)", '
+    '"kernel": "_norm", "num_warps": 4}]}\n'
+)
+
+
+def test_a_persistent_loop_over_rows_passes_and_one_that_hands_a_loaded_row_to_the_next_is_refused():
+    assert _findings(PERSISTENT_PLAN + PERSISTENT) == []
+    # the row one grid stride back, kept from the last trip: equal rows that far apart would key it
+    keyed = PERSISTENT.replace(
+        "        y = w * x / tl.sqrt(variance + eps)\n",
+        "        same = tl.sum(tl.abs(x - prev), axis=0)\n"
+        "        y = w * x / tl.sqrt(variance + eps) * (1.0 + 0.25 / (1.0 + 1e12 * same))\n"
+        "        prev = x\n",
+    )
+    (finding,) = _findings(PERSISTENT_PLAN + keyed)
+    assert finding.rule_id == "row-local" and "hands loaded values (prev) from one row to the next" in finding.reason
+
+
+@pytest.mark.parametrize(
+    ("path", "family", "said"),
+    [
+        ("server/rmsnorm_kernel_persistent_look_ahead.py", "row_reduction", "16*constexpr:N_COLS*programs0"),
+        ("ops/residual_norm/residual_equal_one_tile_ahead.py", "residual_norm", "r is read at rows"),
+        ("adversarial/candidates/rows_equal_far_in_a_tile_of_64.py", "row_reduction", "-26*1"),
+    ],
+)
+def test_the_red_team_look_aheads_are_refused_by_the_rule(path, family, said):
+    source = (TESTS / path).read_text()
+    evidence = check_candidate(source, plan_of(source))
+    assert not evidence.passed and evidence.findings[0].rule_id == "row-local", evidence.findings
+    assert said in evidence.findings[0].reason, evidence.findings[0].reason
+
+
+@pytest.mark.parametrize("name", sorted(ops.FAMILIES))
+def test_every_config_of_every_template_passes(name):
+    template, fam = ops.template(name), ops.family(name)
+    checked = 0
+    for variant in template.VARIANTS:
+        for width in (64, 1536, 5120):
+            try:
+                configs = template.search_configs(variant, width)
+            except TypeError:  # a template that wants the live shape too
+                configs = template.search_configs(variant, width, live_shape=(4, width))
+            for config in configs:
+                source, plan = template.render(config), template.plan(config)
+                spaces = getattr(fam, "ROW_SPACES", None)
+                assert row_locality.check_plan(source, plan, fam.ARG_ROLES, spaces) == [], (variant, width, config)
+                checked += 1
+    assert checked > 0
