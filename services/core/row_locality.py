@@ -28,6 +28,9 @@ written plainly, the rule costs an honest kernel nothing.
 Not covered: reads past the end of the row through the columns (`cols` wider than the row, into the next one): the
 column extent of an access is not bounded here; the judge's repeated rows meet it inside two tiles.
 Pure and stdlib-only, like kernel_dataflow.
+
+Over 400 lines, one file: one symbolic walk of a kernel's addresses and the rule that reads it; split, each half
+would hold the other's vocabulary (atoms, coordinates, paths).
 """
 
 from __future__ import annotations
