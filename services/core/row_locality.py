@@ -36,6 +36,7 @@ would hold the other's vocabulary (atoms, coordinates, paths).
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -55,6 +56,9 @@ RULES = {
 # outputs hold different rows (RoPE: q's heads and k's) names each tensor's, and a table read at a part of every
 # output's rows (RoPE's cos and sin at a position) is ANY.
 ROWS, ANY = "rows", "any"
+# The most rows of its own one store writes at once (a tile's lanes): the judge's repeated rows cover two such tiles
+# (services.judge.cases.row_blocks; the row families' grids cover at most as many: row_reduction.MAX_TILE_ROWS)
+MAX_TILE_ROWS = 64
 Mono = tuple[str, ...]  # sorted atoms, repeated for powers
 Poly = dict  # Mono -> Fraction
 _PASS_THROUGH = frozenset(
@@ -129,6 +133,7 @@ class _Facts:
     unfollowed: list = field(default_factory=list)  # (line, verb): an address not followed
     constants: dict = field(default_factory=dict)  # the source's constants: name -> Poly
     carried: list = field(default_factory=list)  # (line, loop atom, names): loaded values a loop hands its next trip
+    lanes: dict = field(default_factory=dict)  # each tl.arange atom -> its number of lanes (None: not a number)
 
 
 class _Walk:
@@ -324,7 +329,12 @@ class _Walk:
             return _atom(atom)
         if name == "tl.arange":
             bounds = [self.expr(a) for a in args]
-            return self.opaque("arange", *bounds) if all(isinstance(b, dict) for b in bounds) else None
+            if not (len(bounds) == 2 and all(isinstance(b, dict) for b in bounds)):
+                return None
+            lanes = self.opaque("arange", *bounds)
+            start, end = (b.get((), Fraction(0)) if set(b) <= {()} else None for b in bounds)
+            self.facts.lanes[next(iter(lanes))[0]] = None if start is None or end is None else int(end - start)
+            return lanes
         if name in ("tl.load", "tl.store"):
             self.access(node, name == "tl.store")
             return DATA if name == "tl.load" else None
@@ -387,8 +397,9 @@ def _literal(node: ast.expr | None) -> int:
 
 
 def coordinates(offset: tuple, facts: _Facts) -> dict:
-    """An address's row coordinates: its row monomials without their stride atoms (and a row part's scale met alone:
-    a whole number of rows on), each with its coefficient."""
+    """An address's row coordinates: its row monomials without their stride atoms, each with its coefficient. A row
+    part's scale (`row * N`: N) also marks rows where it multiplies what holds no row atom (`row * N + 7 * N`: seven
+    rows on; `(pid * R + tl.arange(0, R)) * N`: the tile's lanes)."""
     poly = dict(offset)
     rows = {m: c for m, c in poly.items() if any(a in facts.rows for a in m)}
     scales = {tuple(a for a in m if a not in facts.rows) for m in rows}
@@ -398,9 +409,37 @@ def coordinates(offset: tuple, facts: _Facts) -> dict:
         coord = tuple(a for a in m if a not in facts.strides)
         out[coord] = out.get(coord, Fraction(0)) + c
     for m, c in poly.items():
-        if m not in rows and m in scales:  # `row * N + 7 * N`: seven rows on
-            out[()] = out.get((), Fraction(0)) + c
+        scale = next((sc for sc in sorted(scales, key=len, reverse=True) if m not in rows and _within(sc, m)), None)
+        if scale is not None:
+            coord = _without(m, scale)
+            out[coord] = out.get(coord, Fraction(0)) + c
     return _poly(out.items())
+
+
+def _within(part: tuple, whole: tuple) -> bool:
+    """Whether the monomial `part` divides `whole` (each atom at least as often)."""
+    need, have = Counter(part), Counter(whole)
+    return all(have[a] >= n for a, n in need.items())
+
+
+def _without(whole: tuple, part: tuple) -> tuple:
+    left = Counter(whole)
+    left.subtract(Counter(part))
+    return tuple(sorted(left.elements()))
+
+
+def span(coord: dict, facts: _Facts) -> int | None:
+    """How many rows one access of these coordinates covers at once: its lanes' reach (a monomial of one tl.arange
+    of a known number of lanes, times a number), plus one; None where a lane's reach is not a number."""
+    reach = Fraction(0)
+    for m, c in coord.items():
+        lanes = [a for a in m if a in facts.lanes]
+        if not lanes:
+            continue
+        if len(m) != 1 or facts.lanes[lanes[0]] is None:
+            return None
+        reach += abs(c) * (facts.lanes[lanes[0]] - 1)
+    return int(reach) + 1
 
 
 def _together(a: tuple, b: tuple) -> bool:
@@ -478,6 +517,17 @@ def _findings(facts: _Facts, roles: Mapping[str, str], spaces: Mapping[str, str]
                     f"{a.tensor} is written at rows {_text(ca)} and at rows {_text(cb)} (line {b.line}) by one "
                     "program: a program writes one set of rows of each output",
                 )
+    for store, coord in stores:
+        if spaces.get(store.tensor, ROWS) != ROWS:
+            continue  # rows of another kind (RoPE's heads at a position): the family's cases size them
+        covered = span(coord, facts)
+        if covered is None or covered > MAX_TILE_ROWS:
+            found.setdefault(
+                store.line,
+                f"{store.tensor} is written at {covered or 'a number of'} rows at once ({_text(coord)}): a program "
+                f"covers at most {MAX_TILE_ROWS} rows at a time, each tile's lanes a number of them (the judge's "
+                "repeated rows hold equal rows at every distance inside two such tiles)",
+            )
     for load in facts.loads:
         if roles.get(load.tensor) not in (INPUT, INPLACE):
             continue
