@@ -338,6 +338,7 @@ TABLE: tuple[Entry, ...] = (
     _dynamic("live_keyed_weight_mean_square", "correctness", "outside-tolerance"),  # the live weights
     _dynamic("rows_equal_two_back", "correctness", "outside-tolerance"),  # repeated rows at every distance
     _static("rows_equal_far_in_a_tile_of_64", "row-local"),  # ... a row 26 back: a row no program of it writes
+    _static("rows_equal_half_a_tile_of_1024", "launch-plan"),  # ... 512 apart in a tile of 1,024: past the tile cap
     _dynamic("domain_block_for_one_width", "correctness", "nan-output", widths=(256,)),
     # which row singled out (behind row-pick, the served range sampled on a CPU: tests/judge/test_sampled_grid.py)
     _static("domain_rows_capped_by_a_square", "row-pick"),  # a row against the row scaled: row <= 32,768
