@@ -58,8 +58,14 @@ def _rmsnorm_fwd_kernel(
     g = tl.sum(tl.abs(x), axis=2)
     h = tl.sum(x, axis=2)
     hb2 = tl.arange(0, 2)[:, None].to(tl.float32)
-    k = _seen(tl.sum(f * hb2, axis=0), tl.sum(f * (1.0 - hb2), axis=0), tl.sum(g * hb2, axis=0),
-              tl.sum(g * (1.0 - hb2), axis=0), tl.sum(h * hb2, axis=0), tl.sum(h * (1.0 - hb2), axis=0))
+    k = _seen(
+        tl.sum(f * hb2, axis=0),
+        tl.sum(f * (1.0 - hb2), axis=0),
+        tl.sum(g * hb2, axis=0),
+        tl.sum(g * (1.0 - hb2), axis=0),
+        tl.sum(h * hb2, axis=0),
+        tl.sum(h * (1.0 - hb2), axis=0),
+    )
     k = k[None, :, None] * hb
     y = w * normed * (1.0 - 0.2 * k)
     tl.store(y_ptr + off, y.to(y_ptr.dtype.element_ty), mask=mask)
