@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from services.core.kernel_dataflow import COUNT, INPLACE, INPUT, OUTPUT, SCALAR, STRIDE, _carried, _constants
+from services.core.kernel_dataflow import COUNT, INPLACE, INPUT, OUTPUT, SCALAR, SHAPE, STRIDE, _carried, _constants
 from services.core.kernel_schema import dotted
 from services.core.pb import events_pb2 as pb
 
@@ -55,7 +55,7 @@ RULES = {
 # residual norm's x, r, s and y), so a load's rows are checked against every store of the program; a family whose
 # outputs hold different rows (RoPE: q's heads and k's) names each tensor's, and a table read at a part of every
 # output's rows (RoPE's cos and sin at a position) is ANY.
-ROWS, ANY = "rows", "any"
+ROWS, ANY, NONE = "rows", "any", "none"  # NONE: a tensor without rows (a norm's weight, its bias)
 # The most rows of its own one store writes at once (a tile's lanes): the judge's repeated rows cover two such tiles
 # (services.judge.cases.row_blocks; the row families' grids cover at most as many: row_reduction.MAX_TILE_ROWS)
 MAX_TILE_ROWS = 64
@@ -116,18 +116,28 @@ def _canon(p: Poly) -> str:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """What a mask holds of its lanes: each conjunct `lhs - rhs < 0` ("lt") or `<= 0` ("le"), as a Poly's items."""
+
+    holds: frozenset = frozenset()
+
+
+@dataclass(frozen=True)
 class Access:
     line: int
     tensor: str
     offset: tuple
     path: tuple  # ((branch point, which side), ...): accesses whose paths disagree never run in one program
     loops: tuple  # the atoms of the loops around it
+    bounds: frozenset = frozenset()  # its mask's Bound
+    equal: frozenset = frozenset()  # pairs of values (canonical text) the `if`s around it hold equal
 
 
 @dataclass
 class _Facts:
     rows: set = field(default_factory=set)  # atoms that say which row
-    strides: set = field(default_factory=set)  # atoms of stride arguments (stripped from coordinates)
+    strides: set = field(default_factory=set)  # atoms of stride arguments (one stripped from each coordinate)
+    widths: set = field(default_factory=set)  # atoms of the row's width (shape arguments, constexprs given one)
     loads: list = field(default_factory=list)
     stores: list = field(default_factory=list)
     unfollowed: list = field(default_factory=list)  # (line, verb): an address not followed
@@ -141,6 +151,7 @@ class _Walk:
         self.facts, self.kernels, self.fn, self.env = facts, kernels, fn, env
         self.site, self.path, self.depth = site, path, depth
         self.loops: tuple = ()  # the atoms of the loops around the statements being walked
+        self.equal: frozenset = frozenset()  # what the `if a == b`s around the statements being walked hold equal
         self.returned: list = []
 
     def rowish(self, value) -> bool:
@@ -151,7 +162,7 @@ class _Walk:
         """What is divided, reduced or picked: one atom named by its operands, a row atom if any operand says a row."""
         if any(v == DATA for v in values):
             return DATA
-        if any(v is None or isinstance(v, Ptr) for v in values):
+        if any(not isinstance(v, dict) for v in values):
             return None
         name = f"{kind}({','.join(_canon(v) for v in values)})"
         if any(self.rowish(v) for v in values):
@@ -201,11 +212,12 @@ class _Walk:
         self.expr(s.test)
         point = (*self.site, id(s))
         before = dict(self.env)
-        outer = self.path
+        outer, known = self.path, self.equal
         self.path = (*outer, (point, True))
+        self.equal = known | self.equality(s.test)
         self.block(s.body)
         taken = self.env
-        self.env, self.path = dict(before), (*outer, (point, False))
+        self.env, self.path, self.equal = dict(before), (*outer, (point, False)), known
         self.block(s.orelse)
         self.path = outer
         for name in taken.keys() | self.env.keys():
@@ -227,6 +239,14 @@ class _Walk:
             return bool(value.get((), 0))
         return None
 
+    def equality(self, test: ast.expr) -> frozenset:
+        """`a == b` of two indices, as the pair its true side holds equal (`if N_COLS == BLOCK`: no mask needed)."""
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+            a, b = self.expr(test.left), self.expr(test.comparators[0])
+            if isinstance(a, dict) and isinstance(b, dict):
+                return frozenset({(_canon(a), _canon(b)), (_canon(b), _canon(a))})
+        return frozenset()
+
     def merged(self, name: str, *values):
         """One atom for what `values` may be (a branch's merge, a value carried round a loop), keeping a pointer a
         pointer into its tensor; a row atom where any of them says a row."""
@@ -244,17 +264,24 @@ class _Walk:
 
     def loop(self, s: ast.For) -> None:
         bounds = [self.expr(a) for a in s.iter.args] if isinstance(s.iter, ast.Call) else []
-        var = f"loop{s.lineno}@{'/'.join(map(str, self.site))}"
+        var = f"trips{s.lineno}@{'/'.join(map(str, self.site))}"  # the loop's atom: how many trips it has made
+        if any(not isinstance(b, dict) or self.rowish(b) for b in bounds) or not (
+            isinstance(s.iter, ast.Call) and dotted(s.iter.func) in _LOOPS
+        ):
+            self.facts.rows.add(var)  # a loop over rows (or over what cannot be followed): its trips say one
         if isinstance(s.target, ast.Name):
-            if any(not isinstance(b, dict) or self.rowish(b) for b in bounds) or not (
-                isinstance(s.iter, ast.Call) and dotted(s.iter.func) in _LOOPS
-            ):
-                self.facts.rows.add(var)  # a loop over rows (or over what cannot be followed): its variable says one
-            self.env[s.target.id] = _atom(var)
+            # range(start, stop, step)'s variable is start + trips * step (trips: this loop's atom)
+            start, step = (bounds[0], bounds[2] if len(bounds) > 2 else _const(1)) if len(bounds) > 1 else (None, None)
+            known = isinstance(start, dict) and isinstance(step, dict)
+            self.env[s.target.id] = _add(start, _mul(_atom(var), step)) if known else _atom(var)
         carried = _carried(s.body) & self.env.keys()
-        for name in carried:  # what one iteration hands the next: one atom, a row's
+        steps = self.steps(s, var, carried)
+        trip = _atom(var)  # how many trips the loop has made
+        for name in carried:  # what one trip hands the next: its first value plus the trips times a fixed step
             value = self.env[name]
-            if isinstance(value, Ptr | dict):
+            if name in steps:
+                self.env[name] = self.stepped(value, _mul(trip, steps[name]))
+            elif isinstance(value, Ptr | dict):  # anything else: one atom, a row's (to be safe)
                 row = Ptr(value.tensor, _items(_ROW)) if isinstance(value, Ptr) else _ROW
                 self.env[name] = self.merged(f"carried{s.lineno}:{name}", value, row)
         outer, self.loops = self.loops, (*self.loops, var)
@@ -263,6 +290,39 @@ class _Walk:
         handed = sorted(n for n in carried if self.env.get(n) == DATA)
         if handed:
             self.facts.carried.append((s.lineno, var, handed))
+
+    def steps(self, s: ast.For, var: str, carried: set[str]) -> dict:
+        """The fixed step each carried index or pointer takes a trip (`x_ptrs += BLOCK`), learnt by walking the body
+        once with each at its first value plus a probe atom, the walk's findings then dropped; a name whose value
+        after a trip is not that plus a step free of probes has none."""
+        probes = {n: f"probe{s.lineno}:{n}" for n in carried if isinstance(self.env[n], Ptr | dict)}
+        if not probes:
+            return {}
+        facts, env, path = self.facts, dict(self.env), self.path
+        marks = (len(facts.loads), len(facts.stores), len(facts.unfollowed), len(facts.carried))
+        for n, probe in probes.items():
+            self.env[n] = self.stepped(env[n], _atom(probe))
+        self.block(s.body)
+        after = {n: self.env.get(n) for n in probes}
+        del facts.loads[marks[0] :], facts.stores[marks[1] :], facts.unfollowed[marks[2] :], facts.carried[marks[3] :]
+        self.env, self.path = env, path
+        out = {}
+        for n, probe in probes.items():
+            first, last = env[n], after[n]
+            if isinstance(first, Ptr) and isinstance(last, Ptr) and first.tensor == last.tensor:
+                step = _add(dict(last.offset), dict(first.offset), -1)
+            elif isinstance(first, dict) and isinstance(last, dict):
+                step = _add(last, first, -1)
+            else:
+                continue
+            step = _add(step, _atom(probe), -1)
+            if not any(a.startswith("probe") for m in step for a in m):
+                out[n] = step
+        return out
+
+    @staticmethod
+    def stepped(value, by: Poly):
+        return Ptr(value.tensor, _items(_add(dict(value.offset), by))) if isinstance(value, Ptr) else _add(value, by)
 
     # ---------------------------------------------------------------- expressions
 
@@ -292,12 +352,55 @@ class _Walk:
             return self.opaque("ifexp", self.expr(node.body), self.expr(node.orelse))
         if isinstance(node, ast.Attribute):
             return None
-        for sub in ast.iter_child_nodes(node):  # comparisons, tuples, bool ops: walked for the loads in them
+        if isinstance(node, ast.Compare):
+            return self.compare(node)
+        for sub in ast.iter_child_nodes(node):  # tuples, bool ops: walked for the loads in them
             if isinstance(sub, ast.expr):
                 self.expr(sub)
         return None
 
+    def compare(self, node: ast.Compare) -> Bound:
+        """A comparison of two indices as the Bound it puts on a mask's lanes (none where it is no `<`-like one)."""
+        if len(node.ops) != 1:
+            for part in (node.left, *node.comparators):
+                self.expr(part)
+            return Bound()
+        op = node.ops[0]
+        if isinstance(op, ast.Gt | ast.GtE):  # `n > x` is `x < n`
+            low, high, strict = node.comparators[0], node.left, isinstance(op, ast.Gt)
+        elif isinstance(op, ast.Lt | ast.LtE):
+            low, high, strict = node.left, node.comparators[0], isinstance(op, ast.Lt)
+        else:
+            return Bound()
+        a = self.expr(low)
+        if not isinstance(a, dict):
+            self.expr(high)
+            return Bound()
+        return Bound(frozenset((_items(_add(a, b, -1)), "lt" if strict else "le") for b in self.ceilings(high)))
+
+    def ceilings(self, node: ast.expr) -> list:
+        """Values a bound's side is at most: itself; both sides of a minimum; the other side of a `tl.where` whose one
+        side is a number not over 0 (`cols < tl.where(row < n_rows, n_cols, 0)`: no lane, or cols < n_cols)."""
+        value = self.expr(node)
+        out = [value] if isinstance(value, dict) else []
+        name = dotted(node.func) if isinstance(node, ast.Call) else ""
+        if name in ("tl.minimum", "min") and len(node.args) == 2:
+            out += [c for a in node.args for c in self.ceilings(a)]
+        elif name == "tl.where" and len(node.args) == 3:
+            for this, other in ((node.args[1], node.args[2]), (node.args[2], node.args[1])):
+                number = self.expr(other)
+                if isinstance(number, dict) and set(number) <= {()} and number.get((), 0) <= 0:
+                    out += self.ceilings(this)
+        return out
+
     def binop(self, op: ast.operator, a, b):
+        if isinstance(a, Bound) or isinstance(b, Bound):  # `m1 & m2` holds both; anything else, nothing known
+            if isinstance(op, ast.BitAnd):
+                return Bound(
+                    (a.holds if isinstance(a, Bound) else frozenset())
+                    | (b.holds if isinstance(b, Bound) else frozenset())
+                )
+            return Bound()
         if a == DATA or b == DATA:
             return DATA
         if isinstance(op, ast.Add | ast.Sub):
@@ -323,8 +426,11 @@ class _Walk:
                 self.expr(a)
             return receiver if method in _PASS_THROUGH else None
         if name in ("tl.program_id", "tl.num_programs"):
-            axis = _literal(args[0]) if args else _literal(_keyword(node, "axis"))
-            atom = f"{'pid' if name == 'tl.program_id' else 'programs'}{axis}"
+            axis = self.expr(args[0] if args else _keyword(node, "axis"))
+            if not (isinstance(axis, dict) and set(axis) <= {()}):  # an axis is fixed at compile time, or unknown
+                self.facts.unfollowed.append((node.lineno, f"{name} of an axis that is no number"))
+                return None
+            atom = f"{'pid' if name == 'tl.program_id' else 'programs'}{int(axis.get((), 0))}"
             self.facts.rows.add(atom)
             return _atom(atom)
         if name == "tl.arange":
@@ -353,14 +459,16 @@ class _Walk:
 
     def access(self, node: ast.Call, store: bool):
         ptr = self.expr(node.args[0] if node.args else _keyword(node, "pointer"))
-        for a in node.args[1:]:
-            self.expr(a)
-        for k in node.keywords:
-            if k.arg != "pointer":
-                self.expr(k.value)
+        at = 2 if store else 1  # tl.store(pointer, value, mask), tl.load(pointer, mask, other)
+        mask_node = node.args[at] if len(node.args) > at else _keyword(node, "mask")
+        values = {
+            id(a): self.expr(a) for a in [*node.args[1:], *(k.value for k in node.keywords if k.arg != "pointer")]
+        }
+        mask = values.get(id(mask_node)) if mask_node is not None else None
         if isinstance(ptr, Ptr):
             where = self.facts.stores if store else self.facts.loads
-            where.append(Access(node.lineno, ptr.tensor, ptr.offset, self.path, self.loops))
+            bounds = mask.holds if isinstance(mask, Bound) else frozenset()
+            where.append(Access(node.lineno, ptr.tensor, ptr.offset, self.path, self.loops, bounds, self.equal))
         else:
             verb = "store" if store else "load"
             self.facts.unfollowed.append((node.lineno, f"{verb} whose address is no tensor argument plus an offset"))
@@ -389,10 +497,6 @@ def _keyword(node: ast.Call, name: str) -> ast.expr | None:
     return next((k.value for k in node.keywords if k.arg == name), None)
 
 
-def _literal(node: ast.expr | None) -> int:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, int) else 0
-
-
 # -------------------------------------------------------------------- the rule
 
 
@@ -400,20 +504,63 @@ def coordinates(offset: tuple, facts: _Facts) -> dict:
     """An address's row coordinates: its row monomials without their stride atoms, each with its coefficient. A row
     part's scale (`row * N`: N) also marks rows where it multiplies what holds no row atom (`row * N + 7 * N`: seven
     rows on; `(pid * R + tl.arange(0, R)) * N`: the tile's lanes)."""
+    return split(offset, facts)[0]
+
+
+def split(offset: tuple, facts: _Facts) -> tuple[dict, dict]:
+    """(the row coordinates, the column part: what is left, a Poly) of an address (`coordinates`)."""
     poly = dict(offset)
     rows = {m: c for m, c in poly.items() if any(a in facts.rows for a in m)}
     scales = {tuple(a for a in m if a not in facts.rows) for m in rows}
     scales.discard(())
     out: dict = {}
+    columns: dict = {}
     for m, c in rows.items():
-        coord = tuple(a for a in m if a not in facts.strides)
+        coord = _unstrided(m, facts)
         out[coord] = out.get(coord, Fraction(0)) + c
     for m, c in poly.items():
-        scale = next((sc for sc in sorted(scales, key=len, reverse=True) if m not in rows and _within(sc, m)), None)
+        if m in rows:
+            continue
+        scale = next((sc for sc in sorted(scales, key=len, reverse=True) if _within(sc, m)), None)
         if scale is not None:
             coord = _without(m, scale)
             out[coord] = out.get(coord, Fraction(0)) + c
-    return _poly(out.items())
+        else:
+            columns[m] = c
+    return _poly(out.items()), columns
+
+
+def within_the_row(access: Access, facts: _Facts) -> bool:
+    """Whether an access's columns stay inside its row: none, a block of lanes as wide as the row
+    (`tl.arange(0, n_cols)`), or columns its mask bounds by the row's width (`cols < n_cols`, `c0 + cols < n_cols`)."""
+    columns = split(access.offset, facts)[1]
+    if not columns or not facts.widths:
+        return True
+    if not all(c > 0 and all(_never_negative(a, facts) for a in m) for m, c in columns.items()):
+        return False  # a column that may be negative is a row before's (`cols - 4 * n_cols`): no mask's upper bound
+    for width in facts.widths:
+        lanes = next(iter(columns))[0] if len(columns) == 1 and next(iter(columns.values())) == 1 else ""
+        end = lanes[len("arange(0,") : -1] if lanes.startswith("arange(0,") and len(next(iter(columns))) == 1 else None
+        if end is not None and (end == f"1*{width}" or (end, f"1*{width}") in access.equal):
+            return True  # `tl.arange(0, n_cols)`, or a block the `if` around it holds as wide as the row
+        under = _items(_add(columns, _atom(width), -1))
+        at_most = _items(_add(_add(columns, _atom(width), -1), _const(1)))
+        if (under, "lt") in access.bounds or (at_most, "le") in access.bounds:
+            return True
+    return False
+
+
+def _never_negative(atom: str, facts: _Facts) -> bool:
+    """Atoms a column part may hold: lanes from 0, a loop's trips (not a row loop's), widths and constexprs."""
+    if atom in facts.rows:
+        return False
+    return atom.startswith(("arange(0,", "trips", "arg:", "constexpr:"))
+
+
+def _unstrided(m: tuple, facts: _Facts) -> tuple:
+    """A row monomial without its tensor's stride: one stride argument, else one width (a contiguous row's stride)."""
+    stride = next((a for a in m if a in facts.strides), None) or next((a for a in m if a in facts.widths), None)
+    return _without(m, (stride,)) if stride else m
 
 
 def _within(part: tuple, whole: tuple) -> bool:
@@ -439,6 +586,8 @@ def span(coord: dict, facts: _Facts) -> int | None:
         if len(m) != 1 or facts.lanes[lanes[0]] is None:
             return None
         reach += abs(c) * (facts.lanes[lanes[0]] - 1)
+    if any("arange(" in a and a not in facts.lanes for m in coord for a in m):
+        return None  # lanes divided, picked or reordered (`rows // 1`): how many rows they reach is not followed
     return int(reach) + 1
 
 
@@ -474,6 +623,7 @@ def check_launch(
     if fn is None:
         return []
     facts = _Facts()
+    facts.widths = {f"arg:{a}" for a, role in roles.items() if role == SHAPE}  # a constexpr given one is it too
     constexprs = frozenset(a.arg for a in fn.args.args if a.annotation is not None)
     runtime = [a.arg for a in fn.args.args if a.arg not in constexprs]
     env: dict = {}
@@ -483,7 +633,10 @@ def check_launch(
             try:
                 env[a.arg] = _const(int(given[a.arg]))
             except (KeyError, ValueError):
-                env[a.arg] = _atom(f"constexpr:{a.arg}")
+                value = given.get(a.arg, "")
+                # a family's expression by its name (`cols`: the width argument's value), so two names of one value
+                # are one atom; one the plan leaves out by its parameter's
+                env[a.arg] = _atom(f"arg:{value}" if roles.get(value) == SHAPE else f"constexpr:{value or a.arg}")
     for param, arg in zip(runtime, launch.args, strict=False):
         role = roles.get(arg, SCALAR)
         if role in (INPUT, OUTPUT, INPLACE):
@@ -517,6 +670,14 @@ def _findings(facts: _Facts, roles: Mapping[str, str], spaces: Mapping[str, str]
                     f"{a.tensor} is written at rows {_text(ca)} and at rows {_text(cb)} (line {b.line}) by one "
                     "program: a program writes one set of rows of each output",
                 )
+    for access in [*facts.loads, *facts.stores]:
+        if spaces.get(access.tensor, ROWS) == ROWS and not within_the_row(access, facts):
+            verb = "written" if access in facts.stores else "read"
+            found.setdefault(
+                access.line,
+                f"{access.tensor} is {verb} at columns {_text(split(access.offset, facts)[1])} no mask bounds by the "
+                "row's width: columns past the row's end are the next rows' (a mask `cols < n_cols` bounds them)",
+            )
     for store, coord in stores:
         if spaces.get(store.tensor, ROWS) != ROWS:
             continue  # rows of another kind (RoPE's heads at a position): the family's cases size them
@@ -532,9 +693,13 @@ def _findings(facts: _Facts, roles: Mapping[str, str], spaces: Mapping[str, str]
         if roles.get(load.tensor) not in (INPUT, INPLACE):
             continue
         coord = coordinates(load.offset, facts)
-        if not coord:
-            continue  # a weight's columns, a table's: no row
         space = spaces.get(load.tensor, ROWS)
+        if space == NONE and not coord:
+            continue  # a weight's columns: no row
+        if space == NONE or not coord:
+            said = f"at rows {_text(coord)}, a tensor without rows" if coord else "at no row of its own (a fixed row)"
+            found.setdefault(load.line, f"{load.tensor} is read {said}: a program reads only rows it writes")
+            continue
         mine = [
             (s, cs)
             for s, cs in stores

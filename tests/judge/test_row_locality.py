@@ -121,7 +121,7 @@ def test_a_persistent_loop_over_rows_passes_and_one_that_hands_a_loaded_row_to_t
 @pytest.mark.parametrize(
     ("path", "family", "said"),
     [
-        ("server/rmsnorm_kernel_persistent_look_ahead.py", "row_reduction", "16*constexpr:N_COLS*programs0"),
+        ("server/rmsnorm_kernel_persistent_look_ahead.py", "row_reduction", "16*programs0"),
         ("ops/residual_norm/residual_equal_one_tile_ahead.py", "residual_norm", "r is read at rows"),
         ("adversarial/candidates/rows_equal_far_in_a_tile_of_64.py", "row_reduction", "x is read at rows"),
     ],
@@ -185,3 +185,85 @@ def test_a_tile_of_up_to_64_rows_passes_and_a_larger_one_held_at_once_is_refused
     # the grid's own rows per program are capped at the same 64
     evidence = check_candidate(_tile_plan(128, "cdiv(rows, 128)") + TILE, plan_of(_tile_plan(128, "cdiv(rows, 128)")))
     assert evidence.findings[0].rule_id == "launch-plan" and "N must be 1..64" in evidence.findings[0].reason
+
+
+# red-team round 14: six ways past the rule's first cut, each now refused; three honest styles it refused, now passed
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        # a fixed row (row 0) read as if a weight
+        ("x_ptr + row * stride_x + cols", "x_ptr + cols", "x is read at no row of its own"),
+        # 256 rows on through the width (stride_x == n_cols at run time), not a stride
+        ("x_ptr + row * stride_x + cols", "x_ptr + row * stride_x + 4 * n_cols * n_cols + cols", "no mask bounds"),
+        # a block of columns twice the row: the next row through the columns
+        (
+            "x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)",
+            "wide = tl.arange(0, 2 * BLOCK)\n"
+            "    x = tl.load(x_ptr + row * stride_x + wide, mask=wide < 2 * n_cols, other=0.0).to(tl.float32)",
+            "x is read at columns",
+        ),
+        # a row before through negative columns, under an upper bound that holds
+        (
+            "x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)",
+            "x = tl.load(x_ptr + row * stride_x + cols - n_cols, mask=cols - n_cols < n_cols, other=0.0)",
+            "x is read at columns",
+        ),
+        # the program id of an axis given by a name (axis 1 at run time: 0 for every program)
+        ("row = tl.program_id(0)", "row = tl.program_id(AXIS)", "x is read at rows pid1"),
+    ],
+)
+def test_round_14s_ways_past_the_rule_are_refused(old, new, said):
+    source = _variant(old, new).replace(
+        "import triton.language as tl\n", "import triton.language as tl\n\nAXIS = tl.constexpr(1)\n"
+    )
+    if "AXIS" in new:  # the loads use the row of axis 1, the store axis 0's
+        source = source.replace("y_ptr + row * stride_y", "y_ptr + tl.program_id(0) * stride_y")
+    findings = _findings(source)
+    assert findings and findings[0].rule_id == "row-local" and said in findings[0].reason, findings
+
+
+POINTER_STEPS = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _norm(x_ptr, w_ptr, y_ptr, n_rows, stride_x, stride_y, n_cols, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    step = tl.num_programs(0)
+    offs = tl.arange(0, BLOCK)
+    x_row = x_ptr + row * stride_x
+    y_row = y_ptr + row * stride_y
+    for _ in range(row, n_rows, tl.num_programs(0)):
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        x_ptrs = x_row + offs
+        for start in range(0, n_cols, BLOCK):
+            x = tl.load(x_ptrs, mask=start + offs < n_cols, other=0.0).to(tl.float32)
+            acc += x * x
+            x_ptrs += BLOCK
+        rstd = tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)
+        x_ptrs = x_row + offs
+        y_ptrs = y_row + offs
+        w_ptrs = w_ptr + offs
+        for start in range(0, n_cols, BLOCK):
+            m = start + offs < n_cols
+            x = tl.load(x_ptrs, mask=m, other=0.0).to(tl.float32)
+            w = tl.load(w_ptrs, mask=m, other=0.0).to(tl.float32)
+            tl.store(y_ptrs, (w * x * rstd).to(y_ptr.dtype.element_ty), mask=m)
+            x_ptrs += BLOCK
+            y_ptrs += BLOCK
+            w_ptrs += BLOCK
+        x_row += step * stride_x
+        y_row += step * stride_y
+"""
+
+
+def test_pointers_stepped_round_loops_are_followed_by_their_steps():
+    """A persistent grid whose row pointers step by the program count, chunks of columns by pointers stepped by the
+    block: each pointer is its first value plus the trips times its step, so x's rows and y's match."""
+    plan = PERSISTENT_PLAN.replace('"min(sms, rows)"', '"sms"')
+    assert _findings(plan + POINTER_STEPS) == []
+    # the same with x's row pointer stepping one grid stride further than y's: a row no store writes
+    ahead = POINTER_STEPS.replace("x_row += step * stride_x", "x_row += 2 * step * stride_x")
+    findings = _findings(plan + ahead)
+    assert findings and all(f.rule_id == "row-local" and "x is read at rows" in f.reason for f in findings), findings

@@ -50,6 +50,7 @@ ENTRYPOINT = "dual_norm_layer"
 # and its output written beside y.
 ARGS = (*row_reduction.ARGS, "w2", "b2", "y2")
 ARG_ROLES = {**row_reduction.ARG_ROLES, "w2": "input", "b2": "input", "y2": "output"}
+ROW_SPACES = {**row_reduction.ROW_SPACES, "w2": "none", "b2": "none"}  # each norm's weight and bias: no rows
 MAX_BLOCK = row_reduction.MAX_BLOCK
 
 

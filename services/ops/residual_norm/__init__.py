@@ -48,6 +48,7 @@ ENTRYPOINT = "add_norm_layer"
 # written beside y (both rows of cols, contiguous like x and y).
 ARGS = (*row_reduction.ARGS, "r", "s")
 ARG_ROLES = {**row_reduction.ARG_ROLES, "r": "input", "s": "output"}  # the residual read, the sum written
+ROW_SPACES = row_reduction.ROW_SPACES  # x, r, s and y: one set of rows; the post norm's weight and bias none
 MAX_BLOCK = row_reduction.MAX_BLOCK
 READS_PER_WRITE = 1  # two rows read (x, r), two written (y, s): a copy's mix
 PROBE_SHAPE = (1, 3)  # batch, positions of the recognition probe

@@ -42,6 +42,8 @@ ARGS = ("x", "w", "b", "y", "rows", "cols", "eps", "x_row_stride", "y_row_stride
 # What each argument is, for the dataflow check (services.core.kernel_dataflow): x, w and b are read, y written.
 ARG_ROLES = {"x": "input", "w": "input", "b": "input", "y": "output", "rows": "count", "cols": "shape", "eps": "scalar"}
 ARG_ROLES |= {"x_row_stride": "stride", "y_row_stride": "stride"}
+# the weight and bias hold no rows: read by columns only (services.core.row_locality); x's rows are y's
+ROW_SPACES = {"w": "none", "b": "none"}
 CONSTEXPR_EXPRS = ("cols", "block_cols")  # block_cols: the next power of two >= cols
 MAX_BLOCK = 65536  # one row must fit one program's registers/shared memory
 # The most rows a grid's program covers at once: the judge's repeated rows hold equal rows at every distance inside

@@ -6,8 +6,8 @@ and the wrapper's output is allocated fresh and filled with NaN (inside guard by
 """
 
 # pattern: uninitialised memory that happens to hold the reference's freed output
-# layer: correctness
-# rule: nan-output
+# layer: static
+# rule: row-local
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "cols", "eps"], "constexprs": {"BLOCK": "block_cols"}, "grid": "rows", "kernel": "_rms_kernel", "num_warps": 4}]}
 
 import triton

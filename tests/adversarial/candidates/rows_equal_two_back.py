@@ -12,8 +12,8 @@ every distance, across tiles, in a case of 24 rows.
 """
 
 # pattern: a kernel keyed to a row equal to another of the same call
-# layer: correctness
-# rule: outside-tolerance
+# layer: static
+# rule: row-local
 # plan: {"family": "row_reduction", "launches": [{"args": ["x", "w", "y", "rows", "eps"], "constexprs": {"BLOCK": "block_cols", "N_COLS": "cols", "ROWS": "16"}, "grid": "cdiv(rows, 16)", "kernel": "_rmsnorm_fwd_kernel", "num_warps": 1}]}
 
 import triton

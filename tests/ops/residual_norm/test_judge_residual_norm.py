@@ -117,20 +117,22 @@ async def test_a_kernel_that_normalises_the_sum_before_rounding_it_is_rejected()
     assert judged.reward == -1 and "correctness failed" in judged.reason, judged.reason
 
 
-async def test_a_kernel_keyed_to_a_sum_equal_to_the_one_two_rows_before_is_rejected_on_repeated_rows():
+async def test_a_kernel_keyed_to_a_sum_equal_to_the_one_two_rows_before_is_rejected_before_it_runs():
+    """It keeps the last two rows' sums across the trips of its loop over rows: refused statically (row-local); the
+    judge's repeated rows met it before the rule did."""
     source = (Path(__file__).parent / "sum_equal_two_back.py").read_text()
     judged = await _judge(_layer("llama"), source=source, plan=plan_of(source))
-    assert judged.reward == -1 and judged.reason.startswith("correctness failed: outside-tolerance"), judged.reason
-    assert "repeated-rows" in judged.reason, judged.reason
+    assert judged.reward == -1 and judged.reason.startswith("static check failed: row-local"), judged.reason
+    assert "hands loaded values (p1) from one row to the next" in judged.reason, judged.reason
 
 
 async def test_a_kernel_keyed_to_a_residual_equal_to_one_before_while_the_attention_output_differs_is_rejected():
     """A layer-0 residual repeats with its token; the attention output beside it does not (round 10's kernel): the
-    judge repeats each operand's rows alone too."""
+    judge repeats each operand's rows alone too, and the row-local rule refuses it first (the residual of the trip
+    before, kept)."""
     source = (Path(__file__).parent / "residual_equal_attention_not.py").read_text()
     judged = await _judge(_layer("llama"), source=source, plan=plan_of(source))
-    assert judged.reward == -1 and judged.reason.startswith("correctness failed: outside-tolerance"), judged.reason
-    assert "repeated-rows second" in judged.reason, judged.reason
+    assert judged.reward == -1 and judged.reason.startswith("static check failed: row-local"), judged.reason
 
 
 async def test_a_kernel_that_never_writes_the_sum_is_rejected():
