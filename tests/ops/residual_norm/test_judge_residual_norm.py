@@ -210,7 +210,8 @@ async def test_a_kernel_wrong_only_for_calls_of_one_row_is_rejected():
     first.kernel, past.kernel = past.kernel, first.kernel  # the wrong kernel serves the calls up to the limit
     first.max_rows = 1
     judged = await _judge(_layer("llama"), source=source, plan=plan)
-    assert judged.reward == -1 and "launch-regimes 1x" in judged.observed.correctness.error, judged.reason
+    error = judged.observed.correctness.error  # the first one-row case met (its order is the judging's seed's)
+    assert judged.reward == -1 and ("launch-regimes 1x" in error or "dispatch-edge 1x" in error), judged.reason
 
 
 async def test_on_cpu_a_residual_norm_plan_dispatching_above_what_the_interpreter_runs_is_refused():

@@ -405,7 +405,8 @@ async def test_a_kernel_taking_q_packed_meets_q_and_k_as_chunks_of_a_fused_proje
     """A red-team kernel of 2026-12-07: q's batch offset as `b * heads * seq * head_dim` (the packed stride) instead of
     its stride argument. The attention and contiguous layouts both have the packed batch stride; GPT-NeoX passes q and
     k as chunks of its fused query_key_value, three times wider: every sequence past the first read other bytes (5.4
-    off on Pythia's batched decode). The fused layout's strides are none of the packed ones."""
+    off on Pythia's batched decode). The fused layout's strides are none of the packed ones; the row-local rule
+    refuses it before anything runs (q read at rows of the packed stride, written at its stride's)."""
     captured = _captured(QWEN2, "rope_half", dtype="torch.float32")
     proposal = _proposal(captured, template.search_configs("rope_half")[0])
     assert proposal.source.count("b * x_sb") >= 1, "the template changed: find the batch offset again"
@@ -413,7 +414,7 @@ async def test_a_kernel_taking_q_packed_meets_q_and_k_as_chunks_of_a_fused_proje
     proposal.source_sha256 = candidate_sha256(proposal.source, proposal.plan)
     prior = log_of(captured, proposal)
     [judged] = await JudgeService(device="cpu", examples=0).handle(prior[-1], prior)
-    assert judged.reward == -1 and " fused" in judged.reason, judged.reason
+    assert judged.reward == -1 and judged.reason.startswith("static check failed: row-local: q is read at rows")
 
 
 def test_the_fused_layout_views_q_and_k_inside_a_wider_buffer_of_nan():
