@@ -63,8 +63,11 @@ Mono = tuple[str, ...]  # sorted atoms, repeated for powers
 Poly = dict  # Mono -> Fraction
 _PASS_THROUGH = frozenset(
     "tl.multiple_of tl.max_contiguous tl.max_constancy tl.reshape tl.view tl.broadcast_to tl.broadcast "
-    "tl.expand_dims tl.trans tl.permute tl.cast int reshape view broadcast_to expand_dims trans permute to".split()
+    "tl.expand_dims tl.trans tl.permute reshape view broadcast_to expand_dims trans permute".split()
 )
+_CASTS = frozenset({"tl.cast", "int"})  # and `.to(dtype)`: an index cast wider (or to a float) is the same number
+# dtypes a cast leaves an index as it was; a narrower integer (int32 included) can wrap a large offset to a small one
+_WIDE = frozenset({"tl.int64", "tl.uint64", "tl.float32", "tl.float64", None, ""})
 _LOOPS = ("range", "tl.range", "tl.static_range")
 _MAX_DEPTH = 8
 DATA = "data"  # a value loaded from memory (or built from one): no address, but it may be carried to another row
@@ -419,8 +422,19 @@ class _Walk:
     def call(self, node: ast.Call):
         name = dotted(node.func) or ""
         args = node.args
+        if name in self.kernels:  # the source's own kernel, whatever it is named (`view`, `min`): followed
+            if self.depth < _MAX_DEPTH:
+                return self.inline(self.kernels[name], node)
+            self.facts.unfollowed.append((node.lineno, f"call of {name} nested past {_MAX_DEPTH} kernels"))
+            return None
+        if name in _CASTS or (isinstance(node.func, ast.Attribute) and node.func.attr == "to"):
+            value = self.expr(node.func.value if name not in _CASTS else (args[0] if args else None))
+            dtype = dotted(args[-1] if args and (name not in _CASTS or len(args) > 1) else _keyword(node, "dtype"))
+            if name != "int" and dtype not in _WIDE:  # a narrower integer wraps: what it names is not followed
+                return self.opaque(f"to:{dtype}", value) if isinstance(value, dict) else value
+            return value
         if isinstance(node.func, ast.Attribute) and name not in _PASS_THROUGH and not name.startswith("tl."):
-            method = node.func.attr  # x.to(tl.int64), x.reshape(...)
+            method = node.func.attr  # x.reshape(...)
             receiver = self.expr(node.func.value)
             for a in args:
                 self.expr(a)
@@ -449,11 +463,6 @@ class _Walk:
             for a in args[1:]:
                 self.expr(a)
             return first
-        if name in self.kernels:
-            if self.depth < _MAX_DEPTH:
-                return self.inline(self.kernels[name], node)
-            self.facts.unfollowed.append((node.lineno, f"call of {name} nested past {_MAX_DEPTH} kernels"))
-            return None
         values = [self.expr(a) for a in args] + [self.expr(k.value) for k in node.keywords]
         return self.opaque(name, *values)
 
@@ -534,10 +543,12 @@ def within_the_row(access: Access, facts: _Facts) -> bool:
     """Whether an access's columns stay inside its row: none, a block of lanes as wide as the row
     (`tl.arange(0, n_cols)`), or columns its mask bounds by the row's width (`cols < n_cols`, `c0 + cols < n_cols`)."""
     columns = split(access.offset, facts)[1]
-    if not columns or not facts.widths:
+    if not columns:
         return True
-    if not all(c > 0 and all(_never_negative(a, facts) for a in m) for m, c in columns.items()):
-        return False  # a column that may be negative is a row before's (`cols - 4 * n_cols`): no mask's upper bound
+    if not facts.widths:  # flat elements (an MLP's): no width bounds them; `_findings` matches whole offsets instead
+        return True
+    if not all(_column_term(m, c, facts) for m, c in columns.items()):
+        return False  # negative (`cols - 4 * n_cols`: a row before), or wrapping 32 bits (`n_cols * 65536 * 65536`)
     for width in facts.widths:
         lanes = next(iter(columns))[0] if len(columns) == 1 and next(iter(columns.values())) == 1 else ""
         end = lanes[len("arange(0,") : -1] if lanes.startswith("arange(0,") and len(next(iter(columns))) == 1 else None
@@ -550,17 +561,41 @@ def within_the_row(access: Access, facts: _Facts) -> bool:
     return False
 
 
-def _never_negative(atom: str, facts: _Facts) -> bool:
-    """Atoms a column part may hold: lanes from 0, a loop's trips (not a row loop's), widths and constexprs."""
-    if atom in facts.rows:
+_MAX_COLUMN_FACTOR = 1 << 16  # a column term's number: a block's step; past it a product can wrap 32 bits
+
+
+def _column_term(m: tuple, c: Fraction, facts: _Facts) -> bool:
+    """A term a row's columns may hold: a block of lanes from 0 (`cols`), a loop's trips times a number or one
+    width or constexpr (`c0` stepping by BLOCK), or a positive number; each never negative and never a product that
+    can wrap 32 bits (the mask's bound then holds of the wrapped number, not of the address)."""
+    if not 0 < c <= _MAX_COLUMN_FACTOR:
         return False
-    return atom.startswith(("arange(0,", "trips", "arg:", "constexpr:"))
+    if m == ():
+        return True
+    if len(m) == 1 and m[0].startswith("arange(0,") and m[0] in facts.lanes:
+        return c == 1
+    trips = [a for a in m if a.startswith("trips") and a not in facts.rows]
+    rest = [a for a in m if a not in trips]
+    return len(trips) == 1 and len(rest) <= 1 and all(a.startswith(("arg:", "constexpr:")) for a in rest)
 
 
 def _unstrided(m: tuple, facts: _Facts) -> tuple:
-    """A row monomial without its tensor's stride: one stride argument, else one width (a contiguous row's stride)."""
-    stride = next((a for a in m if a in facts.strides), None) or next((a for a in m if a in facts.widths), None)
-    return _without(m, (stride,)) if stride else m
+    """A row monomial with its tensor's stride named by the dimension it strides, not the tensor: one stride argument
+    (`x_row_stride` and `y_row_stride` both "§row_stride", `q_sh` and `qo_sh` "§sh"), else one width (a contiguous
+    row's stride: "§row_stride"); a monomial with neither says so ("§none": `x_ptr + row` is not row `row`)."""
+    stride = next((a for a in m if a in facts.strides), None)
+    if stride is not None:
+        return tuple(sorted((*_without(m, (stride,)), f"§{_dimension(stride)}")))
+    width = next((a for a in m if a in facts.widths), None)
+    if width is not None:
+        return tuple(sorted((*_without(m, (width,)), "§row_stride")))
+    return tuple(sorted((*m, "§none")))
+
+
+def _dimension(stride: str) -> str:
+    """The dimension a stride argument strides, by its name in the family's vocabulary (`arg:q_sh`: "sh")."""
+    name = stride.removeprefix("arg:")
+    return name.split("_", 1)[1] if "_" in name else name
 
 
 def _within(part: tuple, whole: tuple) -> bool:
@@ -579,14 +614,15 @@ def span(coord: dict, facts: _Facts) -> int | None:
     """How many rows one access of these coordinates covers at once: its lanes' reach (a monomial of one tl.arange
     of a known number of lanes, times a number), plus one; None where a lane's reach is not a number."""
     reach = Fraction(0)
-    for m, c in coord.items():
+    for marked, c in coord.items():
+        m = tuple(a for a in marked if not a.startswith("§"))  # the stride it was met at: one row each
         lanes = [a for a in m if a in facts.lanes]
         if not lanes:
             continue
         if len(m) != 1 or facts.lanes[lanes[0]] is None:
             return None
         reach += abs(c) * (facts.lanes[lanes[0]] - 1)
-    if any("arange(" in a and a not in facts.lanes for m in coord for a in m):
+    if any("arange(" in a and a not in facts.lanes for m in coord for a in m if not a.startswith("§")):
         return None  # lanes divided, picked or reordered (`rows // 1`): how many rows they reach is not followed
     return int(reach) + 1
 
@@ -602,7 +638,9 @@ def _text(coord: dict) -> str:
         return "no row"
     parts = []
     for m, c in sorted(coord.items()):
-        atoms = "*".join(a.split("@")[0] for a in m) or "1"
+        atoms = "*".join(a.split("@")[0] for a in m if not a.startswith("§")) or "1"
+        stride = next((a[1:] for a in m if a.startswith("§")), None)
+        atoms += f" (by {stride})" if stride and stride != "row_stride" else ""
         parts.append(atoms if c == 1 else f"{c}*{atoms}")
     return " + ".join(parts)
 
@@ -705,7 +743,13 @@ def _findings(facts: _Facts, roles: Mapping[str, str], spaces: Mapping[str, str]
             for s, cs in stores
             if _together(load.path, s.path) and (space == ANY or spaces.get(s.tensor, ROWS) == space)
         ]
-        short = next((s for s, cs in mine if any(cs.get(m) != c for m, c in coord.items())), None)
+        # the same rows as every store of its rows; a table read at a part of them (RoPE's angles at a position)
+        short = next(
+            (s for s, cs in mine if (any(cs.get(m) != c for m, c in coord.items()) if space == ANY else cs != coord)),
+            None,
+        )
+        if short is None and not facts.widths and space == ROWS:  # flat elements: the very elements a store writes
+            short = next((s for s, cs in mine if s.offset != load.offset), None)
         if not mine or short is not None:
             written = "none of its rows"
             if short is not None:
