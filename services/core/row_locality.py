@@ -59,6 +59,9 @@ ROWS, ANY, NONE = "rows", "any", "none"  # NONE: a tensor without rows (a norm's
 # The most rows of its own one store writes at once (a tile's lanes): the judge's repeated rows cover two such tiles
 # (services.judge.cases.row_blocks; the row families' grids cover at most as many: row_reduction.MAX_TILE_ROWS)
 MAX_TILE_ROWS = 64
+# The most flat elements (an MLP's, no width) one store writes at once: the templates' largest block; 32 rows of the
+# tiny models' 128-wide rows, where the judge's repeated rows hold 32
+MAX_FLAT_LANES = 4096
 Mono = tuple[str, ...]  # sorted atoms, repeated for powers
 Poly = dict  # Mono -> Fraction
 _PASS_THROUGH = frozenset(
@@ -716,6 +719,15 @@ def _findings(facts: _Facts, roles: Mapping[str, str], spaces: Mapping[str, str]
                 f"{access.tensor} is {verb} at columns {_text(split(access.offset, facts)[1])} no mask bounds by the "
                 "row's width: columns past the row's end are the next rows' (a mask `cols < n_cols` bounds them)",
             )
+    if not facts.widths:  # flat elements: one block of lanes at most MAX_FLAT_LANES (the templates' largest)
+        for store in facts.stores:
+            covered = span(dict(store.offset), facts)
+            if spaces.get(store.tensor, ROWS) == ROWS and (covered is None or covered > MAX_FLAT_LANES):
+                found.setdefault(
+                    store.line,
+                    f"{store.tensor} is written at {covered or 'a number of'} elements at once: a program covers at "
+                    f"most {MAX_FLAT_LANES} flat elements at a time (a few rows: the judge's repeated rows cover them)",
+                )
     for store, coord in stores:
         if spaces.get(store.tensor, ROWS) != ROWS:
             continue  # rows of another kind (RoPE's heads at a position): the family's cases size them
