@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from services.core.kernel_dataflow import COUNT, INPLACE, INPUT, OUTPUT, SCALAR, SHAPE, STRIDE, _carried, _constants
+from services.core.kernel_dataflow import COUNT, INPLACE, INPUT, OUTPUT, SCALAR, SHAPE, STRIDE, _constants
 from services.core.kernel_schema import dotted
 from services.core.pb import events_pb2 as pb
 
@@ -53,9 +53,11 @@ RULES = {
 
 # Which rows a family's tensors hold (its ROW_SPACES): by default every tensor's rows are one set (a norm's x and y, a
 # residual norm's x, r, s and y), so a load's rows are checked against every store of the program; a family whose
-# outputs hold different rows (RoPE: q's heads and k's) names each tensor's, and a table read at a part of every
-# output's rows (RoPE's cos and sin at a position) is ANY.
-ROWS, ANY, NONE = "rows", "any", "none"  # NONE: a tensor without rows (a norm's weight, its bias)
+# outputs hold different rows (RoPE: q's heads and k's) names each tensor's; a table read at every output's rows but
+# the dimensions it does not have is TABLE + those dimensions (RoPE's cos and sin: "table without:sh", no heads);
+# NONE: a tensor without rows (a norm's weight, its bias); ANY: read at any part of a store's rows.
+ROWS, ANY, NONE = "rows", "any", "none"
+TABLE = "table without:"
 # The most rows of its own one store writes at once (a tile's lanes): the judge's repeated rows cover two such tiles
 # (services.judge.cases.row_blocks; the row families' grids cover at most as many: row_reduction.MAX_TILE_ROWS)
 MAX_TILE_ROWS = 64
@@ -205,10 +207,11 @@ class _Walk:
     def assign(self, target: ast.expr, value_node: ast.expr | None, value) -> None:
         if isinstance(target, ast.Name):
             self.env[target.id] = value
-        elif isinstance(target, ast.Tuple):
+        elif isinstance(target, ast.Tuple):  # every value before any name is bound: `a, b = b, a` swaps them
             parts = value_node.elts if isinstance(value_node, ast.Tuple) else [None] * len(target.elts)
-            for t, v in zip(target.elts, parts, strict=False):
-                self.assign(t, v, self.expr(v) if v is not None else None)
+            values = [self.expr(v) if v is not None else None for v in parts]
+            for t, v, value_of in zip(target.elts, parts, values, strict=False):
+                self.assign(t, v, value_of)
 
     def branch(self, s: ast.If) -> None:
         decided = self.truth(s.test)
@@ -269,6 +272,8 @@ class _Walk:
         return _atom(atom)
 
     def loop(self, s: ast.For) -> None:
+        if s.orelse:  # Triton runs a for's else block in ways Python does not (after each unrolled trip)
+            self.facts.unfollowed.append((s.lineno, "a for ... else (Triton runs its else block after unrolled trips)"))
         bounds = [self.expr(a) for a in s.iter.args] if isinstance(s.iter, ast.Call) else []
         var = f"trips{s.lineno}@{'/'.join(map(str, self.site))}"  # the loop's atom: how many trips it has made
         if any(not isinstance(b, dict) or self.rowish(b) for b in bounds) or not (
@@ -280,7 +285,9 @@ class _Walk:
             start, step = (bounds[0], bounds[2] if len(bounds) > 2 else _const(1)) if len(bounds) > 1 else (None, None)
             known = isinstance(start, dict) and isinstance(step, dict)
             self.env[s.target.id] = _add(start, _mul(_atom(var), step)) if known else _atom(var)
-        carried = _carried(s.body) & self.env.keys()
+        carried = self.carried(s.body) & self.env.keys()
+        if isinstance(s.target, ast.Name):
+            carried.discard(s.target.id)  # set again from the range at every trip, whatever the body did to it
         steps = self.steps(s, var, carried)
         trip = _atom(var)  # how many trips the loop has made
         for name in carried:  # what one trip hands the next: its first value plus the trips times a fixed step
@@ -296,6 +303,63 @@ class _Walk:
         handed = sorted(n for n in carried if self.env.get(n) == DATA)
         if handed:
             self.facts.carried.append((s.lineno, var, handed))
+
+    def carried(self, body: list[ast.stmt]) -> set[str]:
+        """Names a loop body reads before it assigns them on every path (the values a trip hands the next): an `if`
+        whose test is fixed at compile time walks its one side; any other `if` assigns a name only where both of
+        its sides do (an assignment under `if 0 > 1` never runs, and one side's may not)."""
+        assigned: set[str] = set()
+        carried: set[str] = set()
+
+        def reads(node: ast.AST) -> None:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and sub.id not in assigned:
+                    carried.add(sub.id)
+
+        def targets(node: ast.AST, into: set[str]) -> None:
+            into.update(t.id for t in ast.walk(node) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store))
+
+        def walk(stmts: list[ast.stmt], into: set[str]) -> None:
+            nonlocal assigned
+            for st in stmts:
+                if isinstance(st, ast.AugAssign):
+                    reads(st.target)
+                    reads(st.value)
+                    targets(st.target, into)
+                elif isinstance(st, ast.Assign | ast.AnnAssign):
+                    if st.value is not None:
+                        reads(st.value)
+                    for t in st.targets if isinstance(st, ast.Assign) else [st.target]:
+                        targets(t, into)
+                elif isinstance(st, ast.If):
+                    decided = self.truth(st.test)
+                    if decided is not None:
+                        walk(st.body if decided else st.orelse, into)
+                        continue
+                    reads(st.test)
+                    before = set(assigned)
+                    left, right = set(), set()
+                    walk(st.body, left)
+                    assigned = set(before)
+                    walk(st.orelse, right)
+                    assigned = before | (left & right)
+                    into.update(left & right)
+                elif isinstance(st, ast.For | ast.While):
+                    reads(st.iter if isinstance(st, ast.For) else st.test)
+                    inner = set()
+                    before = set(assigned)
+                    walk(st.body, inner)  # a loop may run no trip: what it assigns is not assigned after it
+                    assigned = before
+                else:
+                    reads(st)
+                assigned |= into
+
+        every: set[str] = set()
+        walk(body, every)
+        every_assigned = {
+            t.id for st in body for t in ast.walk(st) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+        }
+        return carried & every_assigned
 
     def steps(self, s: ast.For, var: str, carried: set[str]) -> dict:
         """The fixed step each carried index or pointer takes a trip (`x_ptrs += BLOCK`), learnt by walking the body
@@ -342,6 +406,8 @@ class _Walk:
         if isinstance(node, ast.BinOp):
             return self.binop(node.op, self.expr(node.left), self.expr(node.right))
         if isinstance(node, ast.UnaryOp):
+            if isinstance(node.op, ast.Invert) and isinstance(node.operand, ast.Compare):  # ~(a >= b) is a < b
+                return self.compare(node.operand, negated=True)
             value = self.expr(node.operand)
             if isinstance(node.op, ast.USub) and isinstance(value, dict):
                 return _mul(value, _const(-1))
@@ -365,13 +431,21 @@ class _Walk:
                 self.expr(sub)
         return None
 
-    def compare(self, node: ast.Compare) -> Bound:
-        """A comparison of two indices as the Bound it puts on a mask's lanes (none where it is no `<`-like one)."""
+    def compare(self, node: ast.Compare, negated: bool = False) -> Bound:
+        """A comparison of two indices as the Bound it puts on a mask's lanes (none where it is no `<`-like one);
+        `negated`: of its inverse (`~(cols >= n_cols)`)."""
         if len(node.ops) != 1:
             for part in (node.left, *node.comparators):
                 self.expr(part)
             return Bound()
         op = node.ops[0]
+        if negated:
+            inverse = {ast.Lt: ast.GtE, ast.LtE: ast.Gt, ast.Gt: ast.LtE, ast.GtE: ast.Lt}.get(type(op))
+            if inverse is None:
+                self.expr(node.left)
+                self.expr(node.comparators[0])
+                return Bound()
+            op = inverse()
         if isinstance(op, ast.Gt | ast.GtE):  # `n > x` is `x < n`
             low, high, strict = node.comparators[0], node.left, isinstance(op, ast.Gt)
         elif isinstance(op, ast.Lt | ast.LtE):
@@ -428,7 +502,7 @@ class _Walk:
         if name in self.kernels:  # the source's own kernel, whatever it is named (`view`, `min`): followed
             if self.depth < _MAX_DEPTH:
                 return self.inline(self.kernels[name], node)
-            self.facts.unfollowed.append((node.lineno, f"call of {name} nested past {_MAX_DEPTH} kernels"))
+            self.facts.unfollowed.append((node.lineno, f"a call of {name} nested past {_MAX_DEPTH} kernels"))
             return None
         if name in _CASTS or (isinstance(node.func, ast.Attribute) and node.func.attr == "to"):
             value = self.expr(node.func.value if name not in _CASTS else (args[0] if args else None))
@@ -483,7 +557,9 @@ class _Walk:
             where.append(Access(node.lineno, ptr.tensor, ptr.offset, self.path, self.loops, bounds, self.equal))
         else:
             verb = "store" if store else "load"
-            self.facts.unfollowed.append((node.lineno, f"{verb} whose address is no tensor argument plus an offset"))
+            self.facts.unfollowed.append(
+                (node.lineno, f"a {verb} whose address is no tensor argument plus an offset this check can follow")
+            )
         return None
 
     def inline(self, fn: ast.FunctionDef, node: ast.Call):
@@ -564,6 +640,7 @@ def within_the_row(access: Access, facts: _Facts) -> bool:
     return False
 
 
+_JOINS = ("tl.join(", "tl.cat(", "tl.interleave(", "tl.flip(")  # blocks combined: rows as far apart as they like
 _MAX_COLUMN_FACTOR = 1 << 16  # a column term's number: a block's step; past it a product can wrap 32 bits
 
 
@@ -625,9 +702,18 @@ def span(coord: dict, facts: _Facts) -> int | None:
         if len(m) != 1 or facts.lanes[lanes[0]] is None:
             return None
         reach += abs(c) * (facts.lanes[lanes[0]] - 1)
-    if any("arange(" in a and a not in facts.lanes for m in coord for a in m if not a.startswith("§")):
+    if any(
+        ("arange(" in a and a not in facts.lanes) or a.startswith(_JOINS)
+        for m in coord
+        for a in m
+        if not a.startswith("§")
+    ):
         return None  # lanes divided, picked or reordered (`rows // 1`): how many rows they reach is not followed
     return int(reach) + 1
+
+
+def _skipping(coord: dict, skips: frozenset) -> dict:
+    return {m: c for m, c in coord.items() if not skips & set(m)}
 
 
 def _together(a: tuple, b: tuple) -> bool:
@@ -750,16 +836,24 @@ def _findings(facts: _Facts, roles: Mapping[str, str], spaces: Mapping[str, str]
             said = f"at rows {_text(coord)}, a tensor without rows" if coord else "at no row of its own (a fixed row)"
             found.setdefault(load.line, f"{load.tensor} is read {said}: a program reads only rows it writes")
             continue
+        skips = frozenset(f"§{d}" for d in space.removeprefix(TABLE).split(",")) if space.startswith(TABLE) else None
         mine = [
             (s, cs)
             for s, cs in stores
-            if _together(load.path, s.path) and (space == ANY or spaces.get(s.tensor, ROWS) == space)
+            if _together(load.path, s.path)
+            and (space == ANY or skips is not None or spaces.get(s.tensor, ROWS) == space)
         ]
-        # the same rows as every store of its rows; a table read at a part of them (RoPE's angles at a position)
-        short = next(
-            (s for s, cs in mine if (any(cs.get(m) != c for m, c in coord.items()) if space == ANY else cs != coord)),
-            None,
-        )
+        if skips is not None:  # a table: exactly the store's rows but the dimensions it skips (RoPE's heads)
+            short = next((s for s, cs in mine if coord != _skipping(cs, skips)), None)
+        else:  # the same rows as every store of its rows; ANY: at a part of them
+            short = next(
+                (
+                    s
+                    for s, cs in mine
+                    if (any(cs.get(m) != c for m, c in coord.items()) if space == ANY else cs != coord)
+                ),
+                None,
+            )
         if short is None and not facts.widths and space == ROWS:  # flat elements: the very elements a store writes
             short = next((s for s, cs in mine if s.offset != load.offset), None)
         if not mine or short is not None:
@@ -780,7 +874,7 @@ def _findings(facts: _Facts, roles: Mapping[str, str], spaces: Mapping[str, str]
                 "depend only on its own row",
             )
     for line, what in facts.unfollowed:
-        found.setdefault(line, f"a {what} this check can follow: which rows it reads or writes is unknown")
+        found.setdefault(line, f"{what}: which rows it reads or writes is not followed")
     return [
         pb.Finding(rule_id="row-local", reason=f"{reason} (in {kernel})", line=line)
         for line, reason in sorted(found.items())

@@ -278,7 +278,8 @@ def test_round_15s_ways_past_the_second_cut_are_refused(path):
     """Each changed an output row when only another input row changed, under the interpreter, and four were accepted
     by a CPU judging (tests/judge/row_local_evasions: a 32-bit wrap in a column term, a load at a part of the store's
     rows, a row with no stride, a helper named like an identity, a flat block reaching 65,536 elements on, RoPE's q
-    at batch 0's position and with its strides swapped)."""
+    at batch 0's position and with its strides swapped; round 16: a phantom assignment, a tuple swap, a for-else, a
+    moved loop variable, a table read without the batch)."""
     source = path.read_text()
     evidence = check_candidate(source, plan_of(source))
     assert not evidence.passed and evidence.findings[0].rule_id == "row-local", evidence.findings
@@ -295,3 +296,16 @@ def test_a_flat_block_past_4096_elements_is_refused_and_the_templates_blocks_pas
     launch.constexprs["BLOCK"], launch.grid = "65536", "cdiv(n, 65536)"
     (finding,) = row_locality.check_plan(source, plan, fam.ARG_ROLES)
     assert finding.rule_id == "row-local" and "written at 65536 elements at once" in finding.reason, finding.reason
+
+
+HONEST_STYLES = Path(__file__).resolve().parent / "row_local_honest"
+
+
+@pytest.mark.parametrize("path", sorted(HONEST_STYLES.glob("*.py")), ids=lambda p: p.stem)
+def test_honest_styles_the_red_team_wrote_pass_the_rule(path):
+    """Honest kernels in the styles an engineer or an LLM writes (rounds 14-16: stepped pointers, helpers, tuples,
+    early returns, masks built every which way, the tutorial LayerNorm), each refused by an earlier cut of the rule."""
+    source = path.read_text()
+    plan = plan_of(source)
+    fam = ops.family(plan.family)
+    assert row_locality.check_plan(source, plan, fam.ARG_ROLES, getattr(fam, "ROW_SPACES", None)) == []
