@@ -642,18 +642,19 @@ def within_the_row(access: Access, facts: _Facts) -> bool:
 
 _JOINS = ("tl.join(", "tl.cat(", "tl.interleave(", "tl.flip(")  # blocks combined: rows as far apart as they like
 _MAX_COLUMN_FACTOR = 1 << 16  # a column term's number: a block's step; past it a product can wrap 32 bits
+_MAX_LANE_FACTOR = 1 << 14  # lanes (at most 65,536 of them) times it stay under 2**31
 
 
 def _column_term(m: tuple, c: Fraction, facts: _Facts) -> bool:
-    """A term a row's columns may hold: a block of lanes from 0 (`cols`), a loop's trips times a number or one
-    width or constexpr (`c0` stepping by BLOCK), or a positive number; each never negative and never a product that
-    can wrap 32 bits (the mask's bound then holds of the wrapped number, not of the address)."""
+    """A term a row's columns may hold: a block of lanes from 0 times a number (`cols`), a loop's trips times a number
+    or one width or constexpr (`c0` stepping by BLOCK), or a positive number; each never negative and never a product
+    that can wrap 32 bits (the mask's bound then holds of the wrapped number, not of the address)."""
     if not 0 < c <= _MAX_COLUMN_FACTOR:
         return False
     if m == ():
         return True
     if len(m) == 1 and m[0].startswith("arange(0,") and m[0] in facts.lanes:
-        return c == 1
+        return c <= _MAX_LANE_FACTOR  # every lane, or every other (`2 * tl.arange(0, BLOCK // 2)`): never wrapping
     trips = [a for a in m if a.startswith("trips") and a not in facts.rows]
     rest = [a for a in m if a not in trips]
     return len(trips) == 1 and len(rest) <= 1 and all(a.startswith(("arg:", "constexpr:")) for a in rest)
