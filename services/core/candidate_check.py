@@ -41,7 +41,8 @@ def check_candidate(source: str, plan: pb.LaunchPlan) -> pb.StaticEvidence:
             if not findings:  # the plan fits: now where each launch's values flow, for every input
                 findings.extend(kernel_dataflow.check_plan(source, plan, fam.ARG_ROLES))
             if not findings:  # and which rows each program reads (services.core.row_locality)
-                findings.extend(row_locality.check_plan(source, plan, fam.ARG_ROLES, getattr(fam, "ROW_SPACES", None)))
+                spaces, owners = getattr(fam, "ROW_SPACES", None), getattr(fam, "STRIDE_OWNERS", None)
+                findings.extend(row_locality.check_plan(source, plan, fam.ARG_ROLES, spaces, owners))
     checked = [*report.rules_checked, *FORMAT_RULES, *kernel_dataflow.RULES, *row_locality.RULES]
     return pb.StaticEvidence(passed=not findings, findings=findings, rules_checked=checked)
 

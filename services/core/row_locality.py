@@ -160,6 +160,7 @@ class _Walk:
         self.site, self.path, self.depth = site, path, depth
         self.loops: tuple = ()  # the atoms of the loops around the statements being walked
         self.equal: frozenset = frozenset()  # what the `if a == b`s around the statements being walked hold equal
+        self.moving: frozenset = frozenset()  # names the loops around the statements being walked assign
         self.returned: list = []
 
     def rowish(self, value) -> bool:
@@ -214,7 +215,8 @@ class _Walk:
                 self.assign(t, v, value_of)
 
     def branch(self, s: ast.If) -> None:
-        decided = self.truth(s.test)
+        moving = {n.id for n in ast.walk(s.test) if isinstance(n, ast.Name)} & self.moving
+        decided = None if moving else self.truth(s.test)
         if decided is not None:  # a constexpr's test (`if POSITIONS == 0`): one side is compiled, the other never
             self.block(s.body if decided else s.orelse)
             return
@@ -261,6 +263,9 @@ class _Walk:
         pointer into its tensor; a row atom where any of them says a row."""
         if any(v == DATA for v in values):
             return DATA
+        if any(isinstance(v, Bound) for v in values):  # a mask: what every value holds
+            held = [v.holds if isinstance(v, Bound) else frozenset() for v in values]
+            return Bound(frozenset.intersection(*held))
         atom = f"{name}@{'/'.join(map(str, self.site))}"
         if any(v is not None and self.rowish(v) for v in values):
             self.facts.rows.add(atom)
@@ -297,9 +302,20 @@ class _Walk:
             elif isinstance(value, Ptr | dict):  # anything else: one atom, a row's (to be safe)
                 row = Ptr(value.tensor, _items(_ROW)) if isinstance(value, Ptr) else _ROW
                 self.env[name] = self.merged(f"carried{s.lineno}:{name}", value, row)
-        outer, self.loops = self.loops, (*self.loops, var)
+        assigned = frozenset(
+            t.id for st in s.body for t in ast.walk(st) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+        )
+        for name in carried:  # a mask carried round the loop: what it held before the loop is not what it holds
+            if isinstance(self.env[name], Bound):
+                self.env[name] = Bound()
+        entry = dict(self.env)
+        outer, self.loops, moving = self.loops, (*self.loops, var), self.moving
+        self.moving = moving | assigned
         self.block(s.body)
-        self.loops = outer
+        self.loops, self.moving = outer, moving
+        for name in assigned & entry.keys():  # the loop may run no trip: after it, either value
+            if self.env.get(name) != entry[name] and name != getattr(s.target, "id", None):
+                self.env[name] = self.merged(f"after{s.lineno}:{name}", entry[name], self.env[name])
         handed = sorted(n for n in carried if self.env.get(n) == DATA)
         if handed:
             self.facts.carried.append((s.lineno, var, handed))
@@ -310,6 +326,9 @@ class _Walk:
         its sides do (an assignment under `if 0 > 1` never runs, and one side's may not)."""
         assigned: set[str] = set()
         carried: set[str] = set()
+        every_assigned = {
+            t.id for st in body for t in ast.walk(st) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
+        }
 
         def reads(node: ast.AST) -> None:
             for sub in ast.walk(node):
@@ -331,8 +350,9 @@ class _Walk:
                         reads(st.value)
                     for t in st.targets if isinstance(st, ast.Assign) else [st.target]:
                         targets(t, into)
-                elif isinstance(st, ast.If):
-                    decided = self.truth(st.test)
+                elif isinstance(st, ast.If):  # a test of what the body moves is decided at run time
+                    moving = {n.id for n in ast.walk(st.test) if isinstance(n, ast.Name)} & every_assigned
+                    decided = None if moving else self.truth(st.test)
                     if decided is not None:
                         walk(st.body if decided else st.orelse, into)
                         continue
@@ -356,9 +376,6 @@ class _Walk:
 
         every: set[str] = set()
         walk(body, every)
-        every_assigned = {
-            t.id for st in body for t in ast.walk(st) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
-        }
         return carried & every_assigned
 
     def steps(self, s: ast.For, var: str, carried: set[str]) -> dict:
@@ -464,9 +481,9 @@ class _Walk:
         value = self.expr(node)
         out = [value] if isinstance(value, dict) else []
         name = dotted(node.func) if isinstance(node, ast.Call) else ""
-        if name in ("tl.minimum", "min") and len(node.args) == 2:
+        if name in ("tl.minimum", "min") and name not in self.kernels and len(node.args) == 2:
             out += [c for a in node.args for c in self.ceilings(a)]
-        elif name == "tl.where" and len(node.args) == 3:
+        elif name == "tl.where" and name not in self.kernels and len(node.args) == 3:
             for this, other in ((node.args[1], node.args[2]), (node.args[2], node.args[1])):
                 number = self.expr(other)
                 if isinstance(number, dict) and set(number) <= {()} and number.get((), 0) <= 0:
@@ -740,6 +757,7 @@ def check_launch(
     launch: pb.KernelLaunch,
     roles: Mapping[str, str],
     spaces: Mapping[str, str] | None = None,
+    owners: Mapping[str, tuple] | None = None,
     *,
     tree: ast.Module | None = None,
 ) -> list[pb.Finding]:
@@ -784,11 +802,19 @@ def check_launch(
         if name in constexprs and name not in given and isinstance(default, ast.Constant):
             env[name] = _const(default.value) if isinstance(default.value, int | float) else None
     _Walk(facts, kernels, fn, env, (), (), 0).block(fn.body)
-    return _findings(facts, roles, spaces or {}, launch.kernel)
+    return _findings(facts, roles, spaces or {}, owners or {}, launch.kernel)
 
 
-def _findings(facts: _Facts, roles: Mapping[str, str], spaces: Mapping[str, str], kernel: str) -> list[pb.Finding]:
+def _findings(
+    facts: _Facts, roles: Mapping[str, str], spaces: Mapping[str, str], owners: Mapping[str, tuple], kernel: str
+) -> list[pb.Finding]:
     found: dict[int, str] = {}
+    for access in [*facts.loads, *facts.stores]:
+        strides = {a.removeprefix("arg:") for m in dict(access.offset) for a in m if a in facts.strides}
+        foreign = sorted(s for s in strides if s in owners and access.tensor not in owners[s])
+        if foreign:  # q by k's batch stride: under grouped heads another batch's q
+            said = f"{access.tensor} is addressed by {', '.join(foreign)}, another tensor's stride"
+            found.setdefault(access.line, said)
     stores = [(s, coordinates(s.offset, facts)) for s in facts.stores]
     for i, (a, ca) in enumerate(stores):
         for b, cb in stores[:i]:
@@ -883,14 +909,18 @@ def _findings(facts: _Facts, roles: Mapping[str, str], spaces: Mapping[str, str]
 
 
 def check_plan(
-    source: str, plan: pb.LaunchPlan, roles: Mapping[str, str], spaces: Mapping[str, str] | None = None
+    source: str,
+    plan: pb.LaunchPlan,
+    roles: Mapping[str, str],
+    spaces: Mapping[str, str] | None = None,
+    owners: Mapping[str, tuple] | None = None,
 ) -> list[pb.Finding]:
     """`row-local` findings of every launch of a plan whose source passed the dataflow check."""
     tree = ast.parse(source)
     seen: set = set()
     out = []
     for launch in plan.launches:
-        for f in check_launch(source, launch, roles, spaces, tree=tree):
+        for f in check_launch(source, launch, roles, spaces, owners, tree=tree):
             if (f.reason, f.line) not in seen:
                 seen.add((f.reason, f.line))
                 out.append(f)

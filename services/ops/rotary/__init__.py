@@ -72,6 +72,12 @@ ARG_ROLES |= {a: "stride" for a in ARGS if a not in ARG_ROLES}
 # q's rows (a head at a position) are q_out's, k's k_out's; cos and sin hold a position's angles, a part of both
 # (services.core.row_locality: a program reads only rows it writes)
 ROW_SPACES = {"q": "q", "q_out": "q", "k": "k", "k_out": "k", "cos": "table without:sh", "sin": "table without:sh"}
+# which tensor each stride strides: q read by k's batch stride reads another batch's q under grouped heads
+STRIDE_OWNERS = {
+    **{f"q_{d}": ("q",) for d in ("sb", "sh", "ss")}, **{f"k_{d}": ("k",) for d in ("sb", "sh", "ss")},
+    **{f"qo_{d}": ("q_out",) for d in ("sb", "sh", "ss")}, **{f"ko_{d}": ("k_out",) for d in ("sb", "sh", "ss")},
+    "c_sb": ("cos", "sin"), "c_ss": ("cos", "sin"),
+}  # fmt: skip
 # half the head dim and the next power of two >= it; the next powers of two >= q's and k's head counts; half
 # the rotary width (cos's last dim) and its power of two, the dims passed through (head_dim - rotary width) and
 # theirs (at least 1). A plan naming a rotary width takes cos narrower than the head; one without, cos as wide.
