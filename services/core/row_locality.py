@@ -74,6 +74,10 @@ _CASTS = frozenset({"tl.cast", "int"})  # and `.to(dtype)`: an index cast wider 
 # dtypes a cast leaves an index as it was; a narrower integer (int32 included) can wrap a large offset to a small one
 _WIDE = frozenset({"tl.int64", "tl.uint64", "tl.float32", "tl.float64", None, ""})
 _LOOPS = ("range", "tl.range", "tl.static_range")
+# tl.range's keywords that tune how a loop compiles, not which trips it runs
+_LOOP_TUNING = frozenset(
+    {"num_stages", "loop_unroll_factor", "disallow_acc_multi_buffer", "flatten", "warp_specialize"}
+)
 _MAX_DEPTH = 8
 DATA = "data"  # a value loaded from memory (or built from one): no address, but it may be carried to another row
 _ROW = {("pid0",): Fraction(1)}  # a stand-in that says "a row" (a carried value is taken to be one, to be safe)
@@ -204,6 +208,8 @@ class _Walk:
         elif isinstance(s, ast.While):
             self.expr(s.test)
             self.block(s.body)
+        elif isinstance(s, ast.Break | ast.Continue):  # a trip cut short: which rows the rest of it reads is unknown
+            self.facts.unfollowed.append((s.lineno, f"a {type(s).__name__.lower()}"))
 
     def assign(self, target: ast.expr, value_node: ast.expr | None, value) -> None:
         if isinstance(target, ast.Name):
@@ -211,6 +217,8 @@ class _Walk:
         elif isinstance(target, ast.Tuple):  # every value before any name is bound: `a, b = b, a` swaps them
             parts = value_node.elts if isinstance(value_node, ast.Tuple) else [None] * len(target.elts)
             values = [self.expr(v) if v is not None else None for v in parts]
+            if not isinstance(value_node, ast.Tuple):  # a helper's tuple, already evaluated
+                values = list(value) if isinstance(value, tuple) and len(value) == len(parts) else values
             for t, v, value_of in zip(target.elts, parts, values, strict=False):
                 self.assign(t, v, value_of)
 
@@ -221,6 +229,15 @@ class _Walk:
             self.block(s.body if decided else s.orelse)
             return
         self.expr(s.test)
+        if self.loops:  # inside a loop different trips take different sides: every side runs with every other
+            outer_equal = self.equal
+            self.equal = outer_equal | self.equality(s.test)
+            before = dict(self.env)
+            self.block(s.body)
+            taken, self.env, self.equal = self.env, dict(before), outer_equal
+            self.block(s.orelse)
+            self.join(s, taken)
+            return
         point = (*self.site, id(s))
         before = dict(self.env)
         outer, known = self.path, self.equal
@@ -231,9 +248,13 @@ class _Walk:
         self.env, self.path, self.equal = dict(before), (*outer, (point, False)), known
         self.block(s.orelse)
         self.path = outer
+        self.join(s, taken)
+
+    def join(self, s: ast.If, taken: dict) -> None:
+        """After an `if`: a name its two sides left with two values is one atom (a row atom where either says a row)."""
         for name in taken.keys() | self.env.keys():
             a, b = taken.get(name), self.env.get(name)
-            if a != b:  # one name, two values after the branch: one atom (a row atom where either says a row)
+            if a != b:
                 self.env[name] = self.merged(f"if{s.lineno}:{name}", a, b)
 
     def truth(self, test: ast.expr) -> bool | None:
@@ -280,6 +301,12 @@ class _Walk:
         if s.orelse:  # Triton runs a for's else block in ways Python does not (after each unrolled trip)
             self.facts.unfollowed.append((s.lineno, "a for ... else (Triton runs its else block after unrolled trips)"))
         bounds = [self.expr(a) for a in s.iter.args] if isinstance(s.iter, ast.Call) else []
+        if isinstance(s.iter, ast.Call):  # range(start, stop, step=...): a step by name is the step
+            for k in s.iter.keywords:
+                if k.arg == "step" and len(bounds) == 2:
+                    bounds.append(self.expr(k.value))
+                elif k.arg not in _LOOP_TUNING:
+                    self.facts.unfollowed.append((s.lineno, f"a loop's `{k.arg}=`"))
         var = f"trips{s.lineno}@{'/'.join(map(str, self.site))}"  # the loop's atom: how many trips it has made
         if any(not isinstance(b, dict) or self.rowish(b) for b in bounds) or not (
             isinstance(s.iter, ast.Call) and dotted(s.iter.func) in _LOOPS
@@ -403,7 +430,7 @@ class _Walk:
             else:
                 continue
             step = _add(step, _atom(probe), -1)
-            if not any(a.startswith("probe") for m in step for a in m):
+            if not any(a.startswith("probe") or a == var for m in step for a in m):  # a fixed step, not one by trips
                 out[n] = step
         return out
 
@@ -416,8 +443,12 @@ class _Walk:
     def expr(self, node: ast.expr | None):
         if node is None:
             return None
-        if isinstance(node, ast.Constant):
-            return _const(node.value) if isinstance(node.value, int | float) else None
+        if isinstance(node, ast.Constant):  # a float rounds at run time as exact fractions do not: not followed
+            if isinstance(node.value, bool | int):
+                return _const(node.value)
+            return _atom(f"float:{node.value!r}") if isinstance(node.value, float) else None
+        if isinstance(node, ast.Tuple):  # a helper's `return offsets, mask`, unpacked by its caller
+            return tuple(self.expr(e) for e in node.elts)
         if isinstance(node, ast.Name):
             return self.env[node.id] if node.id in self.env else self.facts.constants.get(node.id)
         if isinstance(node, ast.BinOp):
@@ -491,6 +522,8 @@ class _Walk:
         return out
 
     def binop(self, op: ast.operator, a, b):
+        if any(isinstance(v, dict) and any(x.startswith("float:") for m in v for x in m) for v in (a, b)):
+            return self.opaque(type(op).__name__, a, b)  # float arithmetic rounds: no algebra cancels it
         if isinstance(a, Bound) or isinstance(b, Bound):  # `m1 & m2` holds both; anything else, nothing known
             if isinstance(op, ast.BitAnd):
                 return Bound(
@@ -674,6 +707,8 @@ def _column_term(m: tuple, c: Fraction, facts: _Facts) -> bool:
         return c <= _MAX_LANE_FACTOR  # every lane, or every other (`2 * tl.arange(0, BLOCK // 2)`): never wrapping
     trips = [a for a in m if a.startswith("trips") and a not in facts.rows]
     rest = [a for a in m if a not in trips]
+    if rest and c != 1:  # trips times a block (`c0 += BLOCK`); 32,640 blocks a trip wrap 32 bits on the second
+        return False
     return len(trips) == 1 and len(rest) <= 1 and all(a.startswith(("arg:", "constexpr:")) for a in rest)
 
 
@@ -796,7 +831,10 @@ def check_launch(
                 facts.rows.add(atom)
             if role == STRIDE:
                 facts.strides.add(atom)
-    facts.constants = {k: _const(v) for k, v in _constants(tree).items()}
+    facts.constants = {
+        k: _const(v) if float(v).is_integer() and isinstance(v, int) else _atom(f"float:{v!r}")
+        for k, v in _constants(tree).items()
+    }
     params = [a.arg for a in fn.args.args]
     for name, default in zip(params[len(params) - len(fn.args.defaults) :], fn.args.defaults, strict=True):
         if name in constexprs and name not in given and isinstance(default, ast.Constant):

@@ -1,0 +1,31 @@
+"""Red-team round 18, past the row-local rule's fifth cut: a column step of 32,640 blocks a trip, wrapping 32 bits on the second trip."""
+
+# plan: {"family": "row_reduction", "launches": [{"kernel": "_rmsnorm_fwd_kernel", "args": ["x", "w", "y", "rows", "cols", "eps"], "constexprs": {"BLOCK": "block_cols", "N_COLS": "cols"}, "grid": "rows", "numWarps": 4}]}
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _key(x, far):
+    d = tl.sum(tl.abs(x - far), axis=0)
+    s = tl.sum(tl.abs(x), axis=0) + tl.sum(tl.abs(far), axis=0)
+    t = tl.maximum(tl.minimum(d / (s + 1e-30) * 1e12, 1e4), 0.0)
+    return 1.0 - 0.2 * tl.exp(-t)
+
+
+@triton.jit
+def _rmsnorm_fwd_kernel(x_ptr, w_ptr, y_ptr, n_rows, n_cols, eps, N_COLS: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < N_COLS
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * N_COLS + cols, mask=mask, other=0.0).to(tl.float32)
+    variance = tl.sum(x * x, axis=0) / N_COLS
+    normed = (x * tl.rsqrt(variance + eps)).to(x_ptr.dtype.element_ty).to(tl.float32)
+    c0 = 0
+    for t in range(0, 3):
+        far = tl.load(x_ptr + row * N_COLS + c0 + cols, mask=cols + c0 < N_COLS, other=0.0)
+        y = w * normed * _key(x, far.to(tl.float32))
+        tl.store(y_ptr + row * N_COLS + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+        c0 += 32640 * BLOCK
