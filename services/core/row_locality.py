@@ -72,7 +72,7 @@ _PASS_THROUGH = frozenset(
 )
 _CASTS = frozenset({"tl.cast", "int"})  # and `.to(dtype)`: an index cast wider (or to a float) is the same number
 # dtypes a cast leaves an index as it was; a narrower integer (int32 included) can wrap a large offset to a small one
-_WIDE = frozenset({"tl.int64", "tl.uint64", "tl.float32", "tl.float64", None, ""})
+_WIDE = frozenset({"tl.int64", "tl.uint64"})  # a float rounds an index (2**38 + n * 768 in float32): not followed
 _LOOPS = ("range", "tl.range", "tl.static_range")
 # tl.range's keywords that tune how a loop compiles, not which trips it runs
 _LOOP_TUNING = frozenset(
@@ -219,8 +219,8 @@ class _Walk:
             values = [self.expr(v) if v is not None else None for v in parts]
             if not isinstance(value_node, ast.Tuple):  # a helper's tuple, already evaluated
                 values = list(value) if isinstance(value, tuple) and len(value) == len(parts) else values
-            for t, v, value_of in zip(target.elts, parts, values, strict=False):
-                self.assign(t, v, value_of)
+            for t, value_of in zip(target.elts, values, strict=False):
+                self.assign(t, None, value_of)  # a nested tuple binds the values taken above, not its names again
 
     def branch(self, s: ast.If) -> None:
         moving = {n.id for n in ast.walk(s.test) if isinstance(n, ast.Name)} & self.moving
@@ -318,6 +318,7 @@ class _Walk:
             known = isinstance(start, dict) and isinstance(step, dict)
             self.env[s.target.id] = _add(start, _mul(_atom(var), step)) if known else _atom(var)
         carried = self.carried(s.body) & self.env.keys()
+        made = {var}  # the atoms this loop stands for: its trips, and what its trips carry
         if isinstance(s.target, ast.Name):
             carried.discard(s.target.id)  # set again from the range at every trip, whatever the body did to it
         steps = self.steps(s, var, carried)
@@ -329,6 +330,7 @@ class _Walk:
             elif isinstance(value, Ptr | dict):  # anything else: one atom, a row's (to be safe)
                 row = Ptr(value.tensor, _items(_ROW)) if isinstance(value, Ptr) else _ROW
                 self.env[name] = self.merged(f"carried{s.lineno}:{name}", value, row)
+                made.add(f"carried{s.lineno}:{name}@{'/'.join(map(str, self.site))}")
         assigned = frozenset(
             t.id for st in s.body for t in ast.walk(st) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)
         )
@@ -345,7 +347,7 @@ class _Walk:
                 self.env[name] = self.merged(f"after{s.lineno}:{name}", entry[name], self.env[name])
         handed = sorted(n for n in carried if self.env.get(n) == DATA)
         if handed:
-            self.facts.carried.append((s.lineno, var, handed))
+            self.facts.carried.append((s.lineno, frozenset(made), handed))
 
     def carried(self, body: list[ast.stmt]) -> set[str]:
         """Names a loop body reads before it assigns them on every path (the values a trip hands the next): an `if`
@@ -931,8 +933,8 @@ def _findings(
                 "only rows it writes (a row further on is a distance no test reaches)",
             )
     rows_used = {a for access in facts.loads + facts.stores for m in coordinates(access.offset, facts) for a in m}
-    for line, loop, names in facts.carried:
-        if loop in rows_used:
+    for line, made, names in facts.carried:
+        if made & rows_used:  # its trips, or a value its trips carry (a flag moving the rows), say which row
             found.setdefault(
                 line,
                 f"the loop hands loaded values ({', '.join(names)}) from one row to the next: a row's answer may "
