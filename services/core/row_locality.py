@@ -156,6 +156,7 @@ class _Facts:
     constants: dict = field(default_factory=dict)  # the source's constants: name -> Poly
     carried: list = field(default_factory=list)  # (line, loop atom, names): loaded values a loop hands its next trip
     lanes: dict = field(default_factory=dict)  # each tl.arange atom -> its number of lanes (None: not a number)
+    made: list = field(default_factory=list)  # every merge atom, in the order the walk made them
 
 
 class _Walk:
@@ -280,6 +281,11 @@ class _Walk:
         return frozenset()
 
     def merged(self, name: str, *values):
+        value = self._merged(name, *values)
+        self.facts.made.append(f"{name}@{'/'.join(map(str, self.site))}")
+        return value
+
+    def _merged(self, name: str, *values):
         """One atom for what `values` may be (a branch's merge, a value carried round a loop), keeping a pointer a
         pointer into its tensor; a row atom where any of them says a row."""
         if any(v == DATA for v in values):
@@ -337,11 +343,15 @@ class _Walk:
         for name in carried:  # a mask carried round the loop: what it held before the loop is not what it holds
             if isinstance(self.env[name], Bound):
                 self.env[name] = Bound()
+            elif isinstance(self.env[name], tuple):  # a tuple carried round it: its elements are not followed
+                self.env[name] = None
         entry = dict(self.env)
+        mark = len(self.facts.made)
         outer, self.loops, moving = self.loops, (*self.loops, var), self.moving
         self.moving = moving | assigned
         self.block(s.body)
         self.loops, self.moving = outer, moving
+        made |= set(self.facts.made[mark:])  # what the trips merged: a flag's `if` picking the rows counts as them
         for name in assigned & entry.keys():  # the loop may run no trip: after it, either value
             if self.env.get(name) != entry[name] and name != getattr(s.target, "id", None):
                 self.env[name] = self.merged(f"after{s.lineno}:{name}", entry[name], self.env[name])
@@ -469,9 +479,14 @@ class _Walk:
             return self.expr(node.value)
         if isinstance(node, ast.Call):
             return self.call(node)
-        if isinstance(node, ast.IfExp):
+        if isinstance(node, ast.IfExp):  # a constexpr's test picks one side; any other is not followed
+            decided = self.truth(node.test)
+            if decided is not None:
+                return self.expr(node.body if decided else node.orelse)
             self.expr(node.test)
-            return self.opaque("ifexp", self.expr(node.body), self.expr(node.orelse))
+            self.expr(node.body)
+            self.expr(node.orelse)
+            return None
         if isinstance(node, ast.Attribute):
             return None
         if isinstance(node, ast.Compare):
@@ -593,7 +608,8 @@ class _Walk:
                 self.expr(a)
             return first
         values = [self.expr(a) for a in args] + [self.expr(k.value) for k in node.keywords]
-        return self.opaque(name, *values)
+        named = ",".join(str(k.arg) for k in node.keywords)  # `tl.where(c, y=0, x=n)` is not `tl.where(c, 0, n)`
+        return self.opaque(f"{name}[{named}]" if named else name, *values)
 
     def access(self, node: ast.Call, store: bool):
         ptr = self.expr(node.args[0] if node.args else _keyword(node, "pointer"))
@@ -629,6 +645,7 @@ class _Walk:
             if p not in env:
                 env[p] = _atom(f"{fn.name}.{p}")
         sub = _Walk(self.facts, self.kernels, fn, env, (*self.site, id(node)), self.path, self.depth + 1)
+        sub.loops, sub.moving, sub.equal = self.loops, self.moving, self.equal  # called inside a loop: still inside it
         sub.block(fn.body)
         return sub.returned[0] if len(sub.returned) == 1 else None
 
