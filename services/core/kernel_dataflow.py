@@ -1171,11 +1171,17 @@ def check_launch(
 
 def check_plan(source: str, plan: pb.LaunchPlan, roles: Mapping[str, str]) -> list[pb.Finding]:
     """Findings of every launch of a plan whose source already passed the kernel schema and the family's check."""
+    return each_launch(check_launch, source, plan, roles)
+
+
+def each_launch(check, source: str, plan: pb.LaunchPlan, *args) -> list[pb.Finding]:
+    """`check(source, launch, *args, tree=...)` of every launch of a plan, one parse, each finding once (two launches
+    of one kernel find the same)."""
     tree = ast.parse(source)
     seen: set[tuple[str, str, int]] = set()
     out = []
     for launch in plan.launches:
-        for f in check_launch(source, launch, roles, tree=tree):
+        for f in check(source, launch, *args, tree=tree):
             key = (f.rule_id, f.reason, f.line)
             if key not in seen:
                 seen.add(key)

@@ -4,29 +4,26 @@ Why: a kernel that compares its row with a row far away (equal rows: a recurring
 be wrong only where the two are equal, at one distance. The judge draws equal rows at every distance inside two of
 the plan's tiles and the server's sweep at every distance up to the model's longest sequence, but a distance can be
 set past any call drawn (a persistent program looking one grid stride ahead: 132 programs x 256 rows on an H100,
-33,792 rows; rows of two sequences of a batched prefill). Three red-team rounds found such kernels. No test reaches
-every distance, so this closes the door for every distance: each program's reads are addressed by the same row
-coordinates as its writes.
+33,792 rows; rows of two sequences of a batched prefill). No test reaches every distance, so this closes the door
+for every distance: no output row may depend on an input row another program holds.
 
-How: every address is evaluated symbolically, as a polynomial over atoms (program ids and counts, loop variables,
-`tl.arange` lanes, the launch's arguments and constexprs; what is divided, reduced or picked becomes one atom named
-by its operands). A monomial holding a *row atom* (a program id or count, the family's count and stride arguments,
-a loop over them, what is built from them) is a row part; its **row coordinate** is the monomial without the stride
-arguments (each tensor has its own). A monomial without row atoms that is a row part's scale (`(row + 1) * N`, `row
-* N + 7 * N`) moves rows too, its coordinate a constant. Then, for each launch:
+How: every address is evaluated symbolically, as a polynomial over atoms (program ids and counts, loop trips,
+`tl.arange` lanes, the launch's arguments and constexprs; what is divided, reduced, picked, merged by a branch or
+carried round a loop becomes one atom named by its operands; what cannot be followed at all is refused). A monomial
+holding a *row atom* (a program id or count, the family's count and stride arguments, a loop over them, what is
+built from them) is a row part; its **row coordinate** is the monomial with its stride named by the dimension it
+strides. Then, for each launch (docs/judge.md has each rule's row and the red-team rounds behind it):
 
-- every store to one output, on paths through the kernel that can run together (`if`/`else` branches are
-  alternatives), has the same row coordinates: a program writes one set of rows of each output;
-- every load has row coordinates that a store on a path that can run with it has too: a program reads only rows it
-  writes (a weight or a table indexed by columns alone has none; RoPE's angles at a position are a part of its q's).
+- a row tensor is read at exactly the rows every store of its rows writes on a path that runs with it (a table such
+  as RoPE's cos at those rows but the dimensions it lacks; a weight by columns only), and a program writes one set of
+  rows of each output;
+- a loop over rows hands no loaded value from one trip to the next;
+- one store covers at most MAX_TILE_ROWS rows (MAX_FLAT_LANES flat elements) at once, the tile the judge's repeated
+  rows cover twice;
+- a row tensor's columns are lanes, a loop's trips by one block, or a positive number, bounded by the row's width by
+  the access's own mask: no block of columns reaches the next row.
 
-A look-ahead (`row + num_programs * ROWS`, `rows + ROWS`, `(row + 1) * stride`, the next tile by a loop variable
-the stores do not use) has a coordinate no store has. Where an address cannot be followed (a pointer carried round
-a loop is one atom, so is a branch's merge) the load must still match a store by the same atom, or it is refused:
-written plainly, the rule costs an honest kernel nothing.
-
-Not covered: reads past the end of the row through the columns (`cols` wider than the row, into the next one): the
-column extent of an access is not bounded here; the judge's repeated rows meet it inside two tiles.
+Not covered: RoPE's columns (its widths are constexprs), and rows meeting inside one tile (by design).
 Pure and stdlib-only, like kernel_dataflow.
 
 Over 400 lines, one file: one symbolic walk of a kernel's addresses and the rule that reads it; split, each half
@@ -41,7 +38,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from services.core.kernel_dataflow import COUNT, INPLACE, INPUT, OUTPUT, SCALAR, SHAPE, STRIDE, _constants
+from services.core.kernel_dataflow import (
+    COUNT,
+    INPLACE,
+    INPUT,
+    OUTPUT,
+    SCALAR,
+    SHAPE,
+    STRIDE,
+    _constants,
+    each_launch,
+)  # fmt: skip
 from services.core.kernel_schema import dotted
 from services.core.pb import events_pb2 as pb
 
@@ -140,7 +147,6 @@ class Access:
     tensor: str
     offset: tuple
     path: tuple  # ((branch point, which side), ...): accesses whose paths disagree never run in one program
-    loops: tuple  # the atoms of the loops around it
     bounds: frozenset = frozenset()  # its mask's Bound
     equal: frozenset = frozenset()  # pairs of values (canonical text) the `if`s around it hold equal
 
@@ -230,23 +236,15 @@ class _Walk:
             self.block(s.body if decided else s.orelse)
             return
         self.expr(s.test)
-        if self.loops:  # inside a loop different trips take different sides: every side runs with every other
-            outer_equal = self.equal
-            self.equal = outer_equal | self.equality(s.test)
-            before = dict(self.env)
-            self.block(s.body)
-            taken, self.env, self.equal = self.env, dict(before), outer_equal
-            self.block(s.orelse)
-            self.join(s, taken)
-            return
         point = (*self.site, id(s))
-        before = dict(self.env)
-        outer, known = self.path, self.equal
-        self.path = (*outer, (point, True))
-        self.equal = known | self.equality(s.test)
+        # two alternatives of one program; inside a loop different trips take different sides, so every side runs
+        # with every other and the branch adds nothing to the path
+        yes, no = ((), ()) if self.loops else (((point, True),), ((point, False),))
+        before, outer, known = dict(self.env), self.path, self.equal
+        self.path, self.equal = (*outer, *yes), known | self.equality(s.test)
         self.block(s.body)
         taken = self.env
-        self.env, self.path, self.equal = dict(before), (*outer, (point, False)), known
+        self.env, self.path, self.equal = dict(before), (*outer, *no), known
         self.block(s.orelse)
         self.path = outer
         self.join(s, taken)
@@ -622,7 +620,7 @@ class _Walk:
         if isinstance(ptr, Ptr):
             where = self.facts.stores if store else self.facts.loads
             bounds = mask.holds if isinstance(mask, Bound) else frozenset()
-            where.append(Access(node.lineno, ptr.tensor, ptr.offset, self.path, self.loops, bounds, self.equal))
+            where.append(Access(node.lineno, ptr.tensor, ptr.offset, self.path, bounds, self.equal))
         else:
             verb = "store" if store else "load"
             self.facts.unfollowed.append(
@@ -973,12 +971,4 @@ def check_plan(
     owners: Mapping[str, tuple] | None = None,
 ) -> list[pb.Finding]:
     """`row-local` findings of every launch of a plan whose source passed the dataflow check."""
-    tree = ast.parse(source)
-    seen: set = set()
-    out = []
-    for launch in plan.launches:
-        for f in check_launch(source, launch, roles, spaces, owners, tree=tree):
-            if (f.reason, f.line) not in seen:
-                seen.add((f.reason, f.line))
-                out.append(f)
-    return out
+    return each_launch(check_launch, source, plan, roles, spaces, owners)
