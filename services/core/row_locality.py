@@ -130,6 +130,13 @@ def _atom(name: str) -> Poly:
     return {(name,): Fraction(1)}
 
 
+def _number(v) -> Poly | None:
+    """A source's number: an integer exactly; a float one opaque atom (it rounds at run time, as fractions do not)."""
+    if isinstance(v, float):
+        return _atom(f"float:{v!r}")
+    return _const(v) if isinstance(v, int) else None
+
+
 def _canon(p: Poly) -> str:
     return "+".join(f"{c}*{'*'.join(m) or '1'}" for m, c in sorted(p.items())) or "0"
 
@@ -848,14 +855,11 @@ def check_launch(
                 facts.rows.add(atom)
             if role == STRIDE:
                 facts.strides.add(atom)
-    facts.constants = {
-        k: _const(v) if float(v).is_integer() and isinstance(v, int) else _atom(f"float:{v!r}")
-        for k, v in _constants(tree).items()
-    }
+    facts.constants = {k: _number(v) for k, v in _constants(tree).items()}
     params = [a.arg for a in fn.args.args]
     for name, default in zip(params[len(params) - len(fn.args.defaults) :], fn.args.defaults, strict=True):
         if name in constexprs and name not in given and isinstance(default, ast.Constant):
-            env[name] = _const(default.value) if isinstance(default.value, int | float) else None
+            env[name] = _number(default.value)
     _Walk(facts, kernels, fn, env, (), (), 0).block(fn.body)
     return _findings(facts, roles, spaces or {}, owners or {}, launch.kernel)
 
