@@ -49,6 +49,7 @@ from services.core.kernel_dataflow import (
     _constants,
     each_launch,
 )  # fmt: skip
+from services.core.kernel_dataflow import _number as _literal
 from services.core.kernel_schema import dotted
 from services.core.pb import events_pb2 as pb
 
@@ -79,7 +80,8 @@ _PASS_THROUGH = frozenset(
 )
 _CASTS = frozenset({"tl.cast", "int"})  # and `.to(dtype)`: an index cast wider (or to a float) is the same number
 # dtypes a cast leaves an index as it was; a narrower integer (int32 included) can wrap a large offset to a small one
-_WIDE = frozenset({"tl.int64", "tl.uint64"})  # a float rounds an index (2**38 + n * 768 in float32): not followed
+# (a float rounds an index, 2**38 + n * 768 in float32; an unsigned one shifts and compares as another number)
+_WIDE = frozenset({"tl.int64"})
 _LOOPS = ("range", "tl.range", "tl.static_range")
 # tl.range's keywords that tune how a loop compiles, not which trips it runs
 _LOOP_TUNING = frozenset(
@@ -179,6 +181,9 @@ class _Walk:
         self.loops: tuple = ()  # the atoms of the loops around the statements being walked
         self.equal: frozenset = frozenset()  # what the `if a == b`s around the statements being walked hold equal
         self.moving: frozenset = frozenset()  # names the loops around the statements being walked assign
+        # names that hold compile-time values (constexprs, literals and what is built of them alone): only their tests
+        # are decided here; a runtime value whose atoms cancel (`n_cols * 0 + 1`) is a 32-bit tensor that wraps
+        self.static: set = {a.arg for a in fn.args.args if a.annotation is not None}
         self.returned: list = []
 
     def rowish(self, value) -> bool:
@@ -210,7 +215,8 @@ class _Walk:
         elif isinstance(s, ast.AnnAssign) and s.value is not None:
             self.assign(s.target, s.value, self.expr(s.value))
         elif isinstance(s, ast.AugAssign):
-            self.assign(s.target, None, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
+            both = ast.BinOp(left=s.target, op=s.op, right=s.value)  # static only where both sides are
+            self.assign(s.target, both, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
         elif isinstance(s, ast.Expr):
             self.expr(s.value)
         elif isinstance(s, ast.Return):
@@ -228,13 +234,19 @@ class _Walk:
     def assign(self, target: ast.expr, value_node: ast.expr | None, value) -> None:
         if isinstance(target, ast.Name):
             self.env[target.id] = value
+            if value_node is not None and self.is_static(value_node):
+                self.static.add(target.id)
+            else:
+                self.static.discard(target.id)
         elif isinstance(target, ast.Tuple):  # every value before any name is bound: `a, b = b, a` swaps them
             parts = value_node.elts if isinstance(value_node, ast.Tuple) else [None] * len(target.elts)
             values = [self.expr(v) if v is not None else None for v in parts]
             if not isinstance(value_node, ast.Tuple):  # a helper's tuple, already evaluated
                 values = list(value) if isinstance(value, tuple) and len(value) == len(parts) else values
-            for t, value_of in zip(target.elts, values, strict=False):
-                self.assign(t, None, value_of)  # a nested tuple binds the values taken above, not its names again
+            nodes = parts if isinstance(value_node, ast.Tuple) else [None] * len(values)
+            for t, node, value_of in zip(target.elts, nodes, values, strict=False):
+                # a nested tuple binds the values taken above, not its names again
+                self.assign(t, node if isinstance(t, ast.Name) else None, value_of)
 
     def branch(self, s: ast.If) -> None:
         moving = {n.id for n in ast.walk(s.test) if isinstance(n, ast.Name)} & self.moving
@@ -263,8 +275,25 @@ class _Walk:
             if a != b:
                 self.env[name] = self.merged(f"if{s.lineno}:{name}", a, b)
 
+    def is_static(self, node: ast.expr) -> bool:
+        """Whether `node` is fixed at compile time: numbers, constexprs, the source's constants and arithmetic of
+        them alone (Python's integers, which never wrap)."""
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, bool | int | float)
+        if isinstance(node, ast.Name):
+            return node.id in self.static or (node.id not in self.env and node.id in self.facts.constants)
+        if isinstance(node, ast.BinOp):
+            return self.is_static(node.left) and self.is_static(node.right)
+        if isinstance(node, ast.UnaryOp):
+            return self.is_static(node.operand)
+        if isinstance(node, ast.BoolOp | ast.Compare | ast.IfExp):
+            return all(self.is_static(sub) for sub in ast.iter_child_nodes(node) if isinstance(sub, ast.expr))
+        return False
+
     def truth(self, test: ast.expr) -> bool | None:
         """A test's value where it is fixed at compile time (constexprs and numbers only), else None."""
+        if not self.is_static(test):
+            return None
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
             a, b = self.expr(test.left), self.expr(test.comparators[0])
             if isinstance(a, dict) and isinstance(b, dict) and set(a) <= {()} and set(b) <= {()}:
@@ -488,18 +517,15 @@ class _Walk:
             decided = self.truth(node.test)
             if decided is not None:
                 return self.expr(node.body if decided else node.orelse)
-            self.expr(node.test)
-            self.expr(node.body)
-            self.expr(node.orelse)
-            return None
-        if isinstance(node, ast.Attribute):
-            return None
+            sides = [self.expr(node.test), self.expr(node.body), self.expr(node.orelse)]
+            return DATA if DATA in sides else None
+        if isinstance(node, ast.Attribute):  # `.T` of a loaded tile is still loaded; `.dtype` and the like no index
+            value = self.expr(node.value)
+            return DATA if value == DATA and node.attr == "T" else None
         if isinstance(node, ast.Compare):
             return self.compare(node)
-        for sub in ast.iter_child_nodes(node):  # tuples, bool ops: walked for the loads in them
-            if isinstance(sub, ast.expr):
-                self.expr(sub)
-        return None
+        parts = [self.expr(sub) for sub in ast.iter_child_nodes(node) if isinstance(sub, ast.expr)]
+        return DATA if DATA in parts else None  # bool ops and the like: walked for the loads in them
 
     def compare(self, node: ast.Compare, negated: bool = False) -> Bound:
         """A comparison of two indices as the Bound it puts on a mask's lanes (none where it is no `<`-like one);
@@ -520,12 +546,14 @@ class _Walk:
             low, high, strict = node.comparators[0], node.left, isinstance(op, ast.Gt)
         elif isinstance(op, ast.Lt | ast.LtE):
             low, high, strict = node.left, node.comparators[0], isinstance(op, ast.Lt)
-        else:
-            return Bound()
+        else:  # ==, !=, is, in: no bound, but walked for what they load and call
+            sides = [self.expr(node.left), self.expr(node.comparators[0])]
+            return DATA if DATA in sides else Bound()
         a = self.expr(low)
         if not isinstance(a, dict):
-            self.expr(high)
-            return Bound()
+            return DATA if DATA in (a, self.expr(high)) else Bound()
+        if self.expr(high) == DATA:  # a loaded value compared: a value, not a mask
+            return DATA
         return Bound(frozenset((_items(_add(a, b, -1)), "lt" if strict else "le") for b in self.ceilings(high)))
 
     def ceilings(self, node: ast.expr) -> list:
@@ -538,7 +566,7 @@ class _Walk:
             out += [c for a in node.args for c in self.ceilings(a)]
         elif name == "tl.where" and name not in self.kernels and len(node.args) == 3:
             for this, other in ((node.args[1], node.args[2]), (node.args[2], node.args[1])):
-                number = self.expr(other)
+                number = self.expr(other) if self.is_static(other) else None
                 if isinstance(number, dict) and set(number) <= {()} and number.get((), 0) <= 0:
                     out += self.ceilings(this)
         return out
@@ -585,8 +613,9 @@ class _Walk:
         if isinstance(node.func, ast.Attribute) and name not in _PASS_THROUGH and not name.startswith("tl."):
             method = node.func.attr  # x.reshape(...)
             receiver = self.expr(node.func.value)
-            for a in args:
-                self.expr(a)
+            given = [self.expr(a) for a in args] + [self.expr(k.value) for k in node.keywords]
+            if DATA in (receiver, *given):  # anything made of a loaded value is loaded data (x.ravel(), x.sum())
+                return DATA
             return receiver if method in _PASS_THROUGH else None
         if name in ("tl.program_id", "tl.num_programs"):
             axis = self.expr(args[0] if args else _keyword(node, "axis"))
@@ -609,9 +638,8 @@ class _Walk:
             return DATA if name == "tl.load" else None
         if name in _PASS_THROUGH:
             first = self.expr(args[0]) if args else None
-            for a in args[1:]:
-                self.expr(a)
-            return first
+            rest = [self.expr(a) for a in args[1:]] + [self.expr(k.value) for k in node.keywords]
+            return DATA if DATA in rest else first
         values = [self.expr(a) for a in args] + [self.expr(k.value) for k in node.keywords]
         named = ",".join(str(k.arg) for k in node.keywords)  # `tl.where(c, y=0, x=n)` is not `tl.where(c, 0, n)`
         return self.opaque(f"{name}[{named}]" if named else name, *values)
@@ -650,6 +678,9 @@ class _Walk:
             if p not in env:
                 env[p] = _atom(f"{fn.name}.{p}")
         sub = _Walk(self.facts, self.kernels, fn, env, (*self.site, id(node)), self.path, self.depth + 1)
+        bound = dict(zip(params[len(params) - len(defaults) :], defaults, strict=True))
+        bound |= dict(zip(params, node.args, strict=False)) | {k.arg: k.value for k in node.keywords if k.arg in params}
+        sub.static = {p for p, given in bound.items() if self.is_static(given)}
         sub.loops, sub.moving, sub.equal = self.loops, self.moving, self.equal  # called inside a loop: still inside it
         sub.block(fn.body)
         return sub.returned[0] if len(sub.returned) == 1 else None
@@ -841,7 +872,9 @@ def check_launch(
                 value = given.get(a.arg, "")
                 # a family's expression by its name (`cols`: the width argument's value), so two names of one value
                 # are one atom; one the plan leaves out by its parameter's
-                env[a.arg] = _atom(f"arg:{value}" if roles.get(value) == SHAPE else f"constexpr:{value or a.arg}")
+                # (a family's names and the kernel's parameters are two namespaces: `block_cols` may be both)
+                named = f"constexpr:{value}" if value else f"param:{a.arg}"
+                env[a.arg] = _atom(f"arg:{value}" if roles.get(value) == SHAPE else named)
     for param, arg in zip(runtime, launch.args, strict=False):
         role = roles.get(arg, SCALAR)
         if role in (INPUT, OUTPUT, INPLACE):
@@ -858,8 +891,8 @@ def check_launch(
     facts.constants = {k: _number(v) for k, v in _constants(tree).items()}
     params = [a.arg for a in fn.args.args]
     for name, default in zip(params[len(params) - len(fn.args.defaults) :], fn.args.defaults, strict=True):
-        if name in constexprs and name not in given and isinstance(default, ast.Constant):
-            env[name] = _number(default.value)
+        if name in constexprs and name not in given and (number := _literal(default)) is not None:
+            env[name] = _number(number)  # `-1` and `tl.constexpr(-1)` as well as `1`
     _Walk(facts, kernels, fn, env, (), (), 0).block(fn.body)
     return _findings(facts, roles, spaces or {}, owners or {}, launch.kernel)
 

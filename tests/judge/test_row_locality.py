@@ -280,7 +280,8 @@ def test_round_15s_ways_past_the_second_cut_are_refused(path):
     rows, a row with no stride, a helper named like an identity, a flat block reaching 65,536 elements on, RoPE's q
     at batch 0's position and with its strides swapped; round 16: a phantom assignment, a tuple swap, a for-else, a
     moved loop variable, a table read without the batch; round 17: another tensor's stride, an if decided from a
-    value the loop moves, loops of no trips, a mask carried round a loop)."""
+    value the loop moves, loops of no trips, a mask carried round a loop; each later round's kernel says in its
+    docstring what it tried)."""
     source = path.read_text()
     evidence = check_candidate(source, plan_of(source))
     assert not evidence.passed and evidence.findings[0].rule_id == "row-local", evidence.findings
