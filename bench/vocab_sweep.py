@@ -119,6 +119,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="directory of the result file")
     args = parser.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)  # before the sweep, not after it: a long GPU run is not lost
     result = asyncio.run(measure(args))
     tag = "cpu" if result["device"] == "cpu" else result["device"].lower().replace(" ", "-")
     out = Path(args.out) / f"vocab_sweep_{args.model}_{tag}.json"
