@@ -239,6 +239,10 @@ class _Kernel:
         self.params = frozenset(a.arg for a in fn.args.args)  # set again in the body: no longer as passed
         self.constexprs = _constexpr_params(fn)
         self.returns: list[Taint] = []
+        # each `return a, b`'s parts (None for a return of one value): a caller unpacking a helper's tuple gives each
+        # name its own part's taint, not the whole tuple's (a helper's x and y pointers: x's points at x alone)
+        self.tuples: list[tuple[Taint, ...] | None] = []
+        self.parts: dict[int, tuple[Taint, ...]] = {}  # a call of a helper (by node) -> the parts of its tuple
         # what the statements being walked run under: an `if` on a window of counts makes everything it stores or
         # assigns depend on that window (`window_test`)
         self.control = INDEX
@@ -260,6 +264,12 @@ class _Kernel:
         self.block(self.fn.body)
         return _join(self.returns)
 
+    def returned_parts(self) -> tuple[Taint, ...] | None:
+        """Each part of the tuple every return gives (of one length), joined over the returns; else None."""
+        if not self.tuples or any(t is None or len(t) != len(self.tuples[0]) for t in self.tuples):
+            return None
+        return tuple(_join(parts) for parts in zip(*self.tuples, strict=True))
+
     def block(self, body: list[ast.stmt]) -> None:
         for stmt in body:
             self.stmt(stmt)
@@ -278,6 +288,8 @@ class _Kernel:
             self.expr(s.value)
         elif isinstance(s, ast.Return):
             self.returns.append((self.expr(s.value) if s.value is not None else INDEX) | self.row_bounds())
+            elts = s.value.elts if isinstance(s.value, ast.Tuple) else None
+            self.tuples.append(None if elts is None else tuple(self.expr(e) | self.row_bounds() for e in elts))
         elif isinstance(s, ast.If) and (fixed := self.fixed_test(s.test)) is not None:
             self.block(s.body if fixed else s.orelse)  # on constexprs the plan gives: compiled one way only
         elif isinstance(s, ast.If):
@@ -327,9 +339,13 @@ class _Kernel:
         elif isinstance(target, ast.Tuple | ast.List):
             # `a, b = x, y` keeps each its own taint; any other unpacking gives each part the whole value's
             parts = value_node.elts if isinstance(value_node, ast.Tuple | ast.List) else None
+            returned = self.parts.get(id(value_node)) if value_node is not None else None
             if parts is not None and len(parts) == len(target.elts):
                 for t, v in zip(target.elts, parts, strict=True):
                     self.assign(t, v, self.expr(v))
+            elif returned is not None and len(returned) == len(target.elts):  # a helper's tuple, part by part
+                for t, part in zip(target.elts, returned, strict=True):
+                    self.assign(t, None, part)
             else:
                 for t in target.elts:
                     self.assign(t, None, value)
@@ -906,7 +922,11 @@ class _Kernel:
         callee = _Kernel(self.ctx, fn, env, self.depth + 1, frozenset(positive), values)
         callee.control = self.control  # called under an `if` on a window: its stores are too
         callee.called_under = reach
-        return callee.run()
+        value = callee.run()
+        parts = callee.returned_parts()
+        if parts is not None:
+            self.parts[id(node)] = parts
+        return value
 
     def address(self, node: ast.expr | None, allowed: frozenset[str], verb: str, call: ast.Call) -> Taint:
         """Checks a load's or store's address and returns its taint (the tensors it may point into)."""
