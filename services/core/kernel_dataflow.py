@@ -232,7 +232,10 @@ class _Kernel:
         values: Mapping[str, float] | None = None,
     ):
         self.ctx, self.fn, self.env, self.depth = ctx, fn, env, depth
-        self.positive = positive  # names known to hold a positive constant (constexprs given positive values)
+        # names known to hold a positive step (constexprs given positive values, the program count) and set nowhere
+        # else in the body: `ROWS = n_rows * 0` makes a positive constexpr a step of 0, a loop that never ends
+        self.stores = Counter(n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+        self.positive = frozenset(p for p in positive if not self.stores[p])
         # names known to hold one number: the source's constants, constexprs the plan gives a number, and locals
         # set to a literal (a row's factor: its sign and size)
         self.values: dict[str, float] = dict(values or {})
@@ -329,6 +332,8 @@ class _Kernel:
             self.env[target.id] = value
             if target.id in self.params:
                 self.params = self.params - {target.id}
+            once = self.stores[target.id] == 1 and value_node is not None and self.positive_step(value_node)
+            self.positive = self.positive | {target.id} if once else self.positive - {target.id}
             number = _number(value_node) if value_node is not None else None
             if number is None:
                 self.values.pop(target.id, None)
@@ -384,7 +389,7 @@ class _Kernel:
                 self.ctx.add(
                     "unbounded-loop",
                     "a loop step must be a positive literal, a constexpr given a positive value, or the program "
-                    "count: a step that can be zero never ends",
+                    "count, or a name set once (and nowhere else) to one: a step that can be zero never ends",
                     args[2],
                 )
         fixed = not (bound.grid or bound.lane or bound.data or bound.pointer)  # a fixed number of trips

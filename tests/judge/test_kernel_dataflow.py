@@ -441,6 +441,29 @@ def test_a_constexpr_step_given_zero_by_the_plan_is_refused():
     assert _rules(body, launch=_launch(BLOCK="block_cols", STEP="64")) == []
 
 
+@pytest.mark.parametrize(
+    ("setup", "step", "refused"),
+    [
+        ("step = tl.num_programs(0)", "step", False),  # the program count by a name set once: an honest style
+        ("step = STEP * tl.num_programs(0)", "step", False),
+        ("STEP = n_cols * 0", "STEP", True),  # a positive constexpr set again in the body: a step of 0
+        ("step = tl.num_programs(0)\n        step = n_cols * 0", "step", True),  # set twice: the last may be 0
+        ("step = n_cols - n_cols", "step", True),
+    ],
+)
+def test_a_loop_step_by_a_name_is_positive_only_where_that_name_is_set_once_to_one(setup, step, refused):
+    body = f"""
+    @triton.jit
+    def k(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr, STEP: tl.constexpr):
+        cols = tl.arange(0, BLOCK)
+        {setup}
+        for start in range(0, n_cols, {step}):
+            tl.store(y_ptr + start + cols, tl.load(x_ptr + start + cols))
+    """
+    rules = _rules(body, launch=_launch(BLOCK="block_cols", STEP="64"))
+    assert ("unbounded-loop" in rules) == refused, rules
+
+
 ROWS_KERNEL = """
 @triton.jit
 def k(x_ptr, w_ptr, y_ptr, x_stride, y_stride, n_rows, n_cols, eps, BLOCK: tl.constexpr, R: tl.constexpr):
