@@ -215,8 +215,7 @@ class _Walk:
         elif isinstance(s, ast.AnnAssign) and s.value is not None:
             self.assign(s.target, s.value, self.expr(s.value))
         elif isinstance(s, ast.AugAssign):
-            both = ast.BinOp(left=s.target, op=s.op, right=s.value)  # static only where both sides are
-            self.assign(s.target, both, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
+            self.assign(s.target, None, self.binop(s.op, self.expr(s.target), self.expr(s.value)))
         elif isinstance(s, ast.Expr):
             self.expr(s.value)
         elif isinstance(s, ast.Return):
@@ -234,19 +233,16 @@ class _Walk:
     def assign(self, target: ast.expr, value_node: ast.expr | None, value) -> None:
         if isinstance(target, ast.Name):
             self.env[target.id] = value
-            if value_node is not None and self.is_static(value_node):
-                self.static.add(target.id)
-            else:
-                self.static.discard(target.id)
+            # a value bound to a name is a tensor (Triton makes every assigned number one: `k = 65536` is an i32
+            # that wraps), whatever it was built of: only constexprs and the source's constants are decided
+            self.static.discard(target.id)
         elif isinstance(target, ast.Tuple):  # every value before any name is bound: `a, b = b, a` swaps them
             parts = value_node.elts if isinstance(value_node, ast.Tuple) else [None] * len(target.elts)
             values = [self.expr(v) if v is not None else None for v in parts]
             if not isinstance(value_node, ast.Tuple):  # a helper's tuple, already evaluated
                 values = list(value) if isinstance(value, tuple) and len(value) == len(parts) else values
-            nodes = parts if isinstance(value_node, ast.Tuple) else [None] * len(values)
-            for t, node, value_of in zip(target.elts, nodes, values, strict=False):
-                # a nested tuple binds the values taken above, not its names again
-                self.assign(t, node if isinstance(t, ast.Name) else None, value_of)
+            for t, value_of in zip(target.elts, values, strict=False):
+                self.assign(t, None, value_of)  # a nested tuple binds the values taken above, not its names again
 
     def branch(self, s: ast.If) -> None:
         moving = {n.id for n in ast.walk(s.test) if isinstance(n, ast.Name)} & self.moving
@@ -389,7 +385,7 @@ class _Walk:
         for name in assigned & entry.keys():  # the loop may run no trip: after it, either value
             if self.env.get(name) != entry[name] and name != getattr(s.target, "id", None):
                 self.env[name] = self.merged(f"after{s.lineno}:{name}", entry[name], self.env[name])
-        handed = sorted(n for n in carried if self.env.get(n) == DATA)
+        handed = sorted(n for n in carried if _may_hold_data(self.env.get(n)))
         if handed:
             self.facts.carried.append((s.lineno, frozenset(made), handed))
 
@@ -476,7 +472,9 @@ class _Walk:
             else:
                 continue
             step = _add(step, _atom(probe), -1)
-            if not any(a.startswith("probe") or a == var for m in step for a in m):  # a fixed step, not one by trips
+            # a fixed step: of nothing the walk mints per site (a loop's trips, a merge of an if inside it: their
+            # names hold "@", as do opaque atoms built of them) and no probe
+            if not any("probe" in a or "@" in a for m in step for a in m):
                 out[n] = step
         return out
 
@@ -574,6 +572,8 @@ class _Walk:
     def binop(self, op: ast.operator, a, b):
         if any(isinstance(v, dict) and any(x.startswith("float:") for m in v for x in m) for v in (a, b)):
             return self.opaque(type(op).__name__, a, b)  # float arithmetic rounds: no algebra cancels it
+        if a == DATA or b == DATA:  # a mask times a loaded row is the row: data, never a mask
+            return DATA
         if isinstance(a, Bound) or isinstance(b, Bound):  # `m1 & m2` holds both; anything else, nothing known
             if isinstance(op, ast.BitAnd):
                 return Bound(
@@ -683,7 +683,17 @@ class _Walk:
         sub.static = {p for p, given in bound.items() if self.is_static(given)}
         sub.loops, sub.moving, sub.equal = self.loops, self.moving, self.equal  # called inside a loop: still inside it
         sub.block(fn.body)
-        return sub.returned[0] if len(sub.returned) == 1 else None
+        returned = sub.returned  # several returns (dead ones, one on each side of an if): data if any is, else one
+        if any(v == DATA for v in returned):
+            return DATA
+        return returned[0] if returned and all(v == returned[0] for v in returned) else None
+
+
+def _may_hold_data(value) -> bool:
+    """Whether a value may be (or hold) loaded data: data itself, what is not followed, a tuple of either."""
+    if isinstance(value, tuple):
+        return any(_may_hold_data(v) for v in value)
+    return value is None or value == DATA
 
 
 def _keyword(node: ast.Call, name: str) -> ast.expr | None:
