@@ -32,6 +32,8 @@ fi
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$RESULTS_DIR/gpu.txt"
 python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" | tee -a "$RESULTS_DIR/gpu.txt"
+# the GPU a result file is named by (as bench/judge_corpus.py names its): "h200", else the card's name in lower case
+gpu=$(python3 -c "import re, torch; n = torch.cuda.get_device_name(); print('h200' if 'H200' in n else re.sub(r'[^a-z0-9]+', '-', n.lower()).strip('-'))" 2>/dev/null || echo gpu)
 # the served sweep (1, 16, 64 streams) on a stock stack started with this environment: name, label
 stock_sweep() {
   local d; d=$(mktemp -d); timeout 240 python3 -m services.cli up --data-dir "$d" --model qwen2.5-1.5b-shape \
@@ -54,8 +56,8 @@ for step in $steps; do
             | tail -14 | tee "$RESULTS_DIR/corpus_names.log" ;;
     transfer) scenarios=${TRANSFER_SCENARIOS:-cold warm}  # one result file per set of scenarios (a call holds two)
           timeout 590 python3 bench/transfer.py --device cuda --scenarios $scenarios \
-            --out "bench/results/transfer_h200_${scenarios// /_}.json" 2>&1 | tee "$RESULTS_DIR/transfer.log" | tail -30 ;;
-    prefilljoins) timeout 300 python3 bench/prefill_joins.py --out bench/results/prefill_joins_h200.json 2>&1 \
+            --out "bench/results/transfer_${gpu}_${scenarios// /_}.json" 2>&1 | tee "$RESULTS_DIR/transfer.log" | tail -30 ;;
+    prefilljoins) timeout 300 python3 bench/prefill_joins.py --out bench/results/prefill_joins_${gpu}.json 2>&1 \
             | tee "$RESULTS_DIR/prefill_joins.log" ;;
     judgetests) timeout 500 python3 -m pytest -q -p no:cacheprovider --durations=8 -m "gpu" ${JUDGE_TESTS:-tests/judge} 2>&1 \
             | tee "$RESULTS_DIR/judge_gpu_tests.log" | tail -40 ;;
@@ -63,16 +65,16 @@ for step in $steps; do
     serving) timeout 540 python3 bench/serving.py 2>&1 | tee "$RESULTS_DIR/serving.log" ;;
     served) timeout 590 bash scripts/served_before_after.sh ${SERVED_ARGS:---budget-s 565} 2>&1 | tee "$RESULTS_DIR/served.log" ;;
     switch) for ms in ${SWITCH_MS:-5 0.5}; do  # the served sweep on a stock stack per server thread switch interval
-            YANTRA_SWITCH_INTERVAL_MS=$ms stock_sweep "served_switch_${ms}ms_h200" "switch interval $ms ms"
+            YANTRA_SWITCH_INTERVAL_MS=$ms stock_sweep "served_switch_${ms}ms_${gpu}" "switch interval $ms ms"
           done | tee "$RESULTS_DIR/served_switch.log" ;;
     joins) for groups in ${PREFILL_GROUPS:-1 4}; do  # the same per YANTRA_PREFILL_GROUPS (a burst's joins in graphs)
-            YANTRA_PREFILL_GROUPS=$groups stock_sweep "served_prefill_groups_${groups}_h200" "prefill groups $groups"
+            YANTRA_PREFILL_GROUPS=$groups stock_sweep "served_prefill_groups_${groups}_${gpu}" "prefill groups $groups"
           done | tee "$RESULTS_DIR/served_joins.log" ;;
     layerkinds) timeout 400 python3 bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 16 --no-hf-eager \
             --beside gemma3-1.5b-shape jamba-1.5b-shape falcon-h1-1.5b-shape --prompt-tokens 512 --tokens 256 \
-            --out bench/results/layer_kinds_h200.json 2>&1 | tee "$RESULTS_DIR/layer_kinds.log" | tail -30 ;;
+            --out bench/results/layer_kinds_${gpu}.json 2>&1 | tee "$RESULTS_DIR/layer_kinds.log" | tail -30 ;;
     gqa) timeout 400 python3 bench/served_inprocess.py --model qwen2.5-1.5b-shape --streams 1 16 64 --no-hf-eager \
-            --repeated-gqa-too --out bench/results/gqa_decode_h200.json 2>&1 | tee "$RESULTS_DIR/gqa_decode.log" | tail -20 ;;
+            --repeated-gqa-too --out bench/results/gqa_decode_${gpu}.json 2>&1 | tee "$RESULTS_DIR/gqa_decode.log" | tail -20 ;;
     vocabsweep) timeout 300 python3 bench/vocab_sweep.py 2>&1 | tee "$RESULTS_DIR/vocab_sweep.log" | tail -8 ;;
     memcheck) timeout 560 python3 bench/gpu_memcheck.py 2>&1 | tee "$RESULTS_DIR/gpu_memcheck.log" | tail -30 ;;
     bench) python3 bench/rmsnorm.py --out bench/results 2>&1 | tee "$RESULTS_DIR/bench.log" ;;
@@ -95,7 +97,7 @@ for step in $steps; do
             | tee "$RESULTS_DIR/family_gpu_tests.log" | tail -90 ;;
     demo) model=${DEMO_MODEL:-qwen2.5-1.5b-shape}
           timeout 540 python3 -m services.cli demo --model "$model" --max-candidates 2 --data-dir /tmp/yantra-demo \
-            --report "bench/results/demo_${model}_h200.json" 2>&1 | tee "$RESULTS_DIR/demo.log"
+            --report "bench/results/demo_${model}_${gpu}.json" 2>&1 | tee "$RESULTS_DIR/demo.log"
           tail -n 60 /tmp/yantra-demo/logs/*.log > "$RESULTS_DIR/demo_service_logs.txt" 2>/dev/null ;;
   esac
 done
@@ -109,5 +111,5 @@ if [ -n "${BUNDLE:-}" ]; then
   mkdir -p "$START_MARK.d/logs" && for f in "${logs[@]}"; do cp "$RESULTS_DIR/$f" "$START_MARK.d/logs/"; done
   tar czf "$BUNDLE" "${changed[@]}" -C "$START_MARK.d" logs && echo "bundle: $BUNDLE" && tar tzf "$BUNDLE"
 fi
-cp bench/results/* "$RESULTS_DIR/" 2>/dev/null
+find bench/results -type f -newer "$START_MARK" -exec cp {} "$RESULTS_DIR/" \;  # only what this run wrote
 ls -la "$RESULTS_DIR"
