@@ -38,11 +38,19 @@ def check_candidate(source: str, plan: pb.LaunchPlan) -> pb.StaticEvidence:
             findings.append(pb.Finding(rule_id="launch-plan", reason=str(exc)))
         else:
             findings.extend(fam.check_plan(plan, report.kernels))
-            if not findings:  # the plan fits: now where each launch's values flow, for every input
-                findings.extend(kernel_dataflow.check_plan(source, plan, fam.ARG_ROLES))
-            if not findings:  # and which rows each program reads (services.core.row_locality)
-                spaces, owners = getattr(fam, "ROW_SPACES", None), getattr(fam, "STRIDE_OWNERS", None)
-                findings.extend(row_locality.check_plan(source, plan, fam.ARG_ROLES, spaces, owners))
+            try:
+                if not findings:  # the plan fits: now where each launch's values flow, for every input
+                    findings.extend(kernel_dataflow.check_plan(source, plan, fam.ARG_ROLES))
+                if not findings:  # and which rows each program reads (services.core.row_locality)
+                    spaces, owners = getattr(fam, "ROW_SPACES", None), getattr(fam, "STRIDE_OWNERS", None)
+                    findings.extend(row_locality.check_plan(source, plan, fam.ARG_ROLES, spaces, owners))
+            except Exception as exc:  # noqa: BLE001 - untrusted source: a check it breaks refuses it, never a crash
+                findings.append(
+                    pb.Finding(
+                        rule_id="candidate-format",
+                        reason=f"the static checks could not read this kernel ({type(exc).__name__}): not followed",
+                    )
+                )
     checked = [*report.rules_checked, *FORMAT_RULES, *kernel_dataflow.RULES, *row_locality.RULES]
     return pb.StaticEvidence(passed=not findings, findings=findings, rules_checked=checked)
 

@@ -191,6 +191,25 @@ INDEXED = Taint(grid=True, count=True, index=True, rising=True)  # program ids
 WINDOWED = Taint(count=True, stepped=True)  # what an `if`, a loop or a pick on a window of counts decides
 
 
+_RANGE_SLOTS = ("arg1", "arg2", "step")  # range's, tl.range's and tl.static_range's bounds, by position or by name
+
+
+def _range_args(it: ast.Call) -> list[ast.expr]:
+    """A range's (start, end[, step]) or (end,), its keywords put in place: `tl.range(0, n, step=s)` is `range(0, n,
+    s)`; an end with no start starts at 0. Empty where it has no end."""
+    slots: list[ast.expr | None] = [*it.args[:3], *[None] * (3 - len(it.args[:3]))]
+    for k in it.keywords:
+        if k.arg in _RANGE_SLOTS:
+            slots[_RANGE_SLOTS.index(k.arg)] = k.value
+    first, second, step = slots
+    if first is None:
+        return []
+    bounds = [first] if second is None else [first, second]
+    if step is not None:
+        bounds = [ast.Constant(0), first, step] if second is None else [first, second, step]
+    return bounds
+
+
 def _join(taints) -> Taint:
     out = INDEX
     for t in taints:
@@ -301,17 +320,18 @@ class _Kernel:
             bound = tested.bounds()
             if self.window_test(s.test):
                 self.control = outer | WINDOWED
-            before, outer_floors = dict(self.env), self.floors
+            before, outer_floors, known = dict(self.env), self.floors, dict(self.values)
             floor, floor_in_body = self.floor_of(s.test) if bound.above or bound.below else (None, False)
             self.rows = outer_rows | bound
             self.floors = outer_floors + ((floor if floor_in_body else None,) if bound.above else ())
             self.block(s.body)
-            taken = self.env
-            self.env = dict(before)
+            taken, taken_values = self.env, self.values
+            self.env, self.values = dict(before), known
             self.rows = outer_rows | bound.inverted()
             self.floors = outer_floors + ((None if floor_in_body else floor,) if bound.below else ())
             self.block(s.orelse)
             self.env = _merge(taken, self.env)
+            self.values = {k: v for k, v in self.values.items() if taken_values.get(k) == v}  # one number either way
             self.control, self.rows, self.floors = outer, outer_rows, outer_floors
         elif isinstance(s, ast.For):
             self.for_loop(s)
@@ -345,9 +365,10 @@ class _Kernel:
             # `a, b = x, y` keeps each its own taint; any other unpacking gives each part the whole value's
             parts = value_node.elts if isinstance(value_node, ast.Tuple | ast.List) else None
             returned = self.parts.get(id(value_node)) if value_node is not None else None
-            if parts is not None and len(parts) == len(target.elts):
-                for t, v in zip(target.elts, parts, strict=True):
-                    self.assign(t, v, self.expr(v))
+            if parts is not None and len(parts) == len(target.elts):  # every value before any name is bound:
+                taints = [self.expr(v) for v in parts]  # `a, b = b, a` swaps them
+                for t, v, taint in zip(target.elts, parts, taints, strict=True):
+                    self.assign(t, v, taint)
             elif returned is not None and len(returned) == len(target.elts):  # a helper's tuple, part by part
                 for t, part in zip(target.elts, returned, strict=True):
                     self.assign(t, None, part)
@@ -364,7 +385,13 @@ class _Kernel:
             self.ctx.add("unbounded-loop", "a for loop must run over range, tl.range or tl.static_range", s)
             bound = self.expr(it)
         else:
-            args = list(it.args)
+            args = _range_args(it)
+            for k in it.keywords:  # tuning keywords (num_stages=...) walked too: a call there runs
+                if k.arg not in _RANGE_SLOTS:
+                    self.expr(k.value)
+            if not args:
+                self.ctx.add("unbounded-loop", "a loop over a range with no end", s)
+                args = [ast.Constant(0)]
             parts = [self.expr(a) for a in args]
             bound = _join(parts)
             windowed = any(t.stepped and not self.tile_count(a) for a, t in zip(args, parts, strict=True))
@@ -424,19 +451,35 @@ class _Kernel:
     def fixed_test(self, node: ast.expr) -> bool | None:
         """An `if`'s outcome when it depends only on constexprs whose values the launch fixes (`if TOGETHER:`,
         `if POSITIONS == 0:`): Triton compiles only that branch, so the other never runs; None otherwise."""
-        known = {name: self.values[name] for name in self.constexprs if name in self.values}
+        # a constexpr the body sets again is no longer the plan's number (`if BLOCK < 0: ROWS = 2` decides nothing)
+        known = {name: self.values[name] for name in self.constexprs if name in self.values and not self.stores[name]}
         value = _static_value(node, known)
         return None if value is None else bool(value)
 
     def loop_body(self, body: list[ast.stmt]) -> None:
         """Run the body until the names it changes stop changing (a value can flow from one iteration to the
         next: a loop-carried pointer or accumulator); the names after it are the join of 0..n iterations."""
-        for _ in range(_MAX_LOOP_PASSES):
+        known = dict(self.values)
+        for attempt in range(2 * _MAX_LOOP_PASSES):
+            if attempt == _MAX_LOOP_PASSES:  # not settled: a value handed down a chain of names longer than the
+                # passes (`c9 = c8; ...; c1 = n_rows`): every name the body sets may hold what any of them holds
+                assigned = {
+                    n.id
+                    for st in body
+                    for n in ast.walk(st)
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                }
+                widest = _join(self.env[n] for n in assigned if n in self.env)
+                self.env.update({n: self.env[n] | widest for n in assigned if n in self.env})
             before = dict(self.env)
             self.block(body)
             self.env = _merge(before, self.env)
             if self.env == before:
-                return
+                break
+        else:
+            self.ctx.add("unbounded-loop", "a loop's values did not settle: what it carries is not followed", body[0])
+        # a number set in the body holds after it only where it held before (the loop may run no trip, or many)
+        self.values = {k: v for k, v in self.values.items() if known.get(k) == v}
 
     def tile_count(self, node: ast.expr) -> bool:
         """Whether `node` is a count of tiles covering a count: `tl.cdiv(rows, R)` or `(rows + R - 1) // R`, rows a
@@ -810,6 +853,7 @@ class _Kernel:
         if isinstance(node.func, ast.Attribute) and not name.startswith("tl."):
             method, receiver = node.func.attr, self.expr(node.func.value)  # a value's method: x.to(...)
         values = [self.expr(a) for a in node.args] + [self.expr(v) for v in kw.values()]
+        values += self.combined(node)
         everything = _join([receiver, *values])
         shaping = name in _POINTER_SHAPING or method in _POINTER_SHAPING  # reshapes or annotates, computes nothing
         if method != "to" and not shaping:
@@ -854,6 +898,21 @@ class _Kernel:
             )
             return Taint(data=True, shifted=True)  # a number now, and not one an address may be built from
         return everything
+
+    def combined(self, node: ast.Call) -> list[Taint]:
+        """A source kernel passed as a value (`tl.reduce(x, 0, _combine)`, `tl.associative_scan`): walked as called
+        on the operand, each of its parameters holding what the operand holds; what it returns."""
+        operand = node.args[0] if node.args else None
+        out = []
+        for arg in [*node.args, *(k.value for k in node.keywords)]:
+            if isinstance(arg, ast.Name) and arg.id in self.ctx.kernels and arg.id not in self.env:
+                fn = self.ctx.kernels[arg.id]
+                call = ast.copy_location(
+                    ast.Call(func=ast.Name(arg.id, ast.Load()), args=[operand or arg] * len(fn.args.args), keywords=[]),
+                    node,
+                )
+                out.append(self.inline(arg.id, call))
+        return out
 
     def row_bounds(self) -> Taint:
         """The sides of which row the statements being walked are bounded from (a helper's callers' too)."""

@@ -8,8 +8,10 @@ kernel taking pointers, an activation's sign split).
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
+from candidate_files import plan_of
 
 from services.core import kernel_dataflow
 from services.core.candidate_check import check_candidate
@@ -650,3 +652,46 @@ def test_bounds_of_lanes_and_of_widened_rows_pass(guard):
 )
 def test_bits_of_loaded_values_and_comparisons_of_them_pick_no_answer(extra, rule):
     assert rule in _rules(_norm(extra)), extra
+
+
+DATAFLOW_EVASIONS = Path(__file__).resolve().parent / "dataflow_evasions"
+
+
+@pytest.mark.parametrize("path", sorted(DATAFLOW_EVASIONS.glob("*.py")), ids=lambda p: p.stem)
+def test_red_team_kernels_past_an_earlier_dataflow_check_are_refused_before_anything_runs(path):
+    """Each passed the static check and, run under the interpreter, read its output as a cache, wrote an input or
+    the weight, looped 2**30 times on a row holding a large value, switched past 4,096 rows, or was wrong on a band of
+    values (tests/judge/dataflow_evasions: round 23; each file's docstring says how)."""
+    source = path.read_text()
+    evidence = check_candidate(source, plan_of(source))
+    assert not evidence.passed, path.stem
+
+
+@pytest.mark.parametrize(("swap", "rules"), [("src, dst = dst, src", []), ("pass", ["reads-output", "writes-input"])])
+def test_a_tuple_assignment_takes_every_value_before_it_binds_a_name(swap, rules):
+    """`src, dst = dst, src` swaps: the load reads x and the store writes y (walked as two assignments in a row, both
+    were x: an honest swap was refused, and the same trick the other way round hid a read of y)."""
+    body = f"""
+    @triton.jit
+    def k(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+        cols = tl.arange(0, BLOCK)
+        src = y_ptr
+        dst = x_ptr
+        {swap}
+        tl.store(dst + cols, tl.load(src + cols, mask=cols < n_cols), mask=cols < n_cols)
+    """
+    assert sorted(set(_rules(body))) == rules
+
+
+def test_a_static_check_that_breaks_on_a_candidate_refuses_it_instead_of_raising(monkeypatch):
+    """Untrusted source may reach a corner a check's walk does not handle (round 23's `tl.range(arg1=1)` raised
+    IndexError out of the judge's handler): the candidate is refused with the exception's type, never a crash."""
+    source = (DATAFLOW_EVASIONS / "r23_c1c_all_kw.py").read_text()
+
+    def breaks(*args, **kwargs):
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(kernel_dataflow, "check_plan", breaks)
+    evidence = check_candidate(source, plan_of(source))
+    (finding,) = evidence.findings
+    assert not evidence.passed and finding.rule_id == "candidate-format" and "IndexError" in finding.reason

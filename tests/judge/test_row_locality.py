@@ -14,7 +14,7 @@ import pytest
 from candidate_files import plan_of
 
 from services import ops
-from services.core import row_locality
+from services.core import kernel_dataflow, row_locality
 from services.core.candidate_check import check_candidate
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -271,6 +271,7 @@ def test_pointers_stepped_round_loops_are_followed_by_their_steps():
 
 
 EVASIONS = Path(__file__).resolve().parent / "row_local_evasions"
+STATIC_RULES = {*row_locality.RULES, *kernel_dataflow.RULES}
 
 
 @pytest.mark.parametrize("path", sorted(EVASIONS.glob("*.py")), ids=lambda p: p.stem)
@@ -284,7 +285,8 @@ def test_round_15s_ways_past_the_second_cut_are_refused(path):
     docstring what it tried)."""
     source = path.read_text()
     evidence = check_candidate(source, plan_of(source))
-    assert not evidence.passed and evidence.findings[0].rule_id == "row-local", evidence.findings
+    # refused before anything runs: by this rule, or by the dataflow check where a later fix there reaches it first
+    assert not evidence.passed and evidence.findings[0].rule_id in STATIC_RULES, evidence.findings
 
 
 def test_a_flat_block_past_4096_elements_is_refused_and_the_templates_blocks_pass():
