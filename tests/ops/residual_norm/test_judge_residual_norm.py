@@ -123,7 +123,7 @@ async def test_a_kernel_keyed_to_a_sum_equal_to_the_one_two_rows_before_is_rejec
     source = (Path(__file__).parent / "sum_equal_two_back.py").read_text()
     judged = await _judge(_layer("llama"), source=source, plan=plan_of(source))
     assert judged.reward == -1 and judged.reason.startswith("static check failed: row-local"), judged.reason
-    assert "hands loaded values (p1) from one row to the next" in judged.reason, judged.reason
+    assert "hands loaded values (p1, p2) from one row to the next" in judged.reason, judged.reason  # both rows back
 
 
 async def test_a_kernel_keyed_to_a_residual_equal_to_one_before_while_the_attention_output_differs_is_rejected():
