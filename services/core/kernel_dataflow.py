@@ -64,6 +64,8 @@ RULES: dict[str, str] = {
     "turned into numbers",
     "reads-output": "a kernel loads only its inputs (an output is not a cache), unless the family declares it in-place",
     "writes-input": "a kernel stores only to its outputs, never to an input or a weight",
+    "kernel-value": "a source kernel is only called, or passed by its bare name as a tl.reduce or "
+    "tl.associative_scan combine function",
     "unbounded-loop": "every loop is a for over range/tl.range/tl.static_range of shape arguments with a positive "
     "constant, constexpr or program-count step",
     "hidden-boundary": "program ids, shapes and loops over them are compared with shapes, never with fixed numbers "
@@ -210,6 +212,18 @@ def _range_args(it: ast.Call) -> list[ast.expr]:
     return bounds
 
 
+# calls whose arguments the walk reads itself, by position and keyword name: every other argument is walked as an
+# expression (a helper called in `volatile=` or as `tl.program_id`'s axis runs, and may store)
+_READ_APART = {
+    "tl.load": ("pointer", "mask", "other"),
+    "tl.store": ("pointer", "value", "mask"),
+    "tl.program_id": (),
+    "tl.num_programs": (),
+    "tl.arange": (),
+}
+_COMBINERS = frozenset({"tl.reduce", "tl.associative_scan"})  # calls that take a source kernel as a value
+
+
 def _join(taints) -> Taint:
     out = INDEX
     for t in taints:
@@ -265,6 +279,7 @@ class _Kernel:
         # name its own part's taint, not the whole tuple's (a helper's x and y pointers: x's points at x alone)
         self.tuples: list[tuple[Taint, ...] | None] = []
         self.parts: dict[int, tuple[Taint, ...]] = {}  # a call of a helper (by node) -> the parts of its tuple
+        self.combiners: set[int] = set()  # names of source kernels passed bare as combine functions (by node)
         # what the statements being walked run under: an `if` on a window of counts makes everything it stores or
         # assigns depend on that window (`window_test`)
         self.control = INDEX
@@ -354,7 +369,8 @@ class _Kernel:
                 self.params = self.params - {target.id}
             once = self.stores[target.id] == 1 and value_node is not None and self.positive_step(value_node)
             self.positive = self.positive | {target.id} if once else self.positive - {target.id}
-            number = _number(value_node) if value_node is not None else None
+            # the number of a name set once (set again, in a loop or on one side of an if, it is no one number)
+            number = _number(value_node) if value_node is not None and self.stores[target.id] == 1 else None
             if number is None:
                 self.values.pop(target.id, None)
             else:
@@ -699,6 +715,14 @@ class _Kernel:
         if node is None or isinstance(node, ast.Constant):
             return INDEX
         if isinstance(node, ast.Name):
+            if node.id in self.ctx.kernels and node.id not in self.env and id(node) not in self.combiners:
+                self.ctx.add(
+                    "kernel-value",
+                    f"the source's kernel {node.id} is used as a value: a kernel is only called, or passed by its "
+                    "name as a tl.reduce or tl.associative_scan combine function (what else it would run is not "
+                    "followed)",
+                    node,
+                )
             return self.env.get(node.id, INDEX)  # tl, constants of the source, builtins: no data
         if isinstance(node, ast.Attribute):
             if node.attr in _STATIC_ATTRS or _dotted(node).startswith("tl."):
@@ -812,6 +836,14 @@ class _Kernel:
         name = _dotted(node.func)
         args = {i: a for i, a in enumerate(node.args)}
         kw = {k.arg: k.value for k in node.keywords if k.arg}
+        if name in _READ_APART:  # what the cases below do not read (volatile=, cache_modifier=, an axis): walked
+            kept = _READ_APART[name]
+            for i, a in args.items():
+                if i >= len(kept):
+                    self.expr(a)
+            for k, v in kw.items():
+                if k not in kept:
+                    self.expr(v)
         if name == "tl.load":
             pointer = self.address(args.get(0, kw.get("pointer")), self.ctx.readable, "load", node)
             self.mask(args.get(1, kw.get("mask")), node, "load", pointer.points, pointer)
@@ -852,21 +884,22 @@ class _Kernel:
         method, receiver = "", INDEX
         if isinstance(node.func, ast.Attribute) and not name.startswith("tl."):
             method, receiver = node.func.attr, self.expr(node.func.value)  # a value's method: x.to(...)
-        values = [self.expr(a) for a in node.args] + [self.expr(v) for v in kw.values()]
-        values += self.combined(node)
+        combined = self.combined(node)  # first: it marks the combine functions it walks
+        values = [self.expr(a) for a in node.args] + [self.expr(v) for v in kw.values()] + combined
         everything = _join([receiver, *values])
         shaping = name in _POINTER_SHAPING or method in _POINTER_SHAPING  # reshapes or annotates, computes nothing
-        if method != "to" and not shaping:
+        to = method in ("to", "cast")  # x.to(...) and x.cast(...): the same conversion
+        if not to and not shaping:
             everything = everything.curve_if_row()  # a function of a row (`tl.abs(row - 77777)`) bounds no rows
             everything = replace(everything, bent=everything.bent or everything.lane)
-        if method != "to" and name != "tl.abs":
+        if not to and name != "tl.abs":
             everything = everything.moved()  # a function of the data: where it crosses zero is its own
             if not shaping:
                 everything = everything.stepped_if_count()  # a function of a count: its windows are its own
                 sized = any(v.size and not v.index for v in [receiver, *values])
                 everything = replace(everything, window=everything.window or sized)
         bitcast = kw.get("bitcast")
-        cast = method == "to" or name == "tl.cast"
+        cast = to or name == "tl.cast"
         at = 1 if name == "tl.cast" else 0  # the type: tl.cast(x, tl.int32), x.to(tl.int32), or dtype=
         target = node.args[at] if len(node.args) > at else kw.get("dtype")
         cast_of = values[0] if name == "tl.cast" and values else receiver
@@ -885,7 +918,7 @@ class _Kernel:
                     "of values with no comparison",
                     node,
                 )
-        if method == "to" and any(_dotted(a) in _WIDE_TYPES for a in [*node.args, *kw.values()]):
+        if to and any(_dotted(a) in _WIDE_TYPES for a in [*node.args, *kw.values()]):
             everything = replace(everything, wide=True)  # products after it do not wrap (what wrapped before stays)
         elif cast and target is not None and _dotted(target) not in _INT_TYPES:
             # a row made a float: scaled and cast back (`(row.to(tl.float32) * 0.000653).to(tl.int32)`) it steps at
@@ -904,8 +937,11 @@ class _Kernel:
         on the operand, each of its parameters holding what the operand holds; what it returns."""
         operand = node.args[0] if node.args else None
         out = []
+        if _dotted(node.func) not in _COMBINERS:
+            return out
         for arg in [*node.args, *(k.value for k in node.keywords)]:
             if isinstance(arg, ast.Name) and arg.id in self.ctx.kernels and arg.id not in self.env:
+                self.combiners.add(id(arg))  # passed bare: walked here, no finding
                 fn = self.ctx.kernels[arg.id]
                 call = ast.copy_location(
                     ast.Call(func=ast.Name(arg.id, ast.Load()), args=[operand or arg] * len(fn.args.args), keywords=[]),
@@ -980,6 +1016,10 @@ class _Kernel:
         values = {k: v for k, v in self.values.items() if k not in params}  # the source's constants
         values |= _literal_defaults(fn)  # a parameter left at its default, unless the call passes it (below)
         for p, a in passed:
+            # a number only from literals, constants and constexprs the caller never sets: a name it assigns is a
+            # tensor in Triton (`k = 0` then `k = 1` in a loop: a helper's `if K == 1` is decided at run time)
+            if any(isinstance(n, ast.Name) and self.stores[n.id] for n in ast.walk(a)):
+                continue
             number = self.factor(a)
             if number is not None and number != math.inf:
                 values[p] = number

@@ -695,3 +695,26 @@ def test_a_static_check_that_breaks_on_a_candidate_refuses_it_instead_of_raising
     evidence = check_candidate(source, plan_of(source))
     (finding,) = evidence.findings
     assert not evidence.passed and finding.rule_id == "candidate-format" and "IndexError" in finding.reason
+
+
+@pytest.mark.parametrize(
+    ("combine", "refused"),
+    [
+        ("_add", []),  # a combine function by its bare name: walked as called on the operand
+        ("(_add, _add)[0]", ["kernel-value"]),  # any other use of a kernel as a value is not followed
+        ("_add if BLOCK > 0 else _add", ["kernel-value"]),
+    ],
+)
+def test_a_combine_function_is_walked_where_passed_by_its_name_and_refused_anywhere_else(combine, refused):
+    body = f"""
+    @triton.jit
+    def _add(a, b):
+        return a + b
+
+    @triton.jit
+    def k(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + cols, mask=cols < n_cols, other=0.0)
+        tl.store(y_ptr + cols, x * tl.reduce(x * x, 0, {combine}), mask=cols < n_cols)
+    """
+    assert sorted(set(_rules(body))) == refused
