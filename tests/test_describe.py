@@ -36,3 +36,13 @@ def test_an_llm_authors_candidate_and_a_failed_answer_name_the_model_and_what_it
     assert "; author openai-compatible/m request  error: HTTP 500" in line
     plain = pb.CandidateProposed(candidate_id="c2", attempt=2, origin="template", config=pb.TemplateConfig(num_warps=4))
     assert "warps=4" in _line(plain, "coder") and "tokens" not in _line(plain, "coder")
+
+
+def test_a_commit_says_how_long_its_hold_and_its_vocabulary_sweep_took():
+    observed = pb.ParityObservation(
+        max_abs_err=0.0, hold_s=1.5, sweep_tokens=512, sweep_recurring_tokens=512, sweep_calls_checked=60, sweep_s=7.12
+    )
+    line = _line(pb.SwapCommitted(swap_id="swap-c1", modules_patched=5, tokens_equal=True, observed=observed))
+    assert line.endswith("held the model 1.50 s; swept 512 tokens + a 512-token prompt, 60 calls, in 7.1 s"), line
+    unswept = _line(pb.SwapCommitted(swap_id="swap-c1", observed=pb.ParityObservation(hold_s=1.5)))
+    assert "swept" not in unswept

@@ -54,6 +54,15 @@ def _hold_parts(p) -> str:
     return f" ({inside}{apart})" if inside or apart else ""
 
 
+def _sweep_part(p) -> str:
+    """'; swept 512 tokens + a 512-token prompt, 60 calls, in 7.1 s': the vocabulary sweep before the patch, in short
+    holds of its own (services.server.vocab_sweep); "" where none ran (a run recorded before it, the sweep off)."""
+    if not p.sweep_tokens:
+        return ""
+    prompt = f" + a {p.sweep_recurring_tokens}-token prompt" if p.sweep_recurring_tokens else ""
+    return f"; swept {p.sweep_tokens} tokens{prompt}, {p.sweep_calls_checked} calls, in {p.sweep_s:.1f} s"
+
+
 def _short(class_path: str) -> str:
     return class_path.rsplit(".", 1)[-1] if class_path else "-"
 
@@ -131,6 +140,7 @@ def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of
             f"{m.swap_id} patched {m.modules_patched} modules, parity max err {p.max_abs_err:.2e}, "
             f"tokens equal={m.tokens_equal}"
             + (f", held the model {p.hold_s:.2f} s{_hold_parts(p)}" if p.hold_s else "")
+            + _sweep_part(p)
         )
     if type_name in ("SwapRejected", "SwapRolledBack"):
         return f"{m.candidate_id}: {m.reason}"
