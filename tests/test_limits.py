@@ -178,3 +178,22 @@ def test_a_bad_deadline_stops_the_profiler_with_a_configuration_error():
         [sys.executable, "-m", "services.profiler"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2 and f"profiler: {TIMEOUT_ENV}='-1'" in result.stderr, result.stderr
+
+
+def test_optimize_refuses_an_empty_target_name_before_it_connects(tmp_path):
+    """`--target ""`: refused (exit 2, what to name) before any NATS is asked, as the other run limits are."""
+    env = {**os.environ, "NATS_URL": f"nats://127.0.0.1:{free_port()}", "YANTRA_DATA_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "optimize", "--target", "Qwen2MLP", "--target", " "],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "target 2 of 2 is empty: name a module class (`Qwen2MLP`) or its full path" in result.stderr
+    assert build_parser().parse_args(["optimize", "--target", "LayerNorm", "--target", "Qwen2MLP"]).target == [
+        "LayerNorm",
+        "Qwen2MLP",
+    ]

@@ -37,6 +37,7 @@ async def request_run(
     max_targets: int = 0,
     author: str = "",
     served_streams: list[int] | None = None,
+    only_targets: list[str] | None = None,
 ) -> str:
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     msg = pb.RunRequested(
@@ -49,6 +50,7 @@ async def request_run(
         max_targets=max_targets,
         author="" if author == "template" else author,  # the default stays unset: a template run's bytes as ever
         served_streams=served_streams or [],  # none: the profiler's levels for the device
+        only_targets=only_targets or [],  # none: every target
     )
     env = ev.make_envelope(run_id, msg, producer="cli", time_ns=time.time_ns(), event_id=str(uuid.uuid4()))
     await bus.publish(env)
@@ -116,6 +118,7 @@ async def start_run(bus: Bus, args, health) -> str:
         max_targets=getattr(args, "max_targets", 0),
         author=getattr(args, "author", ""),
         served_streams=getattr(args, "served_streams", None),
+        only_targets=getattr(args, "target", None),
     )
     print(f"run {run_id}: optimising {health.model} on {health.device} ({health.dtype}), policy {policy.name}")
     return run_id
@@ -251,6 +254,7 @@ def check_run_options(args) -> None:
     --decode-tokens in range (tests/test_limits.py holds it to that)."""
     problem = limits.run_problem(len(args.prompt), args.decode_tokens) if args.prompt else ""
     problem = problem or served_plan.streams_problem(getattr(args, "served_streams", None) or [])
+    problem = problem or limits.targets_problem(getattr(args, "target", None) or [])
     if problem:
         raise CliError(problem)
 
@@ -282,6 +286,14 @@ def add_run_options(sp: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"targets to work on, one after another in the profiler's ranked order, 0..{limits.MAX_TARGETS}; 0 "
         "(default): every target a template writes",
+    )
+    sp.add_argument(
+        "--target",
+        action="append",
+        metavar="CLASS",
+        help="work on this module class only (repeatable): its name as the profile shows it (Qwen2MLP, LayerNorm, "
+        "apply_rotary_pos_emb) or its full path; the run ranks the named ones as it ranks every class and says so "
+        "when none ran (default: every target)",
     )
     sp.add_argument(
         "--prompt",

@@ -114,7 +114,8 @@ def _profile_line(m: Message) -> str:
 def _summary(type_name: str, m: Message) -> str:  # noqa: C901 - a flat table of formats
     if type_name == "RunRequested":
         policy = f"{m.policy.name or '-'}(reward>={m.policy.min_reward})"
-        return f"model={m.model} policy={policy} max_candidates={m.max_candidates}"
+        only = f" targets={','.join(m.only_targets)}" if m.only_targets else ""
+        return f"model={m.model} policy={policy} max_candidates={m.max_candidates}{only}"
     if type_name == "ProfileCaptured":
         return _profile_line(m)
     if type_name == "SkillsRetrieved":

@@ -91,6 +91,21 @@ def run_problem(prompts: int, decode_tokens: int, max_candidates: int = 0, max_t
     return ""
 
 
+MAX_TARGET_NAME_CHARS = 200  # a module class path (`transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm`: 54)
+
+
+def targets_problem(names: list[str]) -> str:
+    """Why a run's `only_targets` cannot be what it asks for (too many, an empty or overlong name); "" when fine."""
+    if len(names) > MAX_TARGETS:
+        return f"{len(names)} targets named; a run works on at most {MAX_TARGETS} (limits.MAX_TARGETS)"
+    for i, name in enumerate(names, 1):
+        if not name.strip():
+            return f"target {i} of {len(names)} is empty: name a module class (`Qwen2MLP`) or its full path"
+        if len(name) > MAX_TARGET_NAME_CHARS:
+            return f"target {i} is {len(name):,} characters long; a class path is at most {MAX_TARGET_NAME_CHARS}"
+    return ""
+
+
 def generate_problem(prompt_chars: int, token_ids: int) -> str:
     """Why a Generate request's prompt is longer than any request may be, naming the limit; "" when it is not."""
     if prompt_chars > MAX_GENERATE_PROMPT_CHARS:

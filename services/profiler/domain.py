@@ -53,8 +53,10 @@ def request_problem(request: pb.RunRequested) -> str:
         return f"prompt {', '.join(map(str, empty))} of {len(request.prompts)} is empty"
     prompts = len(request.prompts) or len(DEFAULT_PROMPTS)  # as measurement_plan fills them in
     tokens = request.decode_tokens or DEFAULT_DECODE_TOKENS
-    return limits.run_problem(prompts, tokens, request.max_candidates, request.max_targets) or (
-        served_plan.streams_problem(list(request.served_streams))
+    return (
+        limits.run_problem(prompts, tokens, request.max_candidates, request.max_targets)
+        or limits.targets_problem(list(request.only_targets))
+        or served_plan.streams_problem(list(request.served_streams))
     )
 
 
@@ -118,15 +120,29 @@ def choose_targets(ranking: list[pb.RankedTarget], first: str, limit: int = 0) -
     return chosen[:limit] if limit else chosen
 
 
+def named(ranking: list[pb.RankedTarget], names: list[str]) -> list[pb.RankedTarget]:
+    """The ranked classes a run's `only_targets` names, by full path or by its last part, in ranked order."""
+    wanted = {n.strip() for n in names}
+    return [t for t in ranking if t.class_path in wanted or _short(t.class_path) in wanted]
+
+
 def derive_profile_captured(prior: list[Recorded], trigger: Recorded, observed: pb.ProfileObservation):
     ranking = rank(observed)
     # Since schema 5 a run works on several targets in turn; an older run keeps its one target.
     several = trigger.env.schema_version >= 5
-    target, reason = choose_target(ranking, catalogue.writable_variants(observed, trigger.env.schema_version))
+    request = ev.first(prior, "RunRequested")
+    names = list(request.msg.only_targets) if request else []
+    among = named(ranking, names) if names else ranking  # `yantra optimize --target`: those classes alone
+    writable = catalogue.writable_variants(observed, trigger.env.schema_version)
+    target, reason = choose_target(among, writable)
+    if names and not among:
+        seen = ", ".join(_short(t.class_path) for t in ranking[:6]) or "none"
+        target, reason = "", f"no profiled class is named {', '.join(names)} (the classes that ran: {seen})"
+    elif names:
+        reason += f" (the run asked for {', '.join(names)} only)"
     msg = pb.ProfileCaptured(ranking=ranking, target_class=target, reason=reason)
     if several:
-        request = ev.first(prior, "RunRequested")
-        msg.targets.extend(choose_targets(ranking, target, request.msg.max_targets if request else 0))
+        msg.targets.extend(choose_targets(among, target, request.msg.max_targets if request else 0))
         if len(msg.targets) > 1:
             msg.reason += f"; then, in turn: {', '.join(_short(t) for t in msg.targets[1:])}"
     msg.observed.CopyFrom(observed)

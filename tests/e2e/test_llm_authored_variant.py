@@ -66,9 +66,9 @@ def neox_stack(own_nats, tmp_path, endpoint, monkeypatch):
 
 
 async def _request(bus, run_id: str) -> None:
-    """Every target the profile offers (the MLP need not rank first), one candidate each, by the Gemini author."""
+    """The MLP alone (by its class: it need not rank first), one candidate, by the Gemini author."""
     msg = pb.RunRequested(
-        model=PRESET, policy=CPU_POLICY, max_candidates=1, max_targets=0, author="gemini", prompts=["Hello there"],
+        model=PRESET, policy=CPU_POLICY, max_candidates=1, only_targets=[MLP], author="gemini", prompts=["Hello there"],
         decode_tokens=4, requested_by="e2e",
     )  # fmt: skip
     env = ev.make_envelope(run_id, msg, producer="test", time_ns=time.time_ns(), event_id=f"req-{run_id}")
@@ -87,7 +87,7 @@ async def test_the_gemini_author_swaps_gptneoxs_exact_gelu_and_the_run_replays_w
     log = await wait_for_log(own_bus, run_id, has("RunCompleted"), 480, check=services_alive(stack))
 
     profiled = ev.first(log, "ProfileCaptured").msg
-    assert MLP in profiled.targets, profiled.reason
+    assert list(profiled.targets) == [MLP], profiled.reason
     plain = {c.family: list(c.writable) for c in profiled.observed.catalogue}["plain_mlp"]
     assert "mlp_gelu" in plain  # the LLM author's catalogue, recorded in the profile
     [proposed] = [r.msg for r in log if r.type == "CandidateProposed" and r.msg.target_class == MLP]

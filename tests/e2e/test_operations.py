@@ -92,11 +92,13 @@ async def test_two_runs_committing_the_same_kernel_get_two_swaps_and_a_restart_k
     rolled = yantra("rollback", one.swap_id, "--reason", "e2e: first one out")
     assert rolled.returncode == 0, rolled.stdout + rolled.stderr
 
-    # warm now: the skill library proposes the kernel that just served. Every target, not one: which target ranks
-    # first is the host's clock's call (a loaded CPU ranked the norm first in one run and the decoder layer in the
-    # next), and the first run's must be among the second's
+    # warm now: the skill library proposes the kernel that just served. The first run's target by name: which target
+    # ranks first is the host's clock's call (a loaded CPU ranked the norm first in one run and the decoder layer in
+    # the next)
     second = _run_id("second")
-    await request(bus, second, prompts=["Hello there"], decode_tokens=8, max_candidates=1, max_targets=0)
+    await request(
+        bus, second, prompts=["Hello there"], decode_tokens=8, max_candidates=1, only_targets=[one.target_class]
+    )
     log = await wait_for_log(bus, second, has("RunCompleted"), RUN_TIMEOUT_S, check=services_alive(stack))
     # the same target's swap: a run works on several targets, in an order measured times decide
     two = next((r.msg for r in log if r.type == "SwapCommitted" and r.msg.target_class == one.target_class), None)

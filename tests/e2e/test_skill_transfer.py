@@ -6,11 +6,10 @@ LayerNorm must retrieve, by physics alone, a recipe the Qwen2 run proved on its 
 norm), and its first candidate must be that recipe's launch shape with LayerNorm's arithmetic: the mechanism
 bench/transfer.py measures (services/skillstore/README.md, "Transfer").
 
-Two candidates a target, not one: with one, the Qwen2 RMSNorm recipe is swapped and so credited (two pulls), while
-the GPT-2 run's own residual-norm recipe, published a moment before the LayerNorm's turn where that target ranks
-earlier, has one pull, and UCB1 explores it first; the norm's template cannot launch it and starts from its own table
-(services/skillstore/README.md, "Open"). With two, each run also publishes a recipe it did not swap (one pull each),
-and among those equal scores the nearest physics wins: the RMSNorm's.
+Each run works on one target by name (`only_targets`, `yantra optimize --target`): the Qwen2 run on its RMSNorm, the
+GPT-2 run on its LayerNorm, so the index holds the Qwen2 run's recipes alone when the LayerNorm asks, whatever order
+the host's clock would rank the targets in (bench/transfer.py measures the runs of every target). Two candidates:
+each run publishes a recipe it swapped and one it did not.
 """
 
 from __future__ import annotations
@@ -36,9 +35,9 @@ LAYERNORM = "torch.nn.modules.normalization.LayerNorm"
 NORM_TEMPLATE = "row_reduction_onepass"
 
 
-async def _run_on(own_nats, own_bus, tmp_path, model: str) -> list[ev.Recorded]:
-    """Start the stack on `model` (the same data dir and nats-server every time), run every target with two
-    candidates each, stop it; the run's log."""
+async def _run_on(own_nats, own_bus, tmp_path, model: str, target: str) -> list[ev.Recorded]:
+    """Start the stack on `model` (the same data dir and nats-server every time), run `target` with two candidates,
+    stop it; the run's log."""
     settings = Settings(
         nats_url=own_nats.url,
         data_dir=tmp_path / "data",
@@ -54,8 +53,8 @@ async def _run_on(own_nats, own_bus, tmp_path, model: str) -> list[ev.Recorded]:
         await wait_ready(settings.server_addr, timeout=120, still_starting=lambda: stack.procs["server"].poll() is None)
         run_id = f"e2e-transfer-{model}-{uuid.uuid4().hex[:6]}"
         request = pb.RunRequested(
-            model=model, policy=CPU_POLICY, max_candidates=2, max_targets=0, prompts=["Hello there"], decode_tokens=4,
-            served_streams=[1], requested_by="e2e",
+            model=model, policy=CPU_POLICY, max_candidates=2, only_targets=[target], prompts=["Hello there"],
+            decode_tokens=4, served_streams=[1], requested_by="e2e",
         )  # fmt: skip
         env = ev.make_envelope(run_id, request, producer="test", time_ns=time.time_ns(), event_id=f"req-{run_id}")
         await own_bus.publish(env)
@@ -70,12 +69,12 @@ async def _run_on(own_nats, own_bus, tmp_path, model: str) -> list[ev.Recorded]:
 
 
 async def test_a_gpt2_layernorm_search_starts_from_a_recipe_a_qwen2_run_published(own_nats, own_bus, tmp_path):
-    qwen = await _run_on(own_nats, own_bus, tmp_path, "tiny-qwen2")
+    qwen = await _run_on(own_nats, own_bus, tmp_path, "tiny-qwen2", "Qwen2RMSNorm")
     learned = {r.msg.skill_id: r.msg for r in qwen if r.type == "SkillPublished"}
     rmsnorm = {sid for sid, p in learned.items() if p.config.template == NORM_TEMPLATE and p.config.variant == ""}
     assert rmsnorm, [(p.config.template, p.config.variant) for p in learned.values()]
 
-    gpt2 = await _run_on(own_nats, own_bus, tmp_path, "tiny-gpt2")
+    gpt2 = await _run_on(own_nats, own_bus, tmp_path, "tiny-gpt2", LAYERNORM)
     retrieved = next(r.msg for r in gpt2 if r.type == "SkillsRetrieved" and r.msg.target_class == LAYERNORM)
     near = [(n.skill_id, round(n.distance, 4), n.pulls, n.config.template) for n in retrieved.observed.neighbours]
     # The index answered with the Qwen2 run's RMSNorm recipes among the LayerNorm's neighbours; the bandit chose one.

@@ -275,3 +275,32 @@ def test_a_profile_is_ranked_and_reasoned_against_the_catalogue_it_recorded(prof
     assert catalogue.writable_variants(narrowed, 11) == ("layernorm",)
     target, reason = domain.choose_target([unsupported], catalogue.writable_variants(narrowed, 11))
     assert target == "" and "the template writes layernorm only" in reason
+
+
+@pytest.mark.parametrize(
+    ("names", "target", "said"),
+    [
+        (["FancyNorm"], "acme.models.FancyNorm", "(the run asked for FancyNorm only)"),
+        (["acme.models.FancyNorm", "Act"], "acme.models.FancyNorm", "asked for acme.models.FancyNorm, Act only"),
+        (["Linear"], "", "no leaf class is of a family with a template"),  # named, but nothing writes it
+        (["Nope"], "", "no profiled class is named Nope (the classes that ran: Linear, FancyNorm, Act, Lookup)"),
+    ],
+)
+def test_a_run_asked_for_named_targets_works_on_those_alone(names, target, said):
+    """`yantra optimize --target CLASS`: the profile ranks every class as ever; the run's targets come from the
+    named ones (by the class's name or its full path), and a name no class had says which classes ran."""
+    asked = pb.RunRequested(only_targets=names)
+    req = ev.Recorded(1, ev.make_envelope("r1", asked, producer="t", time_ns=0, event_id="q"))
+    msg = domain.derive_profile_captured([req], req, _observation())
+    assert (msg.target_class, list(msg.targets)) == (target, [target] if target else []) and said in msg.reason
+    assert [t.class_path.rsplit(".", 1)[-1] for t in msg.ranking] == ["Linear", "FancyNorm", "Act", "Lookup"]
+    again = domain.REDERIVE["ProfileCaptured"]([req], req, msg)
+    assert again.SerializeToString(deterministic=True) == msg.SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize(
+    ("names", "said"),
+    [([""], "target 1 of 1 is empty"), (["x" * 201], "a class path is at most 200"), (["A"] * 17, "at most 16")],
+)
+def test_named_targets_past_the_limits_are_refused_before_the_server_is_asked(names, said):
+    assert said in domain.request_problem(pb.RunRequested(only_targets=names))

@@ -101,7 +101,7 @@ class TemplateConfig(_message.Message):
     def __init__(self, template: _Optional[str] = ..., num_warps: _Optional[int] = ..., rows_per_program: _Optional[int] = ..., variant: _Optional[str] = ..., params: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RunRequested(_message.Message):
-    __slots__ = ("model", "policy", "max_candidates", "prompts", "decode_tokens", "requested_by", "max_targets", "author", "served_streams")
+    __slots__ = ("model", "policy", "max_candidates", "prompts", "decode_tokens", "requested_by", "max_targets", "author", "served_streams", "only_targets")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     MAX_CANDIDATES_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +111,7 @@ class RunRequested(_message.Message):
     MAX_TARGETS_FIELD_NUMBER: _ClassVar[int]
     AUTHOR_FIELD_NUMBER: _ClassVar[int]
     SERVED_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    ONLY_TARGETS_FIELD_NUMBER: _ClassVar[int]
     model: str
     policy: SwapPolicy
     max_candidates: int
@@ -120,7 +121,8 @@ class RunRequested(_message.Message):
     max_targets: int
     author: str
     served_streams: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ..., max_targets: _Optional[int] = ..., author: _Optional[str] = ..., served_streams: _Optional[_Iterable[int]] = ...) -> None: ...
+    only_targets: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, model: _Optional[str] = ..., policy: _Optional[_Union[SwapPolicy, _Mapping]] = ..., max_candidates: _Optional[int] = ..., prompts: _Optional[_Iterable[str]] = ..., decode_tokens: _Optional[int] = ..., requested_by: _Optional[str] = ..., max_targets: _Optional[int] = ..., author: _Optional[str] = ..., served_streams: _Optional[_Iterable[int]] = ..., only_targets: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ModuleClassProfile(_message.Message):
     __slots__ = ("introspection", "instances", "calls", "total_time_us", "input_shape", "dtype", "param_bytes", "input_bytes", "output_bytes", "computes", "probed", "child_time_us", "roles", "child_hook_us", "second_shape", "third_shape", "widths", "live_parameters", "live_parameter_sets")
