@@ -224,6 +224,46 @@ _READ_APART = {
 _COMBINERS = frozenset({"tl.reduce", "tl.associative_scan"})  # calls that take a source kernel as a value
 
 
+def _monomial(node: ast.expr) -> tuple[str | None, int, int] | None:
+    """(name, sign, degree) of a product of numbers and names (`-0.044715 * x * x * x`: ("x", -1, 3)); None for
+    anything else or a product of two names."""
+    if isinstance(node, ast.Name):
+        return node.id, 1, 1
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float) and node.value != 0:
+        return None, 1 if node.value > 0 else -1, 0
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        inner = _monomial(node.operand)
+        flip = -1 if isinstance(node.op, ast.USub) else 1
+        return None if inner is None else (inner[0], inner[1] * flip, inner[2])
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+        return _monomial(node.func.value)  # x.to(tl.float32): the same value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        a, b = _monomial(node.left), _monomial(node.right)
+        if a is None or b is None or (a[0] and b[0] and a[0] != b[0]):
+            return None
+        return a[0] or b[0], a[1] * b[1], a[2] + b[2]
+    return None
+
+
+def _one_signed_odd(node: ast.AST) -> bool:
+    """Whether a sum is of odd powers of one name, every term of one sign: its sign is that name's (a sign split
+    of it stays one); `x*x - 7*x`, `x - w`, `x - eps * 2e6` are not."""
+
+    def terms(n: ast.AST, sign: int) -> list | None:
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add | ast.Sub):
+            left, right = terms(n.left, sign), terms(n.right, sign if isinstance(n.op, ast.Add) else -sign)
+            return None if left is None or right is None else left + right
+        mono = _monomial(n)
+        return None if mono is None else [(mono[0], mono[1] * sign, mono[2])]
+
+    found = terms(node, 1)
+    return (
+        bool(found)
+        and len({(name, sign) for name, sign, _ in found}) == 1
+        and all(name is not None and degree % 2 for name, _, degree in found)
+    )
+
+
 def _join(taints) -> Taint:
     out = INDEX
     for t in taints:
@@ -809,6 +849,9 @@ class _Kernel:
                 out = replace(out, trips=False)
             if (left.tiled or right.tiled) and not (left.index or right.index):
                 out = replace(out, window=True, stepped=out.count)  # tile counts combined: `cdiv(n, 777) - ...`
+            if left.data and right.data:  # data plus data crosses zero where its terms balance (`x - w`, `x*x - 7*x`),
+                # unless every term is an odd power of one loaded value with one sign (GELU's `x + 0.044715*x*x*x`)
+                return out if _one_signed_odd(node) else out.moved()
             return out.moved() if left.data != right.data else out
         if isinstance(op, ast.Mult):
             if left.index and right.index:

@@ -33,6 +33,7 @@ would hold the other's vocabulary (atoms, coordinates, paths).
 from __future__ import annotations
 
 import ast
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -830,6 +831,18 @@ def span(coord: dict, facts: _Facts) -> int | None:
     return int(reach) + 1
 
 
+_HEADS = frozenset({"§sh"})  # RoPE's head dimension: the heads of one position are one row of its positions
+
+
+def lanes_within(coord: dict, facts: _Facts) -> int | None:
+    """At most how many values coordinates built of lanes take (`pos // seq`, `pos % seq` of a tile of positions
+    `pos`): the product of the lanes of every tl.arange they hold; None where one's lanes are not a number."""
+    held = {lane for m in coord for a in m if not a.startswith("§") for lane in facts.lanes if lane in a}
+    if any(facts.lanes[lane] is None for lane in held):
+        return None
+    return math.prod(facts.lanes[lane] for lane in held)
+
+
 def _skipping(coord: dict, skips: frozenset) -> dict:
     return {m: c for m, c in coord.items() if not skips & set(m)}
 
@@ -944,9 +957,10 @@ def _findings(
                     f"most {MAX_FLAT_LANES} flat elements at a time (a few rows: the judge's repeated rows cover them)",
                 )
     for store, coord in stores:
-        if spaces.get(store.tensor, ROWS) != ROWS:
-            continue  # rows of another kind (RoPE's heads at a position): the family's cases size them
         covered = span(coord, facts)
+        if spaces.get(store.tensor, ROWS) != ROWS:  # rows of another kind (RoPE's heads at a position): the heads
+            coord = _skipping(coord, _HEADS)  # of a position are one row; its positions are capped as rows are
+            covered = span(coord, facts) or lanes_within(coord, facts)  # a tile's positions split into batch, seq
         if covered is None or covered > MAX_TILE_ROWS:
             found.setdefault(
                 store.line,
@@ -995,6 +1009,8 @@ def _findings(
                 "only rows it writes (a row further on is a distance no test reaches)",
             )
     rows_used = {a for access in facts.loads + facts.stores for m in coordinates(access.offset, facts) for a in m}
+    if not facts.widths:  # flat elements: every atom of an address says which elements, each a piece of some row
+        rows_used |= {a for access in facts.loads + facts.stores for m, _ in access.offset for a in m}
     for line, made, names in facts.carried:
         if made & rows_used:  # its trips, or a value its trips carry (a flag moving the rows), say which row
             found.setdefault(
