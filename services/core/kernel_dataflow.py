@@ -235,7 +235,7 @@ def _monomial(node: ast.expr) -> tuple[str | None, int, int] | None:
         inner = _monomial(node.operand)
         flip = -1 if isinstance(node.op, ast.USub) else 1
         return None if inner is None else (inner[0], inner[1] * flip, inner[2])
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _to_wide_float(node):
         return _monomial(node.func.value)  # x.to(tl.float32): the same value
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
         a, b = _monomial(node.left), _monomial(node.right)
@@ -262,6 +262,21 @@ def _one_signed_odd(node: ast.AST) -> bool:
         and len({(name, sign) for name, sign, _ in found}) == 1
         and all(name is not None and degree % 2 for name, _, degree in found)
     )
+
+
+_WIDE_FLOATS = frozenset({"tl.float32", "tl.float64"})
+
+
+def _to_wide_float(node: ast.Call) -> bool:
+    """Whether a call is `x.to(tl.float32)` or `x.cast(tl.float64)` (by position or `dtype=`): no value changes."""
+    if not (isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cast")):
+        return False
+    target = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "dtype"), None)
+    return target is not None and _dotted(target) in _WIDE_FLOATS
+
+
+def runtime_params(fn: ast.FunctionDef) -> list[str]:
+    return [a.arg for a in fn.args.args if a.annotation is None]
 
 
 def _join(taints) -> Taint:
@@ -935,7 +950,9 @@ class _Kernel:
         if not to and not shaping:
             everything = everything.curve_if_row()  # a function of a row (`tl.abs(row - 77777)`) bounds no rows
             everything = replace(everything, bent=everything.bent or everything.lane)
-        if not to and name != "tl.abs":
+        widening = to and _to_wide_float(node)  # x.to(tl.float32): the same values; to a narrower float, a
+        # scaled value flushes to zero below its smallest subnormal: `(x * 3e-11).to(tl.float16) > 0` is `x > 1000`
+        if not widening and name != "tl.abs":
             everything = everything.moved()  # a function of the data: where it crosses zero is its own
             if not shaping:
                 everything = everything.stepped_if_count()  # a function of a count: its windows are its own
@@ -1058,6 +1075,8 @@ class _Kernel:
                 positive.add(p)
         values = {k: v for k, v in self.values.items() if k not in params}  # the source's constants
         values |= _literal_defaults(fn)  # a parameter left at its default, unless the call passes it (below)
+        for p, _ in passed:  # a parameter the call passes holds what it passes, never its default
+            values.pop(p, None)
         for p, a in passed:
             # a number only from literals, constants and constexprs the caller never sets: a name it assigns is a
             # tensor in Triton (`k = 0` then `k = 1` in a loop: a helper's `if K == 1` is decided at run time)
@@ -1314,6 +1333,8 @@ def check_launch(
     writable = frozenset(a for a, r in roles.items() if r in (OUTPUT, INPLACE))
     ctx = _Context(kernels, readable, writable, positive)
     values = _constants(tree) | _literal_defaults(fn)  # a constexpr the plan leaves at its default
+    for p in set(runtime_params(fn)) - constexprs:  # a runtime argument is no number, whatever constant it shadows
+        values.pop(p, None)
     for p in constexprs:
         if p in given:
             try:

@@ -173,6 +173,8 @@ class _Facts:
     carried: list = field(default_factory=list)  # (line, loop atom, names): loaded values a loop hands its next trip
     lanes: dict = field(default_factory=dict)  # each tl.arange atom -> its number of lanes (None: not a number)
     made: list = field(default_factory=list)  # every merge atom, in the order the walk made them
+    # each opaque atom built of lanes -> (its operands' canon, how many values they take at most: None unknown)
+    reach: dict = field(default_factory=dict)
 
 
 class _Walk:
@@ -200,6 +202,9 @@ class _Walk:
         name = f"{kind}({','.join(_canon(v) for v in values)})"
         if any(self.rowish(v) for v in values):
             self.facts.rows.add(name)
+        laned = [v for v in values if any(a in self.facts.lanes or a in self.facts.reach for m in v for a in m)]
+        if laned:  # `pos // seq`, `pos % seq`: as many values as pos takes, at most (one key for both)
+            self.facts.reach[name] = (",".join(_canon(v) for v in laned), _values_taken(laned, self.facts))
         return _atom(name)
 
     # ---------------------------------------------------------------- statements
@@ -834,13 +839,48 @@ def span(coord: dict, facts: _Facts) -> int | None:
 _HEADS = frozenset({"§sh"})  # RoPE's head dimension: the heads of one position are one row of its positions
 
 
+def _values_taken(polys: list, facts: _Facts) -> int | None:
+    """At most how many values sums of lanes take (one access at once): a sum's lane terms span a range as wide as
+    their reaches (a lane broadcast on two axes is one atom with a merged coefficient, `8 * l[:, None] + l[None, :]`
+    is 9 * l: its reach, 9 * 7 + 1, not its lanes), times each opaque atom's own count; None where a term is a lane
+    times something else or a count is unknown."""
+    total = 1
+    for poly in polys:
+        width = Fraction(0)
+        for m, c in poly.items():
+            if not any(a in facts.lanes or a in facts.reach for a in m):
+                continue
+            if len(m) != 1:
+                return None
+            count = facts.lanes[m[0]] if m[0] in facts.lanes else facts.reach[m[0]][1]
+            if count is None:
+                return None
+            if m[0] in facts.lanes:
+                width += abs(c) * (count - 1)
+            else:
+                total *= count
+        total *= int(width) + 1
+    return total
+
+
 def lanes_within(coord: dict, facts: _Facts) -> int | None:
     """At most how many values coordinates built of lanes take (`pos // seq`, `pos % seq` of a tile of positions
-    `pos`): the product of the lanes of every tl.arange they hold; None where one's lanes are not a number."""
-    held = {lane for m in coord for a in m if not a.startswith("§") for lane in facts.lanes if lane in a}
-    if any(facts.lanes[lane] is None for lane in held):
+    `pos`: as many as pos takes, counted once); None where that is not followed."""
+    keys: dict = {}
+    for m in coord:
+        for a in m:
+            if a.startswith("§"):
+                continue
+            if a in facts.lanes:
+                keys[a] = facts.lanes[a]
+            elif a in facts.reach:
+                key, count = facts.reach[a]
+                keys[key] = count
+            elif "arange(" in a:
+                return None  # lanes through something not followed
+    if any(count is None for count in keys.values()):
         return None
-    return math.prod(facts.lanes[lane] for lane in held)
+    return math.prod(keys.values())
 
 
 def _skipping(coord: dict, skips: frozenset) -> dict:
