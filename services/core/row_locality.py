@@ -514,7 +514,7 @@ class _Walk:
             return self.opaque(type(node.op).__name__, value)
         if isinstance(node, ast.Subscript):  # x[:, None]: the same values, broadcast
             self.expr(node.slice)
-            return self.expr(node.value)
+            return self.broadcast(self.expr(node.value), node.slice)
         if isinstance(node, ast.Call):
             return self.call(node)
         if isinstance(node, ast.IfExp):  # a constexpr's test picks one side; any other is not followed
@@ -530,6 +530,45 @@ class _Walk:
             return self.compare(node)
         parts = [self.expr(sub) for sub in ast.iter_child_nodes(node) if isinstance(sub, ast.expr)]
         return DATA if DATA in parts else None  # bool ops and the like: walked for the loads in them
+
+    def broadcast(self, value, index: ast.expr):
+        """`l[:, None]`: the lanes of l on another axis than `l[None, :]`'s (the last, as l's own), so the two never
+        cancel (`8 * l[:, None] - 8 * l[None, :]` spans -56..56: read as 0 it hid other programs' rows). Each lane
+        atom is named by its axis counted from the right; the last keeps its name."""
+        parts = index.elts if isinstance(index, ast.Tuple) else [index]
+        kept = [i for i, p in enumerate(parts) if not (isinstance(p, ast.Constant) and p.value is None)]
+        if len(parts) == len(kept):
+            return value  # no axis added
+        if len(kept) != 1:
+            return None  # more than one axis kept, or none: not followed
+        axis = kept[0] - len(parts)
+        if axis == -1:
+            return value
+        return self.renamed(value, lambda a: f"{a}|axis{axis}" if a in self.facts.lanes else a)
+
+    def renamed(self, value, name):
+        """`value` with each atom renamed by `name` (a lane moved to another axis keeps its number of lanes)."""
+
+        def poly(p):
+            out: dict = {}
+            for m, c in p.items():
+                key = tuple(sorted(name(a) for a in m))
+                out[key] = out.get(key, Fraction(0)) + c
+            for m in out:
+                for a in m:
+                    if a not in self.facts.lanes and "|axis" in a:
+                        self.facts.lanes[a] = self.facts.lanes.get(a.split("|axis")[0])
+            return out
+
+        if isinstance(value, dict):
+            return poly(value)
+        if isinstance(value, Ptr):
+            return Ptr(value.tensor, _items(poly(dict(value.offset))))
+        if isinstance(value, Bound):
+            return Bound(frozenset((_items(poly(dict(items))), kind) for items, kind in value.holds))
+        if isinstance(value, tuple):
+            return tuple(self.renamed(v, name) for v in value)
+        return value  # data, None
 
     def compare(self, node: ast.Compare, negated: bool = False) -> Bound:
         """A comparison of two indices as the Bound it puts on a mask's lanes (none where it is no `<`-like one);
