@@ -544,31 +544,10 @@ class _Walk:
         axis = kept[0] - len(parts)
         if axis == -1:
             return value
-        return self.renamed(value, lambda a: f"{a}|axis{axis}" if a in self.facts.lanes else a)
-
-    def renamed(self, value, name):
-        """`value` with each atom renamed by `name` (a lane moved to another axis keeps its number of lanes)."""
-
-        def poly(p):
-            out: dict = {}
-            for m, c in p.items():
-                key = tuple(sorted(name(a) for a in m))
-                out[key] = out.get(key, Fraction(0)) + c
-            for m in out:
-                for a in m:
-                    if a not in self.facts.lanes and "|axis" in a:
-                        self.facts.lanes[a] = self.facts.lanes.get(a.split("|axis")[0])
-            return out
-
-        if isinstance(value, dict):
-            return poly(value)
-        if isinstance(value, Ptr):
-            return Ptr(value.tensor, _items(poly(dict(value.offset))))
-        if isinstance(value, Bound):
-            return Bound(frozenset((_items(poly(dict(items))), kind) for items, kind in value.holds))
-        if isinstance(value, tuple):
-            return tuple(self.renamed(v, name) for v in value)
-        return value  # data, None
+        moved = {a: f"{a}|axis{axis}" for a in list(self.facts.lanes)}
+        for lane, new in moved.items():  # a lane moved to another axis keeps its number of lanes
+            self.facts.lanes.setdefault(new, self.facts.lanes[lane])
+        return _renamed(value, moved)
 
     def compare(self, node: ast.Compare, negated: bool = False) -> Bound:
         """A comparison of two indices as the Bound it puts on a mask's lanes (none where it is no `<`-like one);
@@ -734,6 +713,27 @@ class _Walk:
         return returned[0] if returned and all(v == returned[0] for v in returned) else None
 
 
+def _renamed(value, names: dict):
+    """`value` with each atom in `names` renamed (a Poly, a pointer's offset, a mask's bounds, a tuple of them)."""
+
+    def poly(p):
+        out: dict = {}
+        for m, c in p.items():
+            key = tuple(sorted(names.get(a, a) for a in m))
+            out[key] = out.get(key, Fraction(0)) + c
+        return out
+
+    if isinstance(value, dict):
+        return poly(value)
+    if isinstance(value, Ptr):
+        return Ptr(value.tensor, _items(poly(dict(value.offset))))
+    if isinstance(value, Bound):
+        return Bound(frozenset((_items(poly(dict(items))), kind) for items, kind in value.holds))
+    if isinstance(value, tuple):
+        return tuple(_renamed(v, names) for v in value)
+    return value  # data, None
+
+
 def _may_hold_data(value) -> bool:
     """Whether a value may be (or hold) loaded data: data itself, what is not followed, a tuple of either."""
     if isinstance(value, tuple):
@@ -880,9 +880,8 @@ _HEADS = frozenset({"§sh"})  # RoPE's head dimension: the heads of one position
 
 def _values_taken(polys: list, facts: _Facts) -> int | None:
     """At most how many values sums of lanes take (one access at once): a sum's lane terms span a range as wide as
-    their reaches (a lane broadcast on two axes is one atom with a merged coefficient, `8 * l[:, None] + l[None, :]`
-    is 9 * l: its reach, 9 * 7 + 1, not its lanes), times each opaque atom's own count; None where a term is a lane
-    times something else or a count is unknown."""
+    their reaches (`64 * half + l`: 64 + 7 + 1), times each opaque atom's own count; None where a term is a lane times
+    something else or a count is unknown."""
     total = 1
     for poly in polys:
         width = Fraction(0)
