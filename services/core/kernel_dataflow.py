@@ -275,10 +275,6 @@ def _to_wide_float(node: ast.Call) -> bool:
     return target is not None and _dotted(target) in _WIDE_FLOATS
 
 
-def runtime_params(fn: ast.FunctionDef) -> list[str]:
-    return [a.arg for a in fn.args.args if a.annotation is None]
-
-
 def _join(taints) -> Taint:
     out = INDEX
     for t in taints:
@@ -1333,7 +1329,7 @@ def check_launch(
     writable = frozenset(a for a, r in roles.items() if r in (OUTPUT, INPLACE))
     ctx = _Context(kernels, readable, writable, positive)
     values = _constants(tree) | _literal_defaults(fn)  # a constexpr the plan leaves at its default
-    for p in set(runtime_params(fn)) - constexprs:  # a runtime argument is no number, whatever constant it shadows
+    for p in runtime:  # a runtime argument is no number, whatever constant it shadows
         values.pop(p, None)
     for p in constexprs:
         if p in given:
